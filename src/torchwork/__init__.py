@@ -1,0 +1,48 @@
+"""torchwork: PyTorch engineering practice as software.
+
+The public API is imported lazily so that ``torchwork --help`` never imports torch.
+
+Example:
+    >>> import torchwork
+    >>> torchwork.__version__
+    '0.1.0'
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_LAZY: dict[str, str] = {
+    "Trainer": "torchwork.engine.trainer",
+    "EarlyStopping": "torchwork.engine.callbacks",
+    "Callback": "torchwork.engine.callbacks",
+    "resolve_device": "torchwork.engine.devices",
+    "move_to_device": "torchwork.engine.devices",
+    "TorchworkError": "torchwork.errors",
+    "ConfigError": "torchwork.errors",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torchwork.engine.callbacks import Callback, EarlyStopping
+    from torchwork.engine.devices import move_to_device, resolve_device
+    from torchwork.engine.trainer import Trainer
+    from torchwork.errors import ConfigError, TorchworkError
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'torchwork' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,1 @@
+"""The training step and loop: trainer, precision, devices, callbacks."""

@@ -1,0 +1,43 @@
+"""The one exception hierarchy of torchwork.
+
+Every message says what was wrong, where, and what to do about it.
+
+Example:
+    >>> from torchwork.errors import ConfigError, TorchworkError
+    >>> issubclass(ConfigError, TorchworkError) and issubclass(ConfigError, ValueError)
+    True
+"""
+
+from __future__ import annotations
+
+
+class TorchworkError(Exception):
+    """Base class of every error torchwork raises on purpose."""
+
+
+class ConfigError(TorchworkError, ValueError):
+    """A setting or argument has a value that cannot work."""
+
+
+class BatchError(TorchworkError, ValueError):
+    """A batch does not have the shape the engine expects."""
+
+
+class LossError(TorchworkError, ValueError):
+    """The loss function returned something that cannot be backpropagated."""
+
+
+class DeviceError(TorchworkError, RuntimeError):
+    """A device is unavailable or tensors sit on different devices."""
+
+
+class CheckpointError(TorchworkError, RuntimeError):
+    """A checkpoint is missing, corrupt or does not match the model."""
+
+
+class DataError(TorchworkError, RuntimeError):
+    """A dataset is missing or malformed."""
+
+
+class ExportError(TorchworkError, RuntimeError):
+    """An export cannot reproduce the eager model, or an artifact is damaged."""

@@ -1,0 +1,1 @@
+"""End-to-end recipes, built only from torchwork's public API."""
