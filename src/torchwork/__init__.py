@@ -29,10 +29,10 @@ _LAZY: dict[str, str] = {
 __all__ = ["__version__", *_LAZY]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from torchwork.engine.callbacks import Callback, EarlyStopping
-    from torchwork.engine.devices import move_to_device, resolve_device
-    from torchwork.engine.trainer import Trainer
-    from torchwork.errors import ConfigError, TorchworkError
+    from torchwork.engine.callbacks import Callback, EarlyStopping  # noqa: F401
+    from torchwork.engine.devices import move_to_device, resolve_device  # noqa: F401
+    from torchwork.engine.trainer import Trainer  # noqa: F401
+    from torchwork.errors import ConfigError, TorchworkError  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:

@@ -465,25 +465,23 @@ class Trainer:
             lines.append("     c. loss *= samples in this micro-batch / samples in the window (exact mean)")
         backward = "scaler.scale(loss).backward()" if self.scaler else "loss.backward()"
         lines.append(f"     {'d' if k > 1 else 'c'}. {backward}")
-        n = 3
+        after = []
         if self.scaler:
-            lines.append(f"  {n}. scaler.unscale_(optimizer): gradients back to their true size"); n += 1
+            after.append("scaler.unscale_(optimizer): gradients back to their true size")
         if self.clip_grad_norm is not None:
-            lines.append(f"  {n}. clip_grad_norm_(max_norm={self.clip_grad_norm}); the pre-clip norm is "
-                         "logged as grad_norm"); n += 1
+            after.append(f"clip_grad_norm_(max_norm={self.clip_grad_norm}); the pre-clip norm is logged")
         if self.clip_grad_value is not None:
-            lines.append(f"  {n}. clip_grad_value_({self.clip_grad_value})"); n += 1
+            after.append(f"clip_grad_value_({self.clip_grad_value})")
         if self.scaler:
-            lines.append(f"  {n}. scaler.step(optimizer): skipped when gradients hold inf/NaN"); n += 1
-            lines.append(f"  {n}. scaler.update(): shrink the scale after a skip, grow it after a run of "
-                         "good steps"); n += 1
+            after.append("scaler.step(optimizer): skipped when gradients hold inf/NaN")
+            after.append("scaler.update(): shrink the scale after a skip, grow it after many good steps")
         else:
-            lines.append(f"  {n}. optimizer.step()"); n += 1
-        if self.scheduler is not None:
-            if self._plateau:
-                lines.append(f"  then once per epoch: scheduler.step({self.plateau_monitor})")
-            else:
-                lines.append(f"  {n}. scheduler.step() (once per optimizer step)"); n += 1
+            after.append("optimizer.step()")
+        if self.scheduler is not None and not self._plateau:
+            after.append("scheduler.step() (once per optimizer step)")
+        lines.extend(f"  {number}. {text}" for number, text in enumerate(after, start=3))
+        if self._plateau:
+            lines.append(f"  once per epoch: scheduler.step({self.plateau_monitor})")
         lines.append(f"  every {self.log_every_n_steps} steps: log loss, lr"
                      + (", grad_norm" if self.clip_grad_norm else "") + (", scale" if self.scaler else ""))
         text = "\n".join(lines)
