@@ -22,6 +22,7 @@ _LAZY: dict[str, str] = {
     "Callback": "torchwork.engine.callbacks",
     "resolve_device": "torchwork.engine.devices",
     "move_to_device": "torchwork.engine.devices",
+    "seed_everything": "torchwork.runs.seeding",
     "TorchworkError": "torchwork.errors",
     "ConfigError": "torchwork.errors",
 }
@@ -33,6 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from torchwork.engine.devices import move_to_device, resolve_device  # noqa: F401
     from torchwork.engine.trainer import Trainer  # noqa: F401
     from torchwork.errors import ConfigError, TorchworkError  # noqa: F401
+    from torchwork.runs.seeding import seed_everything  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:

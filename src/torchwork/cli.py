@@ -26,9 +26,15 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
 
 
+def _resume_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_folder", help="a run folder: RUN_DIR/<timestamp>-<id>")
+
+
 COMMANDS: list[Command] = [
     ("demo", "train a small classifier on scikit-learn's digits with the engine and print a summary",
      _demo_arguments, "torchwork.recipes.digits:cli_main"),
+    ("resume", "continue a run from its newest valid checkpoint, by re-running its recorded command",
+     _resume_arguments, "torchwork.runs.relaunch:main"),
 ]
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -30,7 +31,7 @@ from torchwork.engine.callbacks import EarlyStopping
 from torchwork.engine.devices import batch_size_of, check_model_on, move_to_device, resolve_device
 from torchwork.engine.precision import keep_in_fp32, resolve_precision
 from torchwork.engine.progress import ProgressBar
-from torchwork.errors import ConfigError, LossError
+from torchwork.errors import CheckpointError, ConfigError, LossError
 
 Tensor = torch.Tensor
 LossFn = Callable[[Any, Any], Any]
@@ -60,6 +61,14 @@ class Trainer:
         log_every_n_steps: how often step metrics go to the loggers and ``on_step_end``.
         progress: show a progress bar (default: only when stderr is a terminal).
         loggers: objects with ``log(metrics: dict, step: int)``.
+        run_dir: keep runs here: each ``fit`` makes ``run_dir/<UTC time>-<id>/`` with ``manifest.json``,
+            ``metrics.jsonl``, TensorBoard events and ``checkpoints/`` (nothing is written without it).
+        checkpoint_every_n_steps: also checkpoint mid-epoch every n optimizer steps (always at epoch end).
+        keep_checkpoints: how many step checkpoints to keep (``best.pt`` is kept besides).
+        checkpoint_monitor: ``(metric, "min"|"max")`` that picks ``best.pt`` (default: the early-stopping
+            metric, else ``val_loss``/``train_loss``).
+        config: the resolved configuration to record in the manifest.
+        tensorboard: write TensorBoard event files into the run folder.
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn | None = None,
@@ -70,7 +79,10 @@ class Trainer:
                  callbacks: Sequence[Any] = (), early_stopping: EarlyStopping | str | None = None,
                  keep_fp32: Iterable[str | type] = (), log_every_n_steps: int = 50,
                  progress: bool | None = None, plateau_monitor: str = "val_loss",
-                 loggers: Sequence[Any] = ()) -> None:
+                 loggers: Sequence[Any] = (), run_dir: str | os.PathLike[str] | None = None,
+                 checkpoint_every_n_steps: int | None = None, keep_checkpoints: int = 3,
+                 checkpoint_monitor: tuple[str, str] | None = None, config: Mapping[str, Any] | None = None,
+                 tensorboard: bool = True) -> None:
         if not isinstance(model, nn.Module):
             raise ConfigError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
         if isinstance(accumulate, bool) or not isinstance(accumulate, int) or accumulate < 1:
@@ -83,6 +95,11 @@ class Trainer:
                 raise ConfigError(f"{name}={value!r} must be a positive finite number (or None to not clip).")
         if log_every_n_steps < 1:
             raise ConfigError(f"log_every_n_steps={log_every_n_steps} must be >= 1.")
+        if checkpoint_every_n_steps is not None and (not isinstance(checkpoint_every_n_steps, int)
+                                                     or checkpoint_every_n_steps < 1):
+            raise ConfigError(f"checkpoint_every_n_steps={checkpoint_every_n_steps!r} must be an integer >= 1.")
+        if keep_checkpoints < 1:
+            raise ConfigError(f"keep_checkpoints={keep_checkpoints} must be >= 1.")
 
         self.device = resolve_device(device)
         self.model = model.to(self.device)
@@ -110,17 +127,30 @@ class Trainer:
         self.log_every_n_steps = log_every_n_steps
         self.progress = progress
         self._non_blocking = self.device.type == "cuda"
+        self.run_dir = run_dir
+        self.checkpoint_every_n_steps = checkpoint_every_n_steps
+        self.keep_checkpoints = keep_checkpoints
+        if checkpoint_monitor is None and early_stopping is not None:
+            checkpoint_monitor = (early_stopping.monitor, early_stopping.mode)
+        self.checkpoint_monitor = checkpoint_monitor
+        self.config = dict(config or {})
+        self.tensorboard = tensorboard
+        self.run_path = None  # set by fit() when run_dir is given
+        self._session = None
 
         # Counters (saved in checkpoints): optimizer steps attempted, steps skipped by the scaler.
         self.global_step = 0
         self.skipped_steps = 0
         self.epoch = 0
+        self.batch_in_epoch = 0  # micro-batches of the current epoch already trained on
         self.should_stop = False
         self.history: list[dict[str, Any]] = []
         self._checked_first_batch = False
         self._train_modes: list[bool] | None = None
         self._last_grad_norm: Tensor | None = None
         self._loss_terms: dict[str, Tensor] | None = None
+        self._totals: dict[str, Any] = {}
+        self._epoch_start_rng: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ the step
     def _run_window(self, window: Sequence[Any]) -> tuple[Tensor, int]:
@@ -263,50 +293,113 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def fit(self, train_loader: Iterable[Any], val_loader: Iterable[Any] | None = None,
-            epochs: int = 1) -> list[dict[str, Any]]:
-        """Train for ``epochs`` epochs; returns the per-epoch metrics (also kept in ``self.history``)."""
+            epochs: int = 1, resume: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
+        """Train for ``epochs`` epochs; returns the per-epoch metrics (also kept in ``self.history``).
+
+        ``resume``: ``"latest"`` continues the newest run under ``run_dir`` from its newest valid
+        checkpoint (a no-op when there is none), a run folder or checkpoint path resumes from that.
+        The environment variable ``TORCHWORK_RESUME`` (set by ``torchwork resume``) overrides it.
+        """
         if epochs < 0:
             raise ConfigError(f"epochs={epochs} must be >= 0.")
+        resume = os.environ.get("TORCHWORK_RESUME") or resume
         self.should_stop = False
         self._capture_train_modes()
-        for callback in self.callbacks:
-            if hasattr(callback, "on_fit_start"):
-                callback.on_fit_start(self)
-        while self.epoch < epochs and not self.should_stop:
-            set_epoch = getattr(getattr(train_loader, "sampler", None), "set_epoch", None)
-            if callable(set_epoch):
-                set_epoch(self.epoch)  # DistributedSampler reshuffles only when told the epoch
-            self._restore_train_modes()
-            logs = self._train_epoch(train_loader)
-            if val_loader is not None:
-                logs.update(self.evaluate(val_loader, prefix="val_"))
-            self._end_epoch(logs)
-        for callback in self.callbacks:
-            if hasattr(callback, "on_fit_end"):
-                callback.on_fit_end(self)
+        state = None
+        if self.run_dir is not None:
+            from torchwork.runs.session import RunSession
+
+            self._session, state = RunSession.open(self, train_loader, val_loader, epochs, resume)
+            self.run_path = self._session.path
+        elif resume not in (None, "latest"):
+            from torchwork.runs.checkpoint import load_checkpoint
+            from torchwork.runs.session import find_resume_checkpoint
+
+            _, checkpoint = find_resume_checkpoint(resume, None)
+            if checkpoint is None:
+                raise CheckpointError(f"resume={str(resume)!r}: no checkpoint found there.")
+            state = load_checkpoint(checkpoint, map_location=self.device)
+        if state is not None:
+            self.load_state_dict(state)
+        loggers_before = self.loggers
+        if self._session is not None:
+            self.loggers = [*self.loggers, *self._session.loggers]
+        try:
+            for callback in self.callbacks:
+                if hasattr(callback, "on_fit_start"):
+                    callback.on_fit_start(self)
+            while self.epoch < epochs and not self.should_stop:
+                set_epoch = getattr(getattr(train_loader, "sampler", None), "set_epoch", None)
+                if callable(set_epoch):
+                    set_epoch(self.epoch)  # DistributedSampler reshuffles only when told the epoch
+                self._restore_train_modes()
+                logs = self._train_epoch(self._epoch_batches(train_loader))
+                if val_loader is not None:
+                    logs.update(self.evaluate(val_loader, prefix="val_"))
+                self._end_epoch(logs)
+            for callback in self.callbacks:
+                if hasattr(callback, "on_fit_end"):
+                    callback.on_fit_end(self)
+        finally:
+            self.loggers = loggers_before
+            if self._session is not None:
+                self._session.close()
+                self._session = None
         return self.history
 
-    def _train_epoch(self, loader: Iterable[Any]) -> dict[str, Any]:
-        started, steps_before, skipped_before = time.perf_counter(), self.global_step, self.skipped_steps
-        loss_sum = torch.zeros((), device=self.device)
-        norm_sum, samples_seen = None, 0
+    def _epoch_batches(self, loader: Iterable[Any]) -> Iterable[Any]:
+        """The epoch's batch iterator, positioned after the batches a resumed checkpoint already trained."""
+        from torchwork.runs.rng import capture_rng, restore_rng
+
+        generator = getattr(loader, "generator", None)
+        if self.batch_in_epoch == 0:
+            self._totals = _new_totals(self.device)
+            self._totals["skipped_at_start"] = self.skipped_steps
+            if self.run_dir is not None:
+                # Iterating a shuffling DataLoader draws its order (and its workers' seeds) from these.
+                self._epoch_start_rng = {"torch": torch.get_rng_state(),
+                                         "loader": generator.get_state() if generator is not None else None}
+            return _Sized(iter(loader), _len_or_none(loader))
+        # Mid-epoch resume: replay the epoch's start, then skip what was trained. The skipped batches are
+        # loaded, not just counted, so that workers' random augmentations stay in step too.
+        if self._epoch_start_rng is None:
+            raise CheckpointError("the checkpoint is mid-epoch but holds no epoch-start RNG state.")
+        resumed_rng = capture_rng()
+        torch.set_rng_state(self._epoch_start_rng["torch"])
+        if generator is not None and self._epoch_start_rng["loader"] is not None:
+            generator.set_state(self._epoch_start_rng["loader"])
+        iterator = iter(loader)
+        for skipped in range(self.batch_in_epoch):
+            if next(iterator, _END) is _END:
+                raise CheckpointError(f"the checkpoint was taken after batch {self.batch_in_epoch} of epoch "
+                                      f"{self.epoch}, but the loader now has only {skipped}. Resume with the "
+                                      "same dataset and batch size.")
+        restore_rng(resumed_rng)
+        return iterator
+
+    def _train_epoch(self, batches: Iterable[Any]) -> dict[str, Any]:
+        started = time.perf_counter()
+        totals = self._totals
         self._loss_terms = None
-        term_sums: dict[str, Tensor] = {}
         on_step = [c.on_step_end for c in self.callbacks if hasattr(c, "on_step_end")]
         want_step_logs = bool(on_step or self.loggers)
-        batches = _len_or_none(loader)
-        windows = -(-batches // self.accumulate) if batches is not None else None
-        bar = ProgressBar(windows, desc=f"epoch {self.epoch}", enabled=self.progress)
+        checkpoint_every = self.checkpoint_every_n_steps if self._session is not None else None
+        batches_total = _len_or_none(batches)
+        windows_total = -(-batches_total // self.accumulate) if batches_total is not None else None
+        bar = ProgressBar(windows_total, desc=f"epoch {self.epoch}", enabled=self.progress)
         show_bar = bar.enabled
-        for window in _windows(loader, self.accumulate):
+        for window in _windows(batches, self.accumulate):
             loss, samples = self._run_window(window)
-            loss_sum += loss * samples
-            samples_seen += samples
+            self.batch_in_epoch += len(window)
+            totals["loss_sum"] += loss * samples
+            totals["samples"] += samples
+            totals["steps"] += 1
             if self._loss_terms is not None:
+                terms = totals["terms"]
                 for name, value in self._loss_terms.items():
-                    term_sums[name] = term_sums.get(name, 0) + value * samples
+                    terms[name] = terms.get(name, 0) + value * samples
             if self._last_grad_norm is not None:
-                norm_sum = self._last_grad_norm if norm_sum is None else norm_sum + self._last_grad_norm
+                totals["norm_sum"] += self._last_grad_norm
             if show_bar:
                 bar.update(samples, float(loss))
             if want_step_logs and self.global_step % self.log_every_n_steps == 0:
@@ -315,21 +408,27 @@ class Trainer:
                     logger.log(logs, self.global_step)
                 for callback in on_step:
                     callback(self, logs)
+            if checkpoint_every and self.global_step % checkpoint_every == 0:
+                totals["elapsed"] += time.perf_counter() - started
+                started = time.perf_counter()
+                self._session.save(self)
         bar.close()
-        steps = self.global_step - steps_before
+        totals["elapsed"] += time.perf_counter() - started
+        steps, samples_seen = totals["steps"], totals["samples"]
         if steps == 0:
             raise ConfigError("the training loader yielded no batches: check the dataset length, "
                               "batch_size and drop_last.")
-        elapsed = time.perf_counter() - started
-        logs: dict[str, Any] = {"epoch": self.epoch, "train_loss": float(loss_sum) / samples_seen}
-        for name, value in term_sums.items():
+        logs: dict[str, Any] = {"epoch": self.epoch, "train_loss": float(totals["loss_sum"]) / samples_seen}
+        for name, value in totals["terms"].items():
             logs[f"train_{name}"] = float(value) / samples_seen
-        logs.update(steps=steps, samples=samples_seen, time_s=elapsed, samples_per_s=samples_seen / elapsed,
+        logs.update(steps=steps, samples=samples_seen, time_s=totals["elapsed"],
+                    samples_per_s=samples_seen / max(totals["elapsed"], 1e-9),
                     lr=self.optimizer.param_groups[0]["lr"])
-        if norm_sum is not None:
-            logs["grad_norm"] = float(norm_sum) / steps
+        if self.clip_grad_norm is not None:
+            logs["grad_norm"] = float(totals["norm_sum"]) / steps
         if self.scaler is not None:
-            logs.update(skipped_steps=self.skipped_steps - skipped_before, scale=self.scaler.get_scale())
+            logs.update(skipped_steps=self.skipped_steps - totals["skipped_at_start"],
+                        scale=self.scaler.get_scale())
         return logs
 
     def _step_logs(self, loss: Tensor) -> dict[str, Any]:
@@ -356,6 +455,58 @@ class Trainer:
             if hasattr(callback, "on_epoch_end"):
                 callback.on_epoch_end(self, logs)
         self.epoch += 1
+        self.batch_in_epoch = 0
+        if self._session is not None:
+            self._session.save(self, metrics=logs)  # after the callbacks, so early stopping's state is in it
+
+    # ------------------------------------------------------------------ state (checkpoints)
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue training exactly: weights, optimizer, scheduler, scaler, every
+        RNG stream, the data position, counters, history and callback state."""
+        from torchwork.runs.checkpoint import FORMAT_VERSION, clean_state_dict, unwrap_model
+        from torchwork.runs.rng import capture_rng
+
+        mid_epoch = self.batch_in_epoch > 0
+        return {
+            "format_version": FORMAT_VERSION,
+            "model": clean_state_dict(unwrap_model(self.model).state_dict()),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "counters": {"global_step": self.global_step, "skipped_steps": self.skipped_steps,
+                         "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch},
+            "rng": capture_rng(),
+            "epoch_start_rng": self._epoch_start_rng if mid_epoch else None,
+            "epoch_totals": dict(self._totals) if mid_epoch else None,
+            "history": list(self.history),
+            "callbacks": [c.state_dict() if hasattr(c, "state_dict") else None for c in self.callbacks],
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` saved (every RNG stream included)."""
+        from torchwork.runs.checkpoint import clean_state_dict, unwrap_model
+        from torchwork.runs.rng import restore_rng
+
+        try:
+            unwrap_model(self.model).load_state_dict(clean_state_dict(state["model"]))
+        except RuntimeError as error:
+            raise CheckpointError(f"the checkpoint's weights do not fit this model: {error}") from None
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None and state.get("scheduler") is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        counters = state["counters"]
+        self.global_step, self.skipped_steps = counters["global_step"], counters["skipped_steps"]
+        self.epoch, self.batch_in_epoch = counters["epoch"], counters["batch_in_epoch"]
+        self._epoch_start_rng = state.get("epoch_start_rng")
+        if state.get("epoch_totals"):
+            self._totals = dict(state["epoch_totals"])
+        self.history = list(state.get("history", []))
+        for callback, saved in zip(self.callbacks, state.get("callbacks") or []):
+            if saved is not None and hasattr(callback, "load_state_dict"):
+                callback.load_state_dict(saved)
+        restore_rng(state["rng"])
 
     # ------------------------------------------------------------------ modes
     def _capture_train_modes(self) -> None:
@@ -487,6 +638,30 @@ class Trainer:
         text = "\n".join(lines)
         print(text)
         return text
+
+
+_END = object()
+
+
+class _Sized:
+    """An iterator that still knows the loader's length (for the progress bar)."""
+
+    def __init__(self, iterator: Any, length: int | None) -> None:
+        self.iterator, self.length = iterator, length
+
+    def __iter__(self) -> Any:
+        return self.iterator
+
+    def __len__(self) -> int:
+        if self.length is None:
+            raise TypeError("length unknown")
+        return self.length
+
+
+def _new_totals(device: torch.device) -> dict[str, Any]:
+    zero = torch.zeros((), device=device)
+    return {"loss_sum": zero.clone(), "samples": 0, "steps": 0, "norm_sum": zero.clone(), "terms": {},
+            "elapsed": 0.0, "skipped_at_start": 0}
 
 
 def _windows(loader: Iterable[Any], size: int) -> Iterable[Sequence[Any]]:
