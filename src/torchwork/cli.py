@@ -30,11 +30,23 @@ def _resume_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_folder", help="a run folder: RUN_DIR/<timestamp>-<id>")
 
 
+def _launch_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--nproc", type=int, default=2, help="processes on this node (one per GPU)")
+    parser.add_argument("--nnodes", type=int, default=1, help="number of machines (default: 1)")
+    parser.add_argument("--node-rank", type=int, default=0, help="this machine's index, 0 .. nnodes-1")
+    parser.add_argument("--master-addr", default=None, help="address of node 0 (needed with --nnodes > 1)")
+    parser.add_argument("--master-port", type=int, default=29500, help="port on node 0 (default: 29500)")
+    parser.add_argument("script", help="the training script (it builds a torchwork.Trainer)")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
+
+
 COMMANDS: list[Command] = [
     ("demo", "train a small classifier on scikit-learn's digits with the engine and print a summary",
      _demo_arguments, "torchwork.recipes.digits:cli_main"),
     ("resume", "continue a run from its newest valid checkpoint, by re-running its recorded command",
      _resume_arguments, "torchwork.runs.relaunch:main"),
+    ("launch", "run a training script on several processes / machines with torchrun (DDP)",
+     _launch_arguments, "torchwork.distributed.launch:main"),
 ]
 
 

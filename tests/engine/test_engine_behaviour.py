@@ -192,7 +192,7 @@ def test_step_logs_reach_loggers_and_callbacks():
     trainer = sgd(nn.Linear(8, 2), loggers=[collect], callbacks=[CB()], log_every_n_steps=2,
                   clip_grad_norm=10.0)
     trainer.fit(batches(4), epochs=1)
-    assert calls == [2, 4]
+    assert calls == [1, 2, 3, 4]  # callbacks every step, loggers every log_every_n_steps
     assert [s for s, m in collect.rows if "loss" in m] == [2, 4]
     assert "grad_norm" in collect.rows[0][1] and "train_loss" in collect.rows[-1][1]
 

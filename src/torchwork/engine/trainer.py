@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import sys
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -26,6 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from torchwork.distributed.env import World, world_from_env
 from torchwork.engine.batches import call_model, concat_outputs, inputs_of, split_error
 from torchwork.engine.callbacks import EarlyStopping
 from torchwork.engine.devices import batch_size_of, check_model_on, move_to_device, resolve_device
@@ -69,6 +71,10 @@ class Trainer:
             metric, else ``val_loss``/``train_loss``).
         config: the resolved configuration to record in the manifest.
         tensorboard: write TensorBoard event files into the run folder.
+        distributed: run under torchrun as one DDP rank (default: when torchrun's WORLD_SIZE > 1).
+        distributed_timeout_s: how long a collective waits for a silent peer before failing.
+        distributed_debug: check that every rank runs the same collectives, and name the call site of
+            the first that differs (default: env TORCHWORK_DISTRIBUTED_DEBUG=1). Slower; for debugging.
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn | None = None,
@@ -82,7 +88,8 @@ class Trainer:
                  loggers: Sequence[Any] = (), run_dir: str | os.PathLike[str] | None = None,
                  checkpoint_every_n_steps: int | None = None, keep_checkpoints: int = 3,
                  checkpoint_monitor: tuple[str, str] | None = None, config: Mapping[str, Any] | None = None,
-                 tensorboard: bool = True) -> None:
+                 tensorboard: bool = True, distributed: bool | None = None,
+                 distributed_timeout_s: float = 300.0, distributed_debug: bool | None = None) -> None:
         if not isinstance(model, nn.Module):
             raise ConfigError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
         if isinstance(accumulate, bool) or not isinstance(accumulate, int) or accumulate < 1:
@@ -101,9 +108,23 @@ class Trainer:
         if keep_checkpoints < 1:
             raise ConfigError(f"keep_checkpoints={keep_checkpoints} must be >= 1.")
 
+        self.world = world_from_env() if distributed is not False else World()
+        if self.world.is_distributed:
+            from torchwork.distributed import setup as dist_setup
+
+            if distributed_debug is None:
+                distributed_debug = os.environ.get("TORCHWORK_DISTRIBUTED_DEBUG") == "1"
+            dist_setup.init_process_group(self.world, distributed_timeout_s, distributed_debug)
+            if device == "auto" and torch.cuda.is_available():
+                device = f"cuda:{self.world.local_rank}"  # one GPU per process
         self.device = resolve_device(device)
         self.model = model.to(self.device)
         check_model_on(self.model, self.device)
+        # What the training step calls: the model itself, or its DDP wrapper (which all-reduces gradients).
+        self._train_model: nn.Module = self.model
+        self._ddp = None
+        if self.world.is_distributed:
+            self._ddp = self._train_model = dist_setup.wrap_ddp(self.model, self.device)
         if isinstance(loss_fn, nn.Module):
             loss_fn.to(self.device)  # e.g. CrossEntropyLoss(weight=...) whose weights live on the CPU
         self.optimizer = optimizer
@@ -151,6 +172,7 @@ class Trainer:
         self._loss_terms: dict[str, Tensor] | None = None
         self._totals: dict[str, Any] = {}
         self._epoch_start_rng: dict[str, Any] | None = None
+        self._checkpointing = False
 
     # ------------------------------------------------------------------ the step
     def _run_window(self, window: Sequence[Any]) -> tuple[Tensor, int]:
@@ -160,33 +182,35 @@ class Trainer:
         -> unscale -> clip -> optimizer step (skipped on inf/NaN under a scaler) -> scaler update ->
         scheduler step.
         """
-        optimizer, scaler, autocast = self.optimizer, self.scaler, self.precision.dtype
+        optimizer, scaler = self.optimizer, self.scaler
         # set_to_none frees the gradients instead of zero-filling them (less memory, no memset).
         optimizer.zero_grad(set_to_none=True)
 
         # Exact accumulation (Composer-style): weight each micro-batch by its share of the samples in the
-        # window, so a short last window averages over its own samples instead of getting 1/k each.
+        # window, so a short last window averages over its own samples instead of getting 1/k each. Under
+        # DDP the share is of the samples on all ranks (DDP then averages over ranks, hence * world size).
         accumulating = len(window) > 1
         if accumulating:
             counts = [self._samples_in(batch) for batch in window]
             window_samples = sum(counts)
+            scale = 1.0 / window_samples
+            if self._ddp is not None:
+                scale = self.world.world_size / self._all_reduce_sum([window_samples])[0]
         window_loss = None
+        last = len(window) - 1
         for index, batch in enumerate(window):
-            if autocast is None:
-                loss, samples = self._forward_loss(batch)
+            weight = counts[index] * scale if accumulating else None
+            if self._ddp is not None and index < last:
+                with self._ddp.no_sync():  # all-reduce gradients once, after the window's last micro-batch
+                    loss, samples = self._micro_step(batch, weight)
             else:
-                with torch.autocast(self.precision.device_type, dtype=autocast):
-                    loss, samples = self._forward_loss(batch)
+                loss, samples = self._micro_step(batch, weight)
             if accumulating:
-                loss = loss * (counts[index] / window_samples)
-            # fp16: multiply the loss by the scale so that small gradients do not underflow to zero.
-            if scaler is None:
-                loss.backward()
+                window_loss = loss * counts[index] if window_loss is None else window_loss + loss * counts[index]
             else:
-                scaler.scale(loss).backward()
-            window_loss = loss.detach() if window_loss is None else window_loss + loss.detach()
-        if not accumulating:
-            window_samples = samples
+                window_loss, window_samples = loss, samples
+        if accumulating:
+            window_loss = window_loss / window_samples  # the local sample mean, for logging
 
         if scaler is not None:
             scaler.unscale_(optimizer)  # clip and log the true gradients, not the scaled ones
@@ -211,13 +235,28 @@ class Trainer:
         self.global_step += 1
         return window_loss, window_samples
 
+    def _micro_step(self, batch: Any, weight: float | None) -> tuple[Tensor, int]:
+        """Forward (under autocast) -> loss -> backward for one micro-batch; returns (detached loss, samples)."""
+        if self.precision.dtype is None:
+            loss, samples = self._forward_loss(batch)
+        else:
+            with torch.autocast(self.precision.device_type, dtype=self.precision.dtype):
+                loss, samples = self._forward_loss(batch)
+        weighted = loss if weight is None else loss * weight
+        # fp16: multiply the loss by the scale so that small gradients do not underflow to zero.
+        if self.scaler is None:
+            weighted.backward()
+        else:
+            self.scaler.scale(weighted).backward()
+        return loss.detach(), samples
+
     def _forward_loss(self, batch: Any) -> tuple[Tensor, int]:
         """Forward pass and loss for one micro-batch: returns (loss, number of samples)."""
         if not self._checked_first_batch:
             self._check_batch(batch)
         if self.step_fn is not None:
             batch = move_to_device(batch, self.device)
-            loss = self.step_fn(self.model, batch)
+            loss = self.step_fn(self._train_model, batch)
             samples = batch_size_of(batch) or 1
         else:
             inputs, targets = batch
@@ -231,7 +270,7 @@ class Trainer:
             else:
                 targets = move_to_device(targets, self.device)
                 samples = batch_size_of(targets) or batch_size_of(inputs) or 1
-            loss = self.loss_fn(call_model(self.model, inputs), targets)
+            loss = self.loss_fn(call_model(self._train_model, inputs), targets)
         if type(loss) is not Tensor or loss.ndim != 0:
             loss = self._combine_loss(loss)
         if not loss.requires_grad:
@@ -270,6 +309,11 @@ class Trainer:
                 "reduction='mean' in the loss, or .mean()) so that gradients do not depend on batch size.")
         return value
 
+    def _all_reduce_sum(self, values: list[float]) -> list[float]:
+        from torchwork.distributed.setup import all_reduce_sum
+
+        return all_reduce_sum(values, self.device)
+
     def _samples_in(self, batch: Any) -> int:
         if self.step_fn is None and isinstance(batch, (tuple, list)) and len(batch) == 2:
             return batch_size_of(batch[1]) or batch_size_of(batch[0]) or 1
@@ -304,24 +348,20 @@ class Trainer:
             raise ConfigError(f"epochs={epochs} must be >= 0.")
         resume = os.environ.get("TORCHWORK_RESUME") or resume
         self.should_stop = False
+        if self.world.is_distributed:
+            from torchwork.distributed.setup import check_same_length, shard_loader
+            from torchwork.runs.seeding import current_seed
+
+            seed = current_seed()["seed"] or 0
+            train_loader = shard_loader(train_loader, self.world, train=True, seed=seed)
+            check_same_length(_len_or_none(train_loader), self.device)
         self._capture_train_modes()
-        state = None
-        if self.run_dir is not None:
-            from torchwork.runs.session import RunSession
-
-            self._session, state = RunSession.open(self, train_loader, val_loader, epochs, resume)
-            self.run_path = self._session.path
-        elif resume not in (None, "latest"):
-            from torchwork.runs.checkpoint import load_checkpoint
-            from torchwork.runs.session import find_resume_checkpoint
-
-            _, checkpoint = find_resume_checkpoint(resume, None)
-            if checkpoint is None:
-                raise CheckpointError(f"resume={str(resume)!r}: no checkpoint found there.")
-            state = load_checkpoint(checkpoint, map_location=self.device)
+        state = self._open_run(train_loader, val_loader, epochs, resume)
         if state is not None:
             self.load_state_dict(state)
         loggers_before = self.loggers
+        if not self.world.is_rank_zero:
+            self.loggers = []  # rank 0 speaks for the job
         if self._session is not None:
             self.loggers = [*self.loggers, *self._session.loggers]
         try:
@@ -340,12 +380,49 @@ class Trainer:
             for callback in self.callbacks:
                 if hasattr(callback, "on_fit_end"):
                     callback.on_fit_end(self)
+        except RuntimeError as error:
+            if self.world.is_distributed:
+                from torchwork.distributed.setup import explain_collective_error
+
+                explained = explain_collective_error(error)
+                if explained is not None:
+                    raise explained from error
+            raise
         finally:
             self.loggers = loggers_before
             if self._session is not None:
                 self._session.close()
                 self._session = None
         return self.history
+
+    def _open_run(self, train_loader: Any, val_loader: Any, epochs: int, resume: Any) -> dict[str, Any] | None:
+        """Open the run folder (rank 0 only) and load the checkpoint to resume from, if any."""
+        self._checkpointing = self.run_dir is not None
+        state = None
+        if self.run_dir is not None:
+            if self.world.is_rank_zero:
+                from torchwork.runs.session import RunSession
+
+                self._session, state = RunSession.open(self, train_loader, val_loader, epochs, resume)
+                self.run_path = self._session.path
+        elif resume not in (None, "latest") and self.world.is_rank_zero:
+            from torchwork.runs.checkpoint import load_checkpoint
+            from torchwork.runs.session import find_resume_checkpoint
+
+            _, checkpoint = find_resume_checkpoint(resume, None)
+            if checkpoint is None:
+                raise CheckpointError(f"resume={str(resume)!r}: no checkpoint found there.")
+            state = load_checkpoint(checkpoint, map_location=self.device)
+        if self.world.is_distributed:
+            # Only rank 0 touches the run folder; the others get its path and the checkpoint from it, so
+            # nodes need no shared filesystem.
+            from torchwork.distributed.setup import broadcast_object
+
+            run_path, state = broadcast_object((self.run_path, state))
+            self.run_path = run_path
+            if state is not None:
+                state = move_to_device(state, self.device)
+        return state
 
     def _epoch_batches(self, loader: Iterable[Any]) -> Iterable[Any]:
         """The epoch's batch iterator, positioned after the batches a resumed checkpoint already trained."""
@@ -382,11 +459,11 @@ class Trainer:
         totals = self._totals
         self._loss_terms = None
         on_step = [c.on_step_end for c in self.callbacks if hasattr(c, "on_step_end")]
-        want_step_logs = bool(on_step or self.loggers)
-        checkpoint_every = self.checkpoint_every_n_steps if self._session is not None else None
+        checkpoint_every = self.checkpoint_every_n_steps if self._checkpointing else None
         batches_total = _len_or_none(batches)
         windows_total = -(-batches_total // self.accumulate) if batches_total is not None else None
-        bar = ProgressBar(windows_total, desc=f"epoch {self.epoch}", enabled=self.progress)
+        bar = ProgressBar(windows_total, desc=f"epoch {self.epoch}",
+                          enabled=self.progress if self.world.is_rank_zero else False)
         show_bar = bar.enabled
         for window in _windows(batches, self.accumulate):
             loss, samples = self._run_window(window)
@@ -402,25 +479,33 @@ class Trainer:
                 totals["norm_sum"] += self._last_grad_norm
             if show_bar:
                 bar.update(samples, float(loss))
-            if want_step_logs and self.global_step % self.log_every_n_steps == 0:
+            if self.loggers and self.global_step % self.log_every_n_steps == 0:
                 logs = self._step_logs(loss)
                 for logger in self.loggers:
                     logger.log(logs, self.global_step)
+            if on_step:
+                # every step; the loss stays a tensor so that a callback costs no device sync unless it asks
+                step_logs = {"step": self.global_step, "epoch": self.epoch, "loss": loss}
                 for callback in on_step:
-                    callback(self, logs)
+                    callback(self, step_logs)
             if checkpoint_every and self.global_step % checkpoint_every == 0:
                 totals["elapsed"] += time.perf_counter() - started
                 started = time.perf_counter()
-                self._session.save(self)
+                self._save_checkpoint()
         bar.close()
         totals["elapsed"] += time.perf_counter() - started
-        steps, samples_seen = totals["steps"], totals["samples"]
+        steps = totals["steps"]
         if steps == 0:
             raise ConfigError("the training loader yielded no batches: check the dataset length, "
                               "batch_size and drop_last.")
-        logs: dict[str, Any] = {"epoch": self.epoch, "train_loss": float(totals["loss_sum"]) / samples_seen}
-        for name, value in totals["terms"].items():
-            logs[f"train_{name}"] = float(value) / samples_seen
+        term_names = sorted(totals["terms"])
+        sums = [float(totals["loss_sum"]), totals["samples"], *(float(totals["terms"][n]) for n in term_names)]
+        if self.world.is_distributed:
+            sums = self._all_reduce_sum(sums)  # every rank reports the job's numbers
+        samples_seen = int(sums[1])
+        logs: dict[str, Any] = {"epoch": self.epoch, "train_loss": sums[0] / samples_seen}
+        for name, value in zip(term_names, sums[2:]):
+            logs[f"train_{name}"] = value / samples_seen
         logs.update(steps=steps, samples=samples_seen, time_s=totals["elapsed"],
                     samples_per_s=samples_seen / max(totals["elapsed"], 1e-9),
                     lr=self.optimizer.param_groups[0]["lr"])
@@ -456,8 +541,13 @@ class Trainer:
                 callback.on_epoch_end(self, logs)
         self.epoch += 1
         self.batch_in_epoch = 0
+        if self._checkpointing:
+            self._save_checkpoint(logs)  # after the callbacks, so early stopping's state is in it
+
+    def _save_checkpoint(self, metrics: dict[str, Any] | None = None) -> None:
+        state = self.state_dict()  # a collective under DDP: every rank contributes its RNG state
         if self._session is not None:
-            self._session.save(self, metrics=logs)  # after the callbacks, so early stopping's state is in it
+            self._session.save(state, metrics)
 
     # ------------------------------------------------------------------ state (checkpoints)
     def state_dict(self) -> dict[str, Any]:
@@ -467,17 +557,24 @@ class Trainer:
         from torchwork.runs.rng import capture_rng
 
         mid_epoch = self.batch_in_epoch > 0
+        own = {"rng": capture_rng(), "epoch_start_rng": self._epoch_start_rng if mid_epoch else None,
+               "epoch_totals": dict(self._totals) if mid_epoch else None}
+        per_rank = None
+        if self.world.is_distributed:
+            from torchwork.distributed.setup import gather_object
+
+            per_rank = gather_object(move_to_device(own, torch.device("cpu")))  # each rank resumes its own
         return {
             "format_version": FORMAT_VERSION,
+            "world_size": self.world.world_size,
+            "per_rank": per_rank,
             "model": clean_state_dict(unwrap_model(self.model).state_dict()),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "counters": {"global_step": self.global_step, "skipped_steps": self.skipped_steps,
                          "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch},
-            "rng": capture_rng(),
-            "epoch_start_rng": self._epoch_start_rng if mid_epoch else None,
-            "epoch_totals": dict(self._totals) if mid_epoch else None,
+            **own,
             "history": list(self.history),
             "callbacks": [c.state_dict() if hasattr(c, "state_dict") else None for c in self.callbacks],
         }
@@ -499,14 +596,35 @@ class Trainer:
         counters = state["counters"]
         self.global_step, self.skipped_steps = counters["global_step"], counters["skipped_steps"]
         self.epoch, self.batch_in_epoch = counters["epoch"], counters["batch_in_epoch"]
-        self._epoch_start_rng = state.get("epoch_start_rng")
-        if state.get("epoch_totals"):
-            self._totals = dict(state["epoch_totals"])
+        own = self._own_rank_state(state)
+        self._epoch_start_rng = own.get("epoch_start_rng")
+        if own.get("epoch_totals"):
+            self._totals = move_to_device(dict(own["epoch_totals"]), self.device)
         self.history = list(state.get("history", []))
         for callback, saved in zip(self.callbacks, state.get("callbacks") or []):
             if saved is not None and hasattr(callback, "load_state_dict"):
                 callback.load_state_dict(saved)
-        restore_rng(state["rng"])
+        restore_rng(own["rng"])
+
+    def _own_rank_state(self, state: Mapping[str, Any]) -> Mapping[str, Any]:
+        """This rank's RNG and data-position state from a checkpoint, checking the world size."""
+        saved_world = state.get("world_size", 1)
+        if saved_world != self.world.world_size:
+            if state["counters"]["batch_in_epoch"] > 0:
+                raise CheckpointError(
+                    f"this checkpoint was written mid-epoch by {saved_world} process(es) and this run has "
+                    f"{self.world.world_size}: the data each rank had already seen cannot be mapped onto a "
+                    "different number of ranks. Resume with the same world size, or from an end-of-epoch "
+                    "checkpoint (those work at any world size: weights, optimizer and schedule carry over; "
+                    "the next epochs' per-rank shuffles follow the new world size).")
+            if self.world.is_rank_zero:
+                print(f"torchwork: resuming a {saved_world}-process checkpoint with {self.world.world_size} "
+                      "process(es): weights, optimizer and schedule carry over exactly; data order and random "
+                      "streams from here on follow the new world size.", file=sys.stderr)
+        per_rank = state.get("per_rank")
+        if per_rank:
+            return per_rank[self.world.rank % len(per_rank)]
+        return state
 
     # ------------------------------------------------------------------ modes
     def _capture_train_modes(self) -> None:
@@ -538,6 +656,10 @@ class Trainer:
         """Mean loss (and ``metrics``) over ``loader``, weighted by batch size, in eval mode."""
         totals: dict[str, float] = {}
         samples_seen = 0
+        if self.world.is_distributed:
+            from torchwork.distributed.setup import shard_loader
+
+            loader = shard_loader(loader, self.world, train=False)  # each rank evaluates its share
         with self.evaluating():
             for batch in loader:
                 batch = move_to_device(batch, self.device)
@@ -562,6 +684,13 @@ class Trainer:
                 for name, value in values.items():
                     totals[name] = totals.get(name, 0.0) + float(value) * samples
                 samples_seen += samples
+        if self.world.is_distributed:
+            from torchwork.distributed.setup import gather_object
+
+            # a rank whose shard was empty has no names yet: agree on the union first
+            names = sorted({name for names in gather_object(sorted(totals)) for name in names})
+            summed = self._all_reduce_sum([float(samples_seen), *(totals.get(n, 0.0) for n in names)])
+            samples_seen, totals = int(summed[0]), dict(zip(names, summed[1:]))
         if samples_seen == 0:
             raise ConfigError("the evaluation loader yielded no batches.")
         return {f"{prefix}{name}": total / samples_seen for name, total in totals.items()}

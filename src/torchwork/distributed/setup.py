@@ -1,0 +1,184 @@
+"""Join the process group torchrun prepared, wrap the model in DDP, shard the data.
+
+NCCL on GPUs, gloo on CPUs. Every collective has a timeout, so a rank that dies makes the others fail
+with an error instead of waiting forever (torchrun also tears the job down when one worker exits).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+import traceback
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sampler
+
+from torchwork.distributed.env import World, world_from_env
+from torchwork.errors import TorchworkError
+
+
+class DistributedError(TorchworkError, RuntimeError):
+    """Ranks disagree or a peer failed."""
+
+
+def init_process_group(world: World, timeout_s: float = 300.0, debug: bool = False) -> None:
+    """Initialise the default process group from torchrun's environment (a no-op when it exists)."""
+    if dist.is_initialized() or not world.is_distributed:
+        return
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(world.local_rank)
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s),
+                            **({"device_id": torch.device("cuda", world.local_rank)} if backend == "nccl" else {}))
+    if debug:
+        from torchwork.distributed import debug as collective_debug
+
+        collective_debug.enable(timeout_s=min(timeout_s, 60.0))
+
+
+def current_world() -> World:
+    if dist.is_available() and dist.is_initialized():
+        return World(dist.get_rank(), dist.get_world_size(), world_from_env().local_rank)
+    return world_from_env()
+
+
+def wrap_ddp(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    from torch.nn.parallel import DistributedDataParallel
+
+    if isinstance(model, DistributedDataParallel):
+        return model
+    device_ids = [device.index if device.index is not None else torch.cuda.current_device()] \
+        if device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=device_ids)
+
+
+class ShardSampler(Sampler[int]):
+    """Every ``world_size``-th index from ``rank``, without padding: for evaluation, where ranks may
+    see different counts (there are no per-batch collectives) and padding would count samples twice."""
+
+    def __init__(self, length: int, rank: int, world_size: int) -> None:
+        self.length, self.rank, self.world_size = length, rank, world_size
+
+    def __iter__(self):
+        return iter(range(self.rank, self.length, self.world_size))
+
+    def __len__(self) -> int:
+        return len(range(self.rank, self.length, self.world_size))
+
+
+def _rebuild(loader: DataLoader, sampler: Sampler) -> DataLoader:
+    return DataLoader(
+        loader.dataset, batch_size=loader.batch_size, sampler=sampler, num_workers=loader.num_workers,
+        collate_fn=loader.collate_fn, pin_memory=loader.pin_memory, drop_last=loader.drop_last,
+        timeout=loader.timeout, worker_init_fn=loader.worker_init_fn,
+        multiprocessing_context=loader.multiprocessing_context, generator=loader.generator,
+        prefetch_factor=loader.prefetch_factor if loader.num_workers else None,
+        persistent_workers=loader.persistent_workers)
+
+
+def shard_loader(loader: Any, world: World, train: bool, seed: int = 0) -> Any:
+    """Give a plain DataLoader a DistributedSampler (train) or a ShardSampler (evaluation).
+
+    Training shards are padded to equal length (DistributedSampler repeats a few samples), so every rank
+    runs the same number of steps and no collective waits for a rank that has finished. Loaders that
+    already shard, and iterables that are not DataLoaders, are returned unchanged.
+    """
+    if not world.is_distributed or not isinstance(loader, DataLoader):
+        return loader
+    if loader.batch_sampler is not None and loader.batch_size is None:
+        return loader  # a custom batch sampler: the user shards
+    sampler = loader.sampler
+    if isinstance(sampler, (DistributedSampler, ShardSampler)):
+        return loader
+    if train:
+        shuffle = isinstance(sampler, RandomSampler)
+        new = DistributedSampler(loader.dataset, num_replicas=world.world_size, rank=world.rank,
+                                 shuffle=shuffle, seed=seed, drop_last=loader.drop_last)
+    else:
+        new = ShardSampler(len(loader.dataset), world.rank, world.world_size)
+    return _rebuild(loader, new)
+
+
+def all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
+    """Sum a few numbers over all ranks (one collective)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return values
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(tensor)
+    return tensor.tolist()
+
+
+def check_same_length(length: int | None, device: torch.device) -> None:
+    """Refuse loaders whose per-rank batch counts differ: the longer ranks would wait forever."""
+    if length is None or not (dist.is_available() and dist.is_initialized()):
+        return
+    tensor = torch.tensor([length, -length], dtype=torch.int64, device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    if tensor[0].item() != -tensor[1].item():
+        raise DistributedError(
+            f"ranks have different numbers of training batches (from {-tensor[1].item()} to "
+            f"{tensor[0].item()}); the longer ranks would hang in the gradient all-reduce. Use a "
+            "DistributedSampler (torchwork adds one to a plain DataLoader) or drop_last=True.")
+
+
+def broadcast_object(obj: Any) -> Any:
+    """Rank 0's ``obj`` on every rank."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def gather_object(obj: Any) -> list[Any] | None:
+    """Every rank's ``obj``, in rank order, on every rank."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def explain_collective_error(error: BaseException) -> DistributedError | None:
+    """Turn PyTorch's collective-mismatch / peer-failure errors into one that names the user's call site."""
+    text = str(error)
+    if isinstance(error, DistributedError):
+        return error
+    if "mismatch between collectives" in text or "Mismatch between collective" in text:
+        what = "ranks ran different collectives (or the same one with different shapes)"
+    elif any(s in text for s in ("Connection closed by peer", "Connection reset by peer", "timed out",
+                                 "Timed out", "NCCL communicator was aborted", "Broken pipe")):
+        what = ("a peer rank stopped answering (it crashed, was killed, is stuck, or is waiting in a different "
+                "collective: set TORCHWORK_DISTRIBUTED_DEBUG=1 to check)")
+    else:
+        return None
+    site = _user_frame(error)
+    where = f" at {site}" if site else ""
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else "?"
+    return DistributedError(
+        f"rank {rank}: {what}{where}. Every rank must call the same collectives in the same order: look for "
+        f"a collective under an `if rank == ...` or a loop whose length differs between ranks. "
+        f"PyTorch said: {text.splitlines()[0][:400]}")
+
+
+def _user_frame(error: BaseException) -> str | None:
+    """The innermost traceback frame that is neither torch's nor torchwork's code."""
+    import torchwork
+
+    library_dirs = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, torchwork))
+    for frame in reversed(traceback.extract_tb(error.__traceback__)):
+        if frame.filename.startswith(library_dirs) or frame.filename.startswith("<"):
+            continue
+        return f"{frame.filename}:{frame.lineno} ({frame.line})"
+    return None
+
+
+def destroy() -> None:
+    if dist.is_available() and dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception as error:  # pragma: no cover - teardown of a broken group
+            print(f"torchwork: process group teardown failed: {error}", file=sys.stderr)

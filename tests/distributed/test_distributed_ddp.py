@@ -1,0 +1,112 @@
+"""DDP on CPU with gloo, in real processes started by torchrun."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).with_name("ddp_script.py")
+pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed unavailable")
+
+
+def torchrun(*args: str, nproc: int = 2, extra: tuple[str, ...] = ("--standalone",), timeout: int = 240,
+             env: dict | None = None) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "torch.distributed.run", *extra, "--nproc-per-node", str(nproc),
+               str(SCRIPT), *args]
+    environment = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environment)
+
+
+def single(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=240)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def assert_close(a: dict, b: dict, exact: bool = False) -> None:
+    for key in a:
+        if exact:
+            assert torch.equal(a[key], b[key]), key
+        else:
+            torch.testing.assert_close(a[key], b[key], rtol=1e-9, atol=1e-9)
+
+
+def test_two_processes_match_one_process_with_twice_the_batch(tmp_path):
+    two = torchrun(str(tmp_path / "two.pt"), "--batch", "8", "--accumulate", "1", "4")
+    assert two.returncode == 0, two.stderr[-3000:]
+    one = single(str(tmp_path / "one.pt"), "--batch", "16", "--accumulate", "1", "4", "--reference")
+    assert one.returncode == 0, one.stderr[-3000:]
+    a, b = torch.load(tmp_path / "two.pt", weights_only=True), torch.load(tmp_path / "one.pt", weights_only=True)
+    assert a[1]["world_size"] == 2 and b[1]["world_size"] == 1
+    for accumulate in (1, 4):  # 6 batches per epoch: windows of 4 and a short tail of 2
+        assert_close(a[accumulate]["model"], b[accumulate]["model"])
+        # metrics are reduced across ranks: the job's loss, not rank 0's
+        assert a[accumulate]["history"][-1]["train_loss"] == pytest.approx(b[accumulate]["history"][-1]["train_loss"])
+        assert a[accumulate]["history"][-1]["val_loss"] == pytest.approx(b[accumulate]["history"][-1]["val_loss"])
+        assert a[accumulate]["history"][-1]["samples"] == 96
+
+
+def test_two_nodes_on_loopback_train_and_checkpoint(tmp_path):
+    port = free_port()
+    runs = tmp_path / "runs"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+               "--master-addr", "127.0.0.1", "--master-port", str(port)]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    nodes = [subprocess.Popen([*command, "--node-rank", str(rank), str(SCRIPT), str(tmp_path / "out.pt"),
+                               "--run-dir", str(runs)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env) for rank in (0, 1)]
+    outputs = [node.communicate(timeout=240) for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs[0][1][-2000:] + outputs[1][1][-2000:]
+    result = torch.load(tmp_path / "out.pt", weights_only=True)[1]
+    assert result["world_size"] == 2
+    run = Path(result["run"])
+    assert run.parent == runs and len(list(runs.iterdir())) == 1  # rank 0 alone made the folder
+    checkpoint = torch.load(sorted((run / "checkpoints").glob("step-*.pt"))[-1], weights_only=True)
+    assert not any(k.startswith("module.") for k in checkpoint["model"])  # unwrapped: loads in one process
+    assert checkpoint["world_size"] == 2 and len(checkpoint["per_rank"]) == 2
+
+
+def test_a_killed_rank_fails_the_job_fast_with_a_message(tmp_path):
+    started = time.monotonic()
+    done = torchrun(str(tmp_path / "out.pt"), "--kill-rank", "1", "--kill-at", "3", "--epochs", "50")
+    elapsed = time.monotonic() - started
+    assert done.returncode != 0
+    assert elapsed < 120, f"took {elapsed:.0f}s: the job hung instead of failing"
+    text = done.stdout + done.stderr
+    assert "SIGKILL" in text or "Signal 9" in text
+    assert not (tmp_path / "out.pt").exists()
+
+
+def test_killed_two_process_run_resumes_exactly(tmp_path):
+    reference = torchrun(str(tmp_path / "ref.pt"), "--run-dir", str(tmp_path / "ref"), "--dropout", "0.3")
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    runs = tmp_path / "runs"
+    killed = torchrun(str(tmp_path / "out.pt"), "--run-dir", str(runs), "--dropout", "0.3",
+                      "--kill-rank", "0", "--kill-at", "8")
+    assert killed.returncode != 0
+    resumed = torchrun(str(tmp_path / "out.pt"), "--run-dir", str(runs), "--dropout", "0.3")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming" in resumed.stderr and "step 6" in resumed.stderr  # checkpoint every 3 steps
+    a = torch.load(tmp_path / "ref.pt", weights_only=True)[1]["model"]
+    b = torch.load(tmp_path / "out.pt", weights_only=True)[1]["model"]
+    assert_close(a, b, exact=True)
+
+
+def test_debug_mode_names_the_divergent_collective(tmp_path):
+    done = torchrun(str(tmp_path / "out.pt"), "--diverge-at", "2", env={"TORCHWORK_DISTRIBUTED_DEBUG": "1"},
+                    timeout=180)
+    assert done.returncode != 0
+    text = done.stderr
+    assert "ran different collectives" in text, text[-3000:]
+    assert "ddp_script.py" in text and "DIVERGENT-COLLECTIVE" in text
