@@ -40,12 +40,23 @@ _LAZY: dict[str, str] = {
 __all__ = list(_LAZY)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from torchwork.data.balance import balanced_sampler, class_weights, classification_metrics, format_metrics
-    from torchwork.data.cleaning import CleaningConfig, CleaningReport, clean_text, clean_texts
-    from torchwork.data.datasets import DatasetSplits, ImageDataset, TextDataset, load_dataset, stratified_split
-    from torchwork.data.loaders import default_num_workers, loader, seed_worker
-    from torchwork.data.profile import ProfileReport, profile_loader
-    from torchwork.data.text import TextCollate, TextPreprocessor
+    from torchwork.data.balance import (  # noqa: F401
+        balanced_sampler,
+        class_weights,
+        classification_metrics,
+        format_metrics,
+    )
+    from torchwork.data.cleaning import CleaningConfig, CleaningReport, clean_text, clean_texts  # noqa: F401
+    from torchwork.data.datasets import (  # noqa: F401
+        DatasetSplits,
+        ImageDataset,
+        TextDataset,
+        load_dataset,
+        stratified_split,
+    )
+    from torchwork.data.loaders import default_num_workers, loader, seed_worker  # noqa: F401
+    from torchwork.data.profile import ProfileReport, profile_loader  # noqa: F401
+    from torchwork.data.text import TextCollate, TextPreprocessor  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:

@@ -25,6 +25,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -51,8 +52,6 @@ _MOJIBAKE_RE = re.compile("|".join(re.escape(k) for k in sorted(MOJIBAKE, key=le
 # case ("ção", "ÜÖ") is a word and stays: see _residue_replacement.
 _RESIDUE_RE = re.compile(r"_*(?:[\x80-\x9f\xa1-\xff]_*){2,}|[\x80-\x9f]")
 _URL_RE = re.compile(r"(?:https?://|www\.)\S+", re.IGNORECASE)
-# "@a@b" (two handles glued together) is one mention, so that cleaning twice changes nothing.
-_MENTION_RE = re.compile(r"(?<![\w@])@\w+(?:@\w+)*")
 _NUMBER_RE = re.compile(r"(?<![\w<])\d+(?:[.,:/]\d+)*(?![\w>])")
 _SPACE_RE = re.compile(r"\s+")
 
@@ -139,6 +138,14 @@ def _latin_or_symbol(char: str) -> bool:
     return any(low <= ord(char) <= high for low, high in _LATIN_OR_SYMBOL)
 
 
+@functools.lru_cache(maxsize=8)
+def _mention_re(tokens: tuple[str, ...]) -> re.Pattern[str]:
+    # Not after a word character (an e-mail address) nor after a replacement token ("0@a" becomes
+    # "<num>@a", which must stay as it is when cleaned again); "@a@b" (handles glued together) is one.
+    after_token = "".join(f"(?<!{re.escape(token)})" for token in tokens)
+    return re.compile(rf"(?<![\w@]){after_token}@\w+(?:@\w+)*")
+
+
 def steps(config: CleaningConfig) -> list[tuple[str, Callable[[str], str]]]:
     """The enabled per-text steps of ``config``, in the order they run, as ``(name, function)`` pairs."""
     chosen: list[tuple[str, Callable[[str], str]]] = []
@@ -146,7 +153,8 @@ def steps(config: CleaningConfig) -> list[tuple[str, Callable[[str], str]]]:
         chosen.append(("fix_mojibake", _fix_mojibake))
     if config.strip_mojibake:
         chosen.append(("strip_mojibake", lambda t: _RESIDUE_RE.sub(_residue_replacement, t)))
-    for name, pattern in (("urls", _URL_RE), ("mentions", _MENTION_RE), ("numbers", _NUMBER_RE)):
+    mention_re = _mention_re(tuple(config.special_tokens()))
+    for name, pattern in (("urls", _URL_RE), ("mentions", mention_re), ("numbers", _NUMBER_RE)):
         token = getattr(config, name)
         if token is not None:
             chosen.append((name, lambda t, p=pattern, r=token: p.sub(r, t)))
