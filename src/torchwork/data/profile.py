@@ -105,11 +105,16 @@ def _tree_cpu_seconds(process: Any) -> dict[int, float]:
     return times
 
 
+def _rows(batch: Any) -> int:
+    """Samples in a batch: the length of the targets of an (inputs, targets) pair, else of the batch."""
+    if isinstance(batch, (tuple, list)) and len(batch) == 2 and hasattr(batch[1], "__len__"):
+        return len(batch[1])
+    return len(batch) if hasattr(batch, "__len__") else 0
+
+
 def _measure(make_loader: Callable[[int], Any], workers: int, batches: int, warmup: int,
              step: Callable[[Any], Any] | None, cpus: int) -> tuple[ProfileRow, list[float]]:
     import psutil
-
-    from torchwork.engine.devices import batch_size_of
 
     data = make_loader(workers)
     iterator = iter(data)
@@ -143,7 +148,7 @@ def _measure(make_loader: Callable[[int], Any], workers: int, batches: int, warm
             waited += t1 - t0
             stepped += t2 - t1
             step_times.append(t2 - t1)
-            samples += batch_size_of(batch) or 0
+            samples += _rows(batch)
         seconds = time.perf_counter() - started
         cpu_after = _tree_cpu_seconds(process)
     finally:
