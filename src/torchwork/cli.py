@@ -40,6 +40,27 @@ def _launch_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
 
 
+def _data_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="data_command", metavar="ACTION", required=True)
+    describe = actions.add_parser("describe", help="load a dataset and print its splits and cleaning report",
+                                  description="Load a dataset and print rows per split and class.")
+    profile = actions.add_parser(
+        "profile", help="find whether the input pipeline or the model is the bottleneck",
+        description="Run the loader (and a small model step) for a fixed number of batches at several "
+                    "num_workers values; print samples/s, CPU use and what to change.")
+    for sub in (describe, profile):
+        sub.add_argument("dataset", help="tweets, rotten_tomatoes, fashion_mnist or digits")
+        sub.add_argument("--seed", type=int, default=0, help="split and shuffle seed (default: 0)")
+    profile.add_argument("--batch-size", type=int, default=64, help="batch size (default: 64)")
+    profile.add_argument("--batches", type=int, default=30, help="timed batches per setting (default: 30)")
+    profile.add_argument("--warmup", type=int, default=2, help="untimed batches first (default: 2)")
+    profile.add_argument("--workers", default=None,
+                         help="comma-separated num_workers values (default: 0, 1, 2, 4, ... up to the CPUs)")
+    profile.add_argument("--model", choices=["small", "none"], default="small",
+                         help="time a small real training step with each batch, or none (default: small)")
+    profile.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
 COMMANDS: list[Command] = [
     ("demo", "train a small classifier on scikit-learn's digits with the engine and print a summary",
      _demo_arguments, "torchwork.recipes.digits:cli_main"),
@@ -47,6 +68,8 @@ COMMANDS: list[Command] = [
      _resume_arguments, "torchwork.runs.relaunch:main"),
     ("launch", "run a training script on several processes / machines with torchrun (DDP)",
      _launch_arguments, "torchwork.distributed.launch:main"),
+    ("data", "datasets: describe a dataset's splits, or profile the input pipeline",
+     _data_arguments, "torchwork.data.profile:cli_main"),
 ]
 
 

@@ -1,0 +1,72 @@
+"""Real datasets, text cleaning and tokenizing, class balance, loaders and input-pipeline profiling.
+
+Names are imported lazily: ``import torchwork.data`` imports neither torch nor scikit-learn.
+
+Example:
+    >>> import torchwork.data as data
+    >>> data.clean_text("Great flight @united!! http://t.co/x")
+    'great flight <user>!! <url>'
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# public name -> module that defines it
+_LAZY: dict[str, str] = {
+    "load_dataset": "torchwork.data.datasets",
+    "DatasetSplits": "torchwork.data.datasets",
+    "TextDataset": "torchwork.data.datasets",
+    "ImageDataset": "torchwork.data.datasets",
+    "stratified_split": "torchwork.data.datasets",
+    "CleaningConfig": "torchwork.data.cleaning",
+    "CleaningReport": "torchwork.data.cleaning",
+    "clean_text": "torchwork.data.cleaning",
+    "clean_texts": "torchwork.data.cleaning",
+    "TextPreprocessor": "torchwork.data.text",
+    "TextCollate": "torchwork.data.text",
+    "class_weights": "torchwork.data.balance",
+    "balanced_sampler": "torchwork.data.balance",
+    "classification_metrics": "torchwork.data.balance",
+    "format_metrics": "torchwork.data.balance",
+    "loader": "torchwork.data.loaders",
+    "default_num_workers": "torchwork.data.loaders",
+    "seed_worker": "torchwork.data.loaders",
+    "profile_loader": "torchwork.data.profile",
+    "ProfileReport": "torchwork.data.profile",
+}
+
+__all__ = list(_LAZY)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torchwork.data.balance import (  # noqa: F401
+        balanced_sampler,
+        class_weights,
+        classification_metrics,
+        format_metrics,
+    )
+    from torchwork.data.cleaning import CleaningConfig, CleaningReport, clean_text, clean_texts  # noqa: F401
+    from torchwork.data.datasets import (  # noqa: F401
+        DatasetSplits,
+        ImageDataset,
+        TextDataset,
+        load_dataset,
+        stratified_split,
+    )
+    from torchwork.data.loaders import default_num_workers, loader, seed_worker  # noqa: F401
+    from torchwork.data.profile import ProfileReport, profile_loader  # noqa: F401
+    from torchwork.data.text import TextCollate, TextPreprocessor  # noqa: F401
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'torchwork.data' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
