@@ -10,8 +10,9 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from torchwork.lazy import lazy_attributes
 
 __version__ = "0.1.0"
 
@@ -37,14 +38,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from torchwork.runs.seeding import seed_everything  # noqa: F401
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'torchwork' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_attributes("torchwork", _LAZY, globals())

@@ -10,8 +10,9 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from torchwork.lazy import lazy_attributes
 
 # public name -> module that defines it
 _LAZY: dict[str, str] = {
@@ -59,14 +60,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from torchwork.data.text import TextCollate, TextPreprocessor  # noqa: F401
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'torchwork.data' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_attributes("torchwork.data", _LAZY, globals())

@@ -20,7 +20,6 @@ Example:
 from __future__ import annotations
 
 import os
-import random
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +28,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from torchwork.data.text import TextCollate, TextPreprocessor
 from torchwork.errors import ConfigError, DataError
+from torchwork.runs.seeding import seed_worker  # noqa: F401  (re-exported: one seed, one place)
 
 
 def available_cpus() -> int:
@@ -49,18 +49,6 @@ def default_num_workers() -> int:
     """
     share = available_cpus() // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
     return max(0, min(8, share - 1))
-
-
-def seed_worker(worker_id: int) -> None:
-    """``worker_init_fn``: seed ``random`` and NumPy from the worker's torch seed (which the loader's
-    generator determines), so every worker draws different, repeatable numbers."""
-    seed = torch.initial_seed() % 2**32
-    random.seed(seed)
-    try:
-        import numpy as np
-    except ImportError:  # pragma: no cover
-        return
-    np.random.seed(seed)
 
 
 def _uses_gpu(device: str | torch.device | None) -> bool:
