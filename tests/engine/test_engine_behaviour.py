@@ -276,3 +276,16 @@ def test_cli_help_does_not_import_torch():
             "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().endswith("NO-TORCH")
+
+
+def test_epoch_metrics_see_the_whole_evaluation_set():
+    from torchwork.engine.metrics import macro_f1
+
+    model = nn.Linear(8, 2)
+    trainer = sgd(model, epoch_metrics={"macro_f1": macro_f1})
+    data = batches(3)
+    logs = trainer.evaluate(data, prefix="val_")
+    outputs = torch.cat([model(x) for x, _ in data]).detach()
+    targets = torch.cat([y for _, y in data])
+    from sklearn.metrics import f1_score
+    assert logs["val_macro_f1"] == pytest.approx(f1_score(targets, outputs.argmax(1), average="macro"))

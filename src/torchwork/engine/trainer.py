@@ -57,6 +57,8 @@ class Trainer:
         loss_weights: weights of the named losses when ``loss_fn`` returns a dict (missing names weigh 1).
         step_fn: ``step_fn(model, batch) -> loss`` replaces the ``(inputs, targets)`` convention.
         metrics: ``{"name": fn(outputs, targets)}`` computed during evaluation (batch means).
+        epoch_metrics: ``{"name": fn(all_outputs, all_targets)}`` computed once over the whole evaluation
+            set, for metrics that are not batch means (macro-F1, AUC).
         callbacks: objects with ``on_fit_start``, ``on_step_end``, ``on_epoch_end``, ``on_fit_end``.
         early_stopping: an :class:`EarlyStopping`, or a metric name to stop on (patience 3).
         keep_fp32: submodule names or classes that run in fp32 under autocast.
@@ -82,6 +84,7 @@ class Trainer:
                  accumulate: int = 1, clip_grad_norm: float | None = None,
                  clip_grad_value: float | None = None, loss_weights: Mapping[str, float] | None = None,
                  step_fn: StepFn | None = None, metrics: Mapping[str, Callable[[Any, Any], Any]] | None = None,
+                 epoch_metrics: Mapping[str, Callable[[Any, Any], Any]] | None = None,
                  callbacks: Sequence[Any] = (), early_stopping: EarlyStopping | str | None = None,
                  keep_fp32: Iterable[str | type] = (), log_every_n_steps: int = 50,
                  progress: bool | None = None, plateau_monitor: str = "val_loss",
@@ -139,6 +142,7 @@ class Trainer:
         self.clip_grad_norm, self.clip_grad_value = clip_grad_norm, clip_grad_value
         self.loss_weights = dict(loss_weights) if loss_weights else None
         self.metrics = dict(metrics or {})
+        self.epoch_metrics = dict(epoch_metrics or {})
         if isinstance(early_stopping, str):
             mode = "min" if "loss" in early_stopping else "max"
             early_stopping = EarlyStopping(monitor=early_stopping, mode=mode)
@@ -653,9 +657,11 @@ class Trainer:
                 module.training = mode
 
     def evaluate(self, loader: Iterable[Any], prefix: str = "") -> dict[str, float]:
-        """Mean loss (and ``metrics``) over ``loader``, weighted by batch size, in eval mode."""
+        """Mean loss (and ``metrics``) over ``loader``, weighted by batch size, plus ``epoch_metrics`` over
+        all of it, in eval mode."""
         totals: dict[str, float] = {}
         samples_seen = 0
+        collected: list[tuple[Any, Any]] = []  # (outputs, targets) on the CPU, for epoch_metrics
         if self.world.is_distributed:
             from torchwork.distributed.setup import shard_loader
 
@@ -675,6 +681,8 @@ class Trainer:
                     samples = batch_size_of(targets) or batch_size_of(inputs) or 1
                     for name, metric in self.metrics.items():
                         values[name] = metric(outputs, targets)
+                    if self.epoch_metrics:
+                        collected.append(move_to_device((outputs, targets), torch.device("cpu")))
                 loss = values["loss"]
                 if isinstance(loss, Mapping):
                     weights = self.loss_weights or {}
@@ -693,7 +701,17 @@ class Trainer:
             samples_seen, totals = int(summed[0]), dict(zip(names, summed[1:]))
         if samples_seen == 0:
             raise ConfigError("the evaluation loader yielded no batches.")
-        return {f"{prefix}{name}": total / samples_seen for name, total in totals.items()}
+        results = {f"{prefix}{name}": total / samples_seen for name, total in totals.items()}
+        if self.epoch_metrics:
+            if self.world.is_distributed:
+                from torchwork.distributed.setup import gather_object
+
+                collected = [pair for part in gather_object(collected) for pair in part]
+            outputs = concat_outputs([o for o, _ in collected])
+            targets = concat_outputs([t for _, t in collected])
+            for name, metric in self.epoch_metrics.items():
+                results[f"{prefix}{name}"] = float(metric(outputs, targets))
+        return results
 
     def predict(self, loader: Iterable[Any]) -> Any:
         """Model outputs for every batch, on the CPU, joined along dimension 0. Batch size 1 works.
