@@ -1,0 +1,1 @@
+"""Reproducible runs: seeding, run folders, manifest, loggers, checkpoints and exact resume."""

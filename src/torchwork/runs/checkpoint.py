@@ -1,0 +1,170 @@
+"""Checkpoints: written atomically with a SHA-256 checksum, loaded with ``weights_only=True``.
+
+A checkpoint ``step-000120.pt`` is a plain ``torch.save`` file; beside it, ``step-000120.pt.sha256`` holds
+its checksum and is written last, so a checkpoint without a matching checksum was never finished (or was
+damaged later) and is skipped on resume.
+
+Example:
+    >>> import tempfile, pathlib, torch
+    >>> from torchwork.runs.checkpoint import save_checkpoint, load_checkpoint
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "step-000001.pt"
+    >>> save_checkpoint({"model": {"w": torch.ones(2)}, "format_version": 1}, path)
+    >>> load_checkpoint(path)["model"]["w"]
+    tensor([1., 1.])
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from torchwork.errors import CheckpointError
+from torchwork.files import atomic_write
+
+FORMAT_VERSION = 1
+_STEP_FILE = re.compile(r"^step-(\d+)\.pt$")
+_WRAPPER_PREFIXES = ("module.", "_orig_mod.")
+
+
+def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The user's module inside DDP / DataParallel (``.module``) and ``torch.compile`` (``._orig_mod``)."""
+    while True:
+        if isinstance(model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
+            model = model.module
+        elif hasattr(model, "_orig_mod") and isinstance(model._orig_mod, torch.nn.Module):
+            model = model._orig_mod
+        else:
+            return model
+
+
+def clean_state_dict(state: Mapping[str, Any]) -> dict[str, Any]:
+    """Strip ``module.`` / ``_orig_mod.`` prefixes that wrappers add to every key."""
+    cleaned = {}
+    for key, value in state.items():
+        while key.startswith(_WRAPPER_PREFIXES):
+            key = key.split(".", 1)[1]
+        cleaned[key] = value
+    return cleaned
+
+
+def non_finite_tensors(state: Mapping[str, Any]) -> list[str]:
+    """Names of floating tensors in ``state`` holding NaN or inf."""
+    return [name for name, value in state.items()
+            if isinstance(value, torch.Tensor) and value.is_floating_point()
+            and not bool(torch.isfinite(value).all())]
+
+
+def _checksum_path(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def save_checkpoint(state: Mapping[str, Any], path: str | Path) -> None:
+    """Write ``state`` to ``path`` atomically, then its checksum. Refuses non-finite model weights."""
+    path = Path(path)
+    bad = non_finite_tensors(state.get("model", {}))
+    if bad:
+        raise CheckpointError(f"refusing to write {path.name}: weights {bad[:5]} are NaN/inf, and a "
+                              "checkpoint of them would poison every resume. Lower the learning rate, clip "
+                              "gradients (clip_grad_norm=1.0) or run `torchwork doctor` to find the first "
+                              "non-finite value.")
+    buffer = io.BytesIO()
+    torch.save(dict(state), buffer)
+    payload = buffer.getvalue()
+    digest = hashlib.sha256(payload).hexdigest()
+    with atomic_write(path) as handle:
+        handle.write(payload)
+    with atomic_write(_checksum_path(path), "w") as handle:
+        handle.write(f"{digest}  {path.name}\n")
+
+
+def verify_checkpoint(path: str | Path) -> str | None:
+    """None when ``path`` matches its checksum, else the reason it does not."""
+    path = Path(path)
+    if not path.exists():
+        return "file missing"
+    checksum = _checksum_path(path)
+    if not checksum.exists():
+        return "no checksum file (the write never finished)"
+    expected = checksum.read_text().split()[0] if checksum.read_text().strip() else ""
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if digest != expected:
+        return f"checksum mismatch (truncated or corrupt: {path.stat().st_size} bytes)"
+    return None
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Verify and load a checkpoint with ``torch.load(weights_only=True)`` (no arbitrary unpickling)."""
+    path = Path(path)
+    problem = verify_checkpoint(path)
+    if problem:
+        raise CheckpointError(f"checkpoint {path} cannot be used: {problem}.")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as error:  # the unpickler raises many types
+        raise CheckpointError(f"checkpoint {path} passed its checksum but could not be loaded with "
+                              f"weights_only=True: {error}") from error
+    version = state.get("format_version") if isinstance(state, dict) else None
+    if version is None or version > FORMAT_VERSION:
+        raise CheckpointError(f"checkpoint {path} has format_version={version!r}; this torchwork reads up "
+                              f"to {FORMAT_VERSION}. Upgrade torchwork to load it.")
+    return state
+
+
+class CheckpointManager:
+    """Keeps the last ``keep`` step checkpoints of a run, plus ``best.pt`` by a monitored metric."""
+
+    def __init__(self, directory: str | Path, keep: int = 3, monitor: str | None = None, mode: str = "min"):
+        if keep < 1:
+            from torchwork.errors import ConfigError
+            raise ConfigError(f"keep_checkpoints={keep} must be >= 1.")
+        self.directory = Path(directory)
+        self.keep, self.monitor, self.mode = keep, monitor, mode
+        self.best_value: float | None = None
+
+    def step_checkpoints(self) -> list[Path]:
+        """Step checkpoints present, oldest first."""
+        if not self.directory.exists():
+            return []
+        found = [(int(m.group(1)), p) for p in self.directory.iterdir() if (m := _STEP_FILE.match(p.name))]
+        return [p for _, p in sorted(found)]
+
+    def save(self, state: Mapping[str, Any], step: int, metrics: Mapping[str, Any] | None = None) -> Path | None:
+        """Save ``state`` as ``step-<step>.pt``; update ``best.pt``; prune old ones. None if refused."""
+        path = self.directory / f"step-{step:09d}.pt"
+        try:
+            save_checkpoint(state, path)
+        except CheckpointError as error:
+            print(f"torchwork: {error}", file=sys.stderr)
+            return None
+        if self.monitor and metrics and self.monitor in metrics:
+            value = float(metrics[self.monitor])
+            better = self.best_value is None or (value < self.best_value if self.mode == "min"
+                                                 else value > self.best_value)
+            if better:
+                self.best_value = value
+                save_checkpoint(state, self.directory / "best.pt")
+                with atomic_write(self.directory / "best.json", "w") as handle:
+                    json.dump({"monitor": self.monitor, "mode": self.mode, "value": value, "step": step,
+                               "from": path.name}, handle)
+        for old in self.step_checkpoints()[: -self.keep]:
+            old.unlink(missing_ok=True)
+            _checksum_path(old).unlink(missing_ok=True)
+        return path
+
+    def newest_valid(self) -> Path | None:
+        """The newest step checkpoint that passes its checksum; says which ones it skipped."""
+        for path in reversed(self.step_checkpoints()):
+            problem = verify_checkpoint(path)
+            if problem is None:
+                return path
+            print(f"torchwork: skipping checkpoint {path.name}: {problem}; falling back to the previous one.",
+                  file=sys.stderr)
+        return None

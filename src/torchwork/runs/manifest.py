@@ -1,0 +1,121 @@
+"""The run manifest: everything needed to know what a run was, and to run it again.
+
+Example:
+    >>> import torch
+    >>> from torchwork.runs.manifest import parameter_counts
+    >>> parameter_counts(torch.nn.Linear(3, 2))
+    {'total': 8, 'trainable': 8}
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import subprocess
+import sys
+from typing import Any
+
+import torch
+
+
+def parameter_counts(model: torch.nn.Module) -> dict[str, int]:
+    params = {id(p): p for p in model.parameters()}.values()  # shared weights count once
+    return {"total": sum(p.numel() for p in params),
+            "trainable": sum(p.numel() for p in params if p.requires_grad)}
+
+
+def git_state(cwd: str | None = None) -> dict[str, Any]:
+    """The commit and whether the work tree has uncommitted changes (None outside a git repository)."""
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit is None:
+        return {"commit": None, "dirty": None}
+    return {"commit": commit, "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+
+
+def _dataset_size(loader: Any) -> int | None:
+    dataset = getattr(loader, "dataset", loader)
+    try:
+        return len(dataset)
+    except TypeError:
+        return None
+
+
+def _hyperparameters(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    groups = [{k: v for k, v in group.items() if k != "params"} | {"num_params": len(group["params"])}
+              for group in optimizer.param_groups]
+    return {"class": type(optimizer).__name__, "defaults": dict(optimizer.defaults), "param_groups": groups}
+
+
+def build_manifest(trainer: Any, train_loader: Any, val_loader: Any, epochs: int,
+                   config: dict[str, Any] | None) -> dict[str, Any]:
+    """The manifest of a run of ``trainer`` (see the README for every field)."""
+    from torchwork.runs.checkpoint import unwrap_model
+    from torchwork.runs.seeding import current_seed
+
+    model = unwrap_model(trainer.model)
+    scheduler = trainer.scheduler
+    cuda = torch.version.cuda if torch.cuda.is_available() else None
+    return {
+        "torchwork_version": __import__("torchwork").__version__,
+        "model": {"class": type(model).__name__, "structure": str(model), "parameters": parameter_counts(model)},
+        **current_seed(),
+        "data": {"train_size": _dataset_size(train_loader),
+                 "validation_size": _dataset_size(val_loader) if val_loader is not None else None,
+                 "train_batches": _len(train_loader)},
+        "optimizer": _hyperparameters(trainer.optimizer),
+        "scheduler": ({"class": type(scheduler).__name__,
+                       "state": {k: v for k, v in scheduler.state_dict().items()
+                                 if isinstance(v, (int, float, str, bool, list))}} if scheduler else None),
+        "training": {"epochs": epochs, "precision": trainer.precision.name, "accumulate": trainer.accumulate,
+                     "clip_grad_norm": trainer.clip_grad_norm, "clip_grad_value": trainer.clip_grad_value,
+                     "loss_weights": trainer.loss_weights, "device": str(trainer.device),
+                     "checkpoint_every_n_steps": trainer.checkpoint_every_n_steps,
+                     "keep_checkpoints": trainer.keep_checkpoints},
+        "config": config or {},
+        "command": {"argv": list(sys.argv), "executable": sys.executable, "cwd": os.getcwd()},
+        "git": git_state(),
+        "versions": {"python": platform.python_version(), "torch": torch.__version__, "cuda": cuda,
+                     "cudnn": torch.backends.cudnn.version() if cuda else None},
+        "host": {"hostname": socket.gethostname(), "platform": platform.platform(),
+                 "cpu_count": os.cpu_count()},
+        "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+    }
+
+
+def _len(obj: Any) -> int | None:
+    try:
+        return len(obj)
+    except TypeError:
+        return None
+
+
+def format_summary(manifest: dict[str, Any], run_path: Any) -> str:
+    """A readable summary of the manifest, printed when a run starts."""
+    params = manifest["model"]["parameters"]
+    training, data, opt = manifest["training"], manifest["data"], manifest["optimizer"]
+    hyper = ", ".join(f"{k}={v}" for k, v in opt["param_groups"][0].items()
+                      if k in ("lr", "weight_decay", "momentum", "betas"))
+    git = manifest["git"]
+    lines = [
+        f"run       {run_path}",
+        f"model     {manifest['model']['class']}: {params['total']:,} parameters "
+        f"({params['trainable']:,} trainable)",
+        f"data      train {data['train_size']}  validation {data['validation_size']}",
+        f"optimizer {opt['class']}({hyper})"
+        + (f"  scheduler {manifest['scheduler']['class']}" if manifest["scheduler"] else ""),
+        f"training  {training['epochs']} epochs on {training['device']}, precision {training['precision']}, "
+        f"accumulate {training['accumulate']}, clip {training['clip_grad_norm']}",
+        f"seed      {manifest['seed']} (deterministic={manifest['deterministic']})",
+        f"code      git {str(git['commit'])[:10]}{' (dirty)' if git['dirty'] else ''}; "
+        f"python {manifest['versions']['python']}, torch {manifest['versions']['torch']}, "
+        f"cuda {manifest['versions']['cuda']}; world size {manifest['world_size']}",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,114 @@
+"""A run as the Trainer sees it: the folder, its manifest, loggers and checkpoints, and resuming one.
+
+The Trainer calls :meth:`RunSession.open` at the start of ``fit`` and the session calls back into
+``trainer.state_dict()`` / ``trainer.load_state_dict()``; nothing here runs per step unless a checkpoint
+is due.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from torchwork.errors import CheckpointError
+from torchwork.files import write_json
+from torchwork.runs.checkpoint import CheckpointManager, load_checkpoint
+from torchwork.runs.folder import is_run_folder, latest_run, new_run_folder
+from torchwork.runs.loggers import JsonlLogger, TensorBoardLogger
+from torchwork.runs.manifest import build_manifest, format_summary
+
+
+def find_resume_checkpoint(resume: str | Path, run_dir: str | Path | None) -> tuple[Path | None, Path | None]:
+    """Resolve ``resume`` ("latest", a run folder or a checkpoint file) to (run folder, checkpoint)."""
+    if str(resume) == "latest":
+        if run_dir is None:
+            raise CheckpointError("resume='latest' needs run_dir= to know where runs live.")
+        run = latest_run(run_dir)
+        if run is None:
+            return None, None
+    else:
+        path = Path(resume)
+        if path.is_file():
+            run = path.parent.parent if path.parent.name == "checkpoints" else None
+            return run, path
+        if not is_run_folder(path):
+            raise CheckpointError(f"resume={str(resume)!r} is neither a checkpoint file nor a run folder "
+                                  "(a folder holding checkpoints/).")
+        run = path
+    manager = CheckpointManager(run / "checkpoints")
+    if not manager.step_checkpoints():
+        return run, None
+    checkpoint = manager.newest_valid()
+    if checkpoint is None:
+        raise CheckpointError(f"no valid checkpoint in {run / 'checkpoints'}: every one fails its checksum. "
+                              "Start a new run (resume=None), or restore a copy of a checkpoint.")
+    return run, checkpoint
+
+
+class RunSession:
+    """Owns one run folder while ``fit`` runs."""
+
+    def __init__(self, path: Path, manager: CheckpointManager, loggers: list[Any]) -> None:
+        self.path, self.manager, self.loggers = path, manager, loggers
+
+    @classmethod
+    def open(cls, trainer: Any, train_loader: Any, val_loader: Any, epochs: int,
+             resume: str | Path | None) -> tuple[RunSession, dict[str, Any] | None]:
+        """Create (or, when resuming, reopen) the run folder; returns the session and the checkpoint."""
+        run, checkpoint = (None, None)
+        if resume is not None:
+            run, checkpoint = find_resume_checkpoint(resume, trainer.run_dir)
+            if run is not None and checkpoint is None:
+                print(f"torchwork: {run} has no checkpoint yet: starting a new run.", file=sys.stderr)
+                run = None
+        state = load_checkpoint(checkpoint, map_location=trainer.device) if checkpoint else None
+        if run is None:
+            run = new_run_folder(trainer.run_dir)
+        resume_step = state["counters"]["global_step"] if state else None
+        manifest_path = run / "manifest.json"
+        if state is None or not manifest_path.exists():
+            manifest = build_manifest(trainer, train_loader, val_loader, epochs, trainer.config)
+            manifest["started"] = _now()
+            manifest["resumes"] = []
+        else:
+            manifest = json.loads(manifest_path.read_text())
+            manifest.setdefault("resumes", []).append({"at": _now(), "from": checkpoint.name,
+                                                       "step": resume_step})
+        write_json(manifest_path, manifest)
+        if state is None:
+            print(format_summary(manifest, run), file=sys.stderr)
+        else:
+            print(f"torchwork: resuming {run} from {checkpoint.name} (step {resume_step}, epoch "
+                  f"{state['counters']['epoch']}, batch {state['counters']['batch_in_epoch']}).",
+                  file=sys.stderr)
+        monitor, mode = trainer.checkpoint_monitor or ("val_loss" if val_loader is not None else "train_loss",
+                                                       "min")
+        manager = CheckpointManager(run / "checkpoints", keep=trainer.keep_checkpoints, monitor=monitor,
+                                    mode=mode)
+        if state is not None:
+            manager.best_value = state.get("best_value")
+        loggers = [JsonlLogger(run / "metrics.jsonl", resume_step=resume_step)]
+        if trainer.tensorboard:
+            loggers.append(TensorBoardLogger(run / "tensorboard", resume_step=resume_step))
+        return cls(run, manager, loggers), state
+
+    def save(self, state: dict[str, Any], metrics: dict[str, Any] | None = None) -> Path | None:
+        state["best_value"] = self.manager.best_value
+        if metrics and self.manager.monitor in metrics:
+            # the best value this checkpoint would set, so that a resume continues the comparison
+            value = float(metrics[self.manager.monitor])
+            best = self.manager.best_value
+            if best is None or (value < best if self.manager.mode == "min" else value > best):
+                state["best_value"] = value
+        return self.manager.save(state, state["counters"]["global_step"], metrics)
+
+    def close(self) -> None:
+        for logger in self.loggers:
+            logger.close()
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

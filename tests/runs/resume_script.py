@@ -1,0 +1,76 @@
+"""A training script the resume tests run in real subprocesses.
+
+Usage: python resume_script.py RUN_DIR OUT_FILE [--kill-at STEP] [--every N] [--epochs E] [--nan-at STEP]
+Trains an MLP with Dropout on a shuffled DataLoader with 2 workers, checkpointing every N steps, with
+resume="latest". --kill-at sends SIGKILL to itself right after that optimizer step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from torchwork import Trainer, seed_everything
+
+
+class KillAt:
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, trainer, logs):
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+class NaNAt:
+    """Poisons the weights after a given step (a diverged run)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, trainer, logs):
+        if trainer.global_step == self.step:
+            with torch.no_grad():
+                trainer.model[0].weight.fill_(float("nan"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("run_dir")
+    parser.add_argument("out")
+    parser.add_argument("--kill-at", type=int)
+    parser.add_argument("--nan-at", type=int)
+    parser.add_argument("--every", type=int, default=4)
+    parser.add_argument("--epochs", type=int, default=3)
+    args = parser.parse_args()
+
+    torch.set_num_threads(1)
+    seed_everything(1234)
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(150, 12, generator=g), torch.randint(0, 3, (150,), generator=g)
+    train = DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True, num_workers=2)
+    val = DataLoader(TensorDataset(x[:40], y[:40]), batch_size=20, num_workers=2)
+    model = nn.Sequential(nn.Linear(12, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 3))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=7, gamma=0.7)
+    callbacks = []
+    if args.kill_at:
+        callbacks.append(KillAt(args.kill_at))
+    if args.nan_at:
+        callbacks.append(NaNAt(args.nan_at))
+    trainer = Trainer(model, optimizer, nn.CrossEntropyLoss(), scheduler, device="cpu", run_dir=args.run_dir,
+                      checkpoint_every_n_steps=args.every, keep_checkpoints=3, callbacks=callbacks,
+                      log_every_n_steps=1, config={"script": "resume_script", "epochs": args.epochs},
+                      tensorboard=False, progress=False)
+    trainer.fit(train, val, epochs=args.epochs, resume="latest")
+    torch.save({"model": model.state_dict(), "history": trainer.history, "run": str(trainer.run_path)},
+               args.out)
+
+
+if __name__ == "__main__":
+    main()
