@@ -218,3 +218,17 @@ def test_pt2_archive_that_needs_pickle_is_refused(damaged):
                                                                        sha256=sha256_of(path)))
     with pytest.raises(ExportError, match="pickle"):
         load_artifact(damaged, "pt2")
+
+
+def test_static_batch_export_is_probed_and_verified_at_its_own_batch_size(tmp_path):
+    data = digits()
+    out = tmp_path / "static"
+    report = export(digits_mlp(), data["x_train"][:16], out, formats=("onnx",), dynamic_batch=False,
+                    samples=data["x_test"].double().numpy(), targets=data["y_test"], verify_rounds=1, threads=1)
+    assert report["ok"] and read_manifest(out)["inputs"][0]["shape"] == [16, 64]
+    assert json.loads((out / "parity.json").read_text())["probes"] == ["batch 16"]
+    verified = report["verify"]
+    assert verified["timing_batches"] == {"latency": 16, "throughput": 16}
+    assert verified["inputs"]["count"] == 360 and verified["variants"]["onnx"]["top1_agreement"] == 1.0
+    with pytest.raises(ConfigError, match=r"shape \[16, 64\]"):
+        load_artifact(out)(data["x_test"][:3])

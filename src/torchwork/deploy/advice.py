@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 EMBEDDING_BAG = (
-    "EmbeddingBag {name!r} exports to an ONNX Loop (one iteration per bag), which ran about 12x slower in "
+    "EmbeddingBag {name!r} exports to an ONNX Loop (one iteration per bag), which ran about 10-12x slower in "
     "ONNX Runtime at batch 64 than nn.Embedding followed by a (masked) mean with the same outputs (measure "
     "yours: benchmarks/deploy_embeddingbag.py). For the ONNX artifact, use Embedding + mean.")
 LOOP_OPS = ("Loop", "Scan", "SequenceEmpty", "SequenceInsert")

@@ -492,8 +492,12 @@ class Predictor:
                 for s, i in zip(best.tolist(), index.tolist())]
 
 
-def check_inputs(inputs: tuple[Any, ...], schema: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
-    """Check count, dtype and static dims against the manifest; convert within float / within int kinds."""
+def check_inputs(inputs: tuple[Any, ...], schema: Sequence[Mapping[str, Any]],
+                 any_batch: bool = False) -> tuple[Any, ...]:
+    """Check count, dtype and static dims against the manifest; convert within float / within int kinds.
+
+    ``any_batch``: accept any size along dim 0 (data sets, which are fed in the model's batch size later).
+    """
     import torch
 
     if len(inputs) != len(schema):
@@ -508,7 +512,8 @@ def check_inputs(inputs: tuple[Any, ...], schema: Sequence[Mapping[str, Any]]) -
             else:
                 raise ConfigError(f"input {spec['name']!r} must be {spec['dtype']}, got {dtype_name(tensor.dtype)}.")
         shape = spec["shape"]
-        bad = len(shape) != tensor.ndim or any(isinstance(d, int) and d != s for d, s in zip(shape, tensor.shape))
+        bad = len(shape) != tensor.ndim or any(isinstance(d, int) and d != s and not (any_batch and axis == 0)
+                                               for axis, (d, s) in enumerate(zip(shape, tensor.shape)))
         if bad:
             raise ConfigError(f"input {spec['name']!r} must have shape {shape} (names are dynamic dims), got "
                               f"{list(tensor.shape)}.")

@@ -89,7 +89,7 @@ def make_probes(pool: tuple[Any, ...], dynamic: Sequence[dict[int, str]], batch_
         return tuple(resized)
 
     probes = []
-    sizes = sorted(set(batch_sizes)) if batch_dynamic else [rows]
+    sizes = sorted(set(batch_sizes))  # the caller passes the example's batch size when batch is static
     for size in sizes:
         probes.append(Probe(f"batch {size}", batch_of(size)))
     if base_length is not None:
@@ -156,7 +156,11 @@ def check_variant(run: Callable[[Sequence[Any]], list[Any]], probes: Sequence[Pr
         try:
             outputs = run(probe.inputs)
         except Exception as error:
-            entry.update(ok=False, problem=f"rejected the inputs eager accepts ({first_line(error)})")
+            problem = f"rejected the inputs eager accepts ({first_line(error)})"
+            if "Guard failed" in problem:
+                problem += "; torch.export derived this guard from the model's code, so the program accepts " \
+                           "fewer shapes than eager"
+            entry.update(ok=False, problem=problem)
             failures.setdefault(entry["problem"], []).append(probe.label)
             results.append(entry)
             continue
@@ -169,7 +173,7 @@ def check_variant(run: Callable[[Sequence[Any]], list[Any]], probes: Sequence[Pr
         if not found["ok"]:
             failures.setdefault(str(found["problem"]), []).append(probe.label)
         results.append(entry)
-    problems = [f"{', '.join(labels)}: {problem}." for problem, labels in failures.items()]
+    problems = [f"{' / '.join(labels)}: {problem}." for problem, labels in failures.items()]
     checked = [r for r in results if "skipped" not in r]
     if not checked:
         problems.append("eager rejected every probe, so nothing could be compared.")

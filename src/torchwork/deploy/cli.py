@@ -9,7 +9,8 @@
 or ``torch.save`` files, read with ``weights_only=True``).
 
 Example:
-    $ torchwork export examples/digits_model.py:build --format onnx,pt2 --quantize int8 -o artifacts/digits
+    $ torchwork export model.py:build --format onnx,pt2 --quantize int8 -o artifacts/digits
+    $ torchwork export runs/x/checkpoints/best.pt --model model.py:build -o artifacts/digits
     $ torchwork verify artifacts/digits --json
 """
 

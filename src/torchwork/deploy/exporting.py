@@ -289,21 +289,24 @@ def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], forma
         raise ConfigError(f"{len(labels)} labels, but the first output has shape {list(example_outputs[0].shape)} "
                           "(expected (batch, number of labels)).")
 
+    input_schema = _schema(names, args, dynamic)
+
     # Probes: real rows when held-out samples are given, else the example inputs.
     preprocess_entry = _save_preprocess(preprocess, tmp, samples) if preprocess is not None else None
     pool = args
     if samples is not None:
         subset = samples[:PROBE_POOL]
         raw = preprocess(subset) if preprocess is not None else subset
-        pool = art.as_input_tuple(raw, "samples (through preprocess)")
-        if [t.dtype for t in pool] != [t.dtype for t in args] or [t.ndim for t in pool] != [t.ndim for t in args]:
-            raise ConfigError(f"samples{' through preprocess' if preprocess is not None else ''} give "
-                              f"{[(art.dtype_name(t.dtype), list(t.shape)) for t in pool]}, but example_inputs are "
-                              f"{[(art.dtype_name(t.dtype), list(t.shape)) for t in args]}.")
+        try:
+            pool = art.check_inputs(art.as_input_tuple(raw, "samples"), input_schema, any_batch=True)
+        except ConfigError as error:
+            raise ConfigError(f"samples{' through preprocess' if preprocess is not None else ''} do not fit the "
+                              f"example inputs: {error}") from error
     base_length = next((pool[i].shape[1] for i, e in enumerate(dynamic) if 1 in e), None)
     if lengths is None and base_length is not None:
         lengths = (max(1, base_length // 2), base_length, 2 * base_length + 1)
-    probes = make_probes(pool, dynamic, [int(b) for b in batch_sizes], lengths or ())
+    sizes = [int(b) for b in batch_sizes] if dynamic_batch else [int(args[0].shape[0])]
+    probes = make_probes(pool, dynamic, sizes, lengths or ())
     eager_outputs: list[Any] = []
     for probe in probes:
         try:
@@ -360,7 +363,7 @@ def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], forma
         "versions": _versions(),
         "model": {"class": f"{type(module).__module__}.{type(module).__qualname__}",
                   "parameters": sum(p.numel() for p in module.parameters())},
-        "inputs": _schema(names, args, dynamic),
+        "inputs": input_schema,
         "outputs": _schema(out_names, example_outputs, _output_dims(probes, eager_outputs) or [{}] * len(out_names)),
         "variants": variants, "refused": refused, "deploy": None,
         "weights": art.WEIGHTS, "examples": art.EXAMPLES, "samples": None,

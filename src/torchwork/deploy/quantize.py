@@ -27,9 +27,10 @@ SUPPORTED_OPS = ("MatMul", "Conv", "Gather", "Attention", "LSTM")
 INTEGER_OPS = {"MatMulInteger", "ConvInteger", "DynamicQuantizeMatMul", "DynamicQuantizeLSTM", "QAttention",
                "MatMulIntegerToFloat", "DynamicQuantizeLinear", "DequantizeLinear"}
 
-CONV_ADVICE = ("Quantizing Conv made a small CNN slower in ONNX Runtime on CPU here (ConvInteger plus the "
-               "per-call activation quantization cost more than they save on small kernels); keep "
-               "quantize_ops=('MatMul',) unless benchmarks/deploy_quantize.py says otherwise for your model.")
+CONV_ADVICE = ("Quantizing Conv made a small CNN slower in ONNX Runtime on CPU here (about 10x lower throughput "
+               "at batch 64 than the float ONNX graph: ConvInteger has no fast kernel for small convolutions), "
+               "while MatMul-only INT8 was the fastest variant; keep quantize_ops=('MatMul',) unless "
+               "benchmarks/deploy_quantize.py says otherwise for your model.")
 TORCH_AO_WARNING = ("torch.ao.quantization.quantize_dynamic is deprecated in PyTorch, and its result cannot be "
                     "exported (neither torch.export nor ONNX handle its packed weights): it is measured for "
                     "comparison only. Deploy ONNX Runtime's INT8 variant (quantize='int8') instead.")

@@ -31,12 +31,19 @@ from torchwork.errors import ConfigError, ExportError
 CHUNK = 256
 
 
-def _run_all(run: art.Runner, inputs: tuple[Any, ...]) -> list[Any]:
-    """Run in chunks of rows and join the outputs along dim 0."""
+def _run_all(run: art.Runner, inputs: tuple[Any, ...], static_batch: int | None = None) -> list[Any]:
+    """Run in chunks of rows and join the outputs along dim 0.
+
+    A static-batch model gets chunks of exactly its batch size (the last one padded with repeated rows).
+    """
     import torch
 
-    rows = inputs[0].shape[0]
-    parts = [run(tuple(t[start:start + CHUNK] for t in inputs)) for start in range(0, rows, CHUNK)]
+    rows, chunk = inputs[0].shape[0], static_batch or CHUNK
+    parts = []
+    for start in range(0, rows, chunk):
+        index = torch.arange(start, start + chunk) if static_batch else torch.arange(start, min(start + chunk, rows))
+        outputs = run(tuple(t[index % rows] for t in inputs))
+        parts.append([o[: min(chunk, rows - start)] for o in outputs])
     return [torch.cat([p[i] for p in parts]) for i in range(len(parts[0]))]
 
 
@@ -112,7 +119,7 @@ def _model_inputs(root: Path, manifest: dict[str, Any], preprocess: Any, inputs:
                     "export with samples=)")
     if preprocess is not None:
         raw = preprocess(raw)
-    tensors = art.check_inputs(art.as_input_tuple(raw, "inputs"), manifest["inputs"])
+    tensors = art.check_inputs(art.as_input_tuple(raw, "inputs"), manifest["inputs"], any_batch=True)
     if targets is not None:
         import torch
 
@@ -181,7 +188,9 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
 
             runners["torch-ao-int8"] = art.torch_runner(torch_dynamic_int8(reference_module))
             kinds["torch-ao-int8"] = "comparison"
-        report = _measure(runners, kinds, model_inputs, targets, atol, rtol, tolerance, rounds)
+        first_dim = manifest["inputs"][0]["shape"][0] if manifest["inputs"][0]["shape"] else None
+        static_batch = first_dim if isinstance(first_dim, int) else None
+        report = _measure(runners, kinds, model_inputs, targets, atol, rtol, tolerance, rounds, static_batch)
     finally:
         torch.set_num_threads(previous_threads)
         if modes is not None:
@@ -208,15 +217,15 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
 
 
 def _measure(runners: dict[str, art.Runner], kinds: dict[str, str], inputs: tuple[Any, ...], targets: Any,
-             atol: float, rtol: float, tolerance: float, rounds: int) -> dict[str, Any]:
+             atol: float, rtol: float, tolerance: float, rounds: int, static_batch: int | None) -> dict[str, Any]:
     reference_name = next(n for n, k in kinds.items() if k == "reference")
-    reference = _run_all(runners[reference_name], inputs)
+    reference = _run_all(runners[reference_name], inputs, static_batch)
     rows: dict[str, dict[str, Any]] = {}
     working: dict[str, art.Runner] = {}
     for name, run in runners.items():
         row: dict[str, Any] = {"kind": kinds[name]}
         try:
-            outputs = reference if name == reference_name else _run_all(run, inputs)
+            outputs = reference if name == reference_name else _run_all(run, inputs, static_batch)
         except Exception as error:
             row.update(ok=False, problem=f"failed on the held-out inputs: {first_line(error)}")
             rows[name] = row
@@ -231,14 +240,15 @@ def _measure(runners: dict[str, art.Runner], kinds: dict[str, str], inputs: tupl
         else:
             row.update(_within_tolerance(row, rows[reference_name], found, tolerance))
         rows[name] = row
-    one, many = _rows(inputs, 1), _rows(inputs, 64)
+    small, large = (static_batch, static_batch) if static_batch else (1, 64)
+    one, many = _rows(inputs, small), _rows(inputs, large)
     latency = interleaved_seconds({n: (lambda r=r: r(one)) for n, r in working.items()}, rounds, repeat=10)
     batch = interleaved_seconds({n: (lambda r=r: r(many)) for n, r in working.items()}, rounds, repeat=2)
     for name in working:
         rows[name].update(latency_b1_ms=latency[name] * 1e3, latency_ratio=latency[name] / latency[reference_name],
-                          throughput_b64_per_s=64 / batch[name],
+                          throughput_b64_per_s=large / batch[name],
                           throughput_ratio=batch[reference_name] / batch[name])
-    return {"variants": rows}
+    return {"variants": rows, "timing_batches": {"latency": small, "throughput": large}}
 
 
 def _within_tolerance(row: dict[str, Any], reference: dict[str, Any], found: dict[str, Any],
@@ -284,11 +294,14 @@ def format_report(report: dict[str, Any]) -> str:
     text.insert(1, "  ".join("-" * w for w in widths))
     inputs = report["inputs"]
     out = [f"artifact {report['artifact']}: {'OK' if report['ok'] else 'PARITY FAILED'}",
-           f"reference: {report['reference']}; inputs: {inputs['count']} from {inputs['source']}"
+           f"reference: {report['reference']}"
+           + (" (ratios are to it; pass model= from Python for ratios to the nn.Module)"
+              if report["reference"].startswith("the artifact's pt2") else ""),
+           f"inputs: {inputs['count']} from {inputs['source']}"
            f"{' (through the bundled preprocessing)' if inputs['preprocessed'] else ''}; threads {report['threads']}",
            "", *text, "",
-           "latency: batch 1, model only (ratio to the reference, lower is faster); throughput: batch 64 (ratio, "
-           "higher is faster)"]
+           f"latency: batch {report['timing_batches']['latency']}, model only (ratio to the reference, lower is "
+           f"faster); throughput: batch {report['timing_batches']['throughput']} (ratio, higher is faster)"]
     if report.get("deploy"):
         out.append(f"* deploy: {report['deploy']} ({report['deploy_rule']})")
     for name, row in report["variants"].items():
