@@ -27,9 +27,10 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _export_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("source", metavar="CHECKPOINT_OR_FACTORY",
-                        help="a model factory (path/to/file.py:build or package.module:build returning "
-                             "{'model', 'example_inputs', ...}), or a checkpoint file together with --model")
+    parser.add_argument("source", metavar="CHECKPOINT_OR_RUN",
+                        help="a checkpoint file or a run folder, together with --model; or, alone, a model "
+                             "factory (path/to/file.py:build or package.module:build returning "
+                             "{'model', 'example_inputs', ...})")
     parser.add_argument("--model", metavar="FACTORY", help="factory that builds the architecture for a checkpoint")
     parser.add_argument("--format", default="pt2,onnx",
                         help="comma-separated formats: pt2, onnx, torchscript (legacy) (default: pt2,onnx)")

@@ -100,7 +100,7 @@ class NotWeights:
 
 
 @pytest.mark.parametrize(("case", "message"), [
-    ("run_folder", "Run folders are not supported"),
+    ("not_a_run", "run folder"),
     ("missing_factory", "does not exist"),
     ("other_keys", "does not match the model"),
     ("other_shapes", "does not fit the model"),
@@ -109,8 +109,8 @@ class NotWeights:
 ])
 def test_export_cli_errors_are_clear(tmp_path, factory, capsys, case, message):
     source, extra = str(tmp_path / "ckpt.pt"), ["--model", f"{factory}:build"]
-    if case == "run_folder":
-        (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    if case == "not_a_run":
+        (tmp_path / "run").mkdir()
         source = str(tmp_path / "run")
     elif case == "missing_factory":
         _checkpoint(tmp_path / "ckpt.pt")
@@ -128,3 +128,20 @@ def test_export_cli_errors_are_clear(tmp_path, factory, capsys, case, message):
     assert cli_main(["export", source, *extra, "-o", str(tmp_path / "out")]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_export_cli_from_a_run_folder(tmp_path, factory, capsys):
+    """A run folder as torchwork.runs writes it: best.pt wins over the newest step checkpoint."""
+    runs = pytest.importorskip("torchwork.runs.checkpoint")
+    folder = pytest.importorskip("torchwork.runs.folder")
+    run = folder.new_run_folder(tmp_path / "runs")
+    torch.manual_seed(2)
+    best, newest = (nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10)) for _ in range(2))
+    runs.save_checkpoint({"model": newest.state_dict(), "format_version": 1}, run / "checkpoints" / "step-000000020.pt")
+    runs.save_checkpoint({"model": best.state_dict(), "format_version": 1}, run / "checkpoints" / "best.pt")
+    out = tmp_path / "artifact"
+    assert cli_main(["export", str(tmp_path / "runs"), "--model", f"{factory}:build", "--format", "onnx", "-o",
+                     str(out)]) == 0
+    assert "best.pt" in capsys.readouterr().err
+    stored = load_weights(out)
+    assert all(torch.equal(stored[k], v) for k, v in best.state_dict().items())

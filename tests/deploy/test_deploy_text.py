@@ -119,3 +119,19 @@ def test_embedding_bag_gets_operator_advice_and_its_pt2_guard_is_caught(tmp_path
     advice = " ".join(report["advice"])
     assert "EmbeddingBag 'bag' exports to an ONNX Loop" in advice and "Embedding + mean" in advice
     assert "The ONNX graph contains {'Loop'" in advice
+
+
+def test_the_data_text_preprocessor_travels_in_the_artifact(tmp_path):
+    """torchwork.data's TextPreprocessor (cleaning + vocabulary), reloaded by load_artifact from JSON."""
+    text = pytest.importorskip("torchwork.data.text")
+    model, _ = text_classifier()
+    data = tweets()
+    preprocess = text.TextPreprocessor.fit(data["train"], max_length=48)
+    preprocess.vocab = preprocess.vocab[: model.embedding.num_embeddings]  # ids must fit the embedding
+    preprocess = text.TextPreprocessor(preprocess.vocab, preprocess.cleaning, preprocess.max_length)
+    out = tmp_path / "data_text"
+    report = export(model, preprocess(data["train"][:8]), out, preprocess=preprocess, samples=data["test"],
+                    targets=data["y_test"], verify_rounds=1, threads=1)
+    assert report["ok"] and read_manifest(out)["preprocess"]["class"] == "torchwork.data.text:TextPreprocessor"
+    texts = ["@someone I LOVE my self-driving car http://example.com", ""]
+    torch.testing.assert_close(load_artifact(out)(texts), eager(model, *preprocess(texts)), atol=1e-5, rtol=1e-4)

@@ -6,7 +6,8 @@
 ``output_names``, ``dynamic_length``) or a ``(model, example_inputs)`` pair. With a checkpoint,
 ``torchwork export CHECKPOINT --model file.py:build`` loads the checkpoint's weights into the model first
 (a state_dict, or a dict holding one under "model" / "state_dict" / "model_state_dict"; ``.safetensors``
-or ``torch.save`` files, read with ``weights_only=True``).
+or ``torch.save`` files, read with ``weights_only=True``). CHECKPOINT may also be a run folder (or a
+run_dir: its latest run): its ``best.pt``, else its newest step checkpoint that passes its checksum.
 
 Example:
     $ torchwork export model.py:build --format onnx,pt2 --quantize int8 -o artifacts/digits
@@ -76,22 +77,52 @@ def build_from_factory(spec: str) -> dict[str, Any]:
     return dict(made)
 
 
+def checkpoint_of_run(path: Path) -> Path:
+    """The checkpoint to export from a run folder (or a run_dir: its latest run): best.pt, else the newest
+    step checkpoint that passes its checksum."""
+    try:
+        from torchwork.runs.checkpoint import CheckpointManager, verify_checkpoint
+        from torchwork.runs.folder import is_run_folder, latest_run
+    except ImportError as error:
+        raise ConfigError(f"{path} is a directory, and run folders need torchwork.runs ({error}). Pass a "
+                          "checkpoint file with --model file.py:build.") from error
+    run = path if is_run_folder(path) else latest_run(path)
+    if run is None:
+        raise ConfigError(f"{path} is neither a run folder (with checkpoints/) nor a run_dir holding one.")
+    best = run / "checkpoints" / "best.pt"
+    if best.is_file() and verify_checkpoint(best) is None:
+        return best
+    newest = CheckpointManager(run / "checkpoints").newest_valid()
+    if newest is None:
+        raise CheckpointError(f"run {run} has no valid checkpoint in checkpoints/.")
+    return newest
+
+
 def load_checkpoint_weights(path: Path) -> dict[str, Any]:
-    """A state_dict from a checkpoint file, never unpickling arbitrary objects."""
+    """A state_dict from a checkpoint file (or a run folder), never unpickling arbitrary objects.
+
+    A checkpoint written by a torchwork run (with its ``.sha256`` beside it) is checked against it first.
+    """
     import torch
 
     if path.is_dir():
-        raise ConfigError(f"{path} is a directory. Run folders are not supported by `torchwork export` yet: pass "
-                          "a checkpoint file from its checkpoints/ folder with --model file.py:build.")
+        path = checkpoint_of_run(path)
+        print(f"exporting the weights of {path}", file=sys.stderr)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist.")
     try:
-        if path.suffix == ".safetensors":
+        if path.with_name(path.name + ".sha256").is_file():
+            from torchwork.runs.checkpoint import load_checkpoint  # verifies the checksum
+
+            data: Any = load_checkpoint(path)
+        elif path.suffix == ".safetensors":
             from safetensors.torch import load_file
 
-            data: Any = load_file(str(path))
+            data = load_file(str(path))
         else:
             data = torch.load(str(path), map_location="cpu", weights_only=True)
+    except CheckpointError:
+        raise
     except Exception as error:
         raise CheckpointError(f"cannot read checkpoint {path} with weights_only=True ({type(error).__name__}: "
                               f"{error}). It is damaged, or holds pickled objects besides tensors.") from error
