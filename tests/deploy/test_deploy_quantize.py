@@ -10,6 +10,7 @@ import onnxruntime as ort
 import pytest
 from deploy_helpers import digits, digits_cnn, digits_mlp, eager, images
 
+from torchwork.cli import main as cli_main
 from torchwork.deploy import export, load_artifact, read_manifest, verify
 from torchwork.deploy.quantize import gemm_to_matmul
 
@@ -62,8 +63,10 @@ def test_accuracy_before_and_after_on_the_real_test_split(artifact):
     assert read_manifest(out)["deploy"] in ("pt2", "onnx", "onnx-int8")
 
 
-def test_a_quantized_variant_outside_the_tolerance_is_not_deployed(artifact):
+def test_a_quantized_variant_outside_the_tolerance_is_not_deployed(artifact, capsys):
     out, _ = artifact
+    assert cli_main(["verify", str(out), "--tolerance", "-1", "--rounds", "1", "--threads", "1"]) == 1
+    assert "PARITY FAILED" in capsys.readouterr().out
     report = verify(out, model=digits_cnn(), rounds=1, threads=1, tolerance=-1.0)  # nothing may drop
     assert report["variants"]["onnx-int8"]["ok"] is False and "drop" in report["variants"]["onnx-int8"]["problem"]
     assert report["ok"] is False and report["deploy"] != "onnx-int8"
@@ -82,11 +85,14 @@ def test_gemm_rewrite_keeps_the_outputs(tmp_path):
                                atol=1e-5, rtol=1e-5)
 
 
-def test_quantizing_convolutions_comes_with_advice(tmp_path):
+def test_quantizing_convolutions_comes_with_advice(tmp_path, capsys):
     report = export(digits_cnn(), images(digits()["x_train"][:4]), tmp_path / "conv", formats=("onnx",),
                     quantize="int8", quantize_ops=("MatMul", "Conv"))
     assert _ops(tmp_path / "conv" / "model.int8.onnx")["ConvInteger"] == 2
     assert any("Quantizing Conv made a small CNN slower" in a for a in report["advice"])
+    # No pt2 program and no Python model: the CLI has no eager reference, and says what to do.
+    assert cli_main(["verify", str(tmp_path / "conv")]) == 2
+    assert "no pt2 program to serve as the eager reference" in capsys.readouterr().err
 
 
 def test_torch_ao_dynamic_quantization_is_measured_but_never_deployed(artifact):
