@@ -78,8 +78,10 @@ def _reference_module(model: Any, root: Path, manifest: dict[str, Any]) -> Any:
     import torch
 
     weights = art.load_tensors(art.safe_member(root, manifest.get("weights", art.WEIGHTS), "weights"))
+    if any(t.device.type != "cpu" for t in [*model.parameters(), *model.buffers()]):
+        model = copy.deepcopy(model).cpu()  # artifacts run on the CPU; compare like with like
     state = {k: v for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
-    if state.keys() == weights.keys() and all(torch.equal(state[k].cpu(), weights[k]) for k in state):
+    if state.keys() == weights.keys() and all(torch.equal(state[k], weights[k]) for k in state):
         return model
     missing, unexpected = sorted(weights.keys() - state.keys()), sorted(state.keys() - weights.keys())
     if missing or unexpected:
