@@ -60,6 +60,37 @@ def _data_arguments(parser: argparse.ArgumentParser) -> None:
                          help="time a small real training step with each batch, or none (default: small)")
     profile.add_argument("--json", action="store_true", help="print the report as JSON")
 
+def _export_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("source", metavar="CHECKPOINT_OR_RUN",
+                        help="a checkpoint file or a run folder, together with --model; or, alone, a model "
+                             "factory (path/to/file.py:build or package.module:build returning "
+                             "{'model', 'example_inputs', ...})")
+    parser.add_argument("--model", metavar="FACTORY", help="factory that builds the architecture for a checkpoint")
+    parser.add_argument("--format", default="pt2,onnx",
+                        help="comma-separated formats: pt2, onnx, torchscript (legacy) (default: pt2,onnx)")
+    parser.add_argument("--quantize", choices=["int8"], help="add an ONNX Runtime dynamic INT8 variant")
+    parser.add_argument("-o", "--output", required=True, metavar="ARTIFACT_DIR", help="artifact directory to create")
+    parser.add_argument("--allow-failed", action="store_true",
+                        help="write the artifact without the formats that fail their checks (exit code 1)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing artifact directory")
+    parser.add_argument("--static-batch", action="store_true", help="do not make the batch dimension dynamic")
+    parser.add_argument("--torchscript-method", choices=["trace", "script"], default="trace")
+    parser.add_argument("--json", action="store_true", help="print the export report as JSON")
+
+
+def _verify_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("artifact", metavar="ARTIFACT_DIR", help="a directory written by torchwork export")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--variants", help="comma-separated variants to check (default: all)")
+    parser.add_argument("--rounds", type=int, default=20, help="interleaved timing rounds (default: 20)")
+    parser.add_argument("--threads", type=int, help="torch and ONNX Runtime threads (default: torch's)")
+    parser.add_argument("--tolerance", type=float, default=0.01,
+                        help="accuracy a quantized variant may lose (default: 0.01)")
+    parser.add_argument("--atol", type=float, default=1e-4, help="absolute parity tolerance (default: 1e-4)")
+    parser.add_argument("--rtol", type=float, default=1e-3, help="relative parity tolerance (default: 1e-3)")
+    parser.add_argument("--trust", action="append", default=[], metavar="PACKAGE",
+                        help="also allow the artifact's preprocessor class from this package (repeatable)")
+
 
 COMMANDS: list[Command] = [
     ("demo", "train a small classifier on scikit-learn's digits with the engine and print a summary",
@@ -70,6 +101,10 @@ COMMANDS: list[Command] = [
      _launch_arguments, "torchwork.distributed.launch:main"),
     ("data", "datasets: describe a dataset's splits, or profile the input pipeline",
      _data_arguments, "torchwork.data.profile:cli_main"),
+    ("export", "export a model to a checked artifact directory (pt2, ONNX, TorchScript; optional INT8)",
+     _export_arguments, "torchwork.deploy.cli:cli_export"),
+    ("verify", "compare an artifact's variants with eager on held-out inputs: parity, speed, size",
+     _verify_arguments, "torchwork.deploy.cli:cli_verify"),
 ]
 
 

@@ -18,7 +18,12 @@ from torch import nn
 from torchwork import Trainer, seed_everything
 from torchwork.errors import CheckpointError
 from torchwork.runs.checkpoint import (
-    CheckpointManager, clean_state_dict, load_checkpoint, save_checkpoint, unwrap_model)
+    CheckpointManager,
+    clean_state_dict,
+    load_checkpoint,
+    save_checkpoint,
+    unwrap_model,
+)
 
 SCRIPT = Path(__file__).with_name("resume_script.py")
 

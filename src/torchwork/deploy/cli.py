@@ -1,0 +1,193 @@
+"""``torchwork export`` and ``torchwork verify``.
+
+``torchwork export SOURCE`` takes the model from a factory: ``path/to/file.py:build`` or
+``package.module:build``, a function of no arguments returning ``{"model": ..., "example_inputs": ...}``
+(optionally ``preprocess``, ``labels``, ``softmax``, ``samples``, ``targets``, ``input_names``,
+``output_names``, ``dynamic_length``) or a ``(model, example_inputs)`` pair. With a checkpoint,
+``torchwork export CHECKPOINT --model file.py:build`` loads the checkpoint's weights into the model first
+(a state_dict, or a dict holding one under "model" / "state_dict" / "model_state_dict"; ``.safetensors``
+or ``torch.save`` files, read with ``weights_only=True``). CHECKPOINT may also be a run folder (or a
+run_dir: its latest run): its ``best.pt``, else its newest step checkpoint that passes its checksum.
+
+Example:
+    $ torchwork export model.py:build --format onnx,pt2 --quantize int8 -o artifacts/digits
+    $ torchwork export runs/x/checkpoints/best.pt --model model.py:build -o artifacts/digits
+    $ torchwork verify artifacts/digits --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from torchwork.errors import CheckpointError, ConfigError
+
+FACTORY_KEYS = {"model", "example_inputs", "preprocess", "labels", "softmax", "samples", "targets", "input_names",
+                "output_names", "dynamic_length"}
+STATE_KEYS = ("model", "state_dict", "model_state_dict", "weights")
+
+
+def load_factory(spec: str) -> Callable[[], Any]:
+    """``file.py:function`` or ``package.module:function`` -> the function (the user's own code)."""
+    target, _, name = spec.rpartition(":")
+    if not target or not name.isidentifier():
+        raise ConfigError(f"{spec!r} is not a model factory: write path/to/file.py:function or "
+                          "package.module:function (a function returning the model and example inputs).")
+    if target.endswith(".py") or "/" in target or os.sep in target:
+        path = Path(target).resolve()
+        if not path.is_file():
+            raise ConfigError(f"model factory file {target} does not exist.")
+        module_spec = importlib.util.spec_from_file_location(f"_torchwork_factory_{path.stem}", path)
+        if module_spec is None or module_spec.loader is None:
+            raise ConfigError(f"cannot load {target} as a Python module.")
+        module = importlib.util.module_from_spec(module_spec)
+        sys.path.insert(0, str(path.parent))  # so that the file can import its neighbours
+        try:
+            module_spec.loader.exec_module(module)
+        finally:
+            sys.path.remove(str(path.parent))
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ImportError as error:
+            raise ConfigError(f"cannot import {target!r} for the model factory {spec!r}: {error}.") from error
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        raise ConfigError(f"{target} has no function {name!r}.")
+    return factory
+
+
+def build_from_factory(spec: str) -> dict[str, Any]:
+    made = load_factory(spec)()
+    if isinstance(made, tuple) and len(made) == 2:
+        made = {"model": made[0], "example_inputs": made[1]}
+    if not isinstance(made, Mapping) or not {"model", "example_inputs"} <= set(made):
+        raise ConfigError(f"the factory {spec} must return {{'model': ..., 'example_inputs': ...}} or a (model, "
+                          f"example_inputs) pair; it returned {type(made).__name__}.")
+    unknown = set(made) - FACTORY_KEYS
+    if unknown:
+        raise ConfigError(f"the factory {spec} returned unknown keys {sorted(unknown)}; known: {sorted(FACTORY_KEYS)}.")
+    return dict(made)
+
+
+def checkpoint_of_run(path: Path) -> Path:
+    """The checkpoint to export from a run folder (or a run_dir: its latest run): best.pt, else the newest
+    step checkpoint that passes its checksum."""
+    try:
+        from torchwork.runs.checkpoint import CheckpointManager, verify_checkpoint
+        from torchwork.runs.folder import is_run_folder, latest_run
+    except ImportError as error:
+        raise ConfigError(f"{path} is a directory, and run folders need torchwork.runs ({error}). Pass a "
+                          "checkpoint file with --model file.py:build.") from error
+    run = path if is_run_folder(path) else latest_run(path)
+    if run is None:
+        raise ConfigError(f"{path} is neither a run folder (with checkpoints/) nor a run_dir holding one.")
+    best = run / "checkpoints" / "best.pt"
+    if best.is_file() and verify_checkpoint(best) is None:
+        return best
+    newest = CheckpointManager(run / "checkpoints").newest_valid()
+    if newest is None:
+        raise CheckpointError(f"run {run} has no valid checkpoint in checkpoints/.")
+    return newest
+
+
+def load_checkpoint_weights(path: Path) -> dict[str, Any]:
+    """A state_dict from a checkpoint file (or a run folder), never unpickling arbitrary objects.
+
+    A checkpoint written by a torchwork run (with its ``.sha256`` beside it) is checked against it first.
+    """
+    import torch
+
+    if path.is_dir():
+        path = checkpoint_of_run(path)
+        print(f"exporting the weights of {path}", file=sys.stderr)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist.")
+    try:
+        if path.with_name(path.name + ".sha256").is_file():
+            from torchwork.runs.checkpoint import load_checkpoint  # verifies the checksum
+
+            data: Any = load_checkpoint(path)
+        elif path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            data = load_file(str(path))
+        else:
+            data = torch.load(str(path), map_location="cpu", weights_only=True)
+    except CheckpointError:
+        raise
+    except Exception as error:
+        raise CheckpointError(f"cannot read checkpoint {path} with weights_only=True ({type(error).__name__}: "
+                              f"{error}). It is damaged, or holds pickled objects besides tensors.") from error
+    if isinstance(data, Mapping) and not all(isinstance(v, torch.Tensor) for v in data.values()):
+        data = next((data[k] for k in STATE_KEYS if isinstance(data.get(k), Mapping)), None)
+    if not isinstance(data, Mapping) or not data or not all(isinstance(v, torch.Tensor) for v in data.values()):
+        raise CheckpointError(f"checkpoint {path} holds no state_dict (a dict of tensors, or one under "
+                              f"{'/'.join(STATE_KEYS)}).")
+    state = {}
+    for key, value in data.items():
+        for prefix in ("module.", "_orig_mod."):  # DDP and torch.compile wrappers
+            key = key.removeprefix(prefix)
+        state[key] = value
+    return state
+
+
+def cli_export(args: argparse.Namespace) -> int:
+    from torchwork.deploy.exporting import export
+    from torchwork.deploy.verification import format_report
+
+    source = args.source
+    checkpoint = None
+    if not args.model and (":" in source and not Path(source).exists()):
+        spec = source
+    elif args.model:
+        spec, checkpoint = args.model, Path(source)
+    else:
+        raise ConfigError(f"{source}: pass a model factory (file.py:function), or a checkpoint with --model "
+                          "file.py:function that builds the architecture and example inputs.")
+    made = build_from_factory(spec)
+    if checkpoint is not None:
+        state = load_checkpoint_weights(checkpoint)
+        try:
+            result = made["model"].load_state_dict(state, strict=False)
+        except RuntimeError as error:  # shape mismatches
+            raise CheckpointError(f"checkpoint {checkpoint} does not fit the model from {spec}: {error}") from error
+        if result.missing_keys or result.unexpected_keys:
+            raise CheckpointError(f"checkpoint {checkpoint} does not match the model from {spec}: missing "
+                                  f"{result.missing_keys[:5]}, unexpected {result.unexpected_keys[:5]}.")
+    model, example = made.pop("model"), made.pop("example_inputs")
+    report = export(model, example, args.output, formats=args.format, dynamic_batch=not args.static_batch,
+                    quantize=args.quantize, strict=not args.allow_failed, overwrite=args.overwrite,
+                    torchscript_method=args.torchscript_method, **made)
+    if args.json:
+        print(json.dumps({k: v for k, v in report.items() if k != "parity"}, indent=2, default=str))
+    else:
+        print(f"wrote {report['artifact']}: variants {', '.join(report['variants'])}")
+        for name, reason in report["refused"].items():
+            print(f"refused {name}: {reason}")
+        for advice in report["advice"]:
+            print(f"advice: {advice}")
+        if report["verify"]:
+            print()
+            print(format_report(report["verify"]))
+        else:
+            print("no held-out samples: the factory can return samples= and targets= so that export verifies "
+                  "them; or run `torchwork verify` with a pt2 variant.")
+    return 0 if report["ok"] else 1
+
+
+def cli_verify(args: argparse.Namespace) -> int:
+    from torchwork.deploy.verification import format_report, verify
+
+    variants = [v.strip() for v in args.variants.split(",")] if args.variants else None
+    report = verify(args.artifact, variants=variants, rounds=args.rounds, threads=args.threads,
+                    tolerance=args.tolerance, atol=args.atol, rtol=args.rtol, trust=tuple(args.trust))
+    print(json.dumps(report, indent=2, default=str) if args.json else format_report(report))
+    return 0 if report["ok"] else 1

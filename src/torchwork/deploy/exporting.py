@@ -1,0 +1,445 @@
+"""Export a model to an artifact directory that cannot silently disagree with it.
+
+Every format is exported in eval mode (the model's own modes are restored afterwards), then loaded back
+from disk and run against eager at several batch sizes (1 and many) and, for token ids, several lengths.
+A format whose outputs or accepted shapes differ is refused with the reason: by default ``export`` raises
+:class:`~torchwork.errors.ExportError` and writes nothing; with ``strict=False`` it writes the artifact
+without that format and the report says ``"ok": false``. The directory is built beside ``out_dir`` and
+renamed into place, so an export that fails at any point leaves nothing half-written.
+
+Example:
+    >>> import tempfile, torch
+    >>> from torchwork.deploy import export
+    >>> model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    >>> report = export(model, torch.randn(2, 4), tempfile.mkdtemp() + "/a", formats=("pt2",))
+    >>> report["ok"], report["variants"]
+    (True, ['pt2'])
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import platform
+import shutil
+import tempfile
+import time
+import warnings
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from torchwork.deploy import artifact as art
+from torchwork.deploy.advice import graph_advice, model_advice
+from torchwork.deploy.checks import DEFAULT_ATOL, DEFAULT_RTOL, check_variant, make_probes
+from torchwork.deploy.exporters import (
+    TORCHSCRIPT_DEPRECATED,
+    TRACE_EXPLANATION,
+    export_onnx,
+    export_pt2,
+    export_torchscript,
+    input_names_of,
+)
+from torchwork.deploy.quantize import CONV_ADVICE, DEFAULT_OPS, quantize_onnx
+from torchwork.errors import ConfigError, ExportError
+from torchwork.files import fsync_dir, write_json
+
+PROBE_POOL = 512  # held-out rows used to build probes
+
+
+def parse_formats(formats: str | Iterable[str]) -> list[str]:
+    """``"onnx,pt2"`` or ``("onnx", "pt2")`` -> a checked, de-duplicated list."""
+    items = formats.split(",") if isinstance(formats, str) else list(formats)
+    chosen = list(dict.fromkeys(f.strip().lower() for f in items if f.strip()))
+    unknown = [f for f in chosen if f not in art.FORMATS]
+    if not chosen or unknown:
+        raise ConfigError(f"formats={formats!r}: choose from {', '.join(art.FORMATS)} (e.g. 'pt2,onnx').")
+    return chosen
+
+
+def dynamic_spec(args: Sequence[Any], dynamic_batch: bool, dynamic_length: bool | None) -> list[dict[int, str]]:
+    """Dynamic dims per input: dim 0 is the batch; dim 1 of integer 2-D+ inputs (token ids) the length."""
+    import torch
+
+    spec = []
+    for tensor in args:
+        entry: dict[int, str] = {}
+        if dynamic_batch and tensor.ndim >= 1:
+            entry[0] = "batch"
+        is_ids = tensor.ndim >= 2 and not (tensor.dtype.is_floating_point or tensor.dtype.is_complex
+                                           or tensor.dtype == torch.bool)
+        if (dynamic_length is None and is_ids) or (dynamic_length and tensor.ndim >= 2):
+            entry[1] = "length"
+        spec.append(entry)
+    if dynamic_length and not any(1 in e for e in spec):
+        raise ConfigError("dynamic_length=True, but no input has a dim 1 (a (batch, length) tensor of token ids).")
+    return spec
+
+
+def widen(args: tuple[Any, ...], dynamic: Sequence[dict[int, str]]) -> tuple[Any, ...]:
+    """Batch and length of at least 2: torch.export specializes dims whose example size is 0 or 1."""
+    import torch
+
+    if any(e.get(0) == "batch" for e in dynamic) and args[0].shape[0] < 2:
+        args = tuple(torch.cat([t, t]) if 0 in e else t for t, e in zip(args, dynamic))
+    for index, entry in enumerate(dynamic):
+        if entry.get(1) == "length" and args[index].shape[1] < 2:
+            tensor = args[index]
+            pad = tensor.new_zeros((tensor.shape[0], 2 - tensor.shape[1], *tensor.shape[2:]))
+            args = (*args[:index], torch.cat([tensor, pad], dim=1), *args[index + 1:])
+    return args
+
+
+def _schema(names: Sequence[str], tensors: Sequence[Any], dims: Sequence[dict[int, str]]) -> list[dict[str, Any]]:
+    return [{"name": n, "dtype": art.dtype_name(t.dtype), "shape": [d.get(i, s) for i, s in enumerate(t.shape)]}
+            for n, t, d in zip(names, tensors, dims)]
+
+
+def _output_dims(probes: Sequence[Any], outputs: Sequence[Any]) -> list[dict[int, str]]:
+    """Name the output dims that follow the probes' batch size or length."""
+    runs = [(p, o) for p, o in zip(probes, outputs) if not isinstance(o, BaseException)]
+    if not runs:
+        return []
+    dims: list[dict[int, str]] = []
+    for index, first in enumerate(runs[0][1]):
+        entry = {}
+        for axis in range(first.ndim):
+            sizes = [o[index].shape[axis] for _, o in runs]
+            if len(set(sizes)) > 1:
+                batch = [p.inputs[0].shape[0] for p, _ in runs]
+                entry[axis] = "batch" if sizes == batch else "length" if all(
+                    any(t.ndim > 1 and t.shape[1] == s for t in p.inputs) for (p, _), s in zip(runs, sizes)) \
+                    else f"dim{axis}"
+        dims.append(entry)
+    return dims
+
+
+def _versions() -> dict[str, str]:
+    import importlib.metadata as metadata
+
+    import torch
+
+    from torchwork import __version__
+
+    versions = {"torchwork": __version__, "torch": torch.__version__, "python": platform.python_version()}
+    for package in ("onnx", "onnxruntime", "onnxscript", "numpy", "safetensors"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
+def _prepare_out_dir(out_dir: str | os.PathLike[str], overwrite: bool) -> Path:
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{out} exists and is not a directory; choose another output path.")
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise ConfigError(f"{out} already exists and is not empty. Choose a new directory, or pass "
+                              "overwrite=True (--overwrite) to replace it (only after the new export succeeds).")
+        if not (out / art.MANIFEST).is_file():
+            raise ConfigError(f"{out} is not a torchwork artifact (no {art.MANIFEST}); refusing to replace it.")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _commit(tmp: Path, out: Path) -> None:
+    """fsync every file, then rename the finished directory into place (replacing an old artifact)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in tmp.rglob("*"):
+        if path.is_file():
+            path.chmod(0o666 & ~umask)  # mkstemp / mkdtemp create private files; an artifact is for sharing
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
+        else:
+            path.chmod(0o777 & ~umask)
+    tmp.chmod(0o777 & ~umask)
+    for directory in [*[p for p in tmp.rglob("*") if p.is_dir()], tmp]:
+        fsync_dir(directory)
+    old = None
+    if out.exists():
+        old = out.parent / f".{out.name}.old-{os.getpid()}-{time.time_ns()}"
+        os.replace(out, old)
+    os.replace(tmp, out)
+    fsync_dir(out.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _save_preprocess(preprocess: Any, tmp: Path, samples: Any) -> dict[str, Any]:
+    """Save the preprocessor, reload it the way load_artifact will, and check that both agree."""
+    import torch
+
+    save = getattr(preprocess, "save", None)
+    if not callable(save) or not callable(getattr(type(preprocess), "load", None)):
+        raise ConfigError(f"preprocess must have save(directory) and a classmethod load(directory); "
+                          f"{type(preprocess).__name__} does not.")
+    spec = art.class_spec(preprocess)
+    module = spec.split(":")[0]
+    if "<locals>" in spec or module == "__main__":
+        raise ConfigError(f"preprocess class {spec} cannot be imported by name; define it in a module.")
+    directory = tmp / art.PREPROCESS_DIR
+    directory.mkdir()
+    save(directory)
+    reloaded = art.resolve_class(spec, trust=(module.split(".")[0],)).load(directory)
+    if samples is not None:
+        subset = samples[:64] if isinstance(samples, (list, tuple)) else samples
+        first = art.as_input_tuple(preprocess(subset), "preprocess(samples)")
+        second = art.as_input_tuple(reloaded(subset), "preprocess(samples)")
+        if len(first) != len(second) or not all(torch.equal(a, b) for a, b in zip(first, second)):
+            raise ExportError(f"the preprocessor {spec} does not round-trip: after save() and load() it turns the "
+                              "same samples into different tensors, so the artifact would disagree with training. "
+                              "Make save() write every setting that __call__ uses.")
+    entry = {"class": spec, "dir": art.PREPROCESS_DIR}
+    if not (module == "torchwork" or module.startswith("torchwork.")):
+        entry["trust_needed"] = module.split(".")[0]
+    return entry
+
+
+def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
+           formats: str | Sequence[str] = ("pt2", "onnx"), dynamic_batch: bool = True, preprocess: Any = None, *,
+           dynamic_length: bool | None = None, input_names: Sequence[str] | None = None,
+           output_names: Sequence[str] | None = None, labels: Sequence[str] | None = None, softmax: bool = False,
+           samples: Any = None, targets: Any = None, quantize: str | None = None,
+           quantize_ops: Sequence[str] = DEFAULT_OPS, torchscript_method: str = "trace", strict: bool = True,
+           overwrite: bool = False, atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL,
+           batch_sizes: Sequence[int] = (1, 3, 64), lengths: Sequence[int] | None = None,
+           tolerance: float = 0.01, verify_rounds: int = 20, threads: int | None = None) -> dict[str, Any]:
+    """Export ``model`` to the artifact directory ``out_dir`` and check every format against eager.
+
+    Args:
+        model: the eager ``nn.Module`` (any mode; exported in eval mode, its modes restored afterwards).
+        example_inputs: a tensor or a tuple of tensors, the arguments of ``forward``.
+        out_dir: the artifact directory to create.
+        formats: any of ``"pt2"``, ``"onnx"``, ``"torchscript"`` (legacy, deprecated).
+        dynamic_batch: dim 0 of every input is dynamic.
+        preprocess: an object with ``save(directory)`` whose class has ``load(directory)`` and turns raw
+            inputs into the model's inputs (e.g. texts -> (ids, lengths)); bundled in the artifact.
+        dynamic_length: dim 1 is dynamic (default: for integer inputs of 2+ dims, i.e. token ids).
+        labels, softmax: postprocessing (class names; apply softmax to the first output).
+        samples, targets: real held-out raw inputs and labels. They are bundled for ``verify``, give the
+            probes real rows, and make ``export`` run ``verify`` and mark the variant to deploy.
+        quantize: ``"int8"`` adds ONNX Runtime dynamic INT8 of the ONNX variant (``quantize_ops``).
+        torchscript_method: ``"trace"`` or ``"script"``.
+        strict: raise when any format is refused (default); False writes the rest and reports ``ok: false``.
+        overwrite: replace an existing artifact at ``out_dir`` (after the new one is complete).
+        atol, rtol: parity tolerance; batch_sizes, lengths: the probes; tolerance: accuracy a quantized
+            variant may lose; verify_rounds, threads: timing of the export-time verification.
+
+    Returns the export report (also in the artifact: parity.json, verify.json).
+    """
+    from torch import nn
+
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
+    chosen = parse_formats(formats)
+    if quantize not in (None, "int8"):
+        raise ConfigError(f"quantize={quantize!r}: the supported value is 'int8' (ONNX Runtime dynamic).")
+    if quantize and "onnx" not in chosen:
+        raise ConfigError("quantize='int8' quantizes the ONNX variant: add 'onnx' to formats.")
+    if torchscript_method not in ("trace", "script"):
+        raise ConfigError(f"torchscript_method={torchscript_method!r}: choose 'trace' or 'script'.")
+    if any(int(b) < 1 for b in batch_sizes) or not batch_sizes:
+        raise ConfigError(f"batch_sizes={batch_sizes!r} must be positive integers.")
+    if "torchscript" in chosen:
+        warnings.warn(TORCHSCRIPT_DEPRECATED, FutureWarning, stacklevel=2)
+    args = art.as_input_tuple(example_inputs)
+    out = _prepare_out_dir(out_dir, overwrite)
+
+    on_cpu = all(t.device.type == "cpu" for t in [*model.parameters(), *model.buffers()])
+    module = model if on_cpu else copy.deepcopy(model).cpu()
+    modes = [m.training for m in module.modules()]
+    module.eval()
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
+    try:
+        report = _export_into(tmp, out, module, args, chosen, dynamic_batch, dynamic_length, preprocess,
+                              input_names, output_names, labels, softmax, samples, targets, quantize,
+                              tuple(quantize_ops), torchscript_method, strict, atol, rtol, batch_sizes,
+                              lengths, tolerance, verify_rounds, threads)
+        _commit(tmp, out)
+        return report
+    finally:
+        for submodule, mode in zip(module.modules(), modes):
+            submodule.training = mode
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], formats: list[str],
+                 dynamic_batch: bool, dynamic_length: bool | None, preprocess: Any,
+                 input_names: Sequence[str] | None, output_names: Sequence[str] | None,
+                 labels: Sequence[str] | None, softmax: bool, samples: Any, targets: Any, quantize: str | None,
+                 quantize_ops: tuple[str, ...], torchscript_method: str, strict: bool, atol: float, rtol: float,
+                 batch_sizes: Sequence[int], lengths: Sequence[int] | None, tolerance: float,
+                 verify_rounds: int, threads: int | None) -> dict[str, Any]:
+    import torch
+
+    dynamic = dynamic_spec(args, dynamic_batch, dynamic_length)
+    args = widen(args, dynamic)
+    with torch.no_grad():
+        example_outputs = art.flatten_outputs(module(*args))
+    names = list(input_names or input_names_of(module, len(args)))
+    out_names = list(output_names or (["output"] if len(example_outputs) == 1
+                                      else [f"output_{i}" for i in range(len(example_outputs))]))
+    if len(names) != len(args) or len(out_names) != len(example_outputs):
+        raise ConfigError(f"{len(names)} input names for {len(args)} inputs, {len(out_names)} output names for "
+                          f"{len(example_outputs)} outputs.")
+    if labels is not None and (example_outputs[0].ndim != 2 or example_outputs[0].shape[1] != len(labels)):
+        raise ConfigError(f"{len(labels)} labels, but the first output has shape {list(example_outputs[0].shape)} "
+                          "(expected (batch, number of labels)).")
+
+    input_schema = _schema(names, args, dynamic)
+
+    # Probes: real rows when held-out samples are given, else the example inputs.
+    preprocess_entry = _save_preprocess(preprocess, tmp, samples) if preprocess is not None else None
+    pool = args
+    if samples is not None:
+        subset = samples[:PROBE_POOL]
+        raw = preprocess(subset) if preprocess is not None else subset
+        try:
+            pool = art.check_inputs(art.as_input_tuple(raw, "samples"), input_schema, any_batch=True)
+        except ConfigError as error:
+            raise ConfigError(f"samples{' through preprocess' if preprocess is not None else ''} do not fit the "
+                              f"example inputs: {error}") from error
+    base_length = next((pool[i].shape[1] for i, e in enumerate(dynamic) if 1 in e), None)
+    if lengths is None and base_length is not None:
+        lengths = (max(1, base_length // 2), base_length, 2 * base_length + 1)
+    sizes = [int(b) for b in batch_sizes] if dynamic_batch else [int(args[0].shape[0])]
+    probes = make_probes(pool, dynamic, sizes, lengths or ())
+    eager_outputs: list[Any] = []
+    for probe in probes:
+        try:
+            with torch.no_grad():
+                eager_outputs.append(art.flatten_outputs(module(*probe.inputs)))
+        except Exception as error:
+            eager_outputs.append(error)
+
+    variants: dict[str, dict[str, Any]] = {}
+    refused: dict[str, str] = {}
+    parity: dict[str, Any] = {"probes": [p.label for p in probes], "atol": atol, "rtol": rtol, "formats": {}}
+    advice = model_advice(module, formats)
+    for fmt in formats:
+        path = tmp / art.VARIANT_FILES[fmt]
+        try:
+            if fmt == "pt2":
+                info = export_pt2(module, args, path, names, dynamic)
+            elif fmt == "onnx":
+                info = export_onnx(module, args, path, names, out_names, dynamic)
+                advice += graph_advice(info["graph"]["ops"])
+            else:
+                info = export_torchscript(module, args, path, torchscript_method)
+                advice.append(TORCHSCRIPT_DEPRECATED)
+            check = check_variant(art.open_runner(path, fmt, threads), probes, eager_outputs, atol=atol, rtol=rtol)
+        except ExportError as error:
+            refused[fmt] = str(error)
+            parity["formats"][fmt] = {"ok": False, "export_error": str(error), "log": getattr(error, "log", [])}
+            _remove(tmp, fmt)
+            continue
+        problems = info["problems"] + check["problems"]
+        if problems and fmt == "torchscript" and torchscript_method == "trace":
+            problems.append(TRACE_EXPLANATION)
+        parity["formats"][fmt] = {"ok": not problems, **check, "problems": problems,
+                                  "export": {k: v for k, v in info.items() if k not in ("problems", "files")}}
+        if problems:
+            refused[fmt] = " ".join(problems)
+            _remove(tmp, fmt)
+            continue
+        variants[fmt] = {"file": path.name, "extra_files": [f for f in info["files"] if f != path.name],
+                         "format": fmt}
+        if fmt == "onnx":
+            variants[fmt]["opset"] = info["graph"]["opset"]
+        if fmt == "torchscript":
+            variants[fmt]["method"] = torchscript_method
+
+    if quantize:
+        _quantize_variant(tmp, variants, refused, parity, probes, eager_outputs, quantize_ops, threads)
+        if "Conv" in quantize_ops:
+            advice.append(CONV_ADVICE)
+
+    manifest: dict[str, Any] = {
+        "torchwork_artifact": art.FORMAT_VERSION,
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "versions": _versions(),
+        "model": {"class": f"{type(module).__module__}.{type(module).__qualname__}",
+                  "parameters": sum(p.numel() for p in module.parameters())},
+        "inputs": input_schema,
+        "outputs": _schema(out_names, example_outputs, _output_dims(probes, eager_outputs) or [{}] * len(out_names)),
+        "variants": variants, "refused": refused, "deploy": None,
+        "weights": art.WEIGHTS, "examples": art.EXAMPLES, "samples": None,
+        "preprocess": preprocess_entry,
+        "postprocess": {"softmax": bool(softmax), "labels": list(labels) if labels is not None else None},
+        "advice": list(dict.fromkeys(advice)),
+        "reports": {"parity": art.PARITY},
+    }
+    art.save_tensors(tmp / art.WEIGHTS, {k: v for k, v in module.state_dict().items() if isinstance(v, torch.Tensor)})
+    art.save_tensors(tmp / art.EXAMPLES, {f"input_{i}": t for i, t in enumerate(args)})
+    if samples is not None:
+        manifest["samples"] = art.save_samples(tmp, samples, targets)
+    write_json(tmp / art.PARITY, parity)
+
+    verification = None
+    if variants and samples is not None:
+        manifest["files"] = art.file_table(tmp)
+        write_json(tmp / art.MANIFEST, manifest)
+        from torchwork.deploy.verification import verify
+
+        trust = (preprocess_entry["trust_needed"],) if "trust_needed" in (preprocess_entry or {}) else ()
+        verification = verify(tmp, model=module, threads=threads, rounds=verify_rounds, atol=atol, rtol=rtol,
+                              tolerance=tolerance, trust=trust)
+        verification["artifact"] = str(out)
+        for name, row in verification["variants"].items():
+            if name in variants and not row["ok"]:
+                refused[name] = f"failed verification on the held-out samples: {row.get('problem')}"
+                del variants[name]
+                _remove(tmp, name)
+        manifest["deploy"] = verification["deploy"] if verification["deploy"] in variants else None
+        write_json(tmp / art.VERIFY, verification)
+        manifest["reports"]["verify"] = art.VERIFY
+
+    ok = not refused
+    if not variants or (strict and refused):
+        reasons = "\n".join(f"  - {name}: {reason}" for name, reason in refused.items())
+        hint = "" if not variants else "\nPass strict=False (--allow-failed) to write the artifact without them."
+        error = ExportError(f"refused to write {out}: no silently wrong artifact.\n{reasons}{hint}")
+        error.report = {"ok": False, "refused": refused, "parity": parity}  # type: ignore[attr-defined]
+        raise error
+    if refused:
+        warnings.warn(f"artifact {out} written without {sorted(refused)}: " + "; ".join(
+            f"{k}: {v}" for k, v in refused.items()), stacklevel=3)
+    manifest["files"] = art.file_table(tmp)
+    write_json(tmp / art.MANIFEST, manifest)
+    return {"ok": ok, "artifact": str(out), "variants": list(variants), "refused": refused,
+            "deploy": manifest["deploy"], "advice": manifest["advice"], "parity": parity,
+            "verify": verification}
+
+
+def _quantize_variant(tmp: Path, variants: dict[str, Any], refused: dict[str, str], parity: dict[str, Any],
+                      probes: Sequence[Any], eager_outputs: Sequence[Any], ops: tuple[str, ...],
+                      threads: int | None) -> None:
+    if "onnx" not in variants:
+        refused["onnx-int8"] = "INT8 quantization starts from the ONNX variant, which was refused."
+        return
+    target = tmp / art.VARIANT_FILES["onnx-int8"]
+    try:
+        info = quantize_onnx(tmp / art.VARIANT_FILES["onnx"], target, ops)
+        check = check_variant(art.open_runner(target, "onnx", threads), probes, eager_outputs, exact=False)
+    except ExportError as error:
+        refused["onnx-int8"] = str(error)
+        parity["formats"]["onnx-int8"] = {"ok": False, "export_error": str(error)}
+        target.unlink(missing_ok=True)
+        return
+    parity["formats"]["onnx-int8"] = {**check, "quantization": info}
+    if not check["ok"]:
+        refused["onnx-int8"] = "; ".join(check["problems"])
+        target.unlink(missing_ok=True)
+        return
+    variants["onnx-int8"] = {"file": target.name, "extra_files": [], "format": "onnx", "quantization": {
+        k: info[k] for k in ("method", "weight_type", "op_types", "nodes_quantized", "gemm_rewritten_as_matmul")}}
+
+
+def _remove(tmp: Path, variant: str) -> None:
+    name = art.VARIANT_FILES[variant]
+    for path in tmp.iterdir():
+        if path.name == name or (variant == "onnx" and path.name.startswith(name + ".")):
+            path.unlink()

@@ -1,0 +1,122 @@
+"""INT8 dynamic quantization: ONNX Runtime's ``quantize_dynamic`` (exportable) and torch.ao's (legacy).
+
+Operator types are chosen with care: by default only ``MatMul`` is quantized. The dynamo ONNX exporter
+writes ``nn.Linear`` on 2-D inputs as ``Gemm``, which ONNX Runtime's dynamic quantizer does not handle,
+so constant-weight ``Gemm`` nodes are first rewritten as ``MatMul`` + ``Add`` (same result) — otherwise a
+"quantized" MLP would silently be the float model. Convolutions are left in float unless asked for:
+``ConvInteger`` made a small CNN slower here (see benchmarks/deploy_quantize.py).
+
+Example:
+    >>> from torchwork.deploy.quantize import DEFAULT_OPS
+    >>> DEFAULT_OPS
+    ('MatMul',)
+"""
+
+from __future__ import annotations
+
+import collections
+import warnings
+from pathlib import Path
+from typing import Any
+
+from torchwork.deploy.exporters import quiet
+from torchwork.errors import ConfigError, ExportError
+
+DEFAULT_OPS = ("MatMul",)
+SUPPORTED_OPS = ("MatMul", "Conv", "Gather", "Attention", "LSTM")
+INTEGER_OPS = {"MatMulInteger", "ConvInteger", "DynamicQuantizeMatMul", "DynamicQuantizeLSTM", "QAttention",
+               "MatMulIntegerToFloat", "DynamicQuantizeLinear", "DequantizeLinear"}
+
+CONV_ADVICE = ("Quantizing Conv made a small CNN slower in ONNX Runtime on CPU here (about 10x lower throughput "
+               "at batch 64 than the float ONNX graph: ConvInteger has no fast kernel for small convolutions), "
+               "while MatMul-only INT8 was the fastest variant; keep quantize_ops=('MatMul',) unless "
+               "benchmarks/deploy_quantize.py says otherwise for your model.")
+TORCH_AO_WARNING = ("torch.ao.quantization.quantize_dynamic is deprecated in PyTorch, and its result cannot be "
+                    "exported (neither torch.export nor ONNX handle its packed weights): it is measured for "
+                    "comparison only. Deploy ONNX Runtime's INT8 variant (quantize='int8') instead.")
+
+
+def gemm_to_matmul(model: Any) -> int:
+    """Rewrite constant-weight ``Gemm`` (alpha = beta = 1, no transA) as ``MatMul`` + ``Add``, in place."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    graph = model.graph
+    initializers = {init.name: init for init in graph.initializer}
+    new_nodes, rewritten = [], 0
+    for node in graph.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        convertible = (node.op_type == "Gemm" and len(node.input) >= 2 and node.input[1] in initializers
+                       and attrs.get("alpha", 1.0) == 1.0 and attrs.get("beta", 1.0) == 1.0
+                       and not attrs.get("transA", 0))
+        if not convertible:
+            new_nodes.append(node)
+            continue
+        weight = numpy_helper.to_array(initializers[node.input[1]])
+        if attrs.get("transB", 0):
+            weight = weight.T.copy()
+        weight_name = f"{node.input[1]}__matmul_{rewritten}"
+        graph.initializer.append(numpy_helper.from_array(weight, weight_name))
+        has_bias = len(node.input) > 2 and node.input[2]
+        product = f"{node.output[0]}__matmul" if has_bias else node.output[0]
+        new_nodes.append(helper.make_node("MatMul", [node.input[0], weight_name], [product],
+                                          name=f"{node.name or 'gemm'}_matmul"))
+        if has_bias:
+            new_nodes.append(helper.make_node("Add", [product, node.input[2]], [node.output[0]],
+                                              name=f"{node.name or 'gemm'}_bias"))
+        rewritten += 1
+    if rewritten:
+        del graph.node[:]
+        graph.node.extend(new_nodes)
+        used = {name for node in graph.node for name in node.input}
+        kept = [init for init in graph.initializer if init.name in used]
+        del graph.initializer[:]
+        graph.initializer.extend(kept)
+        onnx.checker.check_model(model)
+    return rewritten
+
+
+def quantize_onnx(source: Path, target: Path, op_types: tuple[str, ...] = DEFAULT_OPS) -> dict[str, Any]:
+    """Dynamic INT8 quantization of an ONNX file (weights INT8, activations quantized per call)."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    unknown = set(op_types) - set(SUPPORTED_OPS)
+    if not op_types or unknown:
+        raise ConfigError(f"quantize_ops={op_types!r}: choose from {SUPPORTED_OPS} (default {DEFAULT_OPS}).")
+    model = onnx.load(str(source))  # pulls the external weights in
+    before = collections.Counter(node.op_type for node in model.graph.node)
+    rewritten = gemm_to_matmul(model) if "MatMul" in op_types else 0
+    log: list[str] = []
+    try:
+        with quiet(log):  # it logs "consider pre-processing" to the root logger on every call
+            quantize_dynamic(model, str(target), op_types_to_quantize=list(op_types), weight_type=QuantType.QInt8)
+    except Exception as error:
+        raise ExportError(f"onnxruntime.quantization.quantize_dynamic failed on {source.name}: "
+                          f"{type(error).__name__}: {error}") from error
+    after = collections.Counter(node.op_type for node in onnx.load(str(target)).graph.node)
+    quantized = sum(count for op, count in after.items() if op in INTEGER_OPS - {"DynamicQuantizeLinear",
+                                                                               "DequantizeLinear"})
+    info = {"method": "onnxruntime.quantization.quantize_dynamic", "weight_type": "QInt8",
+            "op_types": list(op_types), "gemm_rewritten_as_matmul": rewritten, "nodes_quantized": quantized,
+            "ops_before": dict(sorted(before.items())), "ops_after": dict(sorted(after.items()))}
+    if quantized == 0:
+        target.unlink(missing_ok=True)
+        raise ExportError(f"INT8 quantization with op types {list(op_types)} changed nothing in {source.name} "
+                          f"(its operators: {dict(before)}): there is no constant-weight operator of those types. "
+                          "Leave the model in float, or choose other op types.")
+    return info
+
+
+def torch_dynamic_int8(model: Any) -> Any:
+    """torch.ao dynamic INT8 quantization of every ``nn.Linear`` (a copy; deprecated; not exportable)."""
+    import copy
+
+    import torch
+
+    warnings.warn(TORCH_AO_WARNING, FutureWarning, stacklevel=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quantized = torch.ao.quantization.quantize_dynamic(copy.deepcopy(model).cpu().eval(), {torch.nn.Linear},
+                                                           dtype=torch.qint8)
+    return quantized

@@ -1,0 +1,316 @@
+"""Verify an artifact: eager and every exported variant on real held-out inputs, side by side.
+
+The eager reference is, in order: the ``model`` you pass (its architecture; the artifact's weights are
+loaded into a copy when they differ), else the artifact's ``model.pt2`` program run by PyTorch (checked
+first against ``weights.safetensors``). The CLI, which has no Python model, uses the second.
+
+Latency (batch 1) and throughput (batch 64) are measured interleaved (every round times each variant once,
+in a rotating order) and reported as ratios to the reference, so machine noise hits all of them alike.
+Timings cover the model only; preprocessing is the same for every variant.
+
+Example:
+    >>> report = verify("artifacts/digits", rounds=5)         # doctest: +SKIP
+    >>> report["ok"], report["deploy"]                        # doctest: +SKIP
+    (True, 'onnx')
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from torchwork.deploy import artifact as art
+from torchwork.deploy.checks import DEFAULT_ATOL, DEFAULT_RTOL, compare, first_line
+from torchwork.errors import ConfigError, ExportError
+
+CHUNK = 256
+
+
+def _run_all(run: art.Runner, inputs: tuple[Any, ...], static_batch: int | None = None) -> list[Any]:
+    """Run in chunks of rows and join the outputs along dim 0.
+
+    A static-batch model gets chunks of exactly its batch size (the last one padded with repeated rows).
+    """
+    import torch
+
+    rows, chunk = inputs[0].shape[0], static_batch or CHUNK
+    parts = []
+    for start in range(0, rows, chunk):
+        index = torch.arange(start, start + chunk) if static_batch else torch.arange(start, min(start + chunk, rows))
+        outputs = run(tuple(t[index % rows] for t in inputs))
+        parts.append([o[: min(chunk, rows - start)] for o in outputs])
+    return [torch.cat([p[i] for p in parts]) for i in range(len(parts[0]))]
+
+
+def _rows(inputs: tuple[Any, ...], count: int) -> tuple[Any, ...]:
+    import torch
+
+    index = torch.arange(count) % inputs[0].shape[0]
+    return tuple(t[index] for t in inputs)
+
+
+def interleaved_seconds(calls: dict[str, Callable[[], Any]], rounds: int, repeat: int = 1,
+                        warmup: int = 2) -> dict[str, float]:
+    """Median seconds per call of each function, timed in interleaved rounds (rotating order)."""
+    for _ in range(warmup):
+        for call in calls.values():
+            call()
+    names = list(calls)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for round_index in range(max(1, rounds)):
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            call = calls[name]
+            started = time.perf_counter()
+            for _ in range(repeat):
+                call()
+            samples[name].append((time.perf_counter() - started) / repeat)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def _reference_module(model: Any, root: Path, manifest: dict[str, Any]) -> Any:
+    """The user's module when it holds the artifact's weights, else a copy with them loaded."""
+    import torch
+
+    weights = art.load_tensors(art.safe_member(root, manifest.get("weights", art.WEIGHTS), "weights"))
+    if any(t.device.type != "cpu" for t in [*model.parameters(), *model.buffers()]):
+        model = copy.deepcopy(model).cpu()  # artifacts run on the CPU; compare like with like
+    state = {k: v for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
+    if state.keys() == weights.keys() and all(torch.equal(state[k], weights[k]) for k in state):
+        return model
+    missing, unexpected = sorted(weights.keys() - state.keys()), sorted(state.keys() - weights.keys())
+    if missing or unexpected:
+        raise ExportError(f"the model passed to verify does not match artifact {root}: weights the model lacks "
+                          f"{missing[:5]}, model entries the artifact lacks {unexpected[:5]}. Pass an instance of "
+                          f"the exported architecture ({manifest.get('model', {}).get('class')}).")
+    reference = copy.deepcopy(model).cpu()
+    reference.load_state_dict(weights)
+    return reference
+
+
+def _pt2_reference(root: Path, manifest: dict[str, Any]) -> Any:
+    import torch
+
+    program = art.load_pt2(art.safe_member(root, manifest["variants"]["pt2"]["file"], "variant 'pt2'"))
+    weights = art.load_tensors(art.safe_member(root, manifest.get("weights", art.WEIGHTS), "weights"))
+    for name, value in program.state_dict.items():
+        if name in weights and not torch.equal(value.detach().cpu(), weights[name]):
+            raise ExportError(f"artifact {root}: the pt2 program's {name!r} differs from weights.safetensors, so "
+                              "the artifact's files do not come from one export. Re-export the model.")
+    return program.module()
+
+
+def _model_inputs(root: Path, manifest: dict[str, Any], preprocess: Any, inputs: Any,
+                  targets: Any) -> tuple[tuple[Any, ...], Any, str]:
+    if inputs is not None:
+        raw, source = inputs, "inputs passed to verify"
+    else:
+        bundled = art.load_samples(root, manifest)
+        if bundled is not None:
+            raw, bundled_targets = bundled
+            targets = bundled_targets if targets is None else targets
+            source = "held-out samples bundled at export"
+        else:
+            examples = art.load_examples(root, manifest)
+            return (examples, targets, "the export's example inputs (not held-out data: pass inputs= or "
+                    "export with samples=)")
+    if preprocess is not None:
+        raw = preprocess(raw)
+    tensors = art.check_inputs(art.as_input_tuple(raw, "inputs"), manifest["inputs"], any_batch=True)
+    if targets is not None:
+        import torch
+
+        targets = torch.as_tensor(targets).long()
+        if targets.shape[0] != tensors[0].shape[0]:
+            raise ConfigError(f"{targets.shape[0]} targets for {tensors[0].shape[0]} inputs.")
+    return tensors, targets, source
+
+
+def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any = None, targets: Any = None, *,
+           variants: Sequence[str] | None = None, atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL,
+           tolerance: float = 0.01, rounds: int = 20, threads: int | None = None, torch_ao: bool = False,
+           trust: Iterable[str] = ()) -> dict[str, Any]:
+    """Compare every variant of an artifact with eager on real inputs; ``report["ok"]`` is False on failure.
+
+    Args:
+        artifact_dir: the directory written by :func:`torchwork.deploy.export`.
+        model: the eager model (any instance of the exported architecture); default: the pt2 program.
+        inputs, targets: raw held-out inputs (through the artifact's preprocessing) and their labels;
+            default: the samples bundled at export, else the example inputs (said in the report).
+        variants: names to check (default: all in the artifact).
+        atol, rtol: parity tolerance of float variants, ``|out - eager| <= atol + rtol * |eager|``.
+        tolerance: accuracy (or top-1 agreement, without targets) a quantized variant may lose.
+        rounds: timing rounds (interleaved). threads: torch and ONNX Runtime threads (default: torch's).
+        torch_ao: also measure torch.ao dynamic INT8 (deprecated, not exportable; needs ``model``).
+        trust: module prefixes, besides ``torchwork``, allowed for the artifact's preprocessor class.
+    """
+    import torch
+
+    root = Path(artifact_dir)
+    manifest = art.read_manifest(root)
+    names = [n for n in manifest["variants"] if variants is None or n in variants]
+    if variants is not None and set(variants) - set(manifest["variants"]):
+        raise ConfigError(f"artifact {root} has no variant(s) {sorted(set(variants) - set(manifest['variants']))}; "
+                          f"it has {sorted(manifest['variants'])}.")
+    preprocess = art.load_preprocess(root, manifest, trust)
+    model_inputs, targets, source = _model_inputs(root, manifest, preprocess, inputs, targets)
+    threads = threads or torch.get_num_threads()
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    modes = None
+    try:
+        if model is not None:
+            modes = [m.training for m in model.modules()]
+            reference_module = _reference_module(model, root, manifest).eval()
+            reference_name, reference_label = "eager", "eager model passed to verify"
+        elif "pt2" in manifest["variants"]:
+            reference_module = _pt2_reference(root, manifest)
+            reference_name, reference_label = "pt2", "the artifact's pt2 program run eagerly by PyTorch"
+        else:
+            raise ExportError(f"artifact {root} has no pt2 program to serve as the eager reference. Verify it from "
+                              "Python with verify(path, model=YourModel()), or re-export with 'pt2' in formats.")
+        runners: dict[str, art.Runner] = {reference_name: art.torch_runner(reference_module)}
+        kinds = {reference_name: "reference"}
+        for name in names:
+            if name == reference_name:
+                continue
+            path = art.safe_member(root, manifest["variants"][name]["file"], f"variant {name!r}")
+            runners[name] = art.open_runner(path, art.variant_format(name), threads)
+            kinds[name] = "quantized" if name.endswith("int8") else "exact"
+        if torch_ao:
+            if model is None:
+                raise ConfigError("torch_ao=True measures torch.ao dynamic quantization of the eager model: pass "
+                                  "model=.")
+            from torchwork.deploy.quantize import torch_dynamic_int8
+
+            runners["torch-ao-int8"] = art.torch_runner(torch_dynamic_int8(reference_module))
+            kinds["torch-ao-int8"] = "comparison"
+        first_dim = manifest["inputs"][0]["shape"][0] if manifest["inputs"][0]["shape"] else None
+        static_batch = first_dim if isinstance(first_dim, int) else None
+        report = _measure(runners, kinds, model_inputs, targets, atol, rtol, tolerance, rounds, static_batch)
+    finally:
+        torch.set_num_threads(previous_threads)
+        if modes is not None:
+            for module, mode in zip(model.modules(), modes):
+                module.training = mode
+    for name, row in report["variants"].items():
+        if name in manifest["variants"]:
+            row["bytes"] = art.variant_bytes(manifest, name)
+    candidates = {n: r for n, r in report["variants"].items()
+                  if n in manifest["variants"] and r["ok"] and r.get("within_tolerance", True)}
+    deploy = max(candidates, key=lambda n: (candidates[n]["throughput_ratio"], -candidates[n].get("bytes", 0)),
+                 default=None)
+    report.update(
+        ok=all(r["ok"] for r in report["variants"].values() if r["kind"] != "comparison"),
+        artifact=str(root), reference=reference_label,
+        inputs={"source": source, "count": int(model_inputs[0].shape[0]), "preprocessed": preprocess is not None,
+                "targets": targets is not None},
+        threads=threads, tolerance={"atol": atol, "rtol": rtol, "accuracy": tolerance},
+        deploy=deploy,
+        deploy_rule=f"the fastest at batch 64 among variants that pass parity and stay within {tolerance:g} of the "
+                    f"reference's {'accuracy' if targets is not None else 'top-1 predictions'}",
+        refused_at_export=manifest.get("refused", {}), advice=manifest.get("advice", []))
+    return report
+
+
+def _measure(runners: dict[str, art.Runner], kinds: dict[str, str], inputs: tuple[Any, ...], targets: Any,
+             atol: float, rtol: float, tolerance: float, rounds: int, static_batch: int | None) -> dict[str, Any]:
+    reference_name = next(n for n, k in kinds.items() if k == "reference")
+    reference = _run_all(runners[reference_name], inputs, static_batch)
+    rows: dict[str, dict[str, Any]] = {}
+    working: dict[str, art.Runner] = {}
+    for name, run in runners.items():
+        row: dict[str, Any] = {"kind": kinds[name]}
+        try:
+            outputs = reference if name == reference_name else _run_all(run, inputs, static_batch)
+        except Exception as error:
+            row.update(ok=False, problem=f"failed on the held-out inputs: {first_line(error)}")
+            rows[name] = row
+            continue
+        working[name] = run
+        found = compare(reference, outputs, atol, rtol)
+        row.update(max_abs=found["max_abs"], max_rel=found["max_rel"], top1_agreement=found["top1_agreement"])
+        if targets is not None and outputs[0].ndim == 2:
+            row["accuracy"] = float((outputs[0].argmax(dim=1) == targets).double().mean())
+        if kinds[name] == "exact" or kinds[name] == "reference":
+            row.update(ok=found["ok"], problem=found.get("problem"))
+        else:
+            row.update(_within_tolerance(row, rows[reference_name], found, tolerance))
+        rows[name] = row
+    small, large = (static_batch, static_batch) if static_batch else (1, 64)
+    one, many = _rows(inputs, small), _rows(inputs, large)
+    latency = interleaved_seconds({n: (lambda r=r: r(one)) for n, r in working.items()}, rounds, repeat=10)
+    batch = interleaved_seconds({n: (lambda r=r: r(many)) for n, r in working.items()}, rounds, repeat=2)
+    for name in working:
+        rows[name].update(latency_b1_ms=latency[name] * 1e3, latency_ratio=latency[name] / latency[reference_name],
+                          throughput_b64_per_s=large / batch[name],
+                          throughput_ratio=batch[reference_name] / batch[name])
+    return {"variants": rows, "timing_batches": {"latency": small, "throughput": large}}
+
+
+def _within_tolerance(row: dict[str, Any], reference: dict[str, Any], found: dict[str, Any],
+                      tolerance: float) -> dict[str, Any]:
+    """Quantized variants: judged on accuracy (or top-1 agreement), not on elementwise closeness."""
+    if found.get("problem") and not str(found["problem"]).startswith("outputs differ"):
+        return {"ok": False, "problem": found.get("problem"), "within_tolerance": False}
+    if "accuracy" in row and "accuracy" in reference:
+        drop = reference["accuracy"] - row["accuracy"]
+        ok = drop <= tolerance
+        problem = None if ok else f"accuracy {row['accuracy']:.4f} vs {reference['accuracy']:.4f} (drop {drop:.4f} > " \
+                                  f"tolerance {tolerance:g})"
+    elif found.get("top1_agreement") is not None:
+        ok = found["top1_agreement"] >= 1 - tolerance
+        problem = None if ok else f"top-1 agreement {found['top1_agreement']:.4f} < {1 - tolerance:g}"
+    else:
+        ok = found["max_rel"] is not None and found["max_rel"] <= tolerance
+        problem = None if ok else f"max relative diff {found['max_rel']:.3g} > tolerance {tolerance:g}"
+    return {"ok": ok, "problem": problem, "within_tolerance": ok}
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The verification report as a text table."""
+    header = ("variant", "kind", "max abs", "max rel", "top-1 agree", "accuracy", "latency b1",
+              "throughput b64", "size", "ok")
+    lines = []
+    for name, row in report["variants"].items():
+        mark = " *" if name == report.get("deploy") else ""
+
+        def number(key: str, fmt: str, row: dict[str, Any] = row) -> str:
+            return "-" if row.get(key) is None else format(row[key], fmt)
+
+        lines.append((name + mark, row["kind"], number("max_abs", ".2e"), number("max_rel", ".2e"),
+                      number("top1_agreement", ".2%"), number("accuracy", ".4f"),
+                      "-" if row.get("latency_ratio") is None else
+                      f"{row['latency_b1_ms']:.3f} ms ({row['latency_ratio']:.2f}x)",
+                      "-" if row.get("throughput_ratio") is None else
+                      f"{row['throughput_b64_per_s']:,.0f}/s ({row['throughput_ratio']:.2f}x)",
+                      "-" if row.get("bytes") is None else f"{row['bytes'] / 1024:,.1f} KiB",
+                      "yes" if row["ok"] else "NO"))
+    widths = [max(len(str(r[i])) for r in [header, *lines]) for i in range(len(header))]
+    text = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *lines]]
+    text.insert(1, "  ".join("-" * w for w in widths))
+    inputs = report["inputs"]
+    out = [f"artifact {report['artifact']}: {'OK' if report['ok'] else 'PARITY FAILED'}",
+           f"reference: {report['reference']}"
+           + (" (ratios are to it; pass model= from Python for ratios to the nn.Module)"
+              if report["reference"].startswith("the artifact's pt2") else ""),
+           f"inputs: {inputs['count']} from {inputs['source']}"
+           f"{' (through the bundled preprocessing)' if inputs['preprocessed'] else ''}; threads {report['threads']}",
+           "", *text, "",
+           f"latency: batch {report['timing_batches']['latency']}, model only (ratio to the reference, lower is "
+           f"faster); throughput: batch {report['timing_batches']['throughput']} (ratio, higher is faster)"]
+    if report.get("deploy"):
+        out.append(f"* deploy: {report['deploy']} ({report['deploy_rule']})")
+    for name, row in report["variants"].items():
+        if row.get("problem"):
+            out.append(f"{name}: {row['problem']}")
+    for name, reason in (report.get("refused_at_export") or {}).items():
+        out.append(f"refused at export: {name}: {reason}")
+    for advice in report.get("advice") or []:
+        out.append(f"advice: {advice}")
+    return "\n".join(out)

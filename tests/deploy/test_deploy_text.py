@@ -1,0 +1,137 @@
+"""A text classifier on real tweets: bundled preprocessing, dynamic batch and length, EmbeddingBag advice."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+from deploy_helpers import eager, text_classifier, tweets
+from torch import nn
+
+from torchwork.deploy import TokenIdsPreprocessor, export, load_artifact, read_manifest, verify
+from torchwork.errors import ExportError
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory):
+    model, preprocess = text_classifier()
+    data = tweets()
+    out = tmp_path_factory.mktemp("text") / "tweets"
+    report = export(model, preprocess(data["train"][:8]), out, preprocess=preprocess, samples=data["test"],
+                    targets=data["y_test"], labels=["negative", "positive"], softmax=True, verify_rounds=2,
+                    threads=1)
+    return out, report
+
+
+def test_manifest_has_dynamic_batch_and_length_and_the_preprocessor(artifact):
+    out, report = artifact
+    assert report["ok"], report["refused"]
+    manifest = read_manifest(out)
+    assert manifest["inputs"] == [{"name": "ids", "dtype": "int64", "shape": ["batch", "length"]},
+                                  {"name": "lengths", "dtype": "int64", "shape": ["batch"]}]
+    assert manifest["preprocess"] == {"class": "torchwork.deploy.preprocess:TokenIdsPreprocessor",
+                                      "dir": "preprocess"}
+    assert (out / "preprocess" / "vocab.json").is_file()
+    assert manifest["samples"]["kind"] == "texts" and manifest["samples"]["count"] == 500
+    probes = json.loads((out / "parity.json").read_text())["probes"]
+    assert any("length" in p for p in probes) and "batch 64" in probes
+
+
+def test_load_artifact_takes_raw_texts(artifact):
+    out, _ = artifact
+    model, preprocess = text_classifier()
+    texts = tweets()["test"][:50]
+    for variant in ("onnx", "pt2"):
+        probabilities = load_artifact(out, variant, threads=1)(texts)
+        torch.testing.assert_close(probabilities, torch.softmax(eager(model, *preprocess(texts)), dim=1),
+                                   atol=1e-5, rtol=1e-4)
+    labels = load_artifact(out).classify(["I would never trust a driverless car", ""])
+    assert {row["label"] for row in labels} <= {"negative", "positive"}
+
+
+@pytest.mark.parametrize(("batch", "length"), [(1, 3), (1, 120), (64, 5), (64, 120)])
+def test_onnx_accepts_any_batch_and_length(artifact, batch, length):
+    out, _ = artifact
+    model, preprocess = text_classifier()
+    ids, lengths = preprocess(tweets()["test"][:batch], max_length=length)
+    if ids.shape[1] < length:  # pad to the probed length: padding must not change the outputs
+        ids = torch.cat([ids, ids.new_zeros(batch, length - ids.shape[1])], dim=1)
+    session = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"ids": ids.numpy(), "lengths": lengths.numpy()})[0]
+    np.testing.assert_allclose(got, eager(model, ids, lengths).numpy(), atol=1e-4, rtol=1e-3)
+
+
+def test_verify_goes_through_the_bundled_preprocessing(artifact):
+    out, _ = artifact
+    report = verify(out, rounds=1, threads=1)
+    assert report["ok"] and report["inputs"]["preprocessed"] and report["inputs"]["count"] == 500
+    assert report["variants"]["onnx"]["top1_agreement"] == 1.0
+    assert report["variants"]["pt2"]["accuracy"] > 0.7
+
+
+def test_preprocessor_round_trip_and_empty_text(tmp_path):
+    preprocess = TokenIdsPreprocessor.fit(["a good car", "a bad car", "good"], max_length=4)
+    preprocess.save(tmp_path)
+    again = TokenIdsPreprocessor.load(tmp_path)
+    texts = ["good car!", "", "an unknown word here and more"]
+    for first, second in zip(preprocess(texts), again(texts)):
+        assert torch.equal(first, second)
+    ids, lengths = again(texts)
+    assert lengths.tolist() == [3, 1, 4] and ids[1].tolist()[0] == 1  # empty -> one unknown token
+
+
+class LocalPreprocessor(TokenIdsPreprocessor):
+    """A preprocessor outside the torchwork namespace: loading needs the caller's explicit trust."""
+
+
+def test_preprocessors_outside_torchwork_need_trust(tmp_path):
+    model, _ = text_classifier()
+    texts = tweets()["test"][:20]
+    local = LocalPreprocessor(text_classifier()[1].vocabulary, max_length=48)
+    out = tmp_path / "local"
+    export(model, local(texts[:4]), out, formats=("pt2",), preprocess=local)
+    with pytest.raises(ExportError, match=r"outside the torchwork namespace.*trust=\('test_deploy_text',\)"):
+        load_artifact(out)
+    assert load_artifact(out, trust=("test_deploy_text",))(texts).shape == (20, 2)
+
+
+class BagClassifier(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.bag = nn.EmbeddingBag(1000, 16, mode="mean")
+        self.classifier = nn.Linear(16, 2)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.bag(ids))
+
+
+def test_embedding_bag_gets_operator_advice_and_its_pt2_guard_is_caught(tmp_path):
+    ids = torch.randint(0, 1000, (4, 12), generator=torch.Generator().manual_seed(0))
+    with pytest.warns(UserWarning, match="written without"):
+        report = export(BagClassifier(), ids, tmp_path / "bag", formats=("pt2", "onnx"), strict=False)
+    # torch.export raises nothing, but its program carries a guard batch >= 2 that eager does not have.
+    assert report["variants"] == ["onnx"]
+    assert "batch 1" in report["refused"]["pt2"] and "Guard failed" in report["refused"]["pt2"]
+    advice = " ".join(report["advice"])
+    assert "EmbeddingBag 'bag' exports to an ONNX Loop" in advice and "Embedding + mean" in advice
+    assert "The ONNX graph contains {'Loop'" in advice
+
+
+def test_the_data_text_preprocessor_travels_in_the_artifact(tmp_path):
+    """torchwork.data's TextPreprocessor (cleaning + vocabulary), reloaded by load_artifact from JSON."""
+    text = pytest.importorskip("torchwork.data.text")
+    model, _ = text_classifier()
+    data = tweets()
+    preprocess = text.TextPreprocessor.fit(data["train"], max_length=48)
+    preprocess.vocab = preprocess.vocab[: model.embedding.num_embeddings]  # ids must fit the embedding
+    preprocess = text.TextPreprocessor(preprocess.vocab, preprocess.cleaning, preprocess.max_length)
+    out = tmp_path / "data_text"
+    report = export(model, preprocess(data["train"][:8]), out, preprocess=preprocess, samples=data["test"],
+                    targets=data["y_test"], verify_rounds=1, threads=1)
+    assert report["ok"] and read_manifest(out)["preprocess"]["class"] == "torchwork.data.text:TextPreprocessor"
+    texts = ["@someone I LOVE my self-driving car http://example.com", ""]
+    torch.testing.assert_close(load_artifact(out)(texts), eager(model, *preprocess(texts)), atol=1e-5, rtol=1e-4)
