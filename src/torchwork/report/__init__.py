@@ -1,0 +1,1 @@
+"""Self-contained HTML run reports with embedded plots."""
