@@ -26,9 +26,28 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
 
 
+def _doctor_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true",
+                        help="print {findings, exit} as JSON on stdout (the script's own stdout goes to stderr)")
+    parser.add_argument("--check", action="append", metavar="ID",
+                        help="run only this check (repeatable); default: every check")
+    parser.add_argument("script", help="the Python script to run, unmodified")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+
+
+def _explain_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", nargs="?", default="-",
+                        help="file holding a traceback or error message ('-' or nothing: standard input)")
+    parser.add_argument("--json", action="store_true", help="print the explanations as JSON")
+
+
 COMMANDS: list[Command] = [
     ("demo", "train a small classifier on scikit-learn's digits with the engine and print a summary",
      _demo_arguments, "torchwork.recipes.digits:cli_main"),
+    ("doctor", "run a training script unmodified and report the classic PyTorch mistakes with file:line",
+     _doctor_arguments, "torchwork.doctor.runner:cli_main"),
+    ("explain", "explain a pasted PyTorch traceback or error message: cause and fix",
+     _explain_arguments, "torchwork.doctor.explain:cli_main"),
 ]
 
 
