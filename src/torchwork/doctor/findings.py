@@ -155,6 +155,13 @@ def display_path(filename: str | None) -> str | None:
     return filename if rel.startswith("..") else rel
 
 
+def format_where(where: tuple[str, int] | None, default: str = "an unknown line") -> str:
+    """'file:line' for a message (relative to the working directory when inside it)."""
+    if where is None:
+        return default
+    return f"{display_path(where[0])}:{where[1]}"
+
+
 # ---------------------------------------------------------------------------------------------- report
 def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
     order = {s: i for i, s in enumerate(SEVERITIES)}

@@ -107,6 +107,9 @@ def run_script(script: str | os.PathLike[str], args: Sequence[str] = (), *,
     if not path.is_file():
         raise ConfigError(f"doctor: no script {str(script)!r}. Pass the path of a Python file: "
                           "torchwork doctor train.py [ARGS...].")
+    import torch
+
+    torch.seed()  # a fresh random state, as a new process would have: the script's own seeding shows
     session = diagnose(checks)
     script_exit = 0
     error: BaseException | None = None

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from torchwork.doctor.checks import Check
+from torchwork.doctor.findings import format_where
 
 Tensor = torch.Tensor
 
@@ -62,7 +63,7 @@ class InplaceSaved(Check):
         op, changed_at = self.modified.get(key, ("an in-place operation", None)) if key is not None else (
             "an in-place operation", None)
         described = f"[{tensor.type()} {list(tensor.shape)}]"
-        saved_text = f"{saved_at[0]}:{saved_at[1]}" if saved_at else "an unknown line"
+        saved_text = format_where(saved_at)
         where = changed_at or saved_at
         self.report(
             f"{op} changed a tensor {described} that autograd had saved at {saved_text} ({origin}) to compute "
@@ -74,7 +75,7 @@ class InplaceSaved(Check):
             "one of the variables needed for gradient computation has been modified by an inplace operation: "
             f"{described}, which is {origin}, is at version {tensor._version}; expected version {version} "
             f"instead. (torchwork doctor: saved at {saved_text}, modified by {op}"
-            + (f" at {changed_at[0]}:{changed_at[1]})" if changed_at else ")"))
+            + (f" at {format_where(changed_at)})" if changed_at else ")"))
 
     # ----------------------------------------------------------------- who writes in place
     def on_inplace(self, func: Any, tensor: Tensor) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from torchwork.doctor.checks import Check
+from torchwork.doctor.findings import format_where
 from torchwork.doctor.session import is_finite_fast
 
 Tensor = torch.Tensor
@@ -87,7 +88,7 @@ class NonFiniteLoss(Check):
         value = float(loss.detach().reshape(-1)[0]) if loss.numel() else float("nan")
         step = self.session.optimizer_steps + 1
         backward_at = self.session.where()
-        where_text = f"{backward_at[0]}:{backward_at[1]}" if backward_at else "the backward call"
+        where_text = format_where(backward_at, "the backward call")
         produced = [e for e in self.events if e[0] == "produced"]
         if produced:
             _, op, where = produced[0]
