@@ -221,3 +221,28 @@ def test_report_groups_by_severity_and_exit_code_counts_warnings() -> None:
     assert text.index("ERROR") < text.index("WARNING") < text.index("INFO")
     assert exit_code_for(findings) == 1 and exit_code_for(findings[:1]) == 0
     assert math.isfinite(len(text))
+
+
+def test_broken_graph_names_each_cause_for_its_own_parameters() -> None:
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.backbone, self.unused, self.head = nn.Linear(4, 8), nn.Linear(8, 8), nn.Linear(8, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            with torch.no_grad():
+                features = self.backbone(x)
+            return self.head(features)
+
+    torch.manual_seed(0)
+    model = Model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with diagnose(["broken-graph"]) as session:
+        for _ in range(3):
+            optimizer.zero_grad()
+            model(torch.randn(4, 4)).sum().backward()
+            optimizer.step()
+    messages = sorted(f.message for f in session.findings)
+    assert len(messages) == 2 and all(f.severity == "warning" for f in session.findings)
+    assert "Model.backbone ran under torch.no_grad()" in messages[0] and "Model.unused" not in messages[0]
+    assert "Model.unused.bias, Model.unused.weight" in messages[1] and "never took part in a loss" in messages[1]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import os
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -157,6 +158,8 @@ class _DoctorMode(TorchFunctionMode):
         if kwargs is None:
             kwargs = {}
         session = self.session
+        if session._forked:  # a DataLoader worker or other child process: not the user's training loop
+            return func(*args, **kwargs)
         try:
             cat = self.categories[func]
         except (KeyError, TypeError):
@@ -218,6 +221,7 @@ class Session:
         self.backward_calls = 0
         self.script_failed = False
         self._active = False
+        self._forked = False
         self._mode: _DoctorMode | None = None
         self._handles: list[Any] = []
         self._patches: list[tuple[Any, str, Any]] = []
@@ -365,6 +369,8 @@ class Session:
 
     # ------------------------------------------------------------------ module and optimizer hooks
     def _module_pre(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        if self._forked:
+            return
         depth = getattr(self._depth, "value", 0)
         self._depth.value = depth + 1
         top = depth == 0
@@ -374,6 +380,8 @@ class Session:
             self._safely(callback, module, args, kwargs, top)
 
     def _module_post(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
+        if self._forked:
+            return
         depth = getattr(self._depth, "value", 1) - 1
         self._depth.value = max(depth, 0)
         top = depth <= 0
@@ -443,6 +451,7 @@ class Session:
         self._handles.append(register_optimizer_step_post_hook(self._step_post))
         self._mode = _DoctorMode(self)
         self._mode.__enter__()
+        _watch_forks(self)
         return self
 
     def _module_pre_kwargs_adapter(self) -> Callable[..., None]:
@@ -506,6 +515,24 @@ class Session:
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
         self.stop(exc if isinstance(exc, Exception) else None)
         return False
+
+
+_SESSIONS: weakref.WeakSet[Session] = weakref.WeakSet()
+_FORK_HOOK_INSTALLED = False
+
+
+def _watch_forks(session: Session) -> None:
+    """Forked children (DataLoader workers) inherit the hooks: make them pass everything straight through."""
+    global _FORK_HOOK_INSTALLED
+    _SESSIONS.add(session)
+    if not _FORK_HOOK_INSTALLED and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_mark_forked)
+        _FORK_HOOK_INSTALLED = True
+
+
+def _mark_forked() -> None:
+    for session in list(_SESSIONS):
+        session._forked = True
 
 
 def diagnose(checks: Iterable[str] | None = None, **options: Any) -> Session:

@@ -127,28 +127,30 @@ class BrokenGraph(Check):
     def finish(self) -> None:
         missing = {pid: name for pid, name in self.missing.items()
                    if pid not in self.loss_reached and not self._received(pid)}
-        if not missing:
-            return
-        names = sorted(missing.values())
-        listed = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-        head = f"{len(names)} trainable parameter tensor(s) never received a gradient ({listed})"
-        for label, where, reached in self.breaks:
-            if reached & set(missing):
-                self.report(f"{head}: the graph is cut here by {label}; everything computed from its result "
-                            "is a constant for autograd.",
+        for label, where, reached in self.breaks:  # one finding per cause, each for its own parameters
+            cut = {pid: missing.pop(pid) for pid in reached & set(missing)}
+            if cut:
+                self.report(f"{_head(cut)}: the graph is cut here by {label}; everything computed from its "
+                            "result is a constant for autograd.",
                             f"Keep tensors in the graph: drop {label} on the path from the model to the loss "
                             "(use it only for logging/metrics, after the loss is computed).", where=where)
-                return
         for name, where, reached in self.no_grad_modules:
-            if reached & set(missing):
-                self.report(f"{head}: {name} ran under torch.no_grad()/inference_mode, so autograd recorded "
-                            "nothing for it.",
+            cut = {pid: missing.pop(pid) for pid in reached & set(missing)}
+            if cut:
+                self.report(f"{_head(cut)}: {name} ran under torch.no_grad()/inference_mode, so autograd "
+                            "recorded nothing for it.",
                             "Run the trainable part of the forward pass with autograd on; if the layer is "
                             "meant to be frozen, set requires_grad_(False) on it and leave it out of the "
-                            "optimizer.", where=where)
-                return
-        self.report(f"{head}: they are in the optimizer but never took part in a loss (an unused layer or "
-                    "output head, or a branch never executed).",
-                    "Use the layer in forward(), or freeze it (requires_grad_(False)) and leave it out of the "
-                    "optimizer; under DDP unused parameters also stall training.",
-                    where=self.first_step_where)
+                            "optimizer.", where=where, severity="warning")
+        if missing:
+            self.report(f"{_head(missing)}: they are in the optimizer but never took part in a loss (an unused "
+                        "layer or output head, or a branch never executed).",
+                        "Use the layer in forward(), or freeze it (requires_grad_(False)) and leave it out of "
+                        "the optimizer; under DDP unused parameters also stall training.",
+                        where=self.first_step_where, severity="warning")
+
+
+def _head(params: dict[int, str]) -> str:
+    names = sorted(params.values())
+    listed = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    return f"{len(names)} trainable parameter tensor(s) never received a gradient ({listed})"
