@@ -53,12 +53,15 @@ class Explanation:
     cause: str
     fix: str
     detail: str | None = None
+    location: str | None = None  # the last frame of the user's code in a pasted traceback
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     def format(self) -> str:
         lines = [f"[{self.family}] {self.title}", f"  matched: {self.matched}"]
+        if self.location:
+            lines.append(f"  at:      {self.location} (your code's last line in the traceback)")
         if self.detail:
             lines.append(f"  here:    {self.detail}")
         lines.append(f"  cause:   {self.cause}")
@@ -670,6 +673,19 @@ def _line_at(text: str, start: int, end: int) -> str:
     return line if len(line) <= 300 else line[:297] + "..."
 
 
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
+_LIBRARY = re.compile(r"site-packages|dist-packages|[/\\]lib[/\\]python\d|[/\\]Lib[/\\]|^<")
+
+
+def _user_frame_before(text: str, position: int) -> str | None:
+    """'file:line' of the last traceback frame before ``position`` that is not library code."""
+    found = None
+    for frame in _FRAME.finditer(text, 0, position):
+        if not _LIBRARY.search(frame.group("file")):
+            found = f"{frame.group('file')}:{frame.group('line')}"
+    return found
+
+
 def explain_text(text: str) -> list[Explanation]:
     """Every error family recognised in ``text``, most specific first.
 
@@ -688,7 +704,7 @@ def explain_text(text: str) -> list[Explanation]:
             spans.append((start, end))
             detail = family.detail(match) if family.detail else None
             found.append(Explanation(family.id, family.title, family.check, _line_at(text, start, end),
-                                     family.cause, family.fix, detail))
+                                     family.cause, family.fix, detail, _user_frame_before(text, start)))
             break
     return found
 
@@ -714,6 +730,9 @@ def cli_main(args: argparse.Namespace) -> int:
 
     source = args.file
     if source in (None, "-"):
+        if sys.stdin.isatty():
+            print("Paste the traceback or error message, then press Ctrl-D (Ctrl-Z Enter on Windows):",
+                  file=sys.stderr)
         text = sys.stdin.read()
     else:
         path = Path(source)

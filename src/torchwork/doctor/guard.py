@@ -23,6 +23,7 @@ Example:
     >>> guard = Guard(model, optimizer)
     >>> with warnings.catch_warnings(record=True):
     ...     guard.after_step(torch.tensor(float("nan")), batch_size=8)
+    ...     guard.flush()  # after_step checks every check_every steps; flush checks now
     >>> [f.id for f in guard.findings]
     ['non-finite-loss']
 """

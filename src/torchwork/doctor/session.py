@@ -9,13 +9,14 @@ is edited. The hooks are removed when the session ends.
 Example:
     >>> import torch
     >>> from torchwork.doctor.session import diagnose
+    >>> _ = torch.manual_seed(0)
     >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))
     >>> with diagnose() as session:
     ...     with torch.no_grad():
     ...         for _ in range(2):
     ...             _ = model(torch.randn(8, 4))  # evaluation, but the model is still in train mode
     >>> [f.id for f in session.findings]
-    ['eval-mode', 'unseeded']
+    ['eval-mode']
 """
 
 from __future__ import annotations
@@ -227,7 +228,7 @@ class Session:
         self._patches: list[tuple[Any, str, Any]] = []
         self._depth = threading.local()
         self._lock = threading.RLock()
-        self._model_names: dict[int, str] = {}
+        self._model_names: weakref.WeakKeyDictionary[torch.nn.Module, str] = weakref.WeakKeyDictionary()
         self._models: dict[int, weakref.ReferenceType[torch.nn.Module]] = {}
         self.loader: weakref.ReferenceType[Any] | None = None  # the DataLoader that yielded last
         self.initial_seed = torch.initial_seed()
@@ -270,7 +271,7 @@ class Session:
     # ------------------------------------------------------------------ module names
     def module_name(self, module: torch.nn.Module) -> str:
         """The module's qualified name inside the outermost model seen running, else its class."""
-        name = self._model_names.get(id(module))
+        name = self._model_names.get(module)
         return name if name is not None else type(module).__name__
 
     def models_seen(self) -> list[torch.nn.Module]:
@@ -287,9 +288,8 @@ class Session:
         self._models[id(root)] = weakref.ref(root)
         label = type(root).__name__
         for name, sub in root.named_modules():
-            key = id(sub)
-            if key not in self._model_names or sub is root:
-                self._model_names[key] = f"{label}.{name}" if name else label
+            if sub not in self._model_names or sub is root:
+                self._model_names[sub] = f"{label}.{name}" if name else label
 
     # ------------------------------------------------------------------ dispatch plumbing
     def _collect_callbacks(self) -> None:
@@ -490,6 +490,8 @@ class Session:
         from torchwork.doctor.explain import explain_exception
 
         where = self.locator.from_traceback(error.__traceback__)
+        if where is None and isinstance(error, SyntaxError) and error.filename and error.lineno:
+            where = (error.filename, error.lineno)
         explanation = explain_exception(error)
         first_line = (str(error).strip().splitlines() or [""])[0]
         headline = f"{type(error).__name__}: {first_line}" if first_line else type(error).__name__
