@@ -246,3 +246,20 @@ def test_broken_graph_names_each_cause_for_its_own_parameters() -> None:
     assert len(messages) == 2 and all(f.severity == "warning" for f in session.findings)
     assert "Model.backbone ran under torch.no_grad()" in messages[0] and "Model.unused" not in messages[0]
     assert "Model.unused.bias, Model.unused.weight" in messages[1] and "never took part in a loss" in messages[1]
+
+
+def test_state_dict_diagnosis_names_prefixes_wrappers_and_heads() -> None:
+    from torchwork.doctor.checks.state_dict_mismatch import diagnose_state_dict
+
+    model = nn.Sequential(nn.Linear(8, 4), nn.ReLU(), nn.Linear(4, 3)).state_dict()
+    compiled = {f"_orig_mod.{k}": v for k, v in model.items()}
+    assert "'_orig_mod.'" in diagnose_state_dict(model, compiled)[0]
+    assert "torch.compile" in diagnose_state_dict(model, compiled)[0]
+    wrapped_model = {f"module.{k}": v for k, v in model.items()}
+    what, fix = diagnose_state_dict(wrapped_model, model)
+    assert "model's keys have the prefix 'module.'" in what and "model.module" in fix
+    what, fix = diagnose_state_dict(model, {"model": model, "optimizer": {}, "epoch": 3})
+    assert "checkpoint dictionary" in what and "checkpoint['model']" in fix
+    head = dict(model, **{"2.weight": torch.zeros(10, 4), "2.bias": torch.zeros(10)})
+    what, _ = diagnose_state_dict(model, head)
+    assert "a head of another size" in what and "(10 vs 3)" in what
