@@ -206,7 +206,7 @@ FAMILIES: tuple[Family, ...] = (
         (r"Can't call numpy\(\) on Tensor that requires grad",),
         "NumPy cannot track gradients, so PyTorch refuses to hand out a graph tensor.",
         "Use t.detach().cpu().numpy() for logging or metrics; keep the loss computation in torch.",
-        check="broken-graph"),
+        check=None),
     # --------------------------------------------------------------- devices
     Family(
         "device-mismatch", "tensors on different devices in one operation",
