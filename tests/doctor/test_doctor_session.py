@@ -263,3 +263,22 @@ def test_state_dict_diagnosis_names_prefixes_wrappers_and_heads() -> None:
     head = dict(model, **{"2.weight": torch.zeros(10, 4), "2.bias": torch.zeros(10)})
     what, _ = diagnose_state_dict(model, head)
     assert "a head of another size" in what and "(10 vs 3)" in what
+
+
+def test_optimizer_step_between_forward_and_backward_is_named() -> None:
+    """The GAN mistake: the discriminator steps before the generator's loss is backpropagated through it."""
+    torch.manual_seed(0)
+    generator, discriminator = nn.Linear(4, 2), nn.Linear(2, 1)
+    opt_g = torch.optim.SGD(generator.parameters(), lr=0.1)
+    opt_d = torch.optim.SGD(discriminator.parameters(), lr=0.1)
+    with pytest.raises(RuntimeError, match="modified by SGD.step"), diagnose(["inplace-saved"]) as session:
+        fake = generator(torch.randn(8, 4))
+        d_loss = discriminator(fake.detach()).mean()
+        g_loss = -discriminator(fake).mean()
+        opt_d.zero_grad()
+        d_loss.backward()
+        opt_d.step()  # changes the weights g_loss's graph saved
+        opt_g.zero_grad()
+        g_loss.backward()
+    (finding,) = session.findings
+    assert finding.message.startswith("SGD.step() changed a tensor")

@@ -24,13 +24,24 @@ def _storage_key(tensor: Tensor) -> int | None:
         return None
 
 
+class _Packed:
+    """What the pack hook keeps for one saved tensor."""
+
+    __slots__ = ("tensor", "version", "key", "saved_at", "origin", "unpacked")
+
+    def __init__(self, tensor: Tensor, key: int | None, saved_at: Any, origin: str) -> None:
+        # detach(): the packed value must not hold the output's grad_fn (a reference cycle through C++).
+        self.tensor, self.version, self.key = tensor.detach(), tensor._version, key
+        self.saved_at, self.origin, self.unpacked = saved_at, origin, False
+
+
 class InplaceSaved(Check):
     id = "inplace-saved"
     severity = "error"
 
     def __init__(self, session: Any) -> None:
         super().__init__(session)
-        self.saved: set[int] = set()  # storages currently saved for backward
+        self.saved: dict[int, int] = {}  # storage -> how many saved tensors (not yet unpacked) use it
         self.modified: dict[int, tuple[str, tuple[str, int] | None]] = {}  # storage -> (op, where)
         self._hooks: Any = None
 
@@ -44,36 +55,46 @@ class InplaceSaved(Check):
             self._hooks = None
 
     # ----------------------------------------------------------------- saved-tensor hooks
-    def _pack(self, tensor: Tensor) -> Any:
+    def _pack(self, tensor: Tensor) -> _Packed:
         key = _storage_key(tensor)
-        if key is not None and len(self.saved) < 1_000_000:
-            self.saved.add(key)
+        if key is not None:
+            if len(self.saved) >= 100_000:  # graphs dropped without backward (evaluation): start over
+                self.saved.clear()
+                self.modified.clear()
+            self.saved[key] = self.saved.get(key, 0) + 1
         grad_fn = tensor.grad_fn
         origin = f"output {tensor.output_nr} of {type(grad_fn).__name__}" if grad_fn is not None else "a leaf"
-        # detach(): the packed value must not hold the output's grad_fn (a reference cycle through C++).
-        return tensor.detach(), tensor._version, key, self.session.where(), origin
+        return _Packed(tensor, key, self.session.where(), origin)
 
-    def _unpack(self, packed: Any) -> Tensor:
-        tensor, version, key, saved_at, origin = packed
-        if tensor._version != version:
-            self._violation(tensor, version, key, saved_at, origin)
+    def _unpack(self, packed: _Packed) -> Tensor:
+        tensor = packed.tensor
+        if tensor._version != packed.version:
+            self._violation(packed)
+        if not packed.unpacked and packed.key is not None:
+            packed.unpacked = True
+            left = self.saved.get(packed.key, 0) - 1
+            if left > 0:
+                self.saved[packed.key] = left
+            else:
+                self.saved.pop(packed.key, None)
+                self.modified.pop(packed.key, None)
         return tensor
 
-    def _violation(self, tensor: Tensor, version: int, key: int | None, saved_at: Any, origin: str) -> None:
+    def _violation(self, packed: _Packed) -> None:
+        tensor, version, key = packed.tensor, packed.version, packed.key
         op, changed_at = self.modified.get(key, ("an in-place operation", None)) if key is not None else (
             "an in-place operation", None)
         described = f"[{tensor.type()} {list(tensor.shape)}]"
-        saved_text = format_where(saved_at)
-        where = changed_at or saved_at
+        saved_text = format_where(packed.saved_at)
         self.report(
-            f"{op} changed a tensor {described} that autograd had saved at {saved_text} ({origin}) to compute "
-            f"gradients; backward needs the old values (version {version}, now {tensor._version}).",
+            f"{op} changed a tensor {described} that autograd had saved at {saved_text} ({packed.origin}) to "
+            f"compute gradients; backward needs the old values (version {version}, now {tensor._version}).",
             "Use the out-of-place form (x = x + 1, torch.relu(x), nn.ReLU(inplace=False)) or change a "
             ".clone() of it; if optimizer.step() ran between forward and backward, finish all backward() calls "
-            "first.", where=where)
+            "first.", where=changed_at or packed.saved_at)
         raise RuntimeError(
             "one of the variables needed for gradient computation has been modified by an inplace operation: "
-            f"{described}, which is {origin}, is at version {tensor._version}; expected version {version} "
+            f"{described}, which is {packed.origin}, is at version {tensor._version}; expected version {version} "
             f"instead. (torchwork doctor: saved at {saved_text}, modified by {op}"
             + (f" at {format_where(changed_at)})" if changed_at else ")"))
 
@@ -95,7 +116,3 @@ class InplaceSaved(Check):
                 key = _storage_key(param)
                 if key in self.saved:
                     self.modified[key] = (f"{type(optimizer).__name__}.step()", where)
-
-    def on_backward_post(self, tensor: Any) -> None:
-        self.saved.clear()
-        self.modified.clear()
