@@ -91,6 +91,20 @@ def _verify_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trust", action="append", default=[], metavar="PACKAGE",
                         help="also allow the artifact's preprocessor class from this package (repeatable)")
 
+def _doctor_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true",
+                        help="print {findings, exit} as JSON on stdout (the script's own stdout goes to stderr)")
+    parser.add_argument("--check", action="append", metavar="ID",
+                        help="run only this check (repeatable); default: every check")
+    parser.add_argument("script", help="the Python script to run, unmodified")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+
+
+def _explain_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", nargs="?", default="-",
+                        help="file holding a traceback or error message ('-' or nothing: standard input)")
+    parser.add_argument("--json", action="store_true", help="print the explanations as JSON")
+
 
 COMMANDS: list[Command] = [
     ("demo", "train a small classifier on scikit-learn's digits with the engine and print a summary",
@@ -105,6 +119,10 @@ COMMANDS: list[Command] = [
      _export_arguments, "torchwork.deploy.cli:cli_export"),
     ("verify", "compare an artifact's variants with eager on held-out inputs: parity, speed, size",
      _verify_arguments, "torchwork.deploy.cli:cli_verify"),
+    ("doctor", "run a training script unmodified and report the classic PyTorch mistakes with file:line",
+     _doctor_arguments, "torchwork.doctor.runner:cli_main"),
+    ("explain", "explain a pasted PyTorch traceback or error message: cause and fix",
+     _explain_arguments, "torchwork.doctor.explain:cli_main"),
 ]
 
 

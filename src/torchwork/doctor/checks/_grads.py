@@ -1,0 +1,82 @@
+"""Which parameters received gradients, and whether old gradients were still there.
+
+One hook per trainable parameter of each optimizer (``Tensor.register_hook``, called just before a new
+gradient is accumulated into ``.grad``) records, for the interval since that optimizer's last step,
+whether a gradient arrived and whether ``.grad`` was clean (None or all zeros) at some point when one
+arrived. The hooks are installed the first time an optimizer steps and removed when the session ends.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+
+from torchwork.doctor.checks import Check
+
+
+class ParamRecord:
+    __slots__ = ("param", "owner", "interval", "clean", "received", "handle")
+
+    def __init__(self, param: torch.Tensor, owner: OptimizerRecord) -> None:
+        self.param = weakref.ref(param)
+        self.owner = owner
+        self.interval = -1  # the owner's step count when a gradient last arrived
+        self.clean = True  # .grad was None/zero when a gradient arrived in that interval
+        self.received = param.grad is not None
+        self.handle: Any = None
+
+    def __call__(self, grad: torch.Tensor) -> None:
+        steps = self.owner.steps
+        self.received = True
+        param = self.param()
+        current = None if param is None else param.grad
+        is_clean = current is None or not bool(current.any())
+        if self.interval != steps:
+            self.interval, self.clean = steps, is_clean
+        elif not self.clean:
+            self.clean = is_clean
+
+
+class OptimizerRecord:
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer = weakref.ref(optimizer)
+        self.steps = 0  # completed steps of this optimizer
+        self.params: list[ParamRecord] = []
+
+
+class GradTracker(Check):
+    id = ""
+
+    def __init__(self, session: Any) -> None:
+        super().__init__(session)
+        self.optimizers: dict[int, OptimizerRecord] = {}
+
+    def record(self, optimizer: torch.optim.Optimizer) -> OptimizerRecord:
+        rec = self.optimizers.get(id(optimizer))
+        if rec is not None and rec.optimizer() is optimizer:
+            return rec
+        rec = OptimizerRecord(optimizer)
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                if not param.requires_grad:
+                    continue
+                prec = ParamRecord(param, rec)
+                prec.handle = param.register_hook(prec)
+                rec.params.append(prec)
+        self.optimizers[id(optimizer)] = rec
+        return rec
+
+    def on_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
+        self.record(optimizer)
+
+    def on_step_post(self, optimizer: torch.optim.Optimizer) -> None:
+        self.record(optimizer).steps += 1
+
+    def uninstall(self) -> None:
+        for rec in self.optimizers.values():
+            for prec in rec.params:
+                if prec.handle is not None:
+                    prec.handle.remove()
+                    prec.handle = None

@@ -1,0 +1,41 @@
+"""batchnorm-single-sample: a batch of one reaches BatchNorm in training mode."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from torchwork.doctor.checks import Check
+
+
+def loader_hint(loader: Any) -> str:
+    """Why a DataLoader yields a batch of one, when its settings tell."""
+    try:
+        size, batch, drop = len(loader.dataset), loader.batch_size, loader.drop_last
+    except (TypeError, AttributeError):
+        return ""
+    if batch and not drop and size % batch == 1:
+        return (f" The DataLoader has {size} samples with batch_size={batch} and drop_last=False, so the last "
+                "batch of every epoch holds a single sample.")
+    return ""
+
+
+class BatchNormSingleSample(Check):
+    id = "batchnorm-single-sample"
+    severity = "warning"
+
+    def on_module_pre(self, module: Any, args: tuple, kwargs: dict, top: bool) -> None:
+        if not isinstance(module, nn.modules.batchnorm._BatchNorm) or not module.training or not args:
+            return
+        x = args[0]
+        if not isinstance(x, torch.Tensor) or x.dim() < 2 or x.shape[0] != 1:
+            return
+        hint = loader_hint(self.session.current_loader())
+        self.report(
+            f"{self.session.module_name(module)} ({type(module).__name__}) received a batch of one sample "
+            f"{list(x.shape)} in training mode: batch statistics of one sample are meaningless (BatchNorm1d "
+            f"raises, BatchNorm2d silently normalises each image by itself).{hint}",
+            "Drop the short last batch in training (DataLoader(..., drop_last=True)); call model.eval() for "
+            "single-sample inference.")

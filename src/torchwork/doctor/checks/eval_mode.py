@@ -1,0 +1,35 @@
+"""eval-mode: Dropout/BatchNorm left in training mode while the model is evaluated.
+
+Evaluation is recognised from what the script does, not from names: forward passes under
+``no_grad``/``inference_mode``, or whose graph no backward pass ever used, that come in a run of two or
+more between optimizer steps (a validation loop) or after the last step (a final test).
+"""
+
+from __future__ import annotations
+
+from torchwork.doctor.checks import Check
+from torchwork.doctor.checks._forwards import ForwardInfo, describe_forwards
+
+
+class EvalMode(Check):
+    id = "eval-mode"
+    severity = "warning"
+    requires = ("forwards",)
+
+    def install(self) -> None:
+        self.helper("forwards").evaluation_listeners.append(self.on_evaluation)
+
+    def on_evaluation(self, group: list[ForwardInfo]) -> None:
+        bad = [info for info in group if info.training and info.active_layers]
+        if not bad:
+            return
+        first = bad[0]
+        how = ("under torch.no_grad()/inference_mode" if first.kind == "no-grad"
+               else "without any backward pass (evaluation)")
+        layers = ", ".join(first.active_layers[:3]) + (" ..." if len(first.active_layers) > 3 else "")
+        self.report(
+            f"{describe_forwards(bad)} {how} while the model was in training mode. Active: {layers}. "
+            "Dropout drops activations at random and BatchNorm uses the batch's statistics and overwrites its "
+            "running statistics with evaluation data, so the metrics are wrong and noisy.",
+            "Call model.eval() before evaluating and model.train() before training again "
+            "(e.g. `model.eval(); with torch.inference_mode(): ...; model.train()`).", where=first.where)

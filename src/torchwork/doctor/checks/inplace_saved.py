@@ -1,0 +1,118 @@
+"""inplace-saved: an in-place operation overwrote a tensor that autograd saved for backward.
+
+The check installs saved-tensor hooks to learn which line saved each tensor. Saved-tensor hooks switch
+off PyTorch's own version-counter check, so the check re-implements it: it records each tensor's version
+when packed and raises PyTorch's error (with both lines) when a tensor comes back with another version.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from torchwork.doctor.checks import Check
+from torchwork.doctor.findings import format_where
+
+Tensor = torch.Tensor
+
+
+def _storage_key(tensor: Tensor) -> int | None:
+    try:
+        return tensor.untyped_storage().data_ptr()
+    except Exception:  # sparse, nested, or tensors without storage
+        return None
+
+
+class _Packed:
+    """What the pack hook keeps for one saved tensor."""
+
+    __slots__ = ("tensor", "version", "key", "saved_at", "origin", "unpacked")
+
+    def __init__(self, tensor: Tensor, key: int | None, saved_at: Any, origin: str) -> None:
+        # detach(): the packed value must not hold the output's grad_fn (a reference cycle through C++).
+        self.tensor, self.version, self.key = tensor.detach(), tensor._version, key
+        self.saved_at, self.origin, self.unpacked = saved_at, origin, False
+
+
+class InplaceSaved(Check):
+    id = "inplace-saved"
+    severity = "error"
+
+    def __init__(self, session: Any) -> None:
+        super().__init__(session)
+        self.saved: dict[int, int] = {}  # storage -> how many saved tensors (not yet unpacked) use it
+        self.modified: dict[int, tuple[str, tuple[str, int] | None]] = {}  # storage -> (op, where)
+        self._hooks: Any = None
+
+    def install(self) -> None:
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._hooks.__enter__()
+
+    def uninstall(self) -> None:
+        if self._hooks is not None:
+            self._hooks.__exit__(None, None, None)
+            self._hooks = None
+
+    # ----------------------------------------------------------------- saved-tensor hooks
+    def _pack(self, tensor: Tensor) -> _Packed:
+        key = _storage_key(tensor)
+        if key is not None:
+            if len(self.saved) >= 100_000:  # graphs dropped without backward (evaluation): start over
+                self.saved.clear()
+                self.modified.clear()
+            self.saved[key] = self.saved.get(key, 0) + 1
+        grad_fn = tensor.grad_fn
+        origin = f"output {tensor.output_nr} of {type(grad_fn).__name__}" if grad_fn is not None else "a leaf"
+        return _Packed(tensor, key, self.session.where(), origin)
+
+    def _unpack(self, packed: _Packed) -> Tensor:
+        tensor = packed.tensor
+        if tensor._version != packed.version:
+            self._violation(packed)
+        if not packed.unpacked and packed.key is not None:
+            packed.unpacked = True
+            left = self.saved.get(packed.key, 0) - 1
+            if left > 0:
+                self.saved[packed.key] = left
+            else:
+                self.saved.pop(packed.key, None)
+                self.modified.pop(packed.key, None)
+        return tensor
+
+    def _violation(self, packed: _Packed) -> None:
+        tensor, version, key = packed.tensor, packed.version, packed.key
+        op, changed_at = self.modified.get(key, ("an in-place operation", None)) if key is not None else (
+            "an in-place operation", None)
+        described = f"[{tensor.type()} {list(tensor.shape)}]"
+        saved_text = format_where(packed.saved_at)
+        self.report(
+            f"{op} changed a tensor {described} that autograd had saved at {saved_text} ({packed.origin}) to "
+            f"compute gradients; backward needs the old values (version {version}, now {tensor._version}).",
+            "Use the out-of-place form (x = x + 1, torch.relu(x), nn.ReLU(inplace=False)) or change a "
+            ".clone() of it; if optimizer.step() ran between forward and backward, finish all backward() calls "
+            "first.", where=changed_at or packed.saved_at)
+        raise RuntimeError(
+            "one of the variables needed for gradient computation has been modified by an inplace operation: "
+            f"{described}, which is {packed.origin}, is at version {tensor._version}; expected version {version} "
+            f"instead. (torchwork doctor: saved at {saved_text}, modified by {op}"
+            + (f" at {format_where(changed_at)})" if changed_at else ")"))
+
+    # ----------------------------------------------------------------- who writes in place
+    def on_inplace(self, func: Any, tensor: Tensor) -> None:
+        if not self.saved:
+            return
+        key = _storage_key(tensor)
+        if key is not None and key in self.saved:
+            name = getattr(func, "__name__", "an in-place operation")
+            self.modified[key] = (f"`{name}`", self.session.where())
+
+    def on_step_pre(self, optimizer: Any) -> None:
+        if not self.saved:
+            return
+        where = self.session.where()
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                key = _storage_key(param)
+                if key in self.saved:
+                    self.modified[key] = (f"{type(optimizer).__name__}.step()", where)

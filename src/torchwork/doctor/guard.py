@@ -1,0 +1,260 @@
+"""Guard mode: the doctor's cheap checks, always on inside a training loop.
+
+A :class:`Guard` watches one model and optimizer (and GradScaler) and is told about each optimizer step;
+it costs a few microseconds per step: no hooks, no per-operation instrumentation. It catches
+``non-finite-loss``, ``exploding-gradients``, ``batchnorm-single-sample``, ``train-mode``,
+``amp-scale-collapse`` and (when told that evaluation starts) ``eval-mode``. ``missing-zero-grad`` cannot
+happen in the engine, which zeroes gradients itself. Each new finding is emitted once as a
+:class:`DoctorWarning` and kept in ``guard.findings``.
+
+Two ways to attach it:
+
+* per step (exact, what ``Trainer(guard=True)`` does): call ``guard.after_step(loss, batch_size=...,
+  grad_norm=..., skipped=...)`` after each optimizer step, before the next ``zero_grad``;
+* as a plain callback (no engine change, coarser): ``Trainer(..., callbacks=[Guard()])`` checks at every
+  ``log_every_n_steps`` from the logged loss, grad_norm and scale.
+
+Example:
+    >>> import torch, warnings
+    >>> from torch import nn
+    >>> from torchwork.doctor.guard import Guard
+    >>> model = nn.Linear(4, 1)
+    >>> optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    >>> guard = Guard(model, optimizer)
+    >>> with warnings.catch_warnings(record=True):
+    ...     guard.after_step(torch.tensor(float("nan")), batch_size=8)
+    ...     guard.flush()  # after_step checks every check_every steps; flush checks now
+    >>> [f.id for f in guard.findings]
+    ['non-finite-loss']
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+import warnings
+from typing import Any
+
+import torch
+from torch import nn
+
+from torchwork.doctor.findings import Finding, Locator, display_path, format_report
+
+Tensor = torch.Tensor
+
+_BATCHNORM = nn.modules.batchnorm._BatchNorm
+_STOCHASTIC = (nn.modules.dropout._DropoutNd, _BATCHNORM)
+
+
+class DoctorWarning(UserWarning):
+    """A training-health problem found by the guard (also kept in ``Guard.findings``)."""
+
+
+class Guard:
+    """Cheap per-step checks of a training loop.
+
+    Args:
+        model, optimizer, scaler: what to watch (``attach_guard(trainer)`` or ``on_fit_start`` fills them).
+        check_every: the checks run together every this many steps (one device sync at most); the step
+            of a non-finite loss is still exact. The gradient norm is computed then, unless the loop
+            passes the norm it already has (e.g. from clipping).
+        max_grad_norm: a gradient norm above this is exploding whatever the start.
+        growth: a gradient norm this many times its median over the first checks is exploding.
+        warn: emit each new finding as a DoctorWarning.
+    """
+
+    def __init__(self, model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None, *,
+                 scaler: Any = None, check_every: int = 20, max_grad_norm: float = 1e5, growth: float = 1e3,
+                 warn: bool = True) -> None:
+        if check_every < 1:
+            from torchwork.errors import ConfigError
+
+            raise ConfigError(f"Guard(check_every={check_every}): use an integer >= 1.")
+        self.check_every, self.max_grad_norm, self.growth, self.warn = check_every, max_grad_norm, growth, warn
+        self.findings: list[Finding] = []
+        self._seen: set[str] = set()
+        self._locator = Locator()
+        self.steps = 0
+        self.skipped = 0
+        self._early_norms: list[float] = []
+        self._losses: list[Tensor | float] = []
+        self.bind(model, optimizer, scaler)
+
+    # ------------------------------------------------------------------ setup
+    def bind(self, model: nn.Module | None, optimizer: torch.optim.Optimizer | None, scaler: Any = None) -> Guard:
+        """Watch this model/optimizer/scaler (called by ``attach_guard`` and ``on_fit_start``)."""
+        self.model, self.optimizer, self.scaler = model, optimizer, scaler
+        modules = list(model.modules()) if model is not None else []
+        self._batchnorms = [m for m in modules if isinstance(m, _BATCHNORM)]
+        self._stochastic = [m for m in modules if isinstance(m, _STOCHASTIC)]
+        self._params = ([p for g in optimizer.param_groups for p in g["params"]] if optimizer is not None
+                        else [p for p in model.parameters()] if model is not None else [])
+        return self
+
+    # ------------------------------------------------------------------ reporting
+    def _report(self, check_id: str, severity: str, message: str, fix: str) -> None:
+        if check_id in self._seen:
+            return
+        self._seen.add(check_id)
+        where = self._locator.here(2)
+        finding = Finding(check_id, severity, display_path(where[0]) if where else None,
+                          where[1] if where else None, message, fix)
+        self.findings.append(finding)
+        if self.warn:
+            warnings.warn(DoctorWarning(f"[{check_id}] {message} Fix: {fix}"), stacklevel=_caller_level())
+
+    def report(self) -> str:
+        """The findings so far, formatted like ``torchwork doctor``."""
+        return format_report(self.findings, "the training run", None)
+
+    # ------------------------------------------------------------------ the per-step checks
+    def after_step(self, loss: Tensor | float | None, *, batch_size: int | None = None,
+                   grad_norm: Tensor | float | None = None, skipped: bool = False) -> None:
+        """Check one optimizer step: call it after ``optimizer.step()`` (gradients still in ``.grad``).
+
+        ``loss`` is the step's loss (detached is best); ``batch_size`` the smallest micro-batch size;
+        ``grad_norm`` a norm the loop already computed (before clipping); ``skipped`` whether a GradScaler
+        skipped this step (its gradients were inf/NaN on purpose). Per step this only stores the loss;
+        everything is checked together every ``check_every`` steps (one device sync at most).
+        """
+        self.steps += 1
+        if loss is not None:
+            if isinstance(loss, Tensor) and loss.requires_grad:
+                loss = loss.detach()  # never keep a graph alive
+            self._losses.append(loss)
+        if skipped:
+            self.skipped += 1
+        if batch_size == 1:
+            self._check_modes(self.steps, batch_size)
+        if self.steps % self.check_every == 0:
+            self.flush(grad_norm=None if skipped else grad_norm, check_norm=not skipped)
+
+    def flush(self, grad_norm: Tensor | float | None = None, check_norm: bool = True) -> None:
+        """Run the batched checks now (after_step does it every ``check_every`` steps)."""
+        losses, self._losses = self._losses, []
+        first = self.steps - len(losses) + 1
+        if losses:
+            self._check_losses(losses, first)
+        self._check_modes(self.steps, None)
+        if check_norm:
+            self._check_grad_norm(grad_norm, self.steps)
+        self._check_scaler(self.steps)
+
+    def _check_modes(self, step: int, batch_size: int | None) -> None:
+        model = self.model
+        if model is None:
+            return
+        if batch_size == 1 and model.training and any(m.training for m in self._batchnorms):
+            self._report("batchnorm-single-sample", "warning",
+                         f"Step {step} had a batch of one sample reaching BatchNorm in training mode: its "
+                         "batch statistics are meaningless (BatchNorm1d raises on it).",
+                         "Use drop_last=True in the training DataLoader.")
+        if not model.training and self._stochastic:
+            self._report("train-mode", "warning",
+                         f"Step {step} trained the model in eval mode: its {len(self._stochastic)} Dropout/"
+                         "BatchNorm layer(s) were inactive.",
+                         "Call model.train() before training (and after any model.eval()).")
+
+    def _check_losses(self, losses: list[Tensor | float], first: int) -> None:
+        tensors = [t for t in losses if isinstance(t, Tensor)]
+        if len(tensors) == len(losses):
+            values = torch.stack([t.reshape(-1)[:1].float() for t in tensors]).reshape(-1)
+            if bool(torch.isfinite(values).all()):
+                return
+            values = values.tolist()
+        else:
+            values = [float(t.reshape(-1)[0]) if isinstance(t, Tensor) else float(t) for t in losses]
+        for offset, value in enumerate(values):
+            if not math.isfinite(value):
+                self._nonfinite(value, first + offset)
+                return
+
+    def _nonfinite(self, value: float, step: int) -> None:
+        self._report("non-finite-loss", "error", f"The loss became {value} at step {step}: the weights are being "
+                     "corrupted by NaN/Inf updates.",
+                     "Run the script under `torchwork doctor` to find the first operation that produced the "
+                     "value; lower the learning rate, clip gradients, check the data for NaN/Inf.")
+
+    def _check_grad_norm(self, grad_norm: Tensor | float | None, step: int) -> None:
+        if grad_norm is None:
+            grads = [p.grad for p in self._params if p.grad is not None and not p.grad.is_sparse]
+            if not grads:
+                return
+            norms = torch._foreach_norm(grads)
+            grad_norm = torch.linalg.vector_norm(torch.stack(norms)) if len(norms) > 1 else norms[0]
+        norm = float(grad_norm)
+        if math.isfinite(norm) and norm > 0 and len(self._early_norms) < 5:
+            self._early_norms.append(norm)
+        baseline = statistics.median(self._early_norms) if len(self._early_norms) >= 3 else None
+        if not math.isfinite(norm):
+            what = f"The gradient norm was {norm} at step {step}: some gradients are NaN/Inf."
+        elif norm > self.max_grad_norm:
+            what = f"The gradient norm reached {norm:.3g} at step {step}."
+        elif baseline and norm > self.growth * baseline and norm > 10:
+            what = f"The gradient norm grew to {norm:.3g} at step {step}, {norm / baseline:.0f}x its start."
+        else:
+            return
+        self._report("exploding-gradients", "warning", what,
+                     "Lower the learning rate, clip gradients (clip_grad_norm=1.0), normalise inputs/targets.")
+
+    def _check_scaler(self, step: int) -> None:
+        scaler = self.scaler
+        if scaler is not None and scaler.is_enabled():
+            self._scaler_verdict(scaler.get_scale(), step, self.skipped)
+
+    def _scaler_verdict(self, scale: float, steps: int, skipped: int) -> None:
+        if scale < 1.0 or (steps >= 20 and skipped > steps / 2):
+            self._report("amp-scale-collapse", "warning",
+                         f"GradScaler's scale is {scale:g} after {steps} steps and {skipped} steps were "
+                         "skipped for inf/NaN gradients: fp16 overflows at every step.",
+                         "Find the overflow (unnormalised data, summed losses, fp16-unsafe ops) or use bf16.")
+
+    # ------------------------------------------------------------------ evaluation (own loops)
+    def before_evaluation(self) -> None:
+        """Call when evaluation starts: Dropout/BatchNorm must be in eval mode by then."""
+        active = [m for m in self._stochastic if m.training]
+        if active:
+            self._report("eval-mode", "warning",
+                         f"Evaluation started with {len(active)} Dropout/BatchNorm layer(s) in training mode.",
+                         "Call model.eval() before evaluating (and model.train() afterwards).")
+
+    # ------------------------------------------------------------------ engine callback protocol
+    def on_fit_start(self, trainer: Any) -> None:
+        if self.model is None:
+            self.bind(trainer.model, trainer.optimizer, getattr(trainer, "scaler", None))
+
+    def on_step_end(self, trainer: Any, logs: dict[str, Any]) -> None:
+        """Coarse checks from the logged values (used when the Guard is passed as a plain callback)."""
+        step = int(logs.get("step", self.steps))
+        if "loss" in logs:
+            self._check_losses([float(logs["loss"])], step)
+        if logs.get("grad_norm") is not None:
+            self._check_grad_norm(float(logs["grad_norm"]), step)
+        self._check_modes(step, None)
+
+    def on_epoch_end(self, trainer: Any, logs: dict[str, Any]) -> None:
+        """Check what is left of the epoch (per-step use), or the epoch's scaler figures (callback use)."""
+        if self._losses:
+            self.flush()
+        elif self.scaler is not None and "scale" in logs:
+            self._scaler_verdict(float(logs["scale"]), int(logs.get("steps", 0)), int(logs.get("skipped_steps", 0)))
+
+
+def _caller_level() -> int:
+    """warnings.warn stacklevel of the first frame outside this module (the loop that called the guard)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def attach_guard(trainer: Any, **options: Any) -> Guard:
+    """A :class:`Guard` bound to a Trainer's model, optimizer and scaler.
+
+    The engine then calls, after each optimizer step of ``_run_window`` (before the next zero_grad)::
+
+        guard.after_step(window_loss, batch_size=smallest_micro_batch, grad_norm=self._last_grad_norm,
+                         skipped=not stepped)
+    """
+    return Guard(trainer.model, trainer.optimizer, scaler=getattr(trainer, "scaler", None), **options)

@@ -1,0 +1,144 @@
+"""``torchwork doctor SCRIPT [ARGS...]``: run an unmodified script under the doctor and report.
+
+The script runs in this process as ``__main__`` (``runpy``), with ``sys.argv = [SCRIPT, *ARGS]`` and its
+folder first on ``sys.path``, exactly as ``python SCRIPT ARGS...`` would. If it raises, the traceback is
+printed as Python would print it, and the exception is explained at the user's line.
+
+Exit codes: 0 when no finding is an error or a warning, 1 when one is, 2 when the doctor itself failed.
+
+Example (``--json`` sends the script's own stdout to stderr, so stdout holds only the JSON)::
+
+    $ torchwork doctor --json examples/mistakes/missing_zero_grad.py
+    {"findings": [{"id": "missing-zero-grad", "severity": "error", "file": "...", "line": 27, ...}], "exit": 0}
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import runpy
+import sys
+import traceback
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torchwork.doctor.findings import Finding, exit_code_for, format_report
+
+
+@dataclass
+class DoctorResult:
+    """What a doctor run found: the findings, the script's exit code, and the doctor's own failures."""
+
+    findings: list[Finding]
+    script_exit: int
+    internal_errors: list[str]
+
+    @property
+    def exit_code(self) -> int:
+        if self.internal_errors:
+            return 2
+        return exit_code_for(self.findings)
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"findings": [f.to_dict() for f in self.findings], "exit": self.script_exit}
+        if self.internal_errors:
+            data["doctor_errors"] = list(self.internal_errors)
+        return data
+
+
+@contextlib.contextmanager
+def _script_environment(script: Path, args: Sequence[str]) -> Iterator[None]:
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    sys.argv = [str(script), *args]
+    sys.path.insert(0, str(script.parent))
+    try:
+        yield
+    finally:
+        sys.argv[:] = saved_argv
+        sys.path[:] = saved_path
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Send everything written to stdout (Python and C level) to stderr for the duration."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _exit_status(code: Any) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _print_user_traceback(error: BaseException, script: Path) -> None:
+    """The traceback as Python prints it, starting at the script's first frame (not the doctor's)."""
+    tb = error.__traceback__
+    target = os.path.realpath(script)
+    while tb is not None and os.path.realpath(tb.tb_frame.f_code.co_filename) != target:
+        tb = tb.tb_next
+    traceback.print_exception(type(error), error, tb if tb is not None else error.__traceback__,
+                              file=sys.stderr)
+
+
+def run_script(script: str | os.PathLike[str], args: Sequence[str] = (), *,
+               checks: Sequence[str] | None = None, quiet_stdout: bool = False) -> DoctorResult:
+    """Run ``script`` with ``args`` under every check (or ``checks``) and return what was found."""
+    from torchwork.doctor.session import diagnose
+    from torchwork.errors import ConfigError
+
+    path = Path(script)
+    if not path.is_file():
+        raise ConfigError(f"doctor: no script {str(script)!r}. Pass the path of a Python file: "
+                          "torchwork doctor train.py [ARGS...].")
+    import torch
+
+    torch.seed()  # a fresh random state, as a new process would have: the script's own seeding shows
+    session = diagnose(checks)
+    script_exit = 0
+    error: BaseException | None = None
+    redirect = _stdout_to_stderr() if quiet_stdout else contextlib.nullcontext()
+    with redirect, _script_environment(path.resolve(), args):
+        session.start()
+        try:
+            runpy.run_path(str(path), run_name="__main__")
+        except SystemExit as stop:
+            script_exit = _exit_status(stop.code)
+        except KeyboardInterrupt as interrupt:
+            error, script_exit = interrupt, 130
+        except Exception as failure:  # the user's script failed: report it, do not crash the doctor
+            error, script_exit = failure, 1
+            _print_user_traceback(failure, path)
+        finally:
+            session.stop(error if isinstance(error, Exception) else None)
+    return DoctorResult(session.findings, script_exit, session.internal_errors)
+
+
+def cli_main(args: argparse.Namespace) -> int:
+    """Entry point of ``torchwork doctor``."""
+    result = run_script(args.script, args.args, checks=args.check or None, quiet_stdout=args.json)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        sys.stdout.flush()
+        print("\n" + format_report(result.findings, args.script, result.script_exit))
+        for problem in result.internal_errors:
+            print(f"torchwork doctor: internal error in {problem} (the findings above may be incomplete)",
+                  file=sys.stderr)
+    return result.exit_code

@@ -1,0 +1,284 @@
+"""The doctor's instrumentation in-process: traps, false alarms, and leaving PyTorch as it found it."""
+
+from __future__ import annotations
+
+import copy
+import io
+import math
+
+import pytest
+import torch
+from torch import nn
+from torch.nn.modules import module as module_hooks
+from torch.optim import optimizer as optimizer_hooks
+from torch.overrides import _get_current_function_mode
+
+from torchwork.doctor.findings import Finding, exit_code_for, format_report
+from torchwork.doctor.runner import DoctorResult
+from torchwork.doctor.session import _NO_VALUES, Session, _category, diagnose
+from torchwork.errors import ConfigError
+
+
+def _ids(session: Session) -> list[str]:
+    return [f.id for f in session.findings]
+
+
+def _train(model: nn.Module, steps: int = 3, batch: int = 8) -> None:
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        model(torch.randn(batch, 4)).pow(2).mean().backward()
+        optimizer.step()
+
+
+def test_inplace_error_still_raised_although_saved_tensor_hooks_disable_pytorchs_check() -> None:
+    torch.manual_seed(0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"), diagnose() as session:
+        w = torch.randn(4, requires_grad=True)
+        y = torch.sigmoid(w)  # sigmoid saves its output
+        y.mul_(2)
+        y.sum().backward()
+    (finding,) = session.find("inplace-saved")
+    assert finding.severity == "error" and "`mul_`" in finding.message and "saved at" in finding.message
+
+
+def test_legitimate_inplace_use_passes() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(inplace=True), nn.Linear(8, 1))
+    with diagnose() as session:
+        _train(model)
+        w = torch.randn(4, requires_grad=True)
+        y = torch.sigmoid(w).clone()
+        y.add_(1)  # on a copy: fine
+        y.sum().backward()
+    assert session.findings == []
+
+
+def test_pytorchs_own_version_check_is_back_after_the_session() -> None:
+    with diagnose():
+        pass
+    w = torch.randn(3, requires_grad=True)
+    y = w.exp()
+    y.add_(1)
+    with pytest.raises(RuntimeError, match="is at version 1; expected version 0"):
+        y.sum().backward()
+
+
+def test_uninitialised_empty_outputs_are_never_checked_for_nan() -> None:
+    for name in ("empty", "empty_like", "empty_strided", "new_empty"):
+        assert _category(name) & _NO_VALUES
+    assert not _category("log") & _NO_VALUES
+
+
+def test_benign_infinities_are_not_blamed_for_a_later_nan() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    mask = torch.zeros(4, 4).masked_fill(torch.eye(4, dtype=torch.bool), float("-inf"))
+    with diagnose(["non-finite-loss"]) as session:
+        for step in range(3):
+            optimizer.zero_grad()
+            scores = model(torch.randn(4, 4)) + mask  # -inf on purpose: masked attention
+            attention = torch.softmax(scores, dim=-1)
+            # the masked weights are exactly 0: log() of them is -inf, here at the third step only
+            loss = attention.sum() if step < 2 else torch.log(attention).sum()
+            loss.backward()
+            optimizer.step()
+    (finding,) = session.findings
+    assert finding.id == "non-finite-loss" and "torch.log" in finding.message
+    assert finding.line is not None and "optimizer step 3" in finding.message
+
+
+def test_single_no_grad_forward_per_step_is_not_evaluation() -> None:
+    """A GAN generating fakes under no_grad for its discriminator, with BatchNorm in training mode."""
+    torch.manual_seed(0)
+    generator = nn.Sequential(nn.Linear(2, 8), nn.BatchNorm1d(8), nn.Linear(8, 2))
+    discriminator = nn.Linear(2, 1)
+    opt_g = torch.optim.SGD(generator.parameters(), lr=0.01)
+    opt_d = torch.optim.SGD(discriminator.parameters(), lr=0.01)
+    with diagnose() as session:
+        for _ in range(4):
+            with torch.no_grad():
+                fake = generator(torch.randn(8, 2))
+            opt_d.zero_grad()
+            discriminator(fake).mean().backward()
+            opt_d.step()
+            opt_g.zero_grad()
+            (-discriminator(generator(torch.randn(8, 2))).mean()).backward()
+            opt_g.step()
+    assert _ids(session) == []
+
+
+def test_validation_without_eval_is_found_in_process() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5), nn.Linear(4, 1))
+    with diagnose() as session:
+        _train(model)
+        with torch.no_grad():
+            for _ in range(3):
+                model(torch.randn(8, 4))
+    assert _ids(session) == ["eval-mode"]
+    assert "Sequential.1 (Dropout)" in session.findings[0].message
+
+
+def test_user_module_that_moves_its_input_is_not_a_device_mismatch() -> None:
+    class Mover(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.zeros(3, device="meta"))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.to(self.weight.device) * self.weight
+
+    torch.manual_seed(0)
+    with diagnose(["device-mismatch"]) as session:
+        Mover()(torch.randn(3))
+    assert session.findings == []
+
+
+def test_write_through_a_temporary_view_is_not_reported() -> None:
+    torch.manual_seed(0)
+    with diagnose(["view-mutation"]) as session:
+        flat = torch.randn(6).view(2, 3)  # nobody else holds the base
+        flat.mul_(2)
+        kept = torch.randn(6)
+        kept[:3].zero_()  # __getitem__ then zero_ on the view: the base `kept` changes
+    assert [(f.id, f.severity) for f in session.findings] == [("view-mutation", "info")]
+
+
+def test_models_with_doctor_hooks_can_be_copied_and_saved() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    with diagnose():
+        _train(model)
+        clone = copy.deepcopy(model)
+        buffer = io.BytesIO()
+        torch.save(model, buffer)
+        torch.save(model.state_dict(), buffer)
+    assert torch.equal(clone.weight, model.weight)
+
+
+def test_session_leaves_no_hook_behind() -> None:
+    before = (len(module_hooks._global_forward_pre_hooks), len(module_hooks._global_forward_hooks),
+              len(optimizer_hooks._global_optimizer_pre_hooks), len(optimizer_hooks._global_optimizer_post_hooks))
+    originals = (torch.optim.Optimizer.zero_grad, nn.Module.load_state_dict, torch.utils.data.DataLoader.__iter__,
+                 torch.manual_seed, nn.DataParallel.__init__, torch.amp.GradScaler.update)
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    with diagnose():
+        assert _get_current_function_mode() is not None
+        _train(model)
+    after = (len(module_hooks._global_forward_pre_hooks), len(module_hooks._global_forward_hooks),
+             len(optimizer_hooks._global_optimizer_pre_hooks), len(optimizer_hooks._global_optimizer_post_hooks))
+    assert after == before
+    assert (torch.optim.Optimizer.zero_grad, nn.Module.load_state_dict, torch.utils.data.DataLoader.__iter__,
+            torch.manual_seed, nn.DataParallel.__init__, torch.amp.GradScaler.update) == originals
+    assert _get_current_function_mode() is None
+    assert not model.weight._backward_hooks
+
+
+def test_exception_inside_diagnose_is_explained_and_propagates() -> None:
+    torch.manual_seed(0)
+    with pytest.raises(RuntimeError), diagnose() as session:
+        nn.Linear(512, 10)(torch.randn(64, 784))
+    (finding,) = session.findings
+    assert finding.id == "exception" and "in_features=784" in finding.message
+    assert finding.file is not None and finding.file.endswith("test_doctor_session.py")
+
+
+def test_a_failing_check_is_an_internal_error_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchwork.doctor.checks.batchnorm_single_sample import BatchNormSingleSample
+
+    def broken(self: object, *args: object) -> None:
+        raise ZeroDivisionError("bug in a check")
+
+    monkeypatch.setattr(BatchNormSingleSample, "on_module_pre", broken)
+    torch.manual_seed(0)
+    with diagnose(["batchnorm-single-sample"]) as session:
+        out = nn.Linear(4, 1)(torch.randn(2, 4))  # the user's code still runs
+    assert out.shape == (2, 1)
+    assert session.internal_errors and "bug in a check" in session.internal_errors[0]
+    assert DoctorResult(session.findings, 0, session.internal_errors).exit_code == 2
+
+
+def test_unknown_check_id_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="unknown doctor check"):
+        diagnose(["no-such-check"])
+
+
+def test_exploding_gradients_is_not_fooled_by_a_healthy_run() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 1))
+    with diagnose(["exploding-gradients", "non-finite-loss"]) as session:
+        _train(model, steps=30)
+    assert session.findings == []
+
+
+def test_report_groups_by_severity_and_exit_code_counts_warnings() -> None:
+    findings = [Finding("unseeded", "info", "t.py", 1, "m", "f"), Finding("eval-mode", "warning", "t.py", 9, "m", "f"),
+                Finding("missing-zero-grad", "error", "t.py", 5, "m", "f")]
+    text = format_report(findings, "t.py", 0)
+    assert text.index("ERROR") < text.index("WARNING") < text.index("INFO")
+    assert exit_code_for(findings) == 1 and exit_code_for(findings[:1]) == 0
+    assert math.isfinite(len(text))
+
+
+def test_broken_graph_names_each_cause_for_its_own_parameters() -> None:
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.backbone, self.unused, self.head = nn.Linear(4, 8), nn.Linear(8, 8), nn.Linear(8, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            with torch.no_grad():
+                features = self.backbone(x)
+            return self.head(features)
+
+    torch.manual_seed(0)
+    model = Model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with diagnose(["broken-graph"]) as session:
+        for _ in range(3):
+            optimizer.zero_grad()
+            model(torch.randn(4, 4)).sum().backward()
+            optimizer.step()
+    messages = sorted(f.message for f in session.findings)
+    assert len(messages) == 2 and all(f.severity == "warning" for f in session.findings)
+    assert "Model.backbone ran under torch.no_grad()" in messages[0] and "Model.unused" not in messages[0]
+    assert "Model.unused.bias, Model.unused.weight" in messages[1] and "never took part in a loss" in messages[1]
+
+
+def test_state_dict_diagnosis_names_prefixes_wrappers_and_heads() -> None:
+    from torchwork.doctor.checks.state_dict_mismatch import diagnose_state_dict
+
+    model = nn.Sequential(nn.Linear(8, 4), nn.ReLU(), nn.Linear(4, 3)).state_dict()
+    compiled = {f"_orig_mod.{k}": v for k, v in model.items()}
+    assert "'_orig_mod.'" in diagnose_state_dict(model, compiled)[0]
+    assert "torch.compile" in diagnose_state_dict(model, compiled)[0]
+    wrapped_model = {f"module.{k}": v for k, v in model.items()}
+    what, fix = diagnose_state_dict(wrapped_model, model)
+    assert "model's keys have the prefix 'module.'" in what and "model.module" in fix
+    what, fix = diagnose_state_dict(model, {"model": model, "optimizer": {}, "epoch": 3})
+    assert "checkpoint dictionary" in what and "checkpoint['model']" in fix
+    head = dict(model, **{"2.weight": torch.zeros(10, 4), "2.bias": torch.zeros(10)})
+    what, _ = diagnose_state_dict(model, head)
+    assert "a head of another size" in what and "(10 vs 3)" in what
+
+
+def test_optimizer_step_between_forward_and_backward_is_named() -> None:
+    """The GAN mistake: the discriminator steps before the generator's loss is backpropagated through it."""
+    torch.manual_seed(0)
+    generator, discriminator = nn.Linear(4, 2), nn.Linear(2, 1)
+    opt_g = torch.optim.SGD(generator.parameters(), lr=0.1)
+    opt_d = torch.optim.SGD(discriminator.parameters(), lr=0.1)
+    with pytest.raises(RuntimeError, match="modified by SGD.step"), diagnose(["inplace-saved"]) as session:
+        fake = generator(torch.randn(8, 4))
+        d_loss = discriminator(fake.detach()).mean()
+        g_loss = -discriminator(fake).mean()
+        opt_d.zero_grad()
+        d_loss.backward()
+        opt_d.step()  # changes the weights g_loss's graph saved
+        opt_g.zero_grad()
+        g_loss.backward()
+    (finding,) = session.findings
+    assert finding.message.startswith("SGD.step() changed a tensor")
