@@ -106,9 +106,30 @@ def _explain_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the explanations as JSON")
 
 
+def _quickstart_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--recipe", default="sentiment", help="sentiment (default) or fashion")
+    parser.add_argument("--serve", action="store_true", help="also start the server and send a few real requests")
+    parser.add_argument("--quick", action="store_true", help="a small subset and fewer epochs (a first look)")
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a recipe setting")
+
+
+def _train_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("recipe_or_config", help="a recipe name (sentiment, fashion) or a YAML config file")
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a setting")
+    parser.add_argument("--nproc", type=int, default=0, help="run on N processes with torchrun (DDP)")
+    parser.add_argument("--nnodes", type=int, default=1, help="number of machines (default: 1)")
+    parser.add_argument("--node-rank", type=int, default=0, help="this machine's index")
+    parser.add_argument("--master-addr", default=None, help="address of node 0 (with --nnodes > 1)")
+    parser.add_argument("--master-port", type=int, default=29500, help="port on node 0")
+
+
 COMMANDS: list[Command] = [
     ("demo", "train a small classifier on scikit-learn's digits with the engine and print a summary",
      _demo_arguments, "torchwork.recipes.digits:cli_main"),
+    ("quickstart", "the main job: dirty tweets to a trained, quantized, verified and servable model",
+     _quickstart_arguments, "torchwork.recipes.registry:quickstart_main"),
+    ("train", "run a recipe from its name or a YAML config, with --set overrides (--nproc for DDP)",
+     _train_arguments, "torchwork.recipes.registry:train_main"),
     ("resume", "continue a run from its newest valid checkpoint, by re-running its recorded command",
      _resume_arguments, "torchwork.runs.relaunch:main"),
     ("launch", "run a training script on several processes / machines with torchrun (DDP)",

@@ -77,6 +77,9 @@ class Trainer:
         distributed_timeout_s: how long a collective waits for a silent peer before failing.
         distributed_debug: check that every rank runs the same collectives, and name the call site of
             the first that differs (default: env TORCHWORK_DISTRIBUTED_DEBUG=1). Slower; for debugging.
+        guard: run the doctor's cheap checks during training (non-finite loss, exploding gradients,
+            BatchNorm on one sample, modes, fp16 scale collapse); findings warn once and are kept in
+            ``trainer.guard.findings``.
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn | None = None,
@@ -92,7 +95,8 @@ class Trainer:
                  checkpoint_every_n_steps: int | None = None, keep_checkpoints: int = 3,
                  checkpoint_monitor: tuple[str, str] | None = None, config: Mapping[str, Any] | None = None,
                  tensorboard: bool = True, distributed: bool | None = None,
-                 distributed_timeout_s: float = 300.0, distributed_debug: bool | None = None) -> None:
+                 distributed_timeout_s: float = 300.0, distributed_debug: bool | None = None,
+                 guard: bool = True) -> None:
         if not isinstance(model, nn.Module):
             raise ConfigError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
         if isinstance(accumulate, bool) or not isinstance(accumulate, int) or accumulate < 1:
@@ -161,6 +165,12 @@ class Trainer:
         self.config = dict(config or {})
         self.tensorboard = tensorboard
         self.run_path = None  # set by fit() when run_dir is given
+        self.guard = None
+        if guard:
+            from torchwork.doctor.guard import attach_guard
+
+            self.guard = attach_guard(self)
+            self.callbacks.append(self.guard)  # its on_epoch_end checks the epoch's last partial window
         self._session = None
 
         # Counters (saved in checkpoints): optimizer steps attempted, steps skipped by the scaler.
@@ -237,6 +247,9 @@ class Trainer:
         if self.scheduler is not None and stepped and not self._plateau:
             self.scheduler.step()  # counts optimizer steps, never micro-batches
         self.global_step += 1
+        if self.guard is not None:
+            self.guard.after_step(window_loss, batch_size=min(counts) if accumulating else window_samples,
+                                  grad_norm=self._last_grad_norm, skipped=not stepped)
         return window_loss, window_samples
 
     def _micro_step(self, batch: Any, weight: float | None) -> tuple[Tensor, int]:

@@ -1,0 +1,87 @@
+"""Recipe names -> their module, and the ``torchwork train`` / ``torchwork quickstart`` entry points.
+
+A recipe module has a config dataclass and ``run(config, serve=False) -> dict``. A YAML config names its
+recipe and sets any of the dataclass's fields::
+
+    recipe: sentiment
+    epochs: 6
+    lr: 0.01
+
+Example:
+    >>> from torchwork.recipes.registry import resolve
+    >>> name, config = resolve("sentiment", ["epochs=2"])
+    >>> name, config.epochs
+    ('sentiment', 2)
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from pathlib import Path
+from typing import Any
+
+from torchwork.errors import ConfigError
+
+RECIPES: dict[str, tuple[str, str]] = {
+    "sentiment": ("torchwork.recipes.sentiment", "SentimentConfig"),
+    "fashion": ("torchwork.recipes.fashion", "FashionConfig"),
+}
+
+
+def resolve(recipe_or_config: str, assignments: list[str] | None = None) -> tuple[str, Any]:
+    """The recipe name and its validated config, from a recipe name or a YAML file, plus ``key=value``s."""
+    from torchwork.recipes.config import apply_overrides, parse_assignments, read_yaml
+
+    values: dict[str, Any] = {}
+    name = recipe_or_config
+    if recipe_or_config.endswith((".yaml", ".yml")) or Path(recipe_or_config).is_file():
+        values = read_yaml(recipe_or_config)
+        name = values.pop("recipe", None)
+        if not name:
+            raise ConfigError(f"{recipe_or_config} must say which recipe it configures, e.g. 'recipe: sentiment' "
+                              f"(recipes: {', '.join(RECIPES)}).")
+    if name not in RECIPES:
+        raise ConfigError(f"unknown recipe {name!r}; recipes: {', '.join(RECIPES)}.")
+    module, config_class = RECIPES[name]
+    config = getattr(importlib.import_module(module), config_class)()
+    values.update(parse_assignments(assignments or []))
+    return name, apply_overrides(config, values)
+
+
+def run_recipe(name: str, config: Any, serve: bool = False) -> dict[str, Any]:
+    module = importlib.import_module(RECIPES[name][0])
+    return module.run(config, serve=serve)
+
+
+def quickstart_main(args: argparse.Namespace) -> int:
+    """``torchwork quickstart [--recipe NAME] [--serve] [--quick] [--set key=value ...]``."""
+    assignments = list(args.set or [])
+    if args.quick:
+        assignments = [*QUICK.get(args.recipe, []), *assignments]
+    name, config = resolve(args.recipe, assignments)
+    run_recipe(name, config, serve=args.serve)
+    return 0
+
+
+def train_main(args: argparse.Namespace) -> int:
+    """``torchwork train RECIPE_OR_CONFIG.yaml [--set key=value ...] [--nproc N ...]``."""
+    name, config = resolve(args.recipe_or_config, args.set)  # validate before launching anything
+    if args.nproc and args.nproc > 1 or args.nnodes > 1:
+        import subprocess
+
+        from torchwork.distributed.launch import torchrun_command
+
+        script_args = ["train", args.recipe_or_config, *sum((["--set", s] for s in args.set or []), [])]
+        command = torchrun_command("-m", ["torchwork.cli", *script_args], args.nproc, args.nnodes,
+                                   args.node_rank, args.master_addr, args.master_port)
+        return subprocess.run(command).returncode
+    run_recipe(name, config)
+    return 0
+
+
+# A few minutes of CPU at most: subsets and fewer epochs, for a first look and for CI.
+QUICK: dict[str, list[str]] = {
+    "sentiment": ["subset=3000", "epochs=2"],
+    "fashion": ["subset=3000", "epochs=1"],
+}
