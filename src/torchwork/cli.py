@@ -30,11 +30,19 @@ def _resume_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_folder", help="a run folder: RUN_DIR/<timestamp>-<id>")
 
 
+def _serve_arguments(parser: argparse.ArgumentParser) -> None:
+    from torchwork.serve.server import add_arguments  # no torch or fastapi import: --help stays fast
+
+    add_arguments(parser)
+
+
 COMMANDS: list[Command] = [
     ("demo", "train a small classifier on scikit-learn's digits with the engine and print a summary",
      _demo_arguments, "torchwork.recipes.digits:cli_main"),
     ("resume", "continue a run from its newest valid checkpoint, by re-running its recorded command",
      _resume_arguments, "torchwork.runs.relaunch:main"),
+    ("serve", "serve a model over HTTP (FastAPI + uvicorn) with dynamic batching, health and metrics",
+     _serve_arguments, "torchwork.serve.server:cli_main"),
 ]
 
 
