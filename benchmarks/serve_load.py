@@ -15,8 +15,11 @@ connected head: its batch-1 forward takes milliseconds and batching pays). LitSe
 not measured.
 
 Prints one JSON object: per model and concurrency the median over rounds of throughput (req/s), p50/p99
-latency (ms), errors, mean batch size; ratios against the goals (concurrency 1: batched p50 within 1.2x of
-naive; concurrency 64: batched throughput >= 0.8 x min(HTTP ceiling, model ceiling)).
+latency (ms), errors, server CPU ms per request, mean batch size; ratios against the goals (concurrency 1:
+batched p50 within 1.2x of naive; concurrency 64: batched throughput >= 0.8 x min(HTTP ceiling, model
+ceiling)). On a machine whose cores other processes share, throughput ratios move with their load; the CPU
+ratio ``batched_cpu_over_parts`` (server CPU per request / (HTTP CPU per request + model CPU per item))
+says what the server itself costs beyond its two parts.
 
 Run: ``python benchmarks/serve_load.py`` (about 2 minutes) or ``--quick`` (about 40 s).
 """
@@ -174,6 +177,12 @@ class Server:
                     raise RuntimeError("batched server never became ready")
                 time.sleep(0.05)
 
+    def cpu_seconds(self) -> float:
+        import psutil
+
+        times = psutil.Process(self.process.pid).cpu_times()
+        return times.user + times.system
+
     def stop(self) -> None:
         self.process.send_signal(signal.SIGTERM)
         try:
@@ -212,6 +221,7 @@ def run_client(port: int, bodies: list[bytes], concurrency: int, seconds: float,
     latencies: list[float] = []
     statuses: Counter[int] = Counter()
     lost = [0]
+    answered = [0]  # every answer, warm-up included
     open_connections = [concurrency]
     finished = loop.create_future()
 
@@ -249,6 +259,7 @@ def run_client(port: int, bodies: list[bytes], concurrency: int, seconds: float,
             status = int(self.buffer[9:12])
             self.buffer = self.buffer[total:]
             now = time.perf_counter()
+            answered[0] += 1
             if self.sent >= measure_from and now <= end:
                 latencies.append(now - self.sent)
                 statuses[status] += 1
@@ -276,7 +287,7 @@ def run_client(port: int, bodies: list[bytes], concurrency: int, seconds: float,
         return round(1000 * latencies[min(len(latencies) - 1, int(q * len(latencies)))], 3) if latencies else None
 
     return {"throughput": round(len(latencies) / seconds, 1), "p50_ms": percentile(0.5),
-            "p99_ms": percentile(0.99), "requests": len(latencies),
+            "p99_ms": percentile(0.99), "requests": len(latencies), "answered": answered[0],
             "errors": sum(n for s, n in statuses.items() if s != 200) + lost[0]}
 
 
@@ -290,14 +301,16 @@ def load(port: int, body_file: Path, concurrency: int, seconds: float, warmup: f
 
 
 # ---------------------------------------------------------------- model ceiling (this process)
-def model_ceiling(model_predictor: Any, example: list[Any], batch_size: int, seconds: float) -> float:
+def model_ceiling(model_predictor: Any, example: list[Any], batch_size: int, seconds: float) -> dict[str, float]:
+    """Items per second through ``predict_batch`` at ``batch_size``, and CPU milliseconds per item."""
     batch = [example[i % len(example)] for i in range(batch_size)]
     model_predictor.predict_batch(batch)
-    done, started = 0, time.perf_counter()
+    done, started, cpu = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - started < seconds:
         model_predictor.predict_batch(batch)
         done += batch_size
-    return round(done / (time.perf_counter() - started), 1)
+    return {"batch_size": batch_size, "throughput": round(done / (time.perf_counter() - started), 1),
+            "cpu_ms_per_item": round(1000 * (time.process_time() - cpu) / done, 4)}
 
 
 def bench_model(model: str, folder: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -320,13 +333,17 @@ def bench_model(model: str, folder: Path, args: argparse.Namespace) -> dict[str,
                 for variant in order:
                     port = servers[variant].port
                     before = batch_totals(port) if variant == "batched" else None
+                    cpu_before = servers[variant].cpu_seconds()
                     result = load(port, body_file, c, args.seconds, args.warmup)
+                    # CPU per request holds up better than req/s when other processes share the cores
+                    result["server_cpu_ms_per_request"] = round(
+                        1000 * (servers[variant].cpu_seconds() - cpu_before) / max(1, result["answered"]), 3)
                     if before is not None:
                         after = batch_totals(port)
                         result["mean_batch_size"] = round((after[0] - before[0]) / max(1, after[1] - before[1]), 2)
                         formed = max(1, round(result["mean_batch_size"]))
-                        runs[c]["model"].append({"batch_size": formed, "throughput": model_ceiling(
-                            model_predictor, examples, formed, args.ceiling_seconds)})
+                        runs[c]["model"].append(model_ceiling(model_predictor, examples, formed,
+                                                              args.ceiling_seconds))
                     runs[c][variant].append(result)
     finally:
         for server in servers.values():
@@ -345,15 +362,21 @@ def summarize(runs: dict[int, dict[str, list[dict[str, Any]]]]) -> dict[str, Any
         for variant in VARIANTS:
             rows = by_variant[variant]
             row[variant] = {"throughput": median(rows, "throughput"), "p50_ms": median(rows, "p50_ms"),
-                            "p99_ms": median(rows, "p99_ms"), "errors": sum(r["errors"] for r in rows)}
+                            "p99_ms": median(rows, "p99_ms"), "errors": sum(r["errors"] for r in rows),
+                            "server_cpu_ms_per_request": median(rows, "server_cpu_ms_per_request")}
         row["batched"]["mean_batch_size"] = median(by_variant["batched"], "mean_batch_size")
-        row["model_ceiling"] = {"throughput": median(by_variant["model"], "throughput"),
-                                "batch_size": median(by_variant["model"], "batch_size")}
+        row["model_ceiling"] = {key: median(by_variant["model"], key)
+                                for key in ("throughput", "batch_size", "cpu_ms_per_item")}
         ceiling = min(row["trivial"]["throughput"], row["model_ceiling"]["throughput"])
         row["ratios"] = {
             "batched_p50_over_naive_p50": _ratio(row["batched"]["p50_ms"], row["naive"]["p50_ms"]),
             "batched_over_min_ceiling": _ratio(row["batched"]["throughput"], ceiling),
             "batched_over_naive_throughput": _ratio(row["batched"]["throughput"], row["naive"]["throughput"]),
+            # CPU is what other processes cannot blur: the batched server's CPU per request against the
+            # sum of its parts (the trivial server's per request + the model's per item at that batch size)
+            "batched_cpu_over_parts": _ratio(row["batched"]["server_cpu_ms_per_request"],
+                                             (row["trivial"]["server_cpu_ms_per_request"] or 0)
+                                             + (row["model_ceiling"]["cpu_ms_per_item"] or 0)),
         }
         out[f"c{c}"] = row
     return out

@@ -179,8 +179,9 @@ async def _read_body(request: Request, limit: int) -> bytes | str:
         if size > limit:
             return (f"body: {size} bytes is more than this server's limit of {limit} bytes "
                     "(--max-body-bytes); send fewer items per request")
+        return await request.body()  # the HTTP layer stops at the declared length
     chunks, total = [], 0
-    async for chunk in request.stream():
+    async for chunk in request.stream():  # chunked: count as it comes
         total += len(chunk)
         if total > limit:
             return (f"body: more than this server's limit of {limit} bytes (--max-body-bytes); "

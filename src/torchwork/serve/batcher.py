@@ -27,8 +27,8 @@ Example:
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Generator, Sequence
@@ -78,10 +78,11 @@ class Batcher:
         self._run, self._encode = run, encode
         self.max_batch_size, self.max_wait_s, self.max_queue = max_batch_size, max_wait_s, max_queue
         self.metrics = metrics
-        self._cond = threading.Condition(threading.Lock())
-        self._queue: collections.deque[Job] = collections.deque()
-        self._queued_items = 0
-        self._arrivals = 0  # items ever submitted
+        # A SimpleQueue hands a job over with one C-level lock; each counter below has a single writer
+        # thread (submitted/last_arrival/gap: the event loop; taken: the worker), so no lock is needed.
+        self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._submitted = 0  # items ever queued
+        self._taken = 0  # items ever taken off the queue by the worker
         self._last_arrival = 0.0
         self._gap = 0.0  # smoothed time between arrivals
         self._stopping = False
@@ -90,7 +91,8 @@ class Batcher:
 
     @property
     def queued_items(self) -> int:
-        return self._queued_items
+        """Items waiting for the model."""
+        return self._submitted - self._taken
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the worker; answers are delivered on ``loop``."""
@@ -101,86 +103,91 @@ class Batcher:
     def submit(self, items: Sequence[Any]) -> Job:
         """Queue one request (called on the event loop); raise :class:`QueueFullError` when full."""
         assert self._loop is not None, "start() the batcher first"
-        future: asyncio.Future[Answer] = self._loop.create_future()
-        job = Job(items, future)
+        if self._stopping:
+            raise QueueFullError("the server is shutting down")
+        queued = self._submitted - self._taken
+        if queued and queued + len(items) > self.max_queue:
+            raise QueueFullError(f"the queue holds {queued} items (--max-queue {self.max_queue})")
+        job = Job(items, self._loop.create_future())
         now = time.monotonic()
-        with self._cond:
-            if self._stopping:
-                raise QueueFullError("the server is shutting down")
-            if self._queued_items and self._queued_items + len(items) > self.max_queue:
-                raise QueueFullError(f"the queue holds {self._queued_items} items (--max-queue {self.max_queue})")
-            self._queue.append(job)
-            self._queued_items += len(items)
-            self._arrivals += len(items)
-            self._gap = 0.8 * self._gap + 0.2 * min(now - self._last_arrival, 1.0)
-            self._last_arrival = now
-            self._cond.notify()
+        self._gap = 0.8 * self._gap + 0.2 * min(now - self._last_arrival, 1.0)
+        self._last_arrival = now
+        self._submitted += len(items)
+        self._queue.put(job)
         return job
 
     def stop(self, timeout: float | None = 30.0) -> None:
-        """Finish everything queued, then end the worker thread."""
-        with self._cond:
+        """Refuse new requests, finish everything queued, then end the worker thread."""
+        if not self._stopping:
             self._stopping = True
-            self._cond.notify_all()
+            self._queue.put(None)  # behind every queued job
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
 
     # ------------------------------------------------------------------ worker thread
-    def _take(self, jobs: list[Job], size: int) -> int:
-        """Move queued jobs into ``jobs`` while they fit in a batch (a big first job goes alone)."""
-        while self._queue:
-            job = self._queue[0]
-            if size and size + len(job.items) > self.max_batch_size:
-                break
-            self._queue.popleft()
-            self._queued_items -= len(job.items)
-            if not job.cancelled:
+    def _work(self) -> None:
+        held: Job | None = None  # taken off the queue but did not fit in the last batch
+        arrivals_while_running = 0
+        stop = False
+        while not stop:
+            first = held if held is not None else self._queue.get()
+            held = None
+            if first is None:
+                return
+            jobs, size = [first], len(first.items)
+            while size < self.max_batch_size:  # everything already queued, as far as it fits
+                try:
+                    job = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if job is None:
+                    stop = True
+                    break
+                if size + len(job.items) > self.max_batch_size:
+                    held = job
+                    break
                 jobs.append(job)
                 size += len(job.items)
-        return size
-
-    def _work(self) -> None:
-        arrivals_while_running = 0
-        while True:
-            jobs: list[Job] = []
-            with self._cond:
-                while not self._queue and not self._stopping:
-                    self._cond.wait()
-                if not self._queue:
-                    return
-                size = self._take(jobs, 0)
-                if arrivals_while_running and size < self.max_batch_size and self.max_wait_s > 0:
-                    size = self._wait_for_more(jobs, size)
-                arrivals_before = self._arrivals
+            if arrivals_while_running and not stop and held is None and self.max_wait_s > 0:
+                size, held, stop = self._wait_for_more(jobs, size)
+            self._taken += size
+            arrivals_before = self._submitted
+            jobs = [job for job in jobs if not job.cancelled]
             if not jobs:
                 continue
             self._execute(jobs)
             # Counted before the answers go out: a client that gets its answer and sends again at once
             # (concurrency 1) must not look like concurrent load.
-            arrivals_while_running = self._arrivals - arrivals_before
+            arrivals_while_running = self._submitted - arrivals_before
             try:
                 self._loop.call_soon_threadsafe(_deliver, jobs)  # type: ignore[union-attr]
             except RuntimeError:  # the loop is closed: nobody is waiting any more
                 pass
 
-    def _wait_for_more(self, jobs: list[Job], size: int) -> int:
-        """Requests are arriving concurrently: collect more until they stop, the batch is full, or max-wait."""
+    def _wait_for_more(self, jobs: list[Job], size: int) -> tuple[int, Job | None, bool]:
+        """Requests are arriving concurrently: collect more until they stop, the batch is full, or max-wait.
+
+        Returns the new size, a job that did not fit (or None), and whether the stop marker was seen.
+        """
         deadline = time.monotonic() + self.max_wait_s
         # "Stopped coming": nothing new for a few typical gaps between arrivals.
         patience = min(max(3 * self._gap, 0.0002), self.max_wait_s)
-        while size < self.max_batch_size and not self._stopping:
+        while size < self.max_batch_size:
             now = time.monotonic()
             until = min(deadline, max(self._last_arrival, now) + patience)
             if until <= now:
                 break
-            if not self._queue:
-                self._cond.wait(until - now)
-            if self._queue:
-                before = size
-                size = self._take(jobs, size)
-                if size == before:  # the next job does not fit
-                    break
-        return size
+            try:
+                job = self._queue.get(timeout=until - now)
+            except queue.Empty:
+                break
+            if job is None:
+                return size, None, True
+            if size + len(job.items) > self.max_batch_size:
+                return size, job, False
+            jobs.append(job)
+            size += len(job.items)
+        return size, None, False
 
     def _execute(self, jobs: list[Job]) -> None:
         """Run the jobs' items together (in chunks of max_batch_size) and set each job's answer."""
