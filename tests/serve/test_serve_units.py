@@ -195,6 +195,25 @@ def test_concurrent_requests_are_batched_and_answered_in_order():
     assert sorted(x for batch in seen for x in batch) == sorted([i for i in range(5)] + [i + 100 for i in range(5)])
 
 
+def test_a_request_larger_than_a_batch_runs_in_chunks():
+    seen: list[int] = []
+
+    def model(items):
+        seen.append(len(items))
+        return [x + 1 for x in items]
+
+    batcher = Batcher(model, lambda rows: (200, json.dumps(list(rows)).encode()), max_batch_size=4)
+
+    async def main():
+        batcher.start(asyncio.get_running_loop())
+        answer = await batcher.submit(list(range(10)))
+        batcher.stop()
+        return answer
+
+    assert run_async(main()) == (200, json.dumps(list(range(1, 11))).encode())
+    assert seen == [4, 4, 2] and batcher.queued_items == 0
+
+
 def test_a_failing_request_does_not_fail_its_batch_neighbours():
     gate = threading.Event()
 

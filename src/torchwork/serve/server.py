@@ -49,13 +49,14 @@ def serve(predictor: Predictor, config: ServeConfig | None = None) -> None:
     from torchwork.serve.app import create_app
 
     config = config or ServeConfig()
+    threads = configure_threads(config.threads)  # torch's; an OnnxPredictor fixed its own when built
     app = create_app(predictor, config)
     sock = bind(config.host, config.port)
     host, port = sock.getsockname()[:2]
     url_host = f"[{host}]" if ":" in host else host
     print(f"torchwork serve: {getattr(predictor, 'name', type(predictor).__name__)} ({predictor.kind}) "
           f"listening on http://{url_host}:{port} (docs at /docs); batches of up to {config.max_batch_size}, "
-          f"wait at most {config.max_wait_ms:g} ms", flush=True)
+          f"wait at most {config.max_wait_ms:g} ms, {threads} model thread(s)", flush=True)
     uv_config = uvicorn.Config(app, log_level=config.log_level, access_log=False, lifespan="on",
                                timeout_graceful_shutdown=int(config.timeout_s) + 5, server_header=False)
     # uvicorn installs its SIGTERM/SIGINT handlers: stop accepting, finish in-flight answers, run shutdown.
@@ -119,7 +120,7 @@ def cli_main(args: argparse.Namespace) -> int:
                          max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, max_items=args.max_items,
                          max_text_length=args.max_text_length, max_body_bytes=args.max_body_bytes,
                          timeout_s=args.timeout_s, threads=args.threads, log_level=args.log_level)
-    config.threads = configure_threads(config.threads)  # before the model exists
+    config.threads = configure_threads(config.threads)  # before the model exists: ONNX Runtime reads it
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     serve(load_predictor(args.artifact, args.factory), config)
