@@ -307,6 +307,23 @@ def test_cli_help_does_not_import_heavy_modules():
     assert out.stdout.strip() == "[]", out.stderr
 
 
+def test_server_setup_errors_say_what_to_do(tmp_path):
+    from torchwork.serve.server import bind, load_predictor
+
+    taken = bind("127.0.0.1", 0)
+    try:
+        with pytest.raises(ConfigError, match="cannot listen on 127.0.0.1:.*Pick another --port"):
+            bind("127.0.0.1", taken.getsockname()[1])
+    finally:
+        taken.close()
+    with pytest.raises(ConfigError, match="write it as module:function"):
+        load_predictor(str(tmp_path), "no_colon")
+    with pytest.raises(ConfigError, match="Check the module is importable"):
+        load_predictor(str(tmp_path), "no_such_module_here:build")
+    with pytest.raises(ConfigError, match="returned dict, not a predictor"):
+        load_predictor("{}", "json:loads")  # json.loads("{}") is a dict
+
+
 def test_serving_an_artifact_uses_torchwork_deploy(tmp_path):
     pytest.importorskip("torchwork.deploy", reason="torchwork.deploy (branch deploy) is not merged yet")
     from torchwork.deploy import export

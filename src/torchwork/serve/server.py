@@ -31,6 +31,7 @@ def bind(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
+        sock.listen(2048)
     except OSError as error:
         sock.close()
         raise ConfigError(f"cannot listen on {host}:{port}: {error.strerror}. Pick another --port "
