@@ -56,35 +56,64 @@ def fashion_cnn() -> Any:
                          nn.Linear(2048, 10))
 
 
-def build(folder: Path) -> None:
+def build(folder: Path, models: list[str]) -> None:
+    """Weights for both models; ONNX exports (dynamic batch) for the ``-onnx`` ones asked for."""
     import torch
 
     sys.path.insert(0, str(TESTS))
     from serve_models import build_text
 
+    torch.set_num_threads(1)
     build_text(folder)
     torch.manual_seed(0)
     torch.save(fashion_cnn().state_dict(), folder / "cnn.pt")
+    for model in models:
+        if model.endswith("-onnx"):
+            module = torch_model(model.removesuffix("-onnx"), folder)
+            example = module.example_inputs  # type: ignore[attr-defined]
+            batch = torch.export.Dim("batch", max=4096)
+            shapes = ({0: batch, 1: torch.export.Dim("length", max=4096)}, {0: batch}) if len(example) == 2 \
+                else ({0: batch},)
+            torch.onnx.export(module, example, str(folder / f"{model}.onnx"), dynamo=True, verbose=False,
+                              dynamic_shapes=shapes)
+
+
+def torch_model(model: str, folder: Path) -> Any:
+    import torch
+
+    sys.path.insert(0, str(TESTS))
+    from serve_models import load_text
+
+    if model == "text":
+        module, vocabulary = load_text(folder)
+        module.example_inputs = vocabulary(["a short text", "two texts of other lengths"])
+    else:
+        module = fashion_cnn()
+        module.load_state_dict(torch.load(folder / "cnn.pt", weights_only=True))
+        module.example_inputs = (torch.zeros(2, 1, 28, 28),)
+    return module.eval()
 
 
 def predictor(model: str, folder: Path) -> Any:
-    import torch
+    """The served predictor: ``text``/``cnn`` on PyTorch, ``text-onnx``/``cnn-onnx`` on ONNX Runtime."""
+    from torchwork.serve import OnnxPredictor, TorchPredictor
 
-    from torchwork.serve import TorchPredictor
-
-    if model == "text":
+    base = model.removesuffix("-onnx")
+    if base == "text":
         sys.path.insert(0, str(TESTS))
-        from serve_models import text_predictor
+        from serve_models import TEXT_LABELS, load_text
 
-        return text_predictor(str(folder))
-    cnn = fashion_cnn()
-    cnn.load_state_dict(torch.load(folder / "cnn.pt", weights_only=True))
-    return TorchPredictor(cnn, item_shape=(1, 28, 28), labels=[f"class{i}" for i in range(10)], name="cnn")
+        spec = {"kind": "text", "preprocess": load_text(folder)[1], "labels": TEXT_LABELS}
+    else:
+        spec = {"item_shape": (1, 28, 28), "labels": [f"class{i}" for i in range(10)]}
+    if model.endswith("-onnx"):
+        return OnnxPredictor(folder / f"{model}.onnx", name=model, **spec)
+    return TorchPredictor(torch_model(base, folder), name=model, **spec)
 
 
 def items(model: str, n: int = 16) -> list[Any]:
     """Real inputs: synthetic sentences for text, Fashion-MNIST test images (scaled to 0..1) for the CNN."""
-    if model == "text":
+    if model.startswith("text"):
         sys.path.insert(0, str(TESTS))
         from serve_models import sentences
 
@@ -394,7 +423,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=0.3)
     parser.add_argument("--ceiling-seconds", type=float, default=0.4)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
-    parser.add_argument("--models", nargs="+", default=["text", "cnn"], choices=["text", "cnn"])
+    parser.add_argument("--models", nargs="+", default=["text", "cnn"],
+                        choices=["text", "cnn", "text-onnx", "cnn-onnx"],
+                        help="which models (the -onnx ones run on ONNX Runtime); default: text cnn")
     parser.add_argument("--max-batch-size", type=int, default=64)
     parser.add_argument("--max-wait-ms", type=float, default=2.0)
     # internal: child processes
@@ -418,7 +449,7 @@ def main() -> None:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="serve-load-") as tmp:
         folder = Path(tmp)
-        build(folder)
+        build(folder, args.models)
         results = {model: bench_model(model, folder, args) for model in args.models}
     from torchwork.serve.predictor import default_threads
 
