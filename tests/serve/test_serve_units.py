@@ -251,7 +251,7 @@ def test_full_queue_refuses_and_cancelled_jobs_never_run():
     batcher = Batcher(model, lambda rows: (200, b"ok"), max_batch_size=1, max_queue=2)
 
     async def main():
-        from torchwork.serve.batcher import QueueFullError
+        from torchwork.errors import QueueFullError
 
         batcher.start(asyncio.get_running_loop())
         first = batcher.submit([1])

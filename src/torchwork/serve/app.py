@@ -27,8 +27,8 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import PlainTextResponse
 from pydantic import ValidationError
 
-from torchwork.errors import ConfigError
-from torchwork.serve.batcher import Answer, Batcher, QueueFullError
+from torchwork.errors import ConfigError, QueueFullError
+from torchwork.serve.batcher import Answer, Batcher
 from torchwork.serve.config import ServeConfig
 from torchwork.serve.metrics import ServerMetrics
 from torchwork.serve.predictor import Predictor
@@ -125,7 +125,7 @@ def create_app(predictor: Predictor, config: ServeConfig | None = None) -> FastA
         try:
             job = state.batcher.submit(items)
         except QueueFullError as full:
-            return error(503, f"the server is busy ({full}); retry later", retry_after=1)
+            return error(503, f"the server is busy: {full}", retry_after=1)
         loop = asyncio.get_running_loop()
         timer = loop.call_later(config.timeout_s, _expire, job, config.timeout_s)
         try:

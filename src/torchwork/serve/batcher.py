@@ -34,16 +34,13 @@ import time
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
+from torchwork.errors import QueueFullError
 from torchwork.serve.metrics import ServerMetrics
 from torchwork.serve.schemas import error_body
 
 logger = logging.getLogger("torchwork.serve")
 
 Answer = tuple[int, bytes]  # HTTP status and JSON body
-
-
-class QueueFullError(Exception):
-    """The queue holds ``max_queue`` items already; the caller answers 503."""
 
 
 class Job:
@@ -101,13 +98,14 @@ class Batcher:
         self._thread.start()
 
     def submit(self, items: Sequence[Any]) -> Job:
-        """Queue one request (called on the event loop); raise :class:`QueueFullError` when full."""
+        """Queue one request (called on the event loop); raise :class:`~torchwork.errors.QueueFullError` when
+        ``max_queue`` items wait already (the server answers 503)."""
         assert self._loop is not None, "start() the batcher first"
         if self._stopping:
-            raise QueueFullError("the server is shutting down")
+            raise QueueFullError("the server is shutting down; retry on another instance or later")
         queued = self._submitted - self._taken
         if queued and queued + len(items) > self.max_queue:
-            raise QueueFullError(f"the queue holds {queued} items (--max-queue {self.max_queue})")
+            raise QueueFullError(f"the queue holds {queued} items (--max-queue {self.max_queue}); retry later")
         job = Job(items, self._loop.create_future())
         now = time.monotonic()
         self._gap = 0.8 * self._gap + 0.2 * min(now - self._last_arrival, 1.0)
