@@ -122,6 +122,11 @@ def _train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--master-addr", default=None, help="address of node 0 (with --nnodes > 1)")
     parser.add_argument("--master-port", type=int, default=29500, help="port on node 0")
 
+def _serve_arguments(parser: argparse.ArgumentParser) -> None:
+    from torchwork.serve.server import add_arguments  # no torch or fastapi import: --help stays fast
+
+    add_arguments(parser)
+
 
 COMMANDS: list[Command] = [
     ("demo", "train a small classifier on scikit-learn's digits with the engine and print a summary",
@@ -144,6 +149,8 @@ COMMANDS: list[Command] = [
      _doctor_arguments, "torchwork.doctor.runner:cli_main"),
     ("explain", "explain a pasted PyTorch traceback or error message: cause and fix",
      _explain_arguments, "torchwork.doctor.explain:cli_main"),
+    ("serve", "serve a model over HTTP (FastAPI + uvicorn) with dynamic batching, health and metrics",
+     _serve_arguments, "torchwork.serve.server:cli_main"),
 ]
 
 

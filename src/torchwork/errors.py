@@ -41,3 +41,7 @@ class DataError(TorchworkError, RuntimeError):
 
 class ExportError(TorchworkError, RuntimeError):
     """An export cannot reproduce the eager model, or an artifact is damaged."""
+
+
+class QueueFullError(TorchworkError, RuntimeError):
+    """A server's request queue is full (or it is shutting down): retry later."""

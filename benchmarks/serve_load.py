@@ -1,0 +1,483 @@
+"""Serving under load: torchwork serve's dynamic batcher against its ceilings and a naive server.
+
+Loopback only, bounded in time. Closed-loop load (each connection sends its next request as soon as the
+answer arrives, HTTP/1.1 keep-alive, one item per request) at concurrency 1, 16 and 64 for a fixed time,
+from a lean client (raw asyncio protocol, no HTTP library) in its own process. Three servers per model,
+same stack (FastAPI + uvicorn, access log off), measured interleaved, round after round:
+- ``trivial``: the HTTP ceiling, a POST endpoint that reads the body and answers a constant;
+- ``naive``: one forward per request, inline in the handler (same validation and answer encoding);
+- ``batched``: ``torchwork serve`` (dynamic batching on a worker thread);
+and in this process, the model ceiling: ``predict_batch`` throughput at the batch size the server formed.
+
+Two models: ``text`` (Embedding + mean + MLP, the tests' text model: HTTP-bound) and ``cnn`` (a CNN over
+28x28 Fashion-MNIST images from Debian's dataset-fashion-mnist, random weights, with a large fully
+connected head: its batch-1 forward takes milliseconds and batching pays). LitServe is not installed and is
+not measured.
+
+Prints one JSON object: per model and concurrency the median over rounds of throughput (req/s), p50/p99
+latency (ms), errors, server CPU ms per request, mean batch size; ratios against the goals (concurrency 1:
+batched p50 within 1.2x of naive; concurrency 64: batched throughput >= 0.8 x min(HTTP ceiling, model
+ceiling)). On a machine whose cores other processes share, throughput ratios move with their load; the CPU
+ratio ``batched_cpu_over_parts`` (server CPU per request / (HTTP CPU per request + model CPU per item))
+says what the server itself costs beyond its two parts.
+
+Run: ``python benchmarks/serve_load.py`` (about 2 minutes) or ``--quick`` (about 40 s).
+"""
+
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = ROOT / "tests" / "serve"
+FASHION = Path("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz")
+VARIANTS = ("trivial", "naive", "batched")
+
+
+# ---------------------------------------------------------------- models (imported lazily: torch)
+def fashion_cnn() -> Any:
+    from torch import nn
+
+    return nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                         nn.Linear(32 * 49, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(),
+                         nn.Linear(2048, 10))
+
+
+def build(folder: Path, models: list[str]) -> None:
+    """Weights for both models; ONNX exports (dynamic batch) for the ``-onnx`` ones asked for."""
+    import torch
+
+    sys.path.insert(0, str(TESTS))
+    from serve_models import build_text
+
+    torch.set_num_threads(1)
+    build_text(folder)
+    torch.manual_seed(0)
+    torch.save(fashion_cnn().state_dict(), folder / "cnn.pt")
+    for model in models:
+        if model.endswith("-onnx"):
+            module = torch_model(model.removesuffix("-onnx"), folder)
+            example = module.example_inputs  # type: ignore[attr-defined]
+            batch = torch.export.Dim("batch", max=4096)
+            shapes = ({0: batch, 1: torch.export.Dim("length", max=4096)}, {0: batch}) if len(example) == 2 \
+                else ({0: batch},)
+            torch.onnx.export(module, example, str(folder / f"{model}.onnx"), dynamo=True, verbose=False,
+                              dynamic_shapes=shapes)
+
+
+def torch_model(model: str, folder: Path) -> Any:
+    import torch
+
+    sys.path.insert(0, str(TESTS))
+    from serve_models import load_text
+
+    if model == "text":
+        module, vocabulary = load_text(folder)
+        module.example_inputs = vocabulary(["a short text", "two texts of other lengths"])
+    else:
+        module = fashion_cnn()
+        module.load_state_dict(torch.load(folder / "cnn.pt", weights_only=True))
+        module.example_inputs = (torch.zeros(2, 1, 28, 28),)
+    return module.eval()
+
+
+def predictor(model: str, folder: Path) -> Any:
+    """The served predictor: ``text``/``cnn`` on PyTorch, ``text-onnx``/``cnn-onnx`` on ONNX Runtime."""
+    from torchwork.serve import OnnxPredictor, TorchPredictor
+
+    base = model.removesuffix("-onnx")
+    if base == "text":
+        sys.path.insert(0, str(TESTS))
+        from serve_models import TEXT_LABELS, load_text
+
+        spec = {"kind": "text", "preprocess": load_text(folder)[1], "labels": TEXT_LABELS}
+    else:
+        spec = {"item_shape": (1, 28, 28), "labels": [f"class{i}" for i in range(10)]}
+    if model.endswith("-onnx"):
+        return OnnxPredictor(folder / f"{model}.onnx", name=model, **spec)
+    return TorchPredictor(torch_model(base, folder), name=model, **spec)
+
+
+def items(model: str, n: int = 16) -> list[Any]:
+    """Real inputs: synthetic sentences for text, Fashion-MNIST test images (scaled to 0..1) for the CNN."""
+    if model.startswith("text"):
+        sys.path.insert(0, str(TESTS))
+        from serve_models import sentences
+
+        return sentences(n, seed=1)[0]
+    import gzip
+
+    import numpy as np
+
+    if FASHION.exists():
+        raw = np.frombuffer(gzip.decompress(FASHION.read_bytes())[16:16 + n * 784], dtype=np.uint8)
+    else:  # Debian's dataset-fashion-mnist is missing: noise of the same shape
+        raw = np.random.default_rng(0).integers(0, 256, n * 784, dtype=np.uint8)
+    images = (raw.reshape(n, 1, 28, 28) / 255.0).round(3)
+    return images.tolist()
+
+
+# ---------------------------------------------------------------- servers (child processes)
+def run_server(variant: str, model: str, folder: Path, max_batch_size: int, max_wait_ms: float) -> None:
+    import uvicorn
+
+    from torchwork.serve import ServeConfig, configure_threads, serve
+    from torchwork.serve.server import bind
+
+    threads = configure_threads()
+    if os.environ.get("SWITCH"):
+        sys.setswitchinterval(float(os.environ["SWITCH"]))
+    config = ServeConfig(port=0, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms, threads=threads)
+    if variant == "batched":
+        serve(predictor(model, folder), config)
+        return
+    from fastapi import FastAPI, Request, Response
+    from pydantic import ValidationError
+
+    from torchwork.serve.app import prediction_encoder
+    from torchwork.serve.schemas import Limits, error_body, request_model, validation_message
+
+    app = FastAPI()
+    if variant == "trivial":
+        constant = b'{"predictions": [{"output": 0}]}'
+
+        async def trivial(request: Request) -> Response:
+            await request.body()
+            return Response(constant, media_type="application/json")
+
+        app.add_api_route("/predict", trivial, methods=["POST"])
+    else:
+        model_predictor = predictor(model, folder)
+        schema = request_model(model_predictor.kind, model_predictor.item_shape, model_predictor.dtype, Limits())
+        encode = prediction_encoder(model_predictor.labels)
+
+        async def naive(request: Request) -> Response:
+            try:
+                inputs = schema.model_validate_json(await request.body()).inputs
+            except ValidationError as error:
+                return Response(error_body(validation_message(error)), 422, media_type="application/json")
+            status, body = encode(model_predictor.predict_batch(inputs))  # blocks the loop: that's naive
+            return Response(body, status, media_type="application/json")
+
+        app.add_api_route("/predict", naive, methods=["POST"])
+        model_predictor.predict_batch(model_predictor.example_items(1))
+        import gc
+
+        gc.collect()
+        gc.freeze()  # as the batched server does: the comparison is about batching, not GC
+    sock = bind("127.0.0.1", 0)
+    print(f"listening on http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
+    uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, server_header=False)).run(
+        sockets=[sock])
+
+
+class Server:
+    def __init__(self, variant: str, model: str, folder: Path, max_batch_size: int, max_wait_ms: float) -> None:
+        self.variant = variant
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(TESTS)])}
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, "--serve", variant, "--model", model, "--folder", str(folder),
+             "--max-batch-size", str(max_batch_size), "--max-wait-ms", str(max_wait_ms)],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+
+    def wait(self) -> None:
+        line = self.process.stdout.readline().decode()
+        match = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+        if not match:
+            raise RuntimeError(f"{self.variant} server did not start: {line!r}")
+        self.port = int(match.group(1))
+        if self.variant == "batched":
+            deadline = time.monotonic() + 60
+            while get(self.port, "/readyz")[0] != 200:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("batched server never became ready")
+                time.sleep(0.05)
+
+    def cpu_seconds(self) -> float:
+        import psutil
+
+        times = psutil.Process(self.process.pid).cpu_times()
+        return times.user + times.system
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def get(port: int, path: str) -> tuple[int, str]:
+    import http.client
+
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return response.status, response.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def batch_totals(port: int) -> tuple[float, float]:
+    text = get(port, "/metrics")[1]
+    values = dict(re.findall(r"^(torchwork_batch_size_(?:sum|count)) (\S+)$", text, re.M))
+    return float(values.get("torchwork_batch_size_sum", 0)), float(values.get("torchwork_batch_size_count", 0))
+
+
+# ---------------------------------------------------------------- the load generator (child process)
+def run_client(port: int, bodies: list[bytes], concurrency: int, seconds: float, warmup: float) -> dict[str, Any]:
+    """Closed loop over ``concurrency`` keep-alive connections; asyncio protocols, no HTTP library."""
+    requests = [b"POST /predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body) for body in bodies]
+    loop = asyncio.new_event_loop()
+    start = time.perf_counter()
+    measure_from, end = start + warmup, start + warmup + seconds
+    latencies: list[float] = []
+    statuses: Counter[int] = Counter()
+    lost = [0]
+    answered = [0]  # every answer, warm-up included
+    open_connections = [concurrency]
+    finished = loop.create_future()
+
+    def closed() -> None:
+        open_connections[0] -= 1
+        if open_connections[0] == 0 and not finished.done():
+            finished.set_result(None)
+
+    class Client(asyncio.Protocol):
+        def __init__(self, index: int) -> None:
+            self.index, self.buffer, self.sent, self.done = index, b"", 0.0, False
+
+        def connection_made(self, transport: Any) -> None:
+            self.transport = transport
+            self.fire()
+
+        def fire(self) -> None:
+            self.sent = time.perf_counter()
+            if self.sent >= end:
+                self.done = True
+                self.transport.close()
+                return
+            self.transport.write(requests[self.index % len(requests)])
+            self.index += 1
+
+        def data_received(self, data: bytes) -> None:
+            self.buffer += data
+            head_end = self.buffer.find(b"\r\n\r\n")
+            if head_end < 0:
+                return
+            match = re.search(rb"content-length: *(\d+)", self.buffer[:head_end], re.I)
+            total = head_end + 4 + int(match.group(1) if match else 0)
+            if len(self.buffer) < total:
+                return
+            status = int(self.buffer[9:12])
+            self.buffer = self.buffer[total:]
+            now = time.perf_counter()
+            answered[0] += 1
+            if self.sent >= measure_from and now <= end:
+                latencies.append(now - self.sent)
+                statuses[status] += 1
+            self.fire()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if not self.done:
+                lost[0] += 1
+            closed()
+
+    async def main() -> None:
+        for i in range(concurrency):
+            try:
+                await loop.create_connection(lambda i=i: Client(i), "127.0.0.1", port)
+            except OSError:
+                lost[0] += 1
+                closed()
+        await asyncio.wait_for(finished, timeout=warmup + seconds + 30)
+
+    loop.run_until_complete(main())
+    loop.close()
+    latencies.sort()
+
+    def percentile(q: float) -> float | None:
+        return round(1000 * latencies[min(len(latencies) - 1, int(q * len(latencies)))], 3) if latencies else None
+
+    return {"throughput": round(len(latencies) / seconds, 1), "p50_ms": percentile(0.5),
+            "p99_ms": percentile(0.99), "requests": len(latencies), "answered": answered[0],
+            "errors": sum(n for s, n in statuses.items() if s != 200) + lost[0]}
+
+
+def load(port: int, body_file: Path, concurrency: int, seconds: float, warmup: float) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, __file__, "--client", "--port", str(port), "--bodies", str(body_file),
+                          "--concurrency", str(concurrency), "--seconds", str(seconds), "--warmup", str(warmup)],
+                         capture_output=True, text=True, timeout=seconds + warmup + 60)
+    if out.returncode != 0:
+        raise RuntimeError(f"load generator failed: {out.stderr[-2000:]}")
+    return json.loads(out.stdout)
+
+
+# ---------------------------------------------------------------- model ceiling (this process)
+def model_ceiling(model_predictor: Any, example: list[Any], batch_size: int, seconds: float) -> dict[str, float]:
+    """Items per second through ``predict_batch`` at ``batch_size``, and CPU milliseconds per item."""
+    batch = [example[i % len(example)] for i in range(batch_size)]
+    model_predictor.predict_batch(batch)
+    done, started, cpu = 0, time.perf_counter(), time.process_time()
+    while time.perf_counter() - started < seconds:
+        model_predictor.predict_batch(batch)
+        done += batch_size
+    return {"batch_size": batch_size, "throughput": round(done / (time.perf_counter() - started), 1),
+            "cpu_ms_per_item": round(1000 * (time.process_time() - cpu) / done, 4)}
+
+
+def bench_model(model: str, folder: Path, args: argparse.Namespace) -> dict[str, Any]:
+    from torchwork.serve import configure_threads
+
+    configure_threads()  # the same thread count as the servers
+    examples = items(model)
+    body_file = folder / f"{model}-bodies.json"
+    body_file.write_text(json.dumps([json.dumps({"inputs": [item]}) for item in examples]))
+    servers = {v: Server(v, model, folder, args.max_batch_size, args.max_wait_ms) for v in VARIANTS}
+    model_predictor = predictor(model, folder)
+    runs: dict[int, dict[str, list[dict[str, Any]]]] = {c: {v: [] for v in (*VARIANTS, "model")}
+                                                        for c in args.concurrency}
+    try:
+        for server in servers.values():
+            server.wait()
+        for round_index in range(args.rounds):
+            for c in args.concurrency:
+                order = VARIANTS[round_index % 3:] + VARIANTS[:round_index % 3]  # rotate who goes first
+                for variant in order:
+                    port = servers[variant].port
+                    before = batch_totals(port) if variant == "batched" else None
+                    cpu_before = servers[variant].cpu_seconds()
+                    result = load(port, body_file, c, args.seconds, args.warmup)
+                    # CPU per request holds up better than req/s when other processes share the cores
+                    result["server_cpu_ms_per_request"] = round(
+                        1000 * (servers[variant].cpu_seconds() - cpu_before) / max(1, result["answered"]), 3)
+                    if before is not None:
+                        after = batch_totals(port)
+                        result["mean_batch_size"] = round((after[0] - before[0]) / max(1, after[1] - before[1]), 2)
+                        formed = max(1, round(result["mean_batch_size"]))
+                        runs[c]["model"].append(model_ceiling(model_predictor, examples, formed,
+                                                              args.ceiling_seconds))
+                    runs[c][variant].append(result)
+    finally:
+        for server in servers.values():
+            server.stop()
+    return summarize(runs)
+
+
+def summarize(runs: dict[int, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
+    def median(rows: list[dict[str, Any]], key: str) -> Any:
+        values = [r[key] for r in rows if r.get(key) is not None]
+        return round(statistics.median(values), 3) if values else None
+
+    out: dict[str, Any] = {}
+    for c, by_variant in runs.items():
+        row: dict[str, Any] = {}
+        for variant in VARIANTS:
+            rows = by_variant[variant]
+            row[variant] = {"throughput": median(rows, "throughput"), "p50_ms": median(rows, "p50_ms"),
+                            "p99_ms": median(rows, "p99_ms"), "errors": sum(r["errors"] for r in rows),
+                            "server_cpu_ms_per_request": median(rows, "server_cpu_ms_per_request")}
+        row["batched"]["mean_batch_size"] = median(by_variant["batched"], "mean_batch_size")
+        row["model_ceiling"] = {key: median(by_variant["model"], key)
+                                for key in ("throughput", "batch_size", "cpu_ms_per_item")}
+        ceiling = min(row["trivial"]["throughput"], row["model_ceiling"]["throughput"])
+        row["ratios"] = {
+            "batched_p50_over_naive_p50": _ratio(row["batched"]["p50_ms"], row["naive"]["p50_ms"]),
+            "batched_over_min_ceiling": _ratio(row["batched"]["throughput"], ceiling),
+            "batched_over_naive_throughput": _ratio(row["batched"]["throughput"], row["naive"]["throughput"]),
+            # CPU is what other processes cannot blur: the batched server's CPU per request against the
+            # sum of its parts (the trivial server's per request + the model's per item at that batch size)
+            "batched_cpu_over_parts": _ratio(row["batched"]["server_cpu_ms_per_request"],
+                                             (row["trivial"]["server_cpu_ms_per_request"] or 0)
+                                             + (row["model_ceiling"]["cpu_ms_per_item"] or 0)),
+        }
+        out[f"c{c}"] = row
+    return out
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a is not None and b else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one round, shorter runs (about 40 s)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=1.2, help="measured seconds per run")
+    parser.add_argument("--warmup", type=float, default=0.3)
+    parser.add_argument("--ceiling-seconds", type=float, default=0.4)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument("--models", nargs="+", default=["text", "cnn"],
+                        choices=["text", "cnn", "text-onnx", "cnn-onnx"],
+                        help="which models (the -onnx ones run on ONNX Runtime); default: text cnn")
+    parser.add_argument("--max-batch-size", type=int, default=64)
+    parser.add_argument("--max-wait-ms", type=float, default=2.0)
+    # internal: child processes
+    parser.add_argument("--serve", choices=VARIANTS, help=argparse.SUPPRESS)
+    parser.add_argument("--model", help=argparse.SUPPRESS)
+    parser.add_argument("--folder", help=argparse.SUPPRESS)
+    parser.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--bodies", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.client:
+        bodies = [b.encode() for b in json.loads(Path(args.bodies).read_text())]
+        print(json.dumps(run_client(args.port, bodies, args.concurrency[0], args.seconds, args.warmup)))
+        return
+    if args.serve:
+        run_server(args.serve, args.model, Path(args.folder), args.max_batch_size, args.max_wait_ms)
+        return
+    if args.quick:
+        args.rounds, args.seconds, args.warmup, args.ceiling_seconds = 1, 1.0, 0.25, 0.3
+    sys.path.insert(0, str(ROOT / "src"))
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="serve-load-") as tmp:
+        folder = Path(tmp)
+        build(folder, args.models)
+        results = {model: bench_model(model, folder, args) for model in args.models}
+    from torchwork.serve.predictor import default_threads
+
+    print(json.dumps({
+        "benchmark": "serve_load",
+        "setup": {"cpus": os.cpu_count(), "model_threads": default_threads(), "rounds": args.rounds,
+                  "seconds_per_run": args.seconds, "max_batch_size": args.max_batch_size,
+                  "max_wait_ms": args.max_wait_ms, "http": "uvicorn (h11, asyncio loop), FastAPI",
+                  "client": "raw asyncio HTTP/1.1 keep-alive, closed loop, 1 item per request, own process",
+                  "litserve": "not installed: not measured"},
+        "models": results,
+        "goals": goals(results),
+        "seconds": round(time.perf_counter() - started, 1),
+    }, indent=1))
+
+
+def goals(results: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for model, rows in results.items():
+        c1, c64 = rows.get("c1"), rows.get("c64")
+        out[model] = {
+            "c1_latency_within_1.2x_naive": None if not c1 else (c1["ratios"]["batched_p50_over_naive_p50"] or 9) <= 1.2,
+            "c64_throughput_at_least_0.8x_ceiling": None if not c64 else (c64["ratios"]["batched_over_min_ceiling"] or 0) >= 0.8,
+            "c64_above_naive": None if not c64 else (c64["ratios"]["batched_over_naive_throughput"] or 0) > 1,
+            "zero_errors": all(row[v]["errors"] == 0 for row in rows.values() for v in VARIANTS),
+        }
+    return out
+
+
+if __name__ == "__main__":
+    main()

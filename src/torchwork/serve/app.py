@@ -1,0 +1,246 @@
+"""The FastAPI application: ``POST /predict``, ``/healthz``, ``/readyz``, ``/metrics``, docs at ``/docs``.
+
+This module imports FastAPI; only the serving code path imports it.
+
+Example (building the app does not start a server; :func:`torchwork.serve.serve` does):
+    >>> import torch
+    >>> from torchwork.serve import ServeConfig, TorchPredictor, create_app
+    >>> predictor = TorchPredictor(torch.nn.Linear(4, 3), item_shape=(4,), labels=["a", "b", "c"])
+    >>> app = create_app(predictor, ServeConfig(max_batch_size=16))
+    >>> sorted(app.openapi()["paths"])
+    ['/healthz', '/metrics', '/predict', '/readyz']
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import json
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import PlainTextResponse
+from pydantic import ValidationError
+
+from torchwork.errors import ConfigError, QueueFullError
+from torchwork.serve.batcher import Answer, Batcher
+from torchwork.serve.config import ServeConfig
+from torchwork.serve.metrics import ServerMetrics
+from torchwork.serve.predictor import Predictor
+from torchwork.serve.schemas import (
+    Limits,
+    check_rectangular,
+    error_body,
+    request_model,
+    response_models,
+    validation_errors,
+    validation_message,
+)
+
+logger = logging.getLogger("torchwork.serve")
+
+
+class _State:
+    def __init__(self, predictor: Predictor, config: ServeConfig) -> None:
+        self.predictor = predictor
+        self.config = config
+        self.ready = threading.Event()
+        self.in_flight = 0
+        self.batcher = Batcher(predictor.predict_batch, prediction_encoder(predictor.labels),
+                               max_batch_size=config.max_batch_size, max_wait_s=config.max_wait_ms / 1000,
+                               max_queue=config.max_queue)
+        self.metrics = ServerMetrics(config.max_batch_size, lambda: self.batcher.queued_items,
+                                     lambda: self.in_flight)
+        self.batcher.metrics = self.metrics
+
+
+def create_app(predictor: Predictor, config: ServeConfig | None = None) -> FastAPI:
+    """Build the FastAPI app serving ``predictor``: schemas from its declared input, a dynamic batcher."""
+    config = config or ServeConfig()
+    if not isinstance(predictor, Predictor):
+        raise ConfigError(f"{predictor!r} is not a predictor: it needs kind, item_shape, dtype, labels and "
+                          "predict_batch(items); build one with TorchPredictor or OnnxPredictor.")
+    state = _State(predictor, config)
+    limits = Limits(max_items=config.max_items, max_text_length=config.max_text_length)
+    request_schema = request_model(predictor.kind, predictor.item_shape, predictor.dtype, limits)
+    response_schema, error_schema = response_models(predictor.labels)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state.batcher.start(asyncio.get_running_loop())
+        threading.Thread(target=_warm_up, args=(state,), name="torchwork-warm-up", daemon=True).start()
+        yield
+        # uvicorn has already let in-flight requests finish; end the worker after anything left.
+        await asyncio.get_running_loop().run_in_executor(None, state.batcher.stop, config.timeout_s)
+
+    app = FastAPI(title="torchwork serve", lifespan=lifespan,
+                  description=f"Predictions from {getattr(predictor, 'name', type(predictor).__name__)} "
+                              f"({predictor.kind} input), batched dynamically.")
+    app.state.torchwork = state
+
+    def answer(status: int, body: bytes, retry_after: int | None = None) -> Response:
+        headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+        return Response(body, status, headers=headers, media_type="application/json")
+
+    def error(status: int, message: str, errors: list[dict[str, Any]] | None = None,
+              retry_after: int | None = None) -> Response:
+        return answer(status, error_body(message, errors), retry_after)
+
+    async def predict(request: Request) -> Response:
+        state.in_flight += 1
+        started = time.perf_counter()
+        status = 500
+        try:
+            response = await handle(request)
+            status = response.status_code
+            return response
+        except Exception:  # never a bare 500 page: log it, answer JSON, keep serving
+            logger.exception("unexpected error in POST /predict")
+            return error(500, "internal error while answering this request; the server keeps serving")
+        finally:
+            state.in_flight -= 1
+            state.metrics.requests.inc(str(status))
+            state.metrics.latency.observe(time.perf_counter() - started)
+
+    async def handle(request: Request) -> Response:
+        if not state.ready.is_set():
+            return error(503, "the model is still warming up; retry shortly", retry_after=1)
+        body = await _read_body(request, config.max_body_bytes)
+        if isinstance(body, str):
+            status = 400 if body.startswith("header") else 413
+            return error(status, body)
+        try:
+            items = request_schema.model_validate_json(body).inputs
+        except ValidationError as problem:
+            return error(422, validation_message(problem), validation_errors(problem))
+        if predictor.kind == "tensor":
+            problem_text = check_rectangular(items, predictor.item_shape)
+            if problem_text:
+                return error(422, problem_text)
+        try:
+            job = state.batcher.submit(items)
+        except QueueFullError as full:
+            return error(503, f"the server is busy: {full}", retry_after=1)
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(config.timeout_s, _expire, job, config.timeout_s)
+        try:
+            status, payload = await job
+        finally:
+            timer.cancel()
+        return answer(status, payload)
+
+    error_responses = {
+        code: {"model": error_schema, "description": text}
+        for code, text in [(400, "bad request headers"), (413, "body larger than the server allows"),
+                           (422, "invalid input; the message names the field"),
+                           (503, "not ready, or the queue is full (see Retry-After)"),
+                           (504, "not answered within the server's timeout")]}
+    app.add_api_route(
+        "/predict", predict, methods=["POST"], summary="Predict a batch of items",
+        description=f"Body: {{\"inputs\": [item, ...]}} with 1 to {config.max_items} items. Answers "
+                    "{\"predictions\": [...]}, one per item in order"
+                    + (", each with the label and the probability of every class." if predictor.labels
+                       else ", each with the model's output."),
+        responses={200: {"model": response_schema, "description": "one prediction per item"},
+                   **error_responses},
+        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+            "schema": request_schema.model_json_schema()}}}})
+
+    @app.get("/healthz", summary="The process is alive")
+    async def healthz() -> dict[str, str]:
+        return {"status": "alive"}
+
+    @app.get("/readyz", summary="The model is loaded and warmed up", responses={503: {"model": error_schema}})
+    async def readyz() -> Response:
+        if state.ready.is_set():
+            return answer(200, b'{"status": "ready"}')
+        return error(503, "the model is warming up", retry_after=1)
+
+    @app.get("/metrics", summary="Prometheus metrics", response_class=PlainTextResponse)
+    async def metrics() -> PlainTextResponse:
+        return PlainTextResponse(state.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    return app
+
+
+async def _read_body(request: Request, limit: int) -> bytes | str:
+    """The request body, or a message if it is larger than ``limit`` (read no further than that)."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            size = int(declared)
+        except ValueError:
+            return f"header content-length={declared!r} is not a number"
+        if size > limit:
+            return (f"body: {size} bytes is more than this server's limit of {limit} bytes "
+                    "(--max-body-bytes); send fewer items per request")
+        return await request.body()  # the HTTP layer stops at the declared length
+    chunks, total = [], 0
+    async for chunk in request.stream():  # chunked: count as it comes
+        total += len(chunk)
+        if total > limit:
+            return (f"body: more than this server's limit of {limit} bytes (--max-body-bytes); "
+                    "send fewer items per request")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _expire(job: Any, timeout_s: float) -> None:
+    if not job.future.done():
+        job.cancel()
+        job.future.set_result((504, error_body(
+            f"no prediction within {timeout_s:g} s (the server's --timeout-s); the server is overloaded or "
+            "the model is slow: retry later, or send fewer items")))
+
+
+def prediction_encoder(labels: Sequence[str] | None) -> Callable[[Sequence[Any]], Answer]:
+    """Turn one request's output rows into its JSON answer (on the worker thread)."""
+    import numpy as np
+
+    label_list = list(labels) if labels is not None else None
+
+    def encode(rows: Sequence[Any]) -> Answer:
+        predictions = []
+        for index, row in enumerate(rows):
+            array = np.asarray(row)
+            if array.dtype.kind not in "biuf" or not np.isfinite(array).all():
+                return 422, error_body(
+                    f"inputs[{index}]: the model's output for this item is not a finite number (NaN or "
+                    "Infinity), so it cannot be answered; the input is probably far outside the range the "
+                    "model was trained on")
+            if label_list is None:
+                predictions.append({"output": array.tolist()})
+                continue
+            if array.shape != (len(label_list),):
+                raise ValueError(f"the model gave probabilities of shape {array.shape} for "
+                                 f"{len(label_list)} labels")
+            probabilities = array.tolist()
+            predictions.append({"label": label_list[int(array.argmax())],
+                                "probabilities": dict(zip(label_list, probabilities))})
+        return 200, json.dumps({"predictions": predictions}, allow_nan=False).encode()
+
+    return encode
+
+
+def _warm_up(state: _State) -> None:
+    """Run the model once at batch size 1 and once at the largest, then freeze the heap and say ready.
+
+    ``gc.freeze()`` moves everything alive now (the model, torch's modules) out of the collector's reach:
+    without it, full collections walk those objects and take tens of milliseconds under load.
+    """
+    predictor = state.predictor
+    try:
+        examples = getattr(predictor, "example_items", None)
+        if callable(examples):
+            for size in sorted({1, state.config.max_batch_size}):
+                predictor.predict_batch(examples(size))
+    except Exception:
+        logger.exception("warm-up failed; serving anyway, the first requests may be slow or fail")
+    gc.collect()
+    gc.freeze()
+    state.ready.set()

@@ -1,0 +1,231 @@
+"""Dynamic batching: requests queue up, one worker thread runs them together, off the event loop.
+
+The batcher is opportunistic: when the worker is free it takes everything queued (up to
+``max_batch_size`` items) and runs it at once, so at low load nobody pays a wait, and under load the queue
+fills while the model runs and batches grow by themselves. It waits for more items (never longer than
+``max_wait_s``) only when waiting pays: requests arrived while the previous batch was running, so more are
+arriving concurrently, and it stops waiting as soon as they stop coming. At concurrency 1 that never
+happens (the only client is waiting for its answer), so the latency is that of a per-request server.
+
+If a batch fails, each request in it is run alone, so one bad request never fails the others. Results go
+back to the event loop with one ``call_soon_threadsafe`` per batch.
+
+Example:
+    >>> import asyncio
+    >>> from torchwork.serve.batcher import Batcher
+    >>> batcher = Batcher(lambda items: [2 * x for x in items], lambda rows: (200, repr(rows).encode()),
+    ...                   max_batch_size=8)
+    >>> async def main():
+    ...     batcher.start(asyncio.get_running_loop())
+    ...     answers = await asyncio.gather(*(batcher.submit([i, i + 1]) for i in range(3)))
+    ...     batcher.stop()
+    ...     return answers
+    >>> asyncio.run(main())
+    [(200, b'[0, 2]'), (200, b'[2, 4]'), (200, b'[4, 6]')]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Generator, Sequence
+from typing import Any
+
+from torchwork.errors import QueueFullError
+from torchwork.serve.metrics import ServerMetrics
+from torchwork.serve.schemas import error_body
+
+logger = logging.getLogger("torchwork.serve")
+
+Answer = tuple[int, bytes]  # HTTP status and JSON body
+
+
+class Job:
+    """One queued request: await it for its answer; ``cancel()`` it if nobody will wait any longer."""
+
+    __slots__ = ("items", "future", "cancelled", "answer")
+
+    def __init__(self, items: Sequence[Any], future: asyncio.Future[Answer]) -> None:
+        self.items = items
+        self.future = future
+        self.cancelled = False
+        self.answer: Answer | None = None
+
+    def __await__(self) -> Generator[Any, None, Answer]:
+        return self.future.__await__()
+
+    def cancel(self) -> None:
+        """If the worker has not taken this request yet, it never runs."""
+        self.cancelled = True
+
+
+class Batcher:
+    """Queue requests (lists of items) and run them in batches on one worker thread.
+
+    ``run(items) -> rows`` is the model (one row per item, in order) and ``encode(rows) -> (status, body)``
+    turns one request's rows into its answer; both run on the worker thread.
+    """
+
+    def __init__(self, run: Callable[[list[Any]], Sequence[Any]], encode: Callable[[Sequence[Any]], Answer],
+                 *, max_batch_size: int = 32, max_wait_s: float = 0.002, max_queue: int = 1024,
+                 metrics: ServerMetrics | None = None) -> None:
+        self._run, self._encode = run, encode
+        self.max_batch_size, self.max_wait_s, self.max_queue = max_batch_size, max_wait_s, max_queue
+        self.metrics = metrics
+        # A SimpleQueue hands a job over with one C-level lock; each counter below has a single writer
+        # thread (submitted/last_arrival/gap: the event loop; taken: the worker), so no lock is needed.
+        self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._submitted = 0  # items ever queued
+        self._taken = 0  # items ever taken off the queue by the worker
+        self._last_arrival = 0.0
+        self._gap = 0.0  # smoothed time between arrivals
+        self._stopping = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def queued_items(self) -> int:
+        """Items waiting for the model."""
+        return self._submitted - self._taken
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the worker; answers are delivered on ``loop``."""
+        self._loop = loop
+        self._thread = threading.Thread(target=self._work, name="torchwork-batcher", daemon=True)
+        self._thread.start()
+
+    def submit(self, items: Sequence[Any]) -> Job:
+        """Queue one request (called on the event loop); raise :class:`~torchwork.errors.QueueFullError` when
+        ``max_queue`` items wait already (the server answers 503)."""
+        assert self._loop is not None, "start() the batcher first"
+        if self._stopping:
+            raise QueueFullError("the server is shutting down; retry on another instance or later")
+        queued = self._submitted - self._taken
+        if queued and queued + len(items) > self.max_queue:
+            raise QueueFullError(f"the queue holds {queued} items (--max-queue {self.max_queue}); retry later")
+        job = Job(items, self._loop.create_future())
+        now = time.monotonic()
+        self._gap = 0.8 * self._gap + 0.2 * min(now - self._last_arrival, 1.0)
+        self._last_arrival = now
+        self._submitted += len(items)
+        self._queue.put(job)
+        return job
+
+    def stop(self, timeout: float | None = 30.0) -> None:
+        """Refuse new requests, finish everything queued, then end the worker thread."""
+        if not self._stopping:
+            self._stopping = True
+            self._queue.put(None)  # behind every queued job
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    # ------------------------------------------------------------------ worker thread
+    def _work(self) -> None:
+        held: Job | None = None  # taken off the queue but did not fit in the last batch
+        arrivals_while_running = 0
+        stop = False
+        while not stop:
+            first = held if held is not None else self._queue.get()
+            held = None
+            if first is None:
+                return
+            jobs, size = [first], len(first.items)
+            while size < self.max_batch_size:  # everything already queued, as far as it fits
+                try:
+                    job = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if job is None:
+                    stop = True
+                    break
+                if size + len(job.items) > self.max_batch_size:
+                    held = job
+                    break
+                jobs.append(job)
+                size += len(job.items)
+            if arrivals_while_running and not stop and held is None and self.max_wait_s > 0:
+                size, held, stop = self._wait_for_more(jobs, size)
+            self._taken += size
+            arrivals_before = self._submitted
+            jobs = [job for job in jobs if not job.cancelled]
+            if not jobs:
+                continue
+            self._execute(jobs)
+            # Counted before the answers go out: a client that gets its answer and sends again at once
+            # (concurrency 1) must not look like concurrent load.
+            arrivals_while_running = self._submitted - arrivals_before
+            try:
+                self._loop.call_soon_threadsafe(_deliver, jobs)  # type: ignore[union-attr]
+            except RuntimeError:  # the loop is closed: nobody is waiting any more
+                pass
+
+    def _wait_for_more(self, jobs: list[Job], size: int) -> tuple[int, Job | None, bool]:
+        """Requests are arriving concurrently: collect more until they stop, the batch is full, or max-wait.
+
+        Returns the new size, a job that did not fit (or None), and whether the stop marker was seen.
+        """
+        deadline = time.monotonic() + self.max_wait_s
+        # "Stopped coming": nothing new for a few typical gaps between arrivals.
+        patience = min(max(3 * self._gap, 0.0002), self.max_wait_s)
+        while size < self.max_batch_size:
+            now = time.monotonic()
+            until = min(deadline, max(self._last_arrival, now) + patience)
+            if until <= now:
+                break
+            try:
+                job = self._queue.get(timeout=until - now)
+            except queue.Empty:
+                break
+            if job is None:
+                return size, None, True
+            if size + len(job.items) > self.max_batch_size:
+                return size, job, False
+            jobs.append(job)
+            size += len(job.items)
+        return size, None, False
+
+    def _execute(self, jobs: list[Job]) -> None:
+        """Run the jobs' items together (in chunks of max_batch_size) and set each job's answer."""
+        started = time.perf_counter()
+        items = [item for job in jobs for item in job.items]
+        try:
+            rows: list[Any] = []
+            for start in range(0, len(items), self.max_batch_size):
+                chunk = items[start:start + self.max_batch_size]
+                out = self._run(chunk)
+                if len(out) != len(chunk):
+                    raise RuntimeError(f"the model returned {len(out)} rows for {len(chunk)} items")
+                rows.extend(out[i] for i in range(len(chunk)))
+                if self.metrics is not None:
+                    self.metrics.batch_size.observe(len(chunk))
+        except Exception as error:
+            if len(jobs) > 1:  # find the request that fails; the others still get their answers
+                for job in jobs:
+                    self._execute([job])
+                return
+            logger.exception("the model failed on a request")
+            jobs[0].answer = (500, error_body(f"the model failed on this request: {type(error).__name__}: "
+                                              f"{error}. The server keeps serving; check the input or the model."))
+            return
+        start = 0
+        for job in jobs:
+            job.answer = self._encode_safely(rows[start:start + len(job.items)])
+            start += len(job.items)
+        if self.metrics is not None:
+            self.metrics.batch_seconds.observe(time.perf_counter() - started)
+
+    def _encode_safely(self, rows: Sequence[Any]) -> Answer:
+        try:
+            return self._encode(rows)
+        except Exception as error:
+            logger.exception("could not encode an answer")
+            return 500, error_body(f"the answer could not be encoded: {type(error).__name__}: {error}")
+
+
+def _deliver(jobs: list[Job]) -> None:
+    for job in jobs:
+        if not job.future.done() and job.answer is not None:
+            job.future.set_result(job.answer)

@@ -1,0 +1,278 @@
+"""What the server runs: a small predictor protocol, and predictors built from a torch module or an ONNX file.
+
+A predictor turns a list of raw items (strings for a text model, nested lists of numbers for a tensor model)
+into one output row per item, preprocessing included. For a classifier (``labels`` set) each row holds the
+class probabilities; otherwise it is the model's raw output for that item.
+
+Example:
+    >>> import torch
+    >>> from torchwork.serve import TorchPredictor
+    >>> torch.manual_seed(0) and None
+    >>> model = torch.nn.Linear(3, 2)
+    >>> predictor = TorchPredictor(model, item_shape=(3,), labels=["no", "yes"], threads=1)
+    >>> rows = predictor.predict_batch([[0.0, 1.0, 2.0], [1.0, 1.0, 1.0]])
+    >>> [round(float(row.sum()), 5) for row in rows]
+    [1.0, 1.0]
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+from torchwork.errors import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+    import torch
+
+Kind = Literal["text", "tensor"]
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8")
+
+
+@runtime_checkable
+class Predictor(Protocol):
+    """What the HTTP server needs from a model.
+
+    - ``kind``: ``"text"`` (each item is a string) or ``"tensor"`` (each item a nested list of numbers);
+    - ``item_shape``: the shape of one item without the batch dimension (``None`` for a free dimension;
+      ``()`` for text);
+    - ``dtype``: the item's number type for tensor models (``"float32"``, ``"int64"``, ...);
+    - ``labels``: class names for a classifier, else ``None``;
+    - ``predict_batch(items)``: one output row per item, in order: probabilities over ``labels`` for a
+      classifier, the raw output otherwise. It is called from one worker thread at a time.
+    """
+
+    kind: Kind
+    item_shape: tuple[int | None, ...]
+    dtype: str
+    labels: Sequence[str] | None
+
+    def predict_batch(self, items: Sequence[Any]) -> Sequence[Any]: ...
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (the affinity mask, which containers narrow), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+_configured_threads: int | None = None
+
+
+def default_threads() -> int:
+    """Compute threads for the model: as configured, else every CPU but one, left to the event loop."""
+    return _configured_threads or max(1, available_cpus() - 1)
+
+
+def configure_threads(threads: int | None = None) -> int:
+    """Set torch's intra-op threads (default :func:`default_threads`) and one inter-op thread, and make it
+    the default of :class:`OnnxPredictor`; return the number."""
+    global _configured_threads
+    import torch
+
+    threads = threads or default_threads()
+    _configured_threads = threads
+    torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:
+        pass  # already set, or parallel work already ran in this process: keep what it is
+    return threads
+
+
+class ModelPredictor:
+    """Shared part of :class:`TorchPredictor` and :class:`OnnxPredictor`: preprocessing, grouping, softmax.
+
+    ``preprocess`` maps the list of raw items to the model's positional inputs (a tensor/array or a tuple
+    of them). It is required for text; for tensors the default stacks the items into one array of
+    ``dtype``. ``output`` says what the model returns for a classifier: ``"logits"`` (softmax applied
+    here) or ``"probabilities"``.
+    """
+
+    def __init__(self, *, kind: Kind = "tensor", item_shape: Sequence[int | None] | None = None,
+                 dtype: str = "float32", labels: Sequence[str] | None = None,
+                 preprocess: Callable[[list[Any]], Any] | None = None,
+                 output: Literal["logits", "probabilities"] = "logits", name: str = "model") -> None:
+        if kind not in ("text", "tensor"):
+            raise ConfigError(f"kind={kind!r}: a predictor's kind is 'text' or 'tensor'.")
+        if kind == "text" and preprocess is None:
+            raise ConfigError("kind='text' needs preprocess=...: a function from a list of strings to the "
+                              "model's inputs, e.g. torchwork.data.text.TextPreprocessor.")
+        if kind == "tensor" and item_shape is None:
+            raise ConfigError("kind='tensor' needs item_shape=(...): the shape of one input item without the "
+                              "batch dimension, e.g. (64,) or (1, 28, 28); use None for a free dimension.")
+        if dtype not in FLOAT_DTYPES + INT_DTYPES:
+            raise ConfigError(f"dtype={dtype!r} is not supported; use one of {FLOAT_DTYPES + INT_DTYPES}.")
+        if output not in ("logits", "probabilities"):
+            raise ConfigError(f"output={output!r}: use 'logits' or 'probabilities'.")
+        if labels is not None:
+            labels = [str(label) for label in labels]
+            if not labels or len(set(labels)) != len(labels):
+                raise ConfigError(f"labels={labels!r}: a classifier needs distinct, non-empty label names.")
+        shape = tuple(item_shape or ())
+        if any(d is not None and (not isinstance(d, int) or d < 1) for d in shape):
+            raise ConfigError(f"item_shape={shape!r}: each dimension is a positive int or None.")
+        self.kind: Kind = kind
+        self.item_shape: tuple[int | None, ...] = shape if kind == "tensor" else ()
+        self.dtype = dtype
+        self.labels: list[str] | None = labels
+        self.output = output
+        self.name = name
+        self._preprocess = preprocess
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(name={self.name!r}, kind={self.kind!r}, item_shape={self.item_shape!r}, "
+                f"dtype={self.dtype!r}, labels={self.labels!r})")
+
+    def example_items(self, n: int = 1) -> list[Any]:
+        """Valid dummy items (zeros, a free dimension of length 1, or a short text), for warm-up."""
+        if self.kind == "text":
+            return ["warm up the model"] * n
+
+        def zeros(dims: tuple[int | None, ...]) -> Any:
+            if not dims:
+                return 0
+            return [zeros(dims[1:]) for _ in range(dims[0] or 1)]
+
+        return [zeros(self.item_shape) for _ in range(n)]
+
+    def predict_batch(self, items: Sequence[Any]) -> Sequence[Any]:
+        """Preprocess ``items``, run the model once (once per item shape if a dimension is free)."""
+        import numpy as np
+
+        items = list(items)
+        if self.kind == "tensor" and None in self.item_shape:
+            groups: dict[tuple[int, ...], list[int]] = {}
+            for index, item in enumerate(items):
+                groups.setdefault(np.shape(item), []).append(index)
+            if len(groups) > 1:
+                rows: list[Any] = [None] * len(items)
+                for indices in groups.values():
+                    for index, row in zip(indices, self._predict_same_shape([items[i] for i in indices])):
+                        rows[index] = row
+                return rows
+        return self._predict_same_shape(items)
+
+    def _predict_same_shape(self, items: list[Any]) -> Any:
+        import numpy as np
+
+        if self._preprocess is not None:
+            inputs = self._preprocess(items)
+        else:
+            inputs = np.asarray(items, dtype=_numpy_dtype(self.dtype))
+        if not isinstance(inputs, (tuple, list)):
+            inputs = (inputs,)
+        out = self._forward(tuple(inputs))
+        if len(out) != len(items):
+            raise RuntimeError(f"{self.name} returned {len(out)} rows for {len(items)} items")
+        if self.labels is not None and self.output == "logits":
+            out = _softmax(out)
+        return out
+
+    def _forward(self, inputs: tuple[Any, ...]) -> np.ndarray:
+        raise NotImplementedError
+
+
+class TorchPredictor(ModelPredictor):
+    """Run a torch module (an ``nn.Module`` or ``torch.export``'s ``.module()``) under ``inference_mode``.
+
+    ``threads``: torch intra-op threads to set for the whole process (default: leave them as they are).
+
+    Example:
+        >>> import torch
+        >>> from torchwork.serve import TorchPredictor
+        >>> predictor = TorchPredictor(torch.nn.Linear(4, 2), item_shape=(4,))
+        >>> predictor.predict_batch([[1.0, 2.0, 3.0, 4.0]])[0].shape
+        (2,)
+    """
+
+    def __init__(self, module: torch.nn.Module | Callable[..., Any], *, threads: int | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if threads is not None:
+            configure_threads(threads)
+        if hasattr(module, "eval"):
+            module.eval()
+        self.module = module
+
+    def _forward(self, inputs: tuple[Any, ...]) -> np.ndarray:
+        import torch
+
+        tensors = [x if isinstance(x, torch.Tensor) else torch.as_tensor(x) for x in inputs]
+        with torch.inference_mode():
+            out = self.module(*tensors)
+        if isinstance(out, (tuple, list)):
+            out = out[0]  # the first output is the prediction; more outputs are the model's own business
+        return out.detach().float().numpy() if out.dtype == torch.bfloat16 else out.detach().numpy()
+
+
+class OnnxPredictor(ModelPredictor):
+    """Run an ONNX model with ONNX Runtime on the CPU, inputs fed positionally.
+
+    ``item_shape`` defaults to the first input's shape without its batch dimension (named dimensions become
+    free ones); ``threads`` is ONNX Runtime's intra-op thread count (default :func:`default_threads`).
+
+    Example (not run here: it needs an exported file):
+        predictor = OnnxPredictor("digits.onnx", labels=[str(d) for d in range(10)])
+    """
+
+    def __init__(self, model: str | os.PathLike[str] | bytes, *, threads: int | None = None,
+                 **kwargs: Any) -> None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads or default_threads()
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        source = model if isinstance(model, bytes) else os.fspath(model)
+        try:
+            self.session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+        except Exception as error:  # onnxruntime raises its own untyped errors
+            where = "the given bytes" if isinstance(model, bytes) else source
+            raise ConfigError(f"ONNX Runtime could not load {where}: {error}. Export the model again "
+                              "(torch.onnx.export) and check the file is complete.") from error
+        self._inputs = self.session.get_inputs()
+        first = self._inputs[0]
+        kwargs.setdefault("item_shape", tuple(d if isinstance(d, int) else None for d in first.shape[1:]))
+        kwargs.setdefault("dtype", _ONNX_DTYPES.get(first.type, "float32"))
+        super().__init__(**kwargs)
+        self._input_dtypes = [_numpy_dtype(_ONNX_DTYPES.get(i.type, "float32")) for i in self._inputs]
+        self._input_names = [i.name for i in self._inputs]
+
+    def _forward(self, inputs: tuple[Any, ...]) -> np.ndarray:
+        import numpy as np
+
+        if len(inputs) != len(self._input_names):
+            raise RuntimeError(f"preprocessing gave {len(inputs)} inputs; the ONNX model takes "
+                               f"{len(self._input_names)}: {self._input_names}")
+        feed = {}
+        for name, dtype, value in zip(self._input_names, self._input_dtypes, inputs):
+            array = value.numpy() if hasattr(value, "numpy") else value
+            feed[name] = np.ascontiguousarray(array, dtype=dtype)
+        return self.session.run(None, feed)[0]
+
+
+_ONNX_DTYPES = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(float16)": "float16",
+                "tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(int16)": "int16",
+                "tensor(int8)": "int8", "tensor(uint8)": "uint8"}
+
+
+def _numpy_dtype(dtype: str) -> Any:
+    import numpy as np
+
+    return np.float32 if dtype == "bfloat16" else np.dtype(dtype)
+
+
+def _softmax(logits: Any) -> Any:
+    import numpy as np
+
+    x = np.asarray(logits, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        x = x - x.max(axis=-1, keepdims=True)
+        e = np.exp(x)
+        return e / e.sum(axis=-1, keepdims=True)

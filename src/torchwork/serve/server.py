@@ -1,0 +1,138 @@
+"""Run the server: threads for the CPU count, a bound socket, uvicorn with graceful shutdown on SIGTERM.
+
+``torchwork serve ARTIFACT_DIR`` serves an exported artifact; ``--factory module:function`` serves whatever
+predictor ``function(ARTIFACT_DIR)`` builds instead (a TorchPredictor from your own checkpoint, say).
+
+Example (blocks until SIGTERM or Ctrl-C, so not run here):
+    from torchwork.serve import ServeConfig, TorchPredictor, serve
+    serve(TorchPredictor(model, item_shape=(64,), labels=labels), ServeConfig(port=8000))
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import socket
+import sys
+from typing import Any
+
+from torchwork.errors import ConfigError
+from torchwork.serve.config import ServeConfig
+from torchwork.serve.predictor import Predictor, available_cpus, configure_threads
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (port 0: a free one), with a clear error if it is taken."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY only on sockets that say so, and without it each
+    # answer (headers and body are two writes) waits ~40 ms for the client's delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as error:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {error.strerror}. Pick another --port "
+                          "(0 takes a free one) or stop the process using it.") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(predictor: Predictor, config: ServeConfig | None = None) -> None:
+    """Serve ``predictor`` over HTTP until SIGTERM/SIGINT, then finish in-flight requests and return.
+
+    Prints one line with the address once the socket is bound (``listening on http://HOST:PORT``).
+    """
+    import uvicorn
+
+    from torchwork.serve.app import create_app
+
+    config = config or ServeConfig()
+    threads = configure_threads(config.threads)  # torch's; an OnnxPredictor fixed its own when built
+    app = create_app(predictor, config)
+    sock = bind(config.host, config.port)
+    host, port = sock.getsockname()[:2]
+    url_host = f"[{host}]" if ":" in host else host
+    print(f"torchwork serve: {getattr(predictor, 'name', type(predictor).__name__)} ({predictor.kind}) "
+          f"listening on http://{url_host}:{port} (docs at /docs); batches of up to {config.max_batch_size}, "
+          f"wait at most {config.max_wait_ms:g} ms, {threads} model thread(s)", flush=True)
+    uv_config = uvicorn.Config(app, log_level=config.log_level, access_log=False, lifespan="on",
+                               timeout_graceful_shutdown=int(config.timeout_s) + 5, server_header=False)
+    # uvicorn installs its SIGTERM/SIGINT handlers: stop accepting, finish in-flight answers, run shutdown.
+    uvicorn.Server(uv_config).run(sockets=[sock])
+
+
+def load_predictor(artifact: str, factory: str | None = None) -> Predictor:
+    """``factory`` ("module:function") called with ``artifact``, or the artifact's own predictor."""
+    if factory is None:
+        from torchwork.serve.artifact import predictor_from_artifact
+
+        return predictor_from_artifact(artifact)
+    module_name, _, function_name = factory.partition(":")
+    if not module_name or not function_name:
+        raise ConfigError(f"--factory {factory!r}: write it as module:function, e.g. mypkg.serving:build.")
+    try:
+        function = getattr(importlib.import_module(module_name), function_name)
+    except (ImportError, AttributeError) as error:
+        raise ConfigError(f"--factory {factory!r}: {error}. Check the module is importable (PYTHONPATH) "
+                          "and defines the function.") from None
+    predictor = function(artifact)
+    if not isinstance(predictor, Predictor):
+        raise ConfigError(f"--factory {factory!r} returned {type(predictor).__name__}, not a predictor "
+                          "(kind, item_shape, dtype, labels, predict_batch); return a TorchPredictor or "
+                          "OnnxPredictor.")
+    return predictor
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``torchwork serve`` flags (called by the CLI)."""
+    d = ServeConfig()
+    parser.add_argument("artifact", help="an exported artifact folder (see torchwork.deploy.export)")
+    parser.add_argument("--factory", metavar="MODULE:FUNCTION",
+                        help="serve the predictor FUNCTION(ARTIFACT) returns instead of the artifact's own")
+    parser.add_argument("--host", default=d.host, help=f"address to bind (default: {d.host}, this machine only)")
+    parser.add_argument("--port", type=int, default=d.port, help=f"TCP port, 0 for a free one (default: {d.port})")
+    parser.add_argument("--max-batch-size", type=int, default=d.max_batch_size,
+                        help=f"most items per model call (default: {d.max_batch_size})")
+    parser.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms,
+                        help="most time to wait for a batch to fill, used only while requests arrive "
+                             f"concurrently; 0 never waits (default: {d.max_wait_ms:g})")
+    parser.add_argument("--max-queue", type=int, default=d.max_queue,
+                        help=f"items allowed to wait; beyond it answers 503 (default: {d.max_queue})")
+    parser.add_argument("--max-items", type=int, default=d.max_items,
+                        help=f"most items in one request (default: {d.max_items})")
+    parser.add_argument("--max-text-length", type=int, default=d.max_text_length,
+                        help=f"longest text item in characters (default: {d.max_text_length})")
+    parser.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes,
+                        help=f"largest request body (default: {d.max_body_bytes})")
+    parser.add_argument("--timeout-s", type=float, default=d.timeout_s,
+                        help=f"answer 504 if a request is not predicted in this time (default: {d.timeout_s:g})")
+    parser.add_argument("--threads", type=int, default=None,
+                        help=f"model compute threads (default: CPUs - 1 = {max(1, available_cpus() - 1)})")
+    parser.add_argument("--log-level", default=d.log_level,
+                        choices=["critical", "error", "warning", "info", "debug"], help="uvicorn's log level")
+
+
+def cli_main(args: argparse.Namespace) -> int:
+    """``torchwork serve``: load the predictor with threads set for this machine, then serve it."""
+    config = ServeConfig(host=args.host, port=args.port, max_batch_size=args.max_batch_size,
+                         max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, max_items=args.max_items,
+                         max_text_length=args.max_text_length, max_body_bytes=args.max_body_bytes,
+                         timeout_s=args.timeout_s, threads=args.threads, log_level=args.log_level)
+    config.threads = configure_threads(config.threads)  # before the model exists: ONNX Runtime reads it
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    serve(load_predictor(args.artifact, args.factory), config)
+    return 0
+
+
+def main(argv: Any = None) -> int:  # pragma: no cover - `python -m torchwork.serve.server`
+    parser = argparse.ArgumentParser(prog="torchwork serve")
+    add_arguments(parser)
+    return cli_main(parser.parse_args(argv))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

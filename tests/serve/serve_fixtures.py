@@ -1,0 +1,141 @@
+"""Real server processes for the serving tests: ``torchwork serve`` in a subprocess on a free loopback port.
+
+Test modules import the fixtures from here (``from serve_fixtures import text_server, ...``); the models are
+built once per session.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+SRC = HERE.parents[1] / "src"
+
+
+class ServerProcess:
+    """``python -m torchwork.cli serve FOLDER --factory serve_models:FACTORY --port 0 ...`` in a subprocess."""
+
+    def __init__(self, folder: Path, factory: str, *flags: str) -> None:
+        self.log = folder / f"{factory}-{os.getpid()}-{time.monotonic_ns()}.log"
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(HERE)])}
+        command = [sys.executable, "-m", "torchwork.cli", "serve", str(folder), "--factory",
+                   f"serve_models:{factory}", "--port", "0", "--threads", "1", *flags]
+        with open(self.log, "wb") as log:
+            self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, env=env)
+        line = self.process.stdout.readline().decode()  # "... listening on http://127.0.0.1:PORT ..."
+        if "listening on http://" not in line:
+            self.process.kill()
+            raise RuntimeError(f"server did not start: {line!r}\n{self.stderr()}")
+        self.port = int(line.split("listening on http://127.0.0.1:")[1].split()[0])
+        self.wait_ready()
+
+    def stderr(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if self.request("GET", "/readyz", timeout=2)[0] == 200:
+                    return
+            except OSError:
+                pass
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.stderr()}")
+            time.sleep(0.05)
+        raise RuntimeError(f"server not ready after {timeout} s:\n{self.stderr()}")
+
+    def connection(self, timeout: float = 30.0) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def request(self, method: str, path: str, body: bytes | Any = None, headers: dict[str, str] | None = None,
+                timeout: float = 30.0, connection: http.client.HTTPConnection | None = None
+                ) -> tuple[int, dict[str, str], Any]:
+        """One request; a body that is not bytes is sent as JSON. Returns status, headers, parsed JSON or text."""
+        if body is not None and not isinstance(body, bytes):
+            body = json.dumps(body).encode()
+        own = connection is None
+        conn = connection or self.connection(timeout)
+        try:
+            conn.request(method, path, body=body, headers={"Content-Type": "application/json", **(headers or {})})
+            response = conn.getresponse()
+            raw = response.read()
+        finally:
+            if own:
+                conn.close()
+        try:
+            payload: Any = json.loads(raw)
+        except ValueError:
+            payload = raw.decode(errors="replace")
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, payload
+
+    def predict(self, inputs: list[Any], **kwargs: Any) -> tuple[int, dict[str, str], Any]:
+        return self.request("POST", "/predict", {"inputs": inputs}, **kwargs)
+
+    def metrics(self) -> str:
+        return self.request("GET", "/metrics")[2]
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process.stdout.close()
+        return self.process.returncode
+
+
+def metric_value(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{") and line.split(" ")[0] == name:
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not in metrics:\n{text}")
+
+
+@pytest.fixture(scope="session")
+def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from serve_models import build_models
+
+    folder = tmp_path_factory.mktemp("serve-models")
+    build_models(folder)
+    return folder
+
+
+def _server(folder: Path, factory: str, *flags: str) -> Iterator[ServerProcess]:
+    server = ServerProcess(folder, factory, *flags)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def text_server(models_dir: Path) -> Iterator[ServerProcess]:
+    yield from _server(models_dir, "text_predictor", "--max-batch-size", "16", "--max-items", "8",
+                       "--max-text-length", "200")
+
+
+@pytest.fixture(scope="session")
+def digits_server(models_dir: Path) -> Iterator[ServerProcess]:
+    yield from _server(models_dir, "digits_onnx_predictor", "--max-batch-size", "16", "--max-items", "8",
+                       "--max-body-bytes", "20000")
+
+
+@pytest.fixture(scope="module")
+def slow_server(models_dir: Path) -> Iterator[ServerProcess]:
+    """Sleeps item[0] seconds per batch (the largest in the batch); 4 items a batch, 8 queued, 1.5 s timeout."""
+    yield from _server(models_dir, "slow_predictor", "--max-batch-size", "4", "--max-queue", "8",
+                       "--timeout-s", "1.5")

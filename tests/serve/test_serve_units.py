@@ -1,0 +1,338 @@
+"""In-process pieces of the server: request schemas and messages, predictors, the batcher, metrics, config."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+from pydantic import ValidationError
+from serve_fixtures import SRC, models_dir  # noqa: F401  (a fixture)
+from serve_models import (
+    DIGIT_LABELS,
+    TEXT_LABELS,
+    digits_onnx_predictor,
+    digits_torch_predictor,
+    load_text,
+    sentences,
+    text_predictor,
+)
+
+from torchwork.errors import ConfigError
+from torchwork.serve import Batcher, OnnxPredictor, ServeConfig, TorchPredictor
+from torchwork.serve.metrics import ServerMetrics
+from torchwork.serve.schemas import Limits, check_rectangular, request_model, validation_message
+
+
+# ---------------------------------------------------------------- schemas
+def message(model, body: str | bytes) -> str:
+    with pytest.raises(ValidationError) as caught:
+        model.model_validate_json(body)
+    return validation_message(caught.value)
+
+
+@pytest.mark.parametrize("body, expected", [
+    ('{"inputs": [[1, 2, NaN]]}', "inputs[0][2]: Input should be a finite number (got nan)"),
+    ('{"inputs": [[1, 2, Infinity]]}', "inputs[0][2]: Input should be a finite number (got inf)"),
+    ('{"inputs": [[1, 2, -Infinity]]}', "inputs[0][2]: Input should be a finite number (got -inf)"),
+    ('{"inputs": [[1, 2, 1e400]]}', "inputs[0][2]: Input should be a finite number"),
+    ('{"inputs": [[1, 2, 1e39]]}', "inputs[0][2]: 1e+39 is outside the range of the model's input type"),
+    ('{"inputs": [[1, 2, true]]}', "inputs[0][2]: Input should be a valid number"),
+    ('{"inputs": [[1, 2, "3"]]}', "inputs[0][2]: Input should be a valid number"),
+    ('{"inputs": [[1, 2]]}', "inputs[0]: List should have at least 3 items"),
+    ('{"inputs": [[1, 2, 3, 4]]}', "inputs[0]: List should have at most 3 items"),
+    ('{"inputs": [[1, 2, [3]]]}', "inputs[0][2]: Input should be a valid number"),
+    ('{"inputs": []}', "inputs: List should have at least 1 item"),
+    ('{"inputs": [[1, 2, 3], [1, 2, 3], [1, 2, 3]]}', "inputs: List should have at most 2 items"),
+    ('{"inputs": [[1, 2, 3]], "extra": 1}', "extra: Extra inputs are not permitted"),
+    ('{}', "inputs: Field required"),
+    ('[[1, 2, 3]]', "body: Input should be an object like"),
+    ('{"inputs": [[1, 2, 3]', "body: Invalid JSON"),
+    ('', "body: Invalid JSON"),
+    (b'{"inputs": [[1, 2, 3]]}\xff', "body: Invalid JSON"),
+])
+def test_tensor_request_errors_name_the_field(body, expected):
+    model = request_model("tensor", (3,), "float32", Limits(max_items=2))
+    assert expected in message(model, body)
+
+
+def test_valid_tensor_request_and_integer_dtype_ranges():
+    model = request_model("tensor", (2, 2), "float32", Limits())
+    assert model.model_validate_json('{"inputs": [[[1, 2.5], [-0.0, 3e38]]]}').inputs == [[[1.0, 2.5], [-0.0, 3e38]]]
+    ints = request_model("tensor", (2,), "int64", Limits())
+    assert ints.model_validate_json('{"inputs": [[1, -5]]}').inputs == [[1, -5]]
+    assert "inputs[0][1]: Input should be a valid integer" in message(ints, '{"inputs": [[1, 2.5]]}')
+    assert "inputs[0][0]: " in message(ints, f'{{"inputs": [[{2**64}, 1]]}}')
+    uint8 = request_model("tensor", (1,), "uint8", Limits())
+    assert "inputs[0][0]: -1 is outside the range" in message(uint8, '{"inputs": [[-1]]}')
+
+
+def test_text_request_limits():
+    model = request_model("text", (), "float32", Limits(max_items=3, max_text_length=10))
+    assert model.model_validate_json('{"inputs": ["hello", "\\u00e9t\\u00e9"]}').inputs == ["hello", "été"]
+    assert "inputs[0]: String should have at least 1 character" in message(model, '{"inputs": [""]}')
+    assert "inputs[1]: String should have at most 10 characters" in message(model, '{"inputs": ["a", "%s"]}' % ("x" * 11))
+    assert "inputs[0]: Input should be a valid string" in message(model, '{"inputs": [3]}')
+    assert "body: Invalid JSON" in message(model, '{"inputs": ["\\ud800"]}')  # a lone surrogate
+
+
+def test_many_errors_are_summarized():
+    model = request_model("tensor", (8,), "float32", Limits())
+    text = message(model, json.dumps({"inputs": [["x"] * 8]}))
+    assert text.count("Input should be a valid number") == 5 and text.endswith("and 3 more problem(s)")
+
+
+def test_free_dimensions_must_be_rectangular():
+    assert check_rectangular([[[1, 2], [3, 4]]], (None, None)) is None
+    problem = check_rectangular([[[1, 2], [3, 4]], [[1, 2], [3]]], (None, None))
+    assert problem.startswith("inputs[1][1]: has shape (1,) but inputs[1][0] has (2,)")
+    assert check_rectangular([[1, 2, 3]], (3,)) is None
+    schema = request_model("tensor", (None, 2), "float32", Limits(max_free_dim=3)).model_json_schema()
+    assert schema["properties"]["inputs"]["items"]["maxItems"] == 3
+
+
+# ---------------------------------------------------------------- predictors
+def test_onnx_and_torch_predictors_agree_on_real_digits(models_dir):  # noqa: F811
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    items = (digits.data[:200] / 16.0).tolist()
+    onnx_rows = np.stack(digits_onnx_predictor(str(models_dir)).predict_batch(items))
+    torch_rows = np.stack(digits_torch_predictor(str(models_dir)).predict_batch(items))
+    np.testing.assert_allclose(onnx_rows, torch_rows, atol=1e-5)
+    np.testing.assert_allclose(onnx_rows.sum(axis=1), 1.0, atol=1e-5)
+    assert (onnx_rows.argmax(axis=1) == digits.target[:200]).mean() > 0.9
+
+
+def test_onnx_predictor_reads_its_input_shape_and_rejects_a_bad_file(models_dir, tmp_path):  # noqa: F811
+    predictor = OnnxPredictor(models_dir / "digits.onnx", labels=DIGIT_LABELS)
+    assert predictor.item_shape == (64,) and predictor.dtype == "float32" and predictor.kind == "tensor"
+    (tmp_path / "broken.onnx").write_bytes(b"not a model")
+    with pytest.raises(ConfigError, match="ONNX Runtime could not load"):
+        OnnxPredictor(tmp_path / "broken.onnx")
+
+
+def test_text_predictor_matches_the_module_and_is_batch_invariant(models_dir):  # noqa: F811
+    predictor = text_predictor(str(models_dir))
+    texts, labels = sentences(40, seed=3)
+    rows = np.stack(predictor.predict_batch(texts))
+    one_by_one = np.stack([predictor.predict_batch([t])[0] for t in texts])
+    np.testing.assert_allclose(rows, one_by_one, atol=1e-6)  # padding never changes an answer
+    model, vocabulary = load_text(models_dir)
+    with torch.inference_mode():
+        expected = torch.softmax(model(*vocabulary(texts)), dim=1).numpy()
+    np.testing.assert_allclose(rows, expected, atol=1e-6)
+    assert predictor.labels == TEXT_LABELS and (rows.argmax(axis=1) == np.array(labels)).mean() > 0.9
+
+
+def test_free_dimension_items_of_different_shapes_run_in_groups():
+    class Mean(torch.nn.Module):
+        def forward(self, x):
+            return x.mean(dim=(1, 2), keepdim=False).unsqueeze(1)
+
+    predictor = TorchPredictor(Mean(), item_shape=(None, None))
+    rows = predictor.predict_batch([[[1.0, 3.0]], [[2.0], [4.0], [6.0]], [[5.0, 7.0]]])
+    assert [float(r[0]) for r in rows] == [2.0, 4.0, 6.0]
+    assert predictor.example_items(2) == [[[0]], [[0]]]
+
+
+def test_predictor_settings_are_checked():
+    with pytest.raises(ConfigError, match="needs preprocess"):
+        TorchPredictor(torch.nn.Identity(), kind="text")
+    with pytest.raises(ConfigError, match="needs item_shape"):
+        TorchPredictor(torch.nn.Identity())
+    with pytest.raises(ConfigError, match="distinct"):
+        TorchPredictor(torch.nn.Identity(), item_shape=(2,), labels=["a", "a"])
+    with pytest.raises(ConfigError, match="dtype"):
+        TorchPredictor(torch.nn.Identity(), item_shape=(2,), dtype="complex64")
+    with pytest.raises(ConfigError, match="not a predictor"):
+        from torchwork.serve import create_app
+
+        create_app(object())
+
+
+def test_serve_config_is_checked():
+    with pytest.raises(ConfigError, match="max_batch_size=0 must be positive"):
+        ServeConfig(max_batch_size=0)
+    with pytest.raises(ConfigError, match="max_wait_ms"):
+        ServeConfig(max_wait_ms=-1)
+
+
+# ---------------------------------------------------------------- batcher
+def run_async(coroutine):
+    return asyncio.run(asyncio.wait_for(coroutine, 30))
+
+
+def test_concurrent_requests_are_batched_and_answered_in_order():
+    gate = threading.Event()
+    seen: list[list[int]] = []
+
+    def model(items):
+        gate.wait(5)  # the first batch blocks until everything else is queued
+        seen.append(list(items))
+        return [x * 10 for x in items]
+
+    batcher = Batcher(model, lambda rows: (200, json.dumps(list(rows)).encode()), max_batch_size=4)
+
+    async def main():
+        batcher.start(asyncio.get_running_loop())
+        jobs = [batcher.submit([i, i + 100]) for i in range(5)]
+        await asyncio.sleep(0.05)
+        gate.set()
+        answers = await asyncio.gather(*jobs)
+        batcher.stop()
+        return answers
+
+    answers = run_async(main())
+    assert answers == [(200, json.dumps([i * 10, (i + 100) * 10]).encode()) for i in range(5)]
+    assert all(len(batch) <= 4 for batch in seen) and max(len(batch) for batch in seen) == 4
+    assert sorted(x for batch in seen for x in batch) == sorted([i for i in range(5)] + [i + 100 for i in range(5)])
+
+
+def test_a_request_larger_than_a_batch_runs_in_chunks():
+    seen: list[int] = []
+
+    def model(items):
+        seen.append(len(items))
+        return [x + 1 for x in items]
+
+    batcher = Batcher(model, lambda rows: (200, json.dumps(list(rows)).encode()), max_batch_size=4)
+
+    async def main():
+        batcher.start(asyncio.get_running_loop())
+        answer = await batcher.submit(list(range(10)))
+        batcher.stop()
+        return answer
+
+    assert run_async(main()) == (200, json.dumps(list(range(1, 11))).encode())
+    assert seen == [4, 4, 2] and batcher.queued_items == 0
+
+
+def test_a_failing_request_does_not_fail_its_batch_neighbours():
+    gate = threading.Event()
+
+    def model(items):
+        gate.wait(5)
+        if "boom" in items:
+            raise ValueError("cannot take boom")
+        return [len(x) for x in items]
+
+    batcher = Batcher(model, lambda rows: (200, json.dumps(list(rows)).encode()), max_batch_size=8)
+
+    async def main():
+        batcher.start(asyncio.get_running_loop())
+        jobs = [batcher.submit(["a"]), batcher.submit(["bb", "boom"]), batcher.submit(["ccc"])]
+        await asyncio.sleep(0.05)
+        gate.set()
+        answers = await asyncio.gather(*jobs)
+        batcher.stop()
+        return answers
+
+    first, bad, last = run_async(main())
+    assert first == (200, b"[1]") and last == (200, b"[3]")
+    assert bad[0] == 500 and b"ValueError: cannot take boom" in bad[1]
+
+
+def test_full_queue_refuses_and_cancelled_jobs_never_run():
+    gate = threading.Event()
+    ran: list[int] = []
+
+    def model(items):
+        gate.wait(5)
+        ran.extend(items)
+        return items
+
+    batcher = Batcher(model, lambda rows: (200, b"ok"), max_batch_size=1, max_queue=2)
+
+    async def main():
+        from torchwork.errors import QueueFullError
+
+        batcher.start(asyncio.get_running_loop())
+        first = batcher.submit([1])
+        await asyncio.sleep(0.05)  # the worker took it and blocks
+        second, third = batcher.submit([2]), batcher.submit([3])
+        with pytest.raises(QueueFullError, match="the queue holds 2 items"):
+            batcher.submit([4])
+        third.cancel()
+        gate.set()
+        answers = await asyncio.gather(first, second)
+        batcher.stop()
+        return answers
+
+    assert run_async(main()) == [(200, b"ok"), (200, b"ok")]
+    assert ran == [1, 2]
+
+
+def test_at_concurrency_one_the_batcher_never_waits():
+    batcher = Batcher(lambda items: items, lambda rows: (200, b"ok"), max_batch_size=8, max_wait_s=0.5)
+
+    async def main():
+        batcher.start(asyncio.get_running_loop())
+        started = time.monotonic()
+        for i in range(20):
+            await batcher.submit([i])
+        elapsed = time.monotonic() - started
+        batcher.stop()
+        return elapsed
+
+    # Each wait would cost 0.5 s: 20 sequential requests finishing at all shows none was paid.
+    assert run_async(main()) < 5
+
+
+# ---------------------------------------------------------------- metrics, CLI
+def test_metrics_render_prometheus_text():
+    metrics = ServerMetrics(16, lambda: 3, lambda: 1)
+    metrics.requests.inc("200")
+    metrics.requests.inc("422", 2)
+    metrics.batch_size.observe(5)
+    metrics.latency.observe(0.002)
+    text = metrics.render()
+    assert 'torchwork_requests_total{status="422"} 2' in text
+    assert 'torchwork_batch_size_bucket{le="4"} 0' in text and 'torchwork_batch_size_bucket{le="8"} 1' in text
+    assert 'torchwork_batch_size_bucket{le="16"} 1' in text and "torchwork_queue_depth 3" in text
+    assert 'torchwork_request_duration_seconds_bucket{le="0.0025"} 1' in text
+    assert text.endswith("\n")
+
+
+def test_cli_help_does_not_import_heavy_modules():
+    code = ("import sys; from torchwork.cli import build_parser; build_parser().parse_args(['serve', 'x']); "
+            "print(sorted(m for m in ('torch', 'fastapi', 'pydantic', 'onnxruntime', 'uvicorn') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONPATH": str(SRC)})
+    assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_server_setup_errors_say_what_to_do(tmp_path):
+    from torchwork.serve.server import bind, load_predictor
+
+    taken = bind("127.0.0.1", 0)
+    try:
+        with pytest.raises(ConfigError, match="cannot listen on 127.0.0.1:.*Pick another --port"):
+            bind("127.0.0.1", taken.getsockname()[1])
+    finally:
+        taken.close()
+    with pytest.raises(ConfigError, match="write it as module:function"):
+        load_predictor(str(tmp_path), "no_colon")
+    with pytest.raises(ConfigError, match="Check the module is importable"):
+        load_predictor(str(tmp_path), "no_such_module_here:build")
+    with pytest.raises(ConfigError, match="returned dict, not a predictor"):
+        load_predictor("{}", "json:loads")  # json.loads("{}") is a dict
+
+
+def test_serving_an_artifact_uses_torchwork_deploy(tmp_path):
+    pytest.importorskip("torchwork.deploy", reason="torchwork.deploy (branch deploy) is not merged yet")
+    from torchwork.deploy import export
+    from torchwork.serve import predictor_from_artifact
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3)).eval()
+    export(model, (torch.randn(2, 4),), tmp_path / "artifact", formats=("onnx",), dynamic_batch=True)
+    predictor = predictor_from_artifact(tmp_path / "artifact")
+    assert predictor.kind == "tensor" and predictor.item_shape == (4,)
+    rows = predictor.predict_batch([[1.0, 2.0, 3.0, 4.0]])
+    assert len(rows) == 1
