@@ -28,7 +28,7 @@ system-deps:
 	else echo "note: run 'sudo apt-get install$$missing' (tests that need them will skip)"; fi
 
 demo: $(STAMP) system-deps
-	$(BIN)/torchwork demo
+	$(BIN)/torchwork quickstart
 
 test: $(STAMP) system-deps
 	$(BIN)/python -m pytest -q

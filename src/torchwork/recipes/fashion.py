@@ -117,6 +117,8 @@ def run(config: FashionConfig, serve: bool = False) -> dict[str, Any]:
                       run_dir=config.run_dir, config=dataclasses.asdict(config))
     history = trainer.fit(train_loader, val_loader, epochs=config.epochs)
     run_path = trainer.run_path
+    if not trainer.world.is_rank_zero:
+        return {}  # under torchrun, rank 0 evaluates, exports and reports
     model.load_state_dict(torch.load(run_path / "checkpoints" / "best.pt", weights_only=True)["model"])
 
     say("\n== 3. Evaluation on the test split")

@@ -102,12 +102,16 @@ def choose_precision(requested: str, model: Any, batch: Any, loss_fn: Any, steps
 
     if requested != "auto":
         return requested, {}
+    from torchwork.distributed.env import world_from_env
+
+    if world_from_env().is_distributed:
+        return "32", {}  # ranks timing separately could choose differently; they must agree
     seconds: dict[str, list[float]] = {"32": [], "bf16": []}
     trainers = {}
     for precision in seconds:
         trial = copy.deepcopy(model)
         trainers[precision] = Trainer(trial, torch.optim.AdamW(trial.parameters()), loss_fn, device="cpu",
-                                      precision=precision, guard=False, progress=False)
+                                      precision=precision, guard=False, progress=False, distributed=False)
         trainers[precision].step(batch)  # warm-up
     for _ in range(steps):  # interleaved, so that machine noise hits both alike
         for precision, trainer in trainers.items():
@@ -174,9 +178,10 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
                       early_stopping=EarlyStopping("val_macro_f1", mode="max", patience=config.patience),
                       run_dir=config.run_dir, config={**dataclasses.asdict(config), "precision_chosen": precision,
                                                       "precision_timing": timing})
-    run_path = trainer.run_path
     history = trainer.fit(train_loader, val_loader, epochs=config.epochs)
     run_path = trainer.run_path
+    if not trainer.world.is_rank_zero:
+        return {}  # under torchrun, rank 0 evaluates, exports and reports
     preprocessor.save(run_path / "preprocess")  # the exact preprocessing, kept with the run
     best = torch.load(run_path / "checkpoints" / "best.pt", weights_only=True)
     model.load_state_dict(best["model"])

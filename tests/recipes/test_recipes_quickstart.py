@@ -1,0 +1,67 @@
+"""A shortened quickstart runs end to end and produces every file; the report renders in Chromium."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    runs = tmp_path_factory.mktemp("quickstart") / "runs"
+    done = subprocess.run(
+        [sys.executable, "-m", "torchwork.cli", "quickstart", "--quick", "--set", f"run_dir={runs}",
+         "--set", "subset=600", "--set", "epochs=1", "--set", "threads=1"],
+        capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (run,) = list(runs.iterdir())
+    return done, run
+
+
+def test_quickstart_produces_every_file(quickstart):
+    done, run = quickstart
+    for name in ("manifest.json", "metrics.jsonl", "report.html", "summary.json", "checkpoints/best.pt",
+                 "preprocess/preprocess.json", "artifact/manifest.json"):
+        assert (run / name).is_file(), name
+    summary = json.loads((run / "summary.json").read_text())
+    assert set(summary) >= {"test", "baseline", "artifact", "report"}
+    assert set(summary["test"]) == {"accuracy", "macro_f1"} and set(summary["baseline"]) == {"accuracy", "macro_f1"}
+    assert 0.0 < summary["test"]["macro_f1"] <= 1.0 and 0.3 < summary["baseline"]["macro_f1"] <= 1.0
+    assert Path(summary["artifact"]) == run / "artifact" and Path(summary["report"]) == run / "report.html"
+    artifact_manifest = json.loads((run / "artifact" / "manifest.json").read_text())
+    assert {"pt2", "onnx"} <= set(artifact_manifest["variants"])
+    assert any("int8" in name for name in artifact_manifest["variants"])
+    last_lines = done.stdout.strip().splitlines()[-3:]
+    assert last_lines[0].startswith("report:") and last_lines[-1] == f"serve it: torchwork serve {run / 'artifact'}"
+    assert "precision:" in done.stdout and "cleaning:" in done.stdout
+
+
+def test_report_is_self_contained(quickstart):
+    _, run = quickstart
+    html = (run / "report.html").read_text()
+    assert html.count("data:image/png;base64,") >= 4  # curves, F1 bars, confusion matrix
+    for forbidden in ("http://", "https://", "<script src", "<link "):
+        assert forbidden not in html.split("<pre>")[0], forbidden  # nothing fetched when opened offline
+    assert "TF-IDF" in html and "Artifact variants" in html and "Guard findings" in html
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make installs it as root)")
+def test_report_renders_in_headless_chromium(quickstart, tmp_path):
+    _, run = quickstart
+    screenshot = tmp_path / "report.png"
+    done = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
+         "--window-size=1100,2400", f"--screenshot={screenshot}", (run / "report.html").as_uri()],
+        capture_output=True, text=True, timeout=120)
+    assert screenshot.is_file() and screenshot.stat().st_size > 20_000, done.stderr[-2000:]
+    console_errors = [line for line in done.stderr.splitlines() if "CONSOLE" in line and "ERROR" in line.upper()]
+    assert not console_errors, console_errors
