@@ -110,3 +110,18 @@ def test_debug_mode_names_the_divergent_collective(tmp_path):
     text = done.stderr
     assert "ran different collectives" in text, text[-3000:]
     assert "ddp_script.py" in text and "DIVERGENT-COLLECTIVE" in text
+
+
+def test_torchwork_train_nproc_runs_a_recipe_under_torchrun(tmp_path):
+    runs = tmp_path / "runs"
+    done = subprocess.run(
+        [sys.executable, "-m", "torchwork.cli", "train", "sentiment", "--nproc", "2", "--set", "subset=300",
+         "--set", "epochs=1", "--set", "quantize=false", "--set", "export_formats=onnx",
+         "--set", f"run_dir={runs}", "--set", "threads=1"],
+        capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run,) = list(runs.iterdir())  # rank 0 alone wrote the run
+    import json
+    assert json.loads((run / "manifest.json").read_text())["world_size"] == 2
+    assert (run / "summary.json").is_file() and (run / "artifact" / "manifest.json").is_file()
+    assert done.stdout.count("serve it:") == 1
