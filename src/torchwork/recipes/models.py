@@ -10,12 +10,32 @@ Example:
 
 from __future__ import annotations
 
+import zlib
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 
 
+def subword_table(vocab: Sequence[str], buckets: int, max_subwords: int = 24) -> torch.Tensor:
+    """Hashed character 3- to 5-grams of each vocabulary word (fastText subwords), padded with 0.
+
+    Row ``i`` lists the n-gram ids of word ``i`` (``"<word>"`` with boundary marks); special tokens and
+    one-letter words get none. crc32 keeps the hash identical across processes and Python versions.
+    """
+    rows = []
+    for word in vocab:
+        marked = f"<{word}>"
+        grams = sorted({marked[i:i + n] for n in (3, 4, 5) for i in range(len(marked) - n + 1)}) \
+            if len(word) > 1 and not word.startswith("<") else []
+        ids = [1 + zlib.crc32(g.encode("utf-8")) % (buckets - 1) for g in grams][:max_subwords]
+        rows.append(ids + [0] * (max_subwords - len(ids)))
+    return torch.tensor(rows, dtype=torch.long)
+
+
 class NGramClassifier(nn.Module):
-    """fastText-style text classifier: embeddings of words, hashed bigrams and (optionally) trigrams, pooled.
+    """fastText-style text classifier: embeddings of words (plus their character n-grams when ``vocab`` is
+    given), hashed bigrams and (optionally) trigrams, pooled.
 
     Pooling is a sum over the real (non-padding) n-grams divided by the square root of their count, the
     neural twin of TF-IDF's L2 normalisation: long texts do not drown short ones. Uses ``nn.Embedding``
@@ -24,11 +44,18 @@ class NGramClassifier(nn.Module):
     """
 
     def __init__(self, vocab_size: int, classes: int, dim: int = 32, buckets: int = 131_071,
-                 trigrams: bool = True, hidden: int = 0, dropout: float = 0.5, word_dropout: float = 0.0) -> None:
+                 trigrams: bool = True, hidden: int = 0, dropout: float = 0.5, word_dropout: float = 0.0,
+                 vocab: Sequence[str] | None = None, subword_buckets: int = 65_521) -> None:
         super().__init__()
         self.buckets = buckets
         self.word_dropout = word_dropout
         self.words = nn.Embedding(vocab_size, dim, padding_idx=0)
+        self.subwords = None
+        if vocab is not None:  # words also get the mean of their character n-grams (typos, inflections)
+            if len(vocab) != vocab_size:
+                raise ValueError(f"vocab has {len(vocab)} words but vocab_size is {vocab_size}.")
+            self.register_buffer("subword_ids", subword_table(vocab, subword_buckets))
+            self.subwords = nn.Embedding(subword_buckets, dim, padding_idx=0)
         self.bigrams = nn.Embedding(buckets, dim)
         self.trigrams = nn.Embedding(buckets, dim) if trigrams else None
         self.dropout = nn.Dropout(dropout)
@@ -43,7 +70,12 @@ class NGramClassifier(nn.Module):
             # drop whole words (as if unseen): a bag-of-n-grams model then cannot lean on a few of them
             ids = ids * (torch.rand(ids.shape, device=ids.device) >= self.word_dropout)
         real = (ids != 0).unsqueeze(-1).to(self.words.weight.dtype)  # padding id is 0
-        total = (self.words(ids) * real).sum(1)
+        vectors = self.words(ids)
+        if self.subwords is not None:
+            grams = self.subword_ids[ids]  # (N, L, G)
+            present = (grams != 0).unsqueeze(-1).to(vectors.dtype)
+            vectors = vectors + (self.subwords(grams) * present).sum(2) / present.sum(2).clamp(min=1)
+        total = (vectors * real).sum(1)
         count = real.sum(1)
         # n-gram masks and hashes are computed for every length; a text shorter than n adds nothing.
         both = real[:, 1:] * real[:, :-1]
