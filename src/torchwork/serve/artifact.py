@@ -141,20 +141,30 @@ class ArtifactPredictor(ModelPredictor):
         import numpy as np
         import torch
 
-        from torchwork.deploy.artifact import as_input_tuple, check_inputs
+        from torchwork.deploy.artifact import as_input_tuple
 
         tensors = as_input_tuple(inputs, "inputs")
-        size = self.static_batch or int(tensors[0].shape[0])
+        size = self.static_batch
+        if size is None:
+            return self._run(tensors)
         rows = []
         for start in range(0, int(tensors[0].shape[0]), size):
-            chunk = [t[start:start + size] for t in tensors]
+            chunk = tuple(t[start:start + size] for t in tensors)
             real = int(chunk[0].shape[0])
-            if real < size:  # a static batch: fill it up with copies of the first row, dropped below
-                chunk = [torch.cat([t, t[:1].expand(size - real, *t.shape[1:])]) for t in chunk]
-            out = self.artifact.run(check_inputs(tuple(chunk), self._schema))
-            out = out[0] if isinstance(out, tuple) else out
-            rows.append((out.float() if out.dtype == torch.bfloat16 else out).detach().numpy()[:real])
+            if real < size:  # fill the static batch up with copies of the first row, dropped below
+                chunk = tuple(torch.cat([t, t[:1].expand(size - real, *t.shape[1:])]) for t in chunk)
+            rows.append(self._run(chunk)[:real])
         return rows[0] if len(rows) == 1 else np.concatenate(rows)
+
+    def _run(self, tensors: tuple[Any, ...]) -> np.ndarray:
+        """Checked model inputs -> the first output (postprocessed by the artifact) as an array."""
+        import torch
+
+        from torchwork.deploy.artifact import check_inputs
+
+        out = self.artifact.run(check_inputs(tensors, self._schema))
+        out = out[0] if isinstance(out, tuple) else out
+        return (out.float() if out.dtype == torch.bfloat16 else out).detach().numpy()
 
 
 def predictor_from_artifact(directory: str | os.PathLike[str], variant: str | None = None, *,
