@@ -116,7 +116,7 @@ class ArtifactPredictor(ModelPredictor):
                 size = spec["shape"][axis]
                 if isinstance(size, int) and tensor.shape[axis] < size:
                     widths[axis] = (0, size - tensor.shape[axis])
-            if any(widths):
+            if any(after for _, after in widths):
                 flat = [w for pair in reversed(widths) for w in pair]  # F.pad lists the last axis first
                 value = pad if not tensor.dtype.is_floating_point else 0.0
                 tensors[index] = torch.nn.functional.pad(tensor, flat, value=value)
