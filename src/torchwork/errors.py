@@ -45,3 +45,7 @@ class ExportError(TorchworkError, RuntimeError):
 
 class QueueFullError(TorchworkError, RuntimeError):
     """A server's request queue is full (or it is shutting down): retry later."""
+
+
+class ServeError(TorchworkError, RuntimeError):
+    """A model server did not start, did not become ready, or did not answer."""

@@ -13,10 +13,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 HERE = Path(__file__).resolve().parent
@@ -24,13 +26,17 @@ SRC = HERE.parents[1] / "src"
 
 
 class ServerProcess:
-    """``python -m torchwork.cli serve FOLDER --factory serve_models:FACTORY --port 0 ...`` in a subprocess."""
+    """``python -m torchwork.cli serve FOLDER [--factory serve_models:FACTORY] --port 0 ...`` in a subprocess.
 
-    def __init__(self, folder: Path, factory: str, *flags: str) -> None:
-        self.log = folder / f"{factory}-{os.getpid()}-{time.monotonic_ns()}.log"
+    Without a factory it serves FOLDER as an exported artifact; its log goes to ``log_dir`` (default FOLDER).
+    """
+
+    def __init__(self, folder: Path, factory: str | None, *flags: str, log_dir: Path | None = None) -> None:
+        self.log = (log_dir or folder) / f"{factory or 'artifact'}-{os.getpid()}-{time.monotonic_ns()}.log"
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(HERE)])}
-        command = [sys.executable, "-m", "torchwork.cli", "serve", str(folder), "--factory",
-                   f"serve_models:{factory}", "--port", "0", "--threads", "1", *flags]
+        command = [sys.executable, "-m", "torchwork.cli", "serve", str(folder),
+                   *(["--factory", f"serve_models:{factory}"] if factory else []), "--port", "0",
+                   "--threads", "1", *flags]
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, env=env)
         line = self.process.stdout.readline().decode()  # "... listening on http://127.0.0.1:PORT ..."
@@ -96,6 +102,20 @@ class ServerProcess:
                 self.process.wait()
         self.process.stdout.close()
         return self.process.returncode
+
+
+def parallel(function: Callable[[Any], Any], arguments: Iterable[Any], workers: int = 16) -> list[Any]:
+    """``function`` over ``arguments`` from ``workers`` threads at once: concurrent clients."""
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(function, arguments))
+
+
+def probabilities(prediction: dict[str, Any], labels: list[str]) -> np.ndarray:
+    """A classifier's prediction as a row of probabilities, after checking its form and its label."""
+    assert set(prediction) == {"label", "probabilities"} and list(prediction["probabilities"]) == labels
+    row = np.array([prediction["probabilities"][label] for label in labels])
+    assert prediction["label"] == labels[int(row.argmax())]
+    return row
 
 
 def metric_value(text: str, name: str) -> float:

@@ -86,13 +86,15 @@ def sentences(n: int, seed: int) -> tuple[list[str], list[int]]:
     return texts, labels
 
 
-def _train(model: nn.Module, inputs: tuple[torch.Tensor, ...], targets: torch.Tensor, steps: int) -> None:
+def train_briefly(model: nn.Module, inputs: tuple[torch.Tensor, ...], targets: torch.Tensor, steps: int
+                  ) -> nn.Module:
+    """Full-batch Adam for ``steps`` steps; the model comes back in eval mode."""
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     for _ in range(steps):
         optimizer.zero_grad()
         nn.functional.cross_entropy(model(*inputs), targets).backward()
         optimizer.step()
-    model.eval()
+    return model.eval()
 
 
 def build_models(folder: Path) -> None:
@@ -114,7 +116,7 @@ def build_digits(folder: Path) -> None:
     x = torch.from_numpy((digits.data / 16.0).astype("float32"))
     y = torch.from_numpy(digits.target.astype("int64"))
     mlp = digits_mlp()
-    _train(mlp, (x,), y, steps=150)
+    train_briefly(mlp, (x,), y, steps=150)
     torch.save(mlp.state_dict(), folder / "digits.pt")
     torch.onnx.export(mlp, (x[:2],), str(folder / "digits.onnx"), dynamo=True, input_names=["pixels"],
                       dynamic_shapes={"input": {0: torch.export.Dim("batch", max=4096)}}, verbose=False)
@@ -126,7 +128,7 @@ def build_text(folder: Path) -> None:
     (folder / "vocab.json").write_text(json.dumps(words))
     texts, labels = sentences(600, seed=0)
     text_model = TextClassifier(len(words) + 2)
-    _train(text_model, Vocabulary(words)(texts), torch.tensor(labels), steps=100)
+    train_briefly(text_model, Vocabulary(words)(texts), torch.tensor(labels), steps=100)
     torch.save(text_model.state_dict(), folder / "text.pt")
 
 

@@ -7,10 +7,17 @@ import signal
 import socket
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from serve_fixtures import digits_server, metric_value, models_dir, slow_server, text_server  # noqa: F401
+from serve_fixtures import (  # noqa: F401  (fixtures)
+    digits_server,
+    metric_value,
+    models_dir,
+    parallel,
+    probabilities,
+    slow_server,
+    text_server,
+)
 from serve_models import (
     DIGIT_LABELS,
     TEXT_LABELS,
@@ -19,18 +26,6 @@ from serve_models import (
     slow_model,
     text_predictor,
 )
-
-
-def parallel(function, arguments, workers: int = 16):
-    with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(function, arguments))
-
-
-def probabilities(prediction, labels):
-    assert set(prediction) == {"label", "probabilities"} and list(prediction["probabilities"]) == labels
-    row = np.array([prediction["probabilities"][label] for label in labels])
-    assert prediction["label"] == labels[int(row.argmax())]
-    return row
 
 
 # ---------------------------------------------------------------- correct answers under concurrency

@@ -325,7 +325,6 @@ def test_server_setup_errors_say_what_to_do(tmp_path):
 
 
 def test_serving_an_artifact_uses_torchwork_deploy(tmp_path):
-    pytest.importorskip("torchwork.deploy", reason="torchwork.deploy (branch deploy) is not merged yet")
     from torchwork.deploy import export
     from torchwork.serve import predictor_from_artifact
 
@@ -333,6 +332,9 @@ def test_serving_an_artifact_uses_torchwork_deploy(tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(4, 3)).eval()
     export(model, (torch.randn(2, 4),), tmp_path / "artifact", formats=("onnx",), dynamic_batch=True)
     predictor = predictor_from_artifact(tmp_path / "artifact")
-    assert predictor.kind == "tensor" and predictor.item_shape == (4,)
-    rows = predictor.predict_batch([[1.0, 2.0, 3.0, 4.0]])
-    assert len(rows) == 1
+    assert (predictor.kind, predictor.item_shape, predictor.labels, predictor.variant) == ("tensor", (4,), None,
+                                                                                          "onnx")
+    items = [[1.0, 2.0, 3.0, 4.0], [0.5, -1.0, 0.0, 2.0]]
+    rows = predictor.predict_batch(items)
+    with torch.no_grad():
+        np.testing.assert_allclose(rows, model(torch.tensor(items)).numpy(), atol=1e-5)  # raw outputs, no labels

@@ -472,9 +472,13 @@ class Predictor:
         return check_inputs(as_input_tuple(raw, "inputs"), self.manifest["inputs"])
 
     def __call__(self, raw: Any) -> Any:
+        return self.run(self.inputs_for(raw))
+
+    def run(self, inputs: Sequence[Any]) -> Any:
+        """Model inputs (already checked, e.g. by :meth:`inputs_for`) -> outputs, postprocessing included."""
         import torch
 
-        outputs = self.run_model(self.inputs_for(raw))
+        outputs = self.run_model(inputs)
         if self.softmax:
             outputs[0] = torch.softmax(outputs[0].float(), dim=-1)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)

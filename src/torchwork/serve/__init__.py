@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from torchwork.serve.artifact import predictor_from_artifact
+from torchwork.serve.artifact import ArtifactPredictor, predictor_from_artifact
 from torchwork.serve.batcher import Batcher
 from torchwork.serve.config import ServeConfig
 from torchwork.serve.predictor import (
@@ -30,7 +30,7 @@ from torchwork.serve.server import serve
 if TYPE_CHECKING:  # pragma: no cover
     from torchwork.serve.app import create_app
 
-__all__ = ["Batcher", "ModelPredictor", "OnnxPredictor", "Predictor", "ServeConfig", "TorchPredictor",
+__all__ = ["ArtifactPredictor", "Batcher", "ModelPredictor", "OnnxPredictor", "Predictor", "ServeConfig", "TorchPredictor",
            "configure_threads", "create_app", "predictor_from_artifact", "serve"]
 
 

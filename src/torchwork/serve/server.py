@@ -64,12 +64,16 @@ def serve(predictor: Predictor, config: ServeConfig | None = None) -> None:
     uvicorn.Server(uv_config).run(sockets=[sock])
 
 
-def load_predictor(artifact: str, factory: str | None = None) -> Predictor:
-    """``factory`` ("module:function") called with ``artifact``, or the artifact's own predictor."""
+def load_predictor(artifact: str, factory: str | None = None, variant: str | None = None) -> Predictor:
+    """``factory`` ("module:function") called with ``artifact``, or the artifact's own predictor (running
+    ``variant``, default the one its manifest marks to deploy)."""
     if factory is None:
         from torchwork.serve.artifact import predictor_from_artifact
 
-        return predictor_from_artifact(artifact)
+        return predictor_from_artifact(artifact, variant)
+    if variant is not None:
+        raise ConfigError("--variant picks a model file of an exported artifact; with --factory your function "
+                          "builds the predictor, so choose the model there.")
     module_name, _, function_name = factory.partition(":")
     if not module_name or not function_name:
         raise ConfigError(f"--factory {factory!r}: write it as module:function, e.g. mypkg.serving:build.")
@@ -88,10 +92,14 @@ def load_predictor(artifact: str, factory: str | None = None) -> Predictor:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``torchwork serve`` flags (called by the CLI)."""
+    from torchwork.deploy.artifact import VARIANT_FILES  # the artifact format's module: no torch import
+
     d = ServeConfig()
     parser.add_argument("artifact", help="an exported artifact folder (see torchwork.deploy.export)")
     parser.add_argument("--factory", metavar="MODULE:FUNCTION",
                         help="serve the predictor FUNCTION(ARTIFACT) returns instead of the artifact's own")
+    parser.add_argument("--variant", choices=sorted(VARIANT_FILES), default=None,
+                        help="the artifact's model file to run (default: the one its manifest marks to deploy)")
     parser.add_argument("--host", default=d.host, help=f"address to bind (default: {d.host}, this machine only)")
     parser.add_argument("--port", type=int, default=d.port, help=f"TCP port, 0 for a free one (default: {d.port})")
     parser.add_argument("--max-batch-size", type=int, default=d.max_batch_size,
@@ -124,7 +132,7 @@ def cli_main(args: argparse.Namespace) -> int:
     config.threads = configure_threads(config.threads)  # before the model exists: ONNX Runtime reads it
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    serve(load_predictor(args.artifact, args.factory), config)
+    serve(load_predictor(args.artifact, args.factory, args.variant), config)
     return 0
 
 
