@@ -285,36 +285,6 @@ def test_at_concurrency_one_the_batcher_never_waits():
     assert run_async(main()) < 5
 
 
-def test_a_lone_request_to_a_fast_model_runs_inline_and_a_slow_model_never_does():
-    threads: list[str] = []
-
-    def run(items):
-        threads.append(threading.current_thread().name)
-        if items[0] == "slow":
-            time.sleep(0.2)
-        return items
-
-    batcher = Batcher(run, lambda rows: (200, b"ok"), max_batch_size=8, inline_below_s=0.05)
-
-    async def main():
-        batcher.start(asyncio.get_running_loop())
-        await batcher.submit(["fast"], alone=True)  # model speed unknown yet: the worker runs it
-        job = batcher.submit(["fast"], alone=True)  # measured fast, nobody else in flight: run here
-        assert job.future.done()
-        await job
-        await batcher.submit(["fast"], alone=False)  # other requests in flight: the worker batches
-        await batcher.submit(["slow"], alone=True)  # one slow call is enough to stop running inline
-        late = batcher.submit(["slow"], alone=True)
-        assert not late.future.done()
-        await late
-        batcher.stop()
-
-    run_async(main())
-    loop_thread = threading.main_thread().name
-    assert threads[0] == "torchwork-batcher" and threads[1] == loop_thread
-    assert threads[2] == "torchwork-batcher" and threads[-1] == "torchwork-batcher"
-
-
 # ---------------------------------------------------------------- metrics, CLI
 def test_metrics_render_prometheus_text():
     metrics = ServerMetrics(16, lambda: 3, lambda: 1)

@@ -123,7 +123,7 @@ def create_app(predictor: Predictor, config: ServeConfig | None = None) -> FastA
             if problem_text:
                 return error(422, problem_text)
         try:
-            job = state.batcher.submit(items, alone=state.in_flight == 1)
+            job = state.batcher.submit(items)
         except QueueFullError as full:
             return error(503, f"the server is busy: {full}", retry_after=1)
         loop = asyncio.get_running_loop()

@@ -4,11 +4,8 @@ The batcher is opportunistic: when the worker is free it takes everything queued
 ``max_batch_size`` items) and runs it at once, so at low load nobody pays a wait, and under load the queue
 fills while the model runs and batches grow by themselves. It waits for more items (never longer than
 ``max_wait_s``) only when waiting pays: requests arrived while the previous batch was running, so more are
-arriving concurrently, and it stops waiting as soon as they stop coming. A request that is alone (no
-other request in flight, the worker idle, nothing queued) runs at once on the caller's thread, skipping
-the hand-off to the worker, but only for a fast model (a single item measured under ``inline_below_s``,
-1 ms by default): at concurrency 1 the latency is that of a per-request server, and a slow model never
-holds up the event loop (health checks, metrics, other connections).
+arriving concurrently, and it stops waiting as soon as they stop coming. At concurrency 1 that never
+happens (the only client is waiting for its answer), so the latency is that of a per-request server.
 
 If a batch fails, each request in it is run alone, so one bad request never fails the others. Results go
 back to the event loop with one ``call_soon_threadsafe`` per batch.
@@ -74,10 +71,8 @@ class Batcher:
 
     def __init__(self, run: Callable[[list[Any]], Sequence[Any]], encode: Callable[[Sequence[Any]], Answer],
                  *, max_batch_size: int = 32, max_wait_s: float = 0.002, max_queue: int = 1024,
-                 metrics: ServerMetrics | None = None, inline_below_s: float = 0.001) -> None:
+                 metrics: ServerMetrics | None = None) -> None:
         self._run, self._encode = run, encode
-        self.inline_below_s = inline_below_s
-        self._single_item_s = float("inf")  # smoothed time the model takes for one item (unknown yet)
         self.max_batch_size, self.max_wait_s, self.max_queue = max_batch_size, max_wait_s, max_queue
         self.metrics = metrics
         # A SimpleQueue hands a job over with one C-level lock; each counter below has a single writer
@@ -88,7 +83,6 @@ class Batcher:
         self._last_arrival = 0.0
         self._gap = 0.0  # smoothed time between arrivals
         self._stopping = False
-        self._busy = False  # the worker holds jobs (written by the worker only)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 
@@ -103,14 +97,9 @@ class Batcher:
         self._thread = threading.Thread(target=self._work, name="torchwork-batcher", daemon=True)
         self._thread.start()
 
-    def submit(self, items: Sequence[Any], alone: bool = False) -> Job:
+    def submit(self, items: Sequence[Any]) -> Job:
         """Queue one request (called on the event loop); raise :class:`~torchwork.errors.QueueFullError` when
-        ``max_queue`` items wait already (the server answers 503).
-
-        ``alone``: the caller knows no other request is in flight. Then, if the worker is idle and nothing
-        is queued, the request runs right here and the returned job is already answered. (Nothing can be
-        queued meanwhile: only this thread queues, and it is busy running the model.)
-        """
+        ``max_queue`` items wait already (the server answers 503)."""
         assert self._loop is not None, "start() the batcher first"
         if self._stopping:
             raise QueueFullError("the server is shutting down; retry on another instance or later")
@@ -118,11 +107,6 @@ class Batcher:
         if queued and queued + len(items) > self.max_queue:
             raise QueueFullError(f"the queue holds {queued} items (--max-queue {self.max_queue}); retry later")
         job = Job(items, self._loop.create_future())
-        if (alone and self._single_item_s < self.inline_below_s and len(items) == 1 and not self._busy
-                and self._submitted == self._taken):
-            self._execute([job])
-            _deliver([job])
-            return job
         now = time.monotonic()
         self._gap = 0.8 * self._gap + 0.2 * min(now - self._last_arrival, 1.0)
         self._last_arrival = now
@@ -144,9 +128,7 @@ class Batcher:
         arrivals_while_running = 0
         stop = False
         while not stop:
-            self._busy = held is not None
             first = held if held is not None else self._queue.get()
-            self._busy = True
             held = None
             if first is None:
                 return
@@ -175,7 +157,6 @@ class Batcher:
             # Counted before the answers go out: a client that gets its answer and sends again at once
             # (concurrency 1) must not look like concurrent load.
             arrivals_while_running = self._submitted - arrivals_before
-            self._busy = held is not None  # before the answers go out: the next lone request may run inline
             try:
                 self._loop.call_soon_threadsafe(_deliver, jobs)  # type: ignore[union-attr]
             except RuntimeError:  # the loop is closed: nobody is waiting any more
@@ -215,12 +196,6 @@ class Batcher:
             for start in range(0, len(items), self.max_batch_size):
                 chunk = items[start:start + self.max_batch_size]
                 out = self._run(chunk)
-                if len(chunk) == 1:
-                    elapsed = time.perf_counter() - started
-                    known = self._single_item_s != float("inf")
-                    # up at once (a slow call must stop inline runs now), down slowly
-                    self._single_item_s = max(elapsed, 0.8 * self._single_item_s + 0.2 * elapsed) \
-                        if known else elapsed
                 if len(out) != len(chunk):
                     raise RuntimeError(f"the model returned {len(out)} rows for {len(chunk)} items")
                 rows.extend(out[i] for i in range(len(chunk)))
