@@ -83,5 +83,5 @@ def train_main(args: argparse.Namespace) -> int:
 # A few minutes of CPU at most: subsets and fewer epochs, for a first look and for CI.
 QUICK: dict[str, list[str]] = {
     "sentiment": ["subset=3000", "epochs=2"],
-    "fashion": ["subset=3000", "epochs=1"],
+    "fashion": ["subset=6000", "epochs=1"],
 }
