@@ -156,6 +156,6 @@ def digits_server(models_dir: Path) -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="module")
 def slow_server(models_dir: Path) -> Iterator[ServerProcess]:
-    """Sleeps item[0] seconds per batch (the largest in the batch); 4 items a batch, 8 queued, 1.5 s timeout."""
+    """Sleeps item[0] seconds per batch (the largest in the batch); 4 items a batch, 8 queued, 3 s timeout."""
     yield from _server(models_dir, "slow_predictor", "--max-batch-size", "4", "--max-queue", "8",
-                       "--timeout-s", "1.5")
+                       "--timeout-s", "3")

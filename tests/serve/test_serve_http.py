@@ -213,8 +213,8 @@ def test_a_full_queue_answers_503_with_retry_after(slow_server):  # noqa: F811
 
 
 def test_a_request_past_the_timeout_answers_504_and_the_server_goes_on(slow_server):  # noqa: F811
-    status, _, body = slow_server.predict([slow_item(2.5)])
-    assert status == 504 and "no prediction within 1.5 s" in body["detail"]
+    status, _, body = slow_server.predict([slow_item(4.0)])
+    assert status == 504 and "no prediction within 3 s" in body["detail"]
     assert slow_server.predict([slow_item(0.0)])[0] == 200
 
 
