@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime
 import functools
-import os
 import traceback
 from typing import Any
 
@@ -27,13 +26,9 @@ _originals: dict[str, Any] = {}
 
 
 def _call_site() -> str:
-    import torchwork
+    from torchwork.distributed.setup import user_call_site
 
-    library_dirs = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, torchwork))
-    for frame in reversed(traceback.extract_stack()[:-2]):
-        if not frame.filename.startswith(library_dirs) and not frame.filename.startswith("<"):
-            return f"{frame.filename}:{frame.lineno} ({(frame.line or '').strip()})"
-    return "<unknown>"
+    return user_call_site(traceback.extract_stack()[:-2]) or "<unknown>"
 
 
 def _describe(value: Any) -> Any:

@@ -155,7 +155,7 @@ def explain_collective_error(error: BaseException) -> DistributedError | None:
                 "collective: set TORCHWORK_DISTRIBUTED_DEBUG=1 to check)")
     else:
         return None
-    site = _user_frame(error)
+    site = user_call_site(traceback.extract_tb(error.__traceback__))
     where = f" at {site}" if site else ""
     rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else "?"
     return DistributedError(
@@ -164,15 +164,15 @@ def explain_collective_error(error: BaseException) -> DistributedError | None:
         f"PyTorch said: {text.splitlines()[0][:400]}")
 
 
-def _user_frame(error: BaseException) -> str | None:
-    """The innermost traceback frame that is neither torch's nor torchwork's code."""
+def user_call_site(frames: list[traceback.FrameSummary]) -> str | None:
+    """``file:line (code)`` of the innermost frame that is neither torch's nor torchwork's code."""
     import torchwork
 
     library_dirs = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, torchwork))
-    for frame in reversed(traceback.extract_tb(error.__traceback__)):
+    for frame in reversed(frames):
         if frame.filename.startswith(library_dirs) or frame.filename.startswith("<"):
             continue
-        return f"{frame.filename}:{frame.lineno} ({frame.line})"
+        return f"{frame.filename}:{frame.lineno} ({(frame.line or '').strip()})"
     return None
 
 

@@ -43,6 +43,14 @@ def split_error(batch: Any) -> BatchError:
         "from the batch yourself.")
 
 
+def length_or_none(obj: Any) -> int | None:
+    """``len(obj)``, or None for iterables without a length (generators, iterable datasets)."""
+    try:
+        return len(obj)
+    except TypeError:
+        return None
+
+
 def call_model(model: Callable[..., Any], inputs: Any) -> Any:
     """``model(*inputs)`` for a tuple, ``model(**inputs)`` for a dict, else ``model(inputs)``."""
     if type(inputs) is tuple:

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from torchwork.distributed.env import World, world_from_env
-from torchwork.engine.batches import call_model, concat_outputs, inputs_of, split_error
+from torchwork.engine.batches import call_model, concat_outputs, inputs_of, length_or_none, split_error
 from torchwork.engine.callbacks import EarlyStopping
 from torchwork.engine.devices import batch_size_of, check_model_on, move_to_device, resolve_device
 from torchwork.engine.precision import keep_in_fp32, resolve_precision
@@ -371,7 +371,7 @@ class Trainer:
 
             seed = current_seed()["seed"] or 0
             train_loader = shard_loader(train_loader, self.world, train=True, seed=seed)
-            check_same_length(_len_or_none(train_loader), self.device)
+            check_same_length(length_or_none(train_loader), self.device)
         self._capture_train_modes()
         state = self._open_run(train_loader, val_loader, epochs, resume)
         if state is not None:
@@ -453,7 +453,7 @@ class Trainer:
                 # Iterating a shuffling DataLoader draws its order (and its workers' seeds) from these.
                 self._epoch_start_rng = {"torch": torch.get_rng_state(),
                                          "loader": generator.get_state() if generator is not None else None}
-            return _Sized(iter(loader), _len_or_none(loader))
+            return _Sized(iter(loader), length_or_none(loader))
         # Mid-epoch resume: replay the epoch's start, then skip what was trained. The skipped batches are
         # loaded, not just counted, so that workers' random augmentations stay in step too.
         if self._epoch_start_rng is None:
@@ -477,7 +477,7 @@ class Trainer:
         self._loss_terms = None
         on_step = [c.on_step_end for c in self.callbacks if hasattr(c, "on_step_end")]
         checkpoint_every = self.checkpoint_every_n_steps if self._checkpointing else None
-        batches_total = _len_or_none(batches)
+        batches_total = length_or_none(batches)
         windows_total = -(-batches_total // self.accumulate) if batches_total is not None else None
         bar = ProgressBar(windows_total, desc=f"epoch {self.epoch}",
                           enabled=self.progress if self.world.is_rank_zero else False)
@@ -839,9 +839,3 @@ def _windows(loader: Iterable[Any], size: int) -> Iterable[Sequence[Any]]:
     if window:
         yield window
 
-
-def _len_or_none(loader: Any) -> int | None:
-    try:
-        return len(loader)
-    except TypeError:
-        return None

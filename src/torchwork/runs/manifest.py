@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from torchwork.engine.batches import length_or_none
+
 
 def parameter_counts(model: torch.nn.Module) -> dict[str, int]:
     params = {id(p): p for p in model.parameters()}.values()  # shared weights count once
@@ -41,11 +43,7 @@ def git_state(cwd: str | None = None) -> dict[str, Any]:
 
 
 def _dataset_size(loader: Any) -> int | None:
-    dataset = getattr(loader, "dataset", loader)
-    try:
-        return len(dataset)
-    except TypeError:
-        return None
+    return length_or_none(getattr(loader, "dataset", loader))
 
 
 def _hyperparameters(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
@@ -69,7 +67,7 @@ def build_manifest(trainer: Any, train_loader: Any, val_loader: Any, epochs: int
         **current_seed(),
         "data": {"train_size": _dataset_size(train_loader),
                  "validation_size": _dataset_size(val_loader) if val_loader is not None else None,
-                 "train_batches": _len(train_loader)},
+                 "train_batches": length_or_none(train_loader)},
         "optimizer": _hyperparameters(trainer.optimizer),
         "scheduler": ({"class": type(scheduler).__name__,
                        "state": {k: v for k, v in scheduler.state_dict().items()
@@ -88,13 +86,6 @@ def build_manifest(trainer: Any, train_loader: Any, val_loader: Any, epochs: int
                  "cpu_count": os.cpu_count()},
         "world_size": int(os.environ.get("WORLD_SIZE", "1")),
     }
-
-
-def _len(obj: Any) -> int | None:
-    try:
-        return len(obj)
-    except TypeError:
-        return None
 
 
 def format_summary(manifest: dict[str, Any], run_path: Any) -> str:
