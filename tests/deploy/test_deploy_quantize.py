@@ -8,11 +8,13 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+import torch
 from deploy_helpers import digits, digits_cnn, digits_mlp, eager, images
 
 from torchwork.cli import main as cli_main
 from torchwork.deploy import export, load_artifact, read_manifest, verify
 from torchwork.deploy.quantize import gemm_to_matmul
+from torchwork.errors import ExportError
 
 
 @pytest.fixture(scope="module")
@@ -102,3 +104,28 @@ def test_torch_ao_dynamic_quantization_is_measured_but_never_deployed(artifact):
     row = report["variants"]["torch-ao-int8"]
     assert row["kind"] == "comparison" and row["accuracy"] > 0.85
     assert report["deploy"] != "torch-ao-int8"
+
+
+class _EmbeddingTable(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = torch.nn.Embedding(5_000, 8)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.table(ids).sum(1)
+
+
+def test_embedding_tables_quantize_as_int8_gathers(tmp_path):
+    torch.manual_seed(0)
+    model, ids = _EmbeddingTable().eval(), torch.randint(0, 5_000, (4, 6))
+    with pytest.raises(ExportError, match="changed nothing"):  # MatMul only: nothing to quantize here
+        export(model, ids, tmp_path / "matmul", formats=("onnx",), quantize="int8")
+    assert not (tmp_path / "matmul").exists()
+    export(model, ids, tmp_path / "gather", formats=("onnx",), quantize="int8", quantize_ops=("Gather",))
+    quantization = read_manifest(tmp_path / "gather")["variants"]["onnx-int8"]["quantization"]
+    assert quantization["nodes_quantized"] == 1
+    graph = onnx.load(str(tmp_path / "gather" / "model.int8.onnx")).graph
+    eight_bit = {i.name for i in graph.initializer if i.data_type == onnx.TensorProto.UINT8 and list(i.dims) == [5_000, 8]}
+    assert [n.op_type for n in graph.node if eight_bit.intersection(n.input)] == ["Gather"]
+    quantized = load_artifact(tmp_path / "gather", "onnx-int8", threads=1)(ids)
+    torch.testing.assert_close(torch.as_tensor(quantized), model(ids).detach(), atol=0.05, rtol=0.05)

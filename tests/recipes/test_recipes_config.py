@@ -11,9 +11,9 @@ from torchwork.recipes.registry import resolve
 def test_yaml_config_and_overrides(tmp_path):
     path = tmp_path / "exp.yaml"
     path.write_text("recipe: sentiment\nepochs: 7\nlr: 0.01\nexport_formats: [onnx]\n")
-    name, config = resolve(str(path), ["batch_size=128", "trigrams=false"])
+    name, config = resolve(str(path), ["batch_size=128", "chars=false"])
     assert name == "sentiment"
-    assert (config.epochs, config.lr, config.batch_size, config.trigrams) == (7, 0.01, 128, False)
+    assert (config.epochs, config.lr, config.batch_size, config.chars) == (7, 0.01, 128, False)
     assert config.export_formats == ("onnx",)
 
 
@@ -21,7 +21,7 @@ def test_yaml_config_and_overrides(tmp_path):
     ("epoch=3", "unknown setting 'epoch'.*Did you mean 'epochs'"),
     ("epochs=three", "epochs: expected int"),
     ("epochs=0", "must be >= 1"),
-    ("trigrams=maybe", "expected true or false"),
+    ("chars=maybe", "expected true or false"),
     ("precision=fp8", "precision='fp8'"),
     ("export_formats=onnx,tflite", "tflite"),
     ("epochs", "key=value"),

@@ -24,9 +24,6 @@ from torchwork.errors import ConfigError, ExportError
 
 DEFAULT_OPS = ("MatMul",)
 SUPPORTED_OPS = ("MatMul", "Conv", "Gather", "Attention", "LSTM")
-INTEGER_OPS = {"MatMulInteger", "ConvInteger", "DynamicQuantizeMatMul", "DynamicQuantizeLSTM", "QAttention",
-               "MatMulIntegerToFloat", "DynamicQuantizeLinear", "DequantizeLinear"}
-
 CONV_ADVICE = ("Quantizing Conv made a small CNN slower in ONNX Runtime on CPU here (about 10x lower throughput "
                "at batch 64 than the float ONNX graph: ConvInteger has no fast kernel for small convolutions), "
                "while MatMul-only INT8 was the fastest variant; keep quantize_ops=('MatMul',) unless "
@@ -94,9 +91,9 @@ def quantize_onnx(source: Path, target: Path, op_types: tuple[str, ...] = DEFAUL
     except Exception as error:
         raise ExportError(f"onnxruntime.quantization.quantize_dynamic failed on {source.name}: "
                           f"{type(error).__name__}: {error}") from error
-    after = collections.Counter(node.op_type for node in onnx.load(str(target)).graph.node)
-    quantized = sum(count for op, count in after.items() if op in INTEGER_OPS - {"DynamicQuantizeLinear",
-                                                                               "DequantizeLinear"})
+    quantized_model = onnx.load(str(target))
+    after = collections.Counter(node.op_type for node in quantized_model.graph.node)
+    quantized = _nodes_on_integer_weights(quantized_model)
     info = {"method": "onnxruntime.quantization.quantize_dynamic", "weight_type": "QInt8",
             "op_types": list(op_types), "gemm_rewritten_as_matmul": rewritten, "nodes_quantized": quantized,
             "ops_before": dict(sorted(before.items())), "ops_after": dict(sorted(after.items()))}
@@ -106,6 +103,17 @@ def quantize_onnx(source: Path, target: Path, op_types: tuple[str, ...] = DEFAUL
                           f"(its operators: {dict(before)}): there is no constant-weight operator of those types. "
                           "Leave the model in float, or choose other op types.")
     return info
+
+
+def _nodes_on_integer_weights(model: Any) -> int:
+    """Nodes that compute on 8-bit weights: MatMulInteger, ConvInteger, a Gather from an INT8 table...
+    (not the DequantizeLinear nodes, whose 8-bit constant input is only a zero point)."""
+    from onnx import TensorProto
+
+    eight_bit = {init.name for init in model.graph.initializer
+                 if init.data_type in (TensorProto.INT8, TensorProto.UINT8)}
+    return sum(1 for node in model.graph.node
+               if node.op_type != "DequantizeLinear" and eight_bit.intersection(node.input))
 
 
 def torch_dynamic_int8(model: Any) -> Any:

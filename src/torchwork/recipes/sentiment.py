@@ -31,26 +31,26 @@ class SentimentConfig:
     seed: int = 0
     run_dir: str = "runs/sentiment"
     subset: int = 0  # keep only this many rows per split (0: all); for quick checks
-    epochs: int = 5
-    batch_size: int = 64
-    lr: float = 1e-2
-    weight_decay: float = 0.0
-    dim: int = 32
-    trigrams: bool = False  # measured: no better on this data, and 30% more parameters
-    subwords: bool = True  # character 3-5-grams of each word: measured +0.7 points of test macro-F1
+    epochs: int = 12
+    batch_size: int = 256
+    lr: float = 3e-2
+    # L2 penalty on the n-gram weights (Adam's coupled weight_decay): 1 / (C * N) matches the baseline's
+    # logistic regression (C = 1) on ~29k training texts.
+    l2: float = 3.5e-5
+    chars: bool = True  # character 3-5-grams of each word: what beats the words-only baseline
     min_freq: int = 1
     max_vocab: int = 50_000
     max_length: int = 64
     clip_grad_norm: float = 1.0
-    patience: int = 2
+    patience: int = 3
     precision: str = "auto"  # auto | 32 | bf16
     export_formats: tuple[str, ...] = ("pt2", "onnx")
     quantize: bool = True
     threads: int = 0  # torch threads (0: all CPUs)
 
     def validate(self) -> None:
-        if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0 or self.dim < 1:
-            raise ConfigError("epochs, batch_size, dim must be >= 1 and lr > 0.")
+        if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0 or self.l2 < 0:
+            raise ConfigError("epochs and batch_size must be >= 1, lr > 0 and l2 >= 0.")
         if self.precision not in ("auto", "32", "bf16"):
             raise ConfigError(f"precision={self.precision!r}: use auto, 32 or bf16.")
         unknown = set(self.export_formats) - {"pt2", "onnx", "torchscript"}
@@ -139,7 +139,7 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
         loader,
     )
     from torchwork.engine.metrics import macro_f1
-    from torchwork.recipes.models import NGramClassifier
+    from torchwork.recipes.models import TfidfNGramClassifier
 
     started = time.perf_counter()
     if config.threads:
@@ -157,22 +157,25 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
     baseline = tfidf_baseline(train, test, classes)
     say(f"baseline test accuracy {baseline['accuracy']:.4f}, macro-F1 {baseline['macro_f1']:.4f}")
 
-    say("\n== 3. Model: n-gram classifier trained from scratch")
+    say("\n== 3. Model: TF-IDF-weighted word and character n-grams, trained from scratch")
     preprocessor = TextPreprocessor.fit(train.texts, min_freq=config.min_freq, max_size=config.max_vocab,
                                         max_length=config.max_length)
     train_loader = loader(train, config.batch_size, shuffle=True, seed=config.seed, num_workers=0,
                           preprocessor=preprocessor)
     val_loader = loader(validation, 512, num_workers=0, preprocessor=preprocessor)
     test_loader = loader(test, 512, num_workers=0, preprocessor=preprocessor)
-    model = NGramClassifier(preprocessor.vocab_size, len(classes), dim=config.dim, trigrams=config.trigrams,
-                            vocab=list(preprocessor.vocab) if config.subwords else None)
+    model = TfidfNGramClassifier(list(preprocessor.vocab), len(classes), chars=config.chars)
+    model.fit_idf(preprocessor(train.texts)[0])
     # Class weights: the rare positive class counts as much as the others in the loss.
     loss_fn = nn.CrossEntropyLoss(weight=class_weights(train.labels))
     precision, timing = choose_precision(config.precision, model, next(iter(train_loader)), loss_fn)
     say(f"precision: {precision}" + (f" (measured step time: fp32 {timing['step_ms_32']} ms, bf16 "
                                       f"{timing['step_ms_bf16']} ms; bf16 is used only when >= 10% faster)"
                                       if timing else " (as configured)"))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    optimizer = torch.optim.Adam([
+        {"params": [p for name, p in model.named_parameters() if name != "bias"], "weight_decay": config.l2},
+        {"params": [model.bias], "weight_decay": 0.0},  # like logistic regression, the intercept is free
+    ], lr=config.lr)
     scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=config.lr,
                                                     total_steps=config.epochs * len(train_loader))
     trainer = Trainer(model, optimizer, loss_fn, scheduler, device="cpu", precision=precision,
@@ -205,7 +208,8 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
     example = preprocessor(train.texts[:8])
     report = export(model, example, artifact, formats=config.export_formats, preprocess=preprocessor,
                     labels=classes, softmax=True, samples=list(test.texts), targets=list(test.labels),
-                    quantize="int8" if config.quantize else None, overwrite=True)
+                    quantize="int8" if config.quantize else None, overwrite=True,
+                    quantize_ops=("Gather",))  # the model is n-gram weight tables: no MatMul to quantize
     say(format_report(report["verify"]))
     say(f"variant to deploy: {report['deploy']}")
 
