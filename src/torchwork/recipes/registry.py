@@ -82,6 +82,6 @@ def train_main(args: argparse.Namespace) -> int:
 
 # A few minutes of CPU at most: subsets and fewer epochs, for a first look and for CI.
 QUICK: dict[str, list[str]] = {
-    "sentiment": ["subset=3000", "epochs=2"],
+    "sentiment": ["subset=3000", "epochs=8", "batch_size=64"],
     "fashion": ["subset=6000", "epochs=1"],
 }
