@@ -285,6 +285,43 @@ def test_at_concurrency_one_the_batcher_never_waits():
     assert run_async(main()) < 5
 
 
+def _threads_running(model_seconds: float) -> tuple[list[bool], list[int]]:
+    """Which requests ran on the event loop's thread: three sequential lone ones, then two together."""
+    on_loop: list[bool] = []
+    sizes: list[int] = []
+    loop_thread: list[int] = []
+
+    def model(items):
+        time.sleep(model_seconds)
+        on_loop.append(threading.get_ident() == loop_thread[0])
+        sizes.append(len(items))
+        return items
+
+    batcher = Batcher(model, lambda rows: (200, b"ok"), max_batch_size=8, inline_below_s=0.005)
+
+    async def main():
+        loop_thread.append(threading.get_ident())
+        batcher.start(asyncio.get_running_loop())
+        for i in range(3):
+            assert await batcher.submit([i]) == (200, b"ok")
+        await asyncio.gather(batcher.submit([7]), batcher.submit([8]))  # submitted in the same loop pass
+        batcher.stop()
+
+    run_async(main())
+    return on_loop, sizes
+
+
+def test_a_lone_request_runs_on_the_event_loop_once_the_model_is_known_to_be_fast():
+    on_loop, sizes = _threads_running(0.0)
+    # the first is timed on the worker; then lone requests skip the hand-off; two at once go to the worker
+    assert on_loop == [False, True, True, False] and sizes == [1, 1, 1, 2]
+
+
+def test_a_slow_model_always_runs_on_the_worker():
+    on_loop, sizes = _threads_running(0.02)  # 20 ms per call: over inline_below_s, the loop must stay free
+    assert on_loop == [False, False, False, False] and sizes == [1, 1, 1, 2]
+
+
 # ---------------------------------------------------------------- metrics, CLI
 def test_metrics_render_prometheus_text():
     metrics = ServerMetrics(16, lambda: 3, lambda: 1)

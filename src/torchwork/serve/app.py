@@ -14,6 +14,7 @@ Example (building the app does not start a server; :func:`torchwork.serve.serve`
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import gc
 import json
@@ -57,6 +58,37 @@ class _State:
         self.metrics = ServerMetrics(config.max_batch_size, lambda: self.batcher.queued_items,
                                      lambda: self.in_flight)
         self.batcher.metrics = self.metrics
+        self.deadlines = Deadlines(config.timeout_s)
+
+
+class Deadlines:
+    """Answer 504 to requests not answered within ``timeout_s``.
+
+    One sweep every ``every_s`` over the requests in arrival order (the timeout is the same for all, so
+    their deadlines are in order too) costs less per request than a timer each, which matters at thousands
+    of requests per second; an expiry is at most ``every_s`` late.
+    """
+
+    def __init__(self, timeout_s: float, every_s: float = 0.05) -> None:
+        self.timeout_s, self.every_s = timeout_s, every_s
+        self._jobs: collections.deque[tuple[float, Any]] = collections.deque()
+        self._sweeping = False
+
+    def add(self, job: Any) -> None:
+        """Watch ``job`` (on the event loop)."""
+        self._jobs.append((time.monotonic() + self.timeout_s, job))
+        if not self._sweeping:
+            self._sweeping = True
+            asyncio.get_running_loop().call_later(self.every_s, self._sweep)
+
+    def _sweep(self) -> None:
+        now = time.monotonic()
+        while self._jobs and (self._jobs[0][1].future.done() or self._jobs[0][0] <= now):
+            _, job = self._jobs.popleft()
+            _expire(job, self.timeout_s)
+        self._sweeping = bool(self._jobs)
+        if self._sweeping:
+            asyncio.get_running_loop().call_later(self.every_s, self._sweep)
 
 
 def create_app(predictor: Predictor, config: ServeConfig | None = None) -> FastAPI:
@@ -126,12 +158,8 @@ def create_app(predictor: Predictor, config: ServeConfig | None = None) -> FastA
             job = state.batcher.submit(items)
         except QueueFullError as full:
             return error(503, f"the server is busy: {full}", retry_after=1)
-        loop = asyncio.get_running_loop()
-        timer = loop.call_later(config.timeout_s, _expire, job, config.timeout_s)
-        try:
-            status, payload = await job
-        finally:
-            timer.cancel()
+        state.deadlines.add(job)
+        status, payload = await job
         return answer(status, payload)
 
     error_responses = {
