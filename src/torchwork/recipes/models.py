@@ -45,6 +45,13 @@ def document_frequency(feature_ids: torch.Tensor, size: int) -> torch.Tensor:
     return torch.bincount(ordered[first & (ordered != 0)], minlength=size)
 
 
+def _unfitted_idf(size: int) -> torch.Tensor:
+    """Weight 1 for every feature until :meth:`TfidfNGramClassifier.fit_idf`, 0 for id 0 (no feature)."""
+    table = torch.ones(size)
+    table[0] = 0.0
+    return table
+
+
 class TfidfNGramClassifier(nn.Module):
     """A linear text classifier over TF-IDF-weighted n-grams, learned end to end: words, hashed word
     bigrams and hashed character 3- to 5-grams of each word (fastText subwords, for typos and inflections).
@@ -72,12 +79,12 @@ class TfidfNGramClassifier(nn.Module):
         self.words = nn.Embedding(len(vocab), classes, padding_idx=0)
         self.bigrams = nn.Embedding(buckets, classes, padding_idx=0)
         self.bias = nn.Parameter(torch.zeros(classes))
-        self.register_buffer("word_idf", torch.ones(len(vocab)))
-        self.register_buffer("bigram_idf", torch.ones(buckets))
+        self.register_buffer("word_idf", _unfitted_idf(len(vocab)))
+        self.register_buffer("bigram_idf", _unfitted_idf(buckets))
         self.chars = None
         if chars:
             self.register_buffer("char_ids", subword_table(vocab, char_buckets))
-            self.register_buffer("char_idf", torch.ones(char_buckets))
+            self.register_buffer("char_idf", _unfitted_idf(char_buckets))
             self.chars = nn.Embedding(char_buckets, classes, padding_idx=0)
 
     def _features(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -97,6 +104,7 @@ class TfidfNGramClassifier(nn.Module):
         for table, features in zip(tables, self._features(ids)):
             frequency = document_frequency(features, table.numel()).to(table.dtype)
             table.copy_(torch.log((1 + len(ids)) / (1 + frequency)) + 1)
+            table[0] = 0.0  # id 0 is "no feature": weight 0, so forward needs no padding mask
 
     def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         word_ids, bigram_ids, char_ids = self._features(ids)
@@ -107,7 +115,7 @@ class TfidfNGramClassifier(nn.Module):
         for block in blocks:
             total, norm = 0.0, 0.0
             for weights, idf, features in block:
-                weight = idf[features] * (features != 0)  # (N, K): 0 for padding
+                weight = idf[features]  # (N, K): idf[0] == 0, so padding adds nothing
                 total = total + (weights(features) * weight.unsqueeze(-1)).sum(1)
                 norm = norm + weight.square().sum(1, keepdim=True)
             logits = logits + total / norm.clamp(min=1e-12).sqrt()
