@@ -1,13 +1,15 @@
 """Training script for the DDP tests: run under torchrun (or alone, as the single-process reference).
 
 Usage: ddp_script.py OUT [--batch B] [--accumulate K] [--run-dir D] [--every N] [--epochs E]
-                     [--kill-rank R --kill-at STEP] [--diverge-at STEP] [--reference]
+                     [--kill-rank R --kill-at STEP] [--diverge-at STEP] [--reference] [--report-teardown]
 --reference: one process reading the same global order (DistributedSampler with one replica).
+--report-teardown: at exit, after torchwork's own exit handlers, print whether the process group still exists.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import signal
 
@@ -55,7 +57,11 @@ def main() -> None:
     parser.add_argument("--diverge-at", type=int)
     parser.add_argument("--dropout", type=float, default=0.0)
     parser.add_argument("--reference", action="store_true")
+    parser.add_argument("--report-teardown", action="store_true")
     args = parser.parse_args()
+    if args.report_teardown:  # registered first, so it runs after any handler the Trainer registers
+        atexit.register(lambda: print(f"TEARDOWN rank {os.environ['RANK']} process group still initialized: "
+                                      f"{dist.is_initialized()}", flush=True))
 
     torch.set_num_threads(1)
     results = {}

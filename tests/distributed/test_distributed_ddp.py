@@ -128,6 +128,17 @@ def test_debug_mode_names_the_divergent_collective(tmp_path):
     assert "ddp_script.py" in text and "DIVERGENT-COLLECTIVE" in text
 
 
+def test_the_process_group_is_destroyed_before_the_interpreter_exits(tmp_path):
+    # Left to interpreter shutdown, a gloo worker thread finishing its last all-reduce takes the GIL of a
+    # finalizing interpreter and the rank aborts in std::terminate, intermittently (about 1 run in 10 of
+    # two ranks that exit at different times on this loaded machine). The Trainer that joined the group
+    # tears it down in an exit handler; a handler registered before it sees the result.
+    done = torchrun(str(tmp_path / "out.pt"), "--epochs", "1", "--report-teardown")
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):
+        assert f"TEARDOWN rank {rank} process group still initialized: False" in done.stdout, done.stdout[-2000:]
+
+
 def test_torchwork_train_nproc_runs_a_recipe_under_torchrun(tmp_path):
     def train(runs):
         return subprocess.run(
@@ -136,16 +147,8 @@ def test_torchwork_train_nproc_runs_a_recipe_under_torchrun(tmp_path):
              "--set", f"run_dir={runs}", "--set", "threads=1"],
             capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
 
-    runs = tmp_path / "runs-0"
+    runs = tmp_path / "runs"
     done = train(runs)
-    for attempt in (1, 2):
-        # Intermittent (1 run in 3-5 under pytest, never in 5 direct runs): a rank aborts in C++ right after
-        # start-up; not yet understood, reported in the closing note. Fresh tries for that abort only; any
-        # other failure fails the test at once.
-        if done.returncode == 0 or "terminate called without an active exception" not in done.stderr:
-            break
-        runs = tmp_path / f"runs-{attempt}"
-        done = train(runs)
     assert done.returncode == 0, done.stderr[-3000:]
     (run,) = list(runs.iterdir())  # rank 0 alone wrote the run
     import json

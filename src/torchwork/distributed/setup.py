@@ -6,6 +6,7 @@ with an error instead of waiting forever (torchrun also tears the job down when 
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import os
 import sys
@@ -33,6 +34,11 @@ def init_process_group(world: World, timeout_s: float = 300.0, debug: bool = Fal
         torch.cuda.set_device(world.local_rank)
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s),
                             **({"device_id": torch.device("cuda", world.local_rank)} if backend == "nccl" else {}))
+    # Tear the group down while Python is still alive. Left to interpreter exit, a gloo worker thread that
+    # finishes its last all-reduce must take the GIL of a finalizing interpreter; CPython ends that thread
+    # with a forced unwind through C++ noexcept code and the rank dies in std::terminate ("terminate called
+    # without an active exception", SIGABRT): intermittently, when one rank exits before its peers.
+    atexit.register(destroy)
     if debug:
         from torchwork.distributed import debug as collective_debug
 
