@@ -166,3 +166,25 @@ def slow_model() -> SlowModel:
 
 def slow_predictor(folder: str) -> TorchPredictor:
     return TorchPredictor(slow_model(), item_shape=(4,), name="slow")
+
+
+class RefusingModel(nn.Module):
+    """A linear layer over 4 numbers that raises when an item's first number is negative: one bad item."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if bool((x[:, 0] < 0).any()):
+            raise ValueError("this model refuses a negative first number")
+        return self.linear(x)
+
+
+def refusing_predictor(folder: str) -> TorchPredictor:
+    torch.manual_seed(0)
+    return TorchPredictor(RefusingModel().eval(), item_shape=(4,), name="refusing")
+
+
+def unbuildable_predictor(folder: str) -> TorchPredictor:
+    raise FileNotFoundError(f"no model file in {folder}")

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from torchwork.serve.artifact import ArtifactPredictor, predictor_from_artifact
 from torchwork.serve.batcher import Batcher
 from torchwork.serve.config import ServeConfig
+from torchwork.serve.model_process import ModelProcess
 from torchwork.serve.predictor import (
     ModelPredictor,
     OnnxPredictor,
@@ -30,8 +31,8 @@ from torchwork.serve.server import serve
 if TYPE_CHECKING:  # pragma: no cover
     from torchwork.serve.app import create_app
 
-__all__ = ["ArtifactPredictor", "Batcher", "ModelPredictor", "OnnxPredictor", "Predictor", "ServeConfig", "TorchPredictor",
-           "configure_threads", "create_app", "predictor_from_artifact", "serve"]
+__all__ = ["ArtifactPredictor", "Batcher", "ModelPredictor", "ModelProcess", "OnnxPredictor", "Predictor",
+           "ServeConfig", "TorchPredictor", "configure_threads", "create_app", "predictor_from_artifact", "serve"]
 
 
 def __getattr__(name: str) -> Any:

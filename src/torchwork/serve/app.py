@@ -32,6 +32,7 @@ from torchwork.errors import ConfigError, QueueFullError
 from torchwork.serve.batcher import Answer, Batcher
 from torchwork.serve.config import ServeConfig
 from torchwork.serve.metrics import ServerMetrics
+from torchwork.serve.model_process import ModelProcess
 from torchwork.serve.predictor import Predictor
 from torchwork.serve.schemas import (
     Limits,
@@ -47,14 +48,16 @@ logger = logging.getLogger("torchwork.serve")
 
 
 class _State:
-    def __init__(self, predictor: Predictor, config: ServeConfig) -> None:
+    def __init__(self, predictor: Predictor, config: ServeConfig, model_process: ModelProcess | None) -> None:
         self.predictor = predictor
         self.config = config
+        self.model_process = model_process
         self.ready = threading.Event()
         self.in_flight = 0
-        self.batcher = Batcher(predictor.predict_batch, prediction_encoder(predictor.labels),
+        self.run_batch = predictor.predict_batch if model_process is None else _in_process(predictor, model_process)
+        self.batcher = Batcher(self.run_batch, prediction_encoder(predictor.labels),
                                max_batch_size=config.max_batch_size, max_wait_s=config.max_wait_ms / 1000,
-                               max_queue=config.max_queue)
+                               max_queue=config.max_queue, run_inline=predictor.predict_batch)
         self.metrics = ServerMetrics(config.max_batch_size, lambda: self.batcher.queued_items,
                                      lambda: self.in_flight)
         self.batcher.metrics = self.metrics
@@ -91,24 +94,45 @@ class Deadlines:
             asyncio.get_running_loop().call_later(self.every_s, self._sweep)
 
 
-def create_app(predictor: Predictor, config: ServeConfig | None = None) -> FastAPI:
-    """Build the FastAPI app serving ``predictor``: schemas from its declared input, a dynamic batcher."""
+def _in_process(predictor: Predictor, process: ModelProcess) -> Callable[[list[Any]], Any]:
+    """Batches for the model process; fixed-shape tensors travel as one array (a fast pickle), not lists."""
+    if predictor.kind != "tensor" or None in predictor.item_shape:
+        return process.predict_batch
+    import numpy as np
+
+    from torchwork.serve.predictor import _numpy_dtype
+
+    dtype = _numpy_dtype(predictor.dtype)
+    return lambda items: process.predict_batch(np.asarray(items, dtype=dtype))
+
+
+def create_app(predictor: Predictor, config: ServeConfig | None = None,
+               model_process: ModelProcess | None = None) -> FastAPI:
+    """Build the FastAPI app serving ``predictor``: schemas from its declared input, a dynamic batcher.
+
+    ``model_process``: run batches there instead of on a thread of this process (``--model-process``);
+    ``predictor`` still declares the input and answers lone requests of a fast model on the event loop.
+    """
     config = config or ServeConfig()
     if not isinstance(predictor, Predictor):
         raise ConfigError(f"{predictor!r} is not a predictor: it needs kind, item_shape, dtype, labels and "
                           "predict_batch(items); build one with TorchPredictor or OnnxPredictor.")
-    state = _State(predictor, config)
+    state = _State(predictor, config, model_process)
     limits = Limits(max_items=config.max_items, max_text_length=config.max_text_length)
     request_schema = request_model(predictor.kind, predictor.item_shape, predictor.dtype, limits)
     response_schema, error_schema = response_models(predictor.labels)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if model_process is not None:  # a model that cannot be built stops the server here, with the reason
+            await asyncio.get_running_loop().run_in_executor(None, model_process.start)
         state.batcher.start(asyncio.get_running_loop())
         threading.Thread(target=_warm_up, args=(state,), name="torchwork-warm-up", daemon=True).start()
         yield
         # uvicorn has already let in-flight requests finish; end the worker after anything left.
         await asyncio.get_running_loop().run_in_executor(None, state.batcher.stop, config.timeout_s)
+        if model_process is not None:
+            await asyncio.get_running_loop().run_in_executor(None, model_process.close)
 
     app = FastAPI(title="torchwork serve", lifespan=lifespan,
                   description=f"Predictions from {getattr(predictor, 'name', type(predictor).__name__)} "
@@ -267,6 +291,8 @@ def _warm_up(state: _State) -> None:
         if callable(examples):
             for size in sorted({1, state.config.max_batch_size}):
                 predictor.predict_batch(examples(size))
+                if state.model_process is not None:
+                    state.run_batch(examples(size))
     except Exception:
         logger.exception("warm-up failed; serving anyway, the first requests may be slow or fail")
     gc.collect()

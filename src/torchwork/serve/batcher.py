@@ -73,13 +73,17 @@ class Batcher:
     """Queue requests (lists of items) and run them in batches on one worker thread.
 
     ``run(items) -> rows`` is the model (one row per item, in order) and ``encode(rows) -> (status, body)``
-    turns one request's rows into its answer; both run on the worker thread.
+    turns one request's rows into its answer; both run on the worker thread. ``run_inline`` (default
+    ``run``) answers a lone request on the event loop: the same model, where ``run`` hands batches to
+    another process.
     """
 
     def __init__(self, run: Callable[[list[Any]], Sequence[Any]], encode: Callable[[Sequence[Any]], Answer],
                  *, max_batch_size: int = 32, max_wait_s: float = 0.002, max_queue: int = 1024,
-                 metrics: ServerMetrics | None = None, inline_below_s: float = 0.005) -> None:
+                 metrics: ServerMetrics | None = None, inline_below_s: float = 0.005,
+                 run_inline: Callable[[list[Any]], Sequence[Any]] | None = None) -> None:
         self._run, self._encode = run, encode
+        self._run_inline = run_inline or run
         self.inline_below_s = inline_below_s
         self._lone_seconds = math.inf  # smoothed time to answer one item (unknown until measured)
         self.max_batch_size, self.max_wait_s, self.max_queue = max_batch_size, max_wait_s, max_queue
@@ -138,7 +142,7 @@ class Batcher:
             try:
                 self._taken += len(jobs[0].items)
                 if not jobs[0].cancelled:
-                    self._execute(jobs)
+                    self._execute(jobs, self._run_inline)
             finally:
                 self._model_lock.release()
             _deliver(jobs)
@@ -223,15 +227,16 @@ class Batcher:
             size += len(job.items)
         return size, None, False
 
-    def _execute(self, jobs: list[Job]) -> None:
+    def _execute(self, jobs: list[Job], run: Callable[[list[Any]], Sequence[Any]] | None = None) -> None:
         """Run the jobs' items together (in chunks of max_batch_size) and set each job's answer."""
+        run = run or self._run
         started = time.perf_counter()
         items = [item for job in jobs for item in job.items]
         try:
             rows: list[Any] = []
             for start in range(0, len(items), self.max_batch_size):
                 chunk = items[start:start + self.max_batch_size]
-                out = self._run(chunk)
+                out = run(chunk)
                 if len(out) != len(chunk):
                     raise RuntimeError(f"the model returned {len(out)} rows for {len(chunk)} items")
                 rows.extend(out[i] for i in range(len(chunk)))
@@ -240,7 +245,7 @@ class Batcher:
         except Exception as error:
             if len(jobs) > 1:  # find the request that fails; the others still get their answers
                 for job in jobs:
-                    self._execute([job])
+                    self._execute([job], run)
                 return
             logger.exception("the model failed on a request")
             jobs[0].answer = (500, error_body(f"the model failed on this request: {type(error).__name__}: "
