@@ -7,9 +7,10 @@ interleaved, round after round:
 - ``trivial``: the HTTP ceiling, a POST endpoint that reads the body and answers a constant;
 - ``naive``: one forward per request, inline in the handler (same validation and answer encoding);
 - ``batched``: ``torchwork serve`` (dynamic batching on a worker thread);
+- ``batched-process``: ``torchwork serve --model-process`` (the batches run in a child process);
 - ``litserve``: LitServe with its batching on (``litserve_server.py``), when ``import litserve`` works;
-the first three on the same stack (FastAPI + uvicorn, access log off); and in this process, the model
-ceiling: ``predict_batch`` throughput at the batch size the server formed.
+all but LitServe on the same stack (FastAPI + uvicorn, access log off); and in this process, the model
+ceiling of each torchwork mode: ``predict_batch`` throughput at the batch size that server formed.
 
 Models: ``text``, the quickstart's model (``TfidfNGramClassifier`` at its default size, vocabulary and IDF
 fitted on the real training tweets) exported by ``torchwork.deploy.export`` and loaded from its artifact as
@@ -19,13 +20,14 @@ forward takes about 6 ms and batching pays; ``cnn-mid``, the same with a head ha
 whose model ceiling is of the order of the HTTP ceiling.
 
 Prints one JSON object: per model and concurrency the median over rounds of throughput (req/s), p50/p99
-latency (ms), errors, server CPU ms per request, mean batch size; ratios against the goals (concurrency 1:
-batched p50 within 1.2x of naive; concurrency 64: batched throughput >= 0.8 x min(HTTP ceiling, model
-ceiling)). On a machine whose cores other processes share, throughput ratios move with their load; the CPU
-ratio ``batched_cpu_over_parts`` (server CPU per request / (HTTP CPU per request + model CPU per item))
-says what the server itself costs beyond its two parts.
+latency (ms), errors, server CPU ms per request (its child processes included), mean batch size; for each
+torchwork mode, ratios against the goals (concurrency 1: p50 within 1.2x of naive; concurrency 64:
+throughput >= 0.8 x min(HTTP ceiling, model ceiling), above naive and LitServe). On a machine whose cores
+other processes share, throughput ratios move with their load; the CPU ratio ``cpu_over_parts`` (server
+CPU per request / (HTTP CPU per request + model CPU per item)) says what the server itself costs beyond
+its two parts.
 
-Run: ``python benchmarks/serve_load.py`` (about 2 minutes) or ``--quick`` (about 40 s).
+Run: ``python benchmarks/serve_load.py`` (about 5 minutes) or ``--quick`` (about 2 minutes).
 """
 
 
@@ -403,8 +405,8 @@ def bench_model(model: str, folder: Path, args: argparse.Namespace) -> dict[str,
     variants = (*VARIANTS, "litserve") if args.litserve else VARIANTS
     servers = {v: Server(v, model, folder, args.max_batch_size, args.max_wait_ms) for v in variants}
     model_predictor = predictor(model, folder)
-    runs: dict[int, dict[str, list[dict[str, Any]]]] = {c: {v: [] for v in (*variants, "model")}
-                                                        for c in args.concurrency}
+    runs: dict[int, dict[str, list[dict[str, Any]]]] = {
+        c: {v: [] for v in (*variants, *(f"ceiling-{s}" for s in SERVED))} for c in args.concurrency}
     try:
         for server in servers.values():
             server.wait()
@@ -423,10 +425,10 @@ def bench_model(model: str, folder: Path, args: argparse.Namespace) -> dict[str,
                     if before is not None:
                         after = batch_totals(port)
                         result["mean_batch_size"] = round((after[0] - before[0]) / max(1, after[1] - before[1]), 2)
-                    if variant == "batched":  # the ceiling at the batch size the thread mode formed
+                    if variant in SERVED:  # the ceiling at the batch size this server formed
                         formed = max(1, round(result["mean_batch_size"]))
-                        runs[c]["model"].append(model_ceiling(model_predictor, examples, formed,
-                                                              args.ceiling_seconds))
+                        runs[c][f"ceiling-{variant}"].append(model_ceiling(model_predictor, examples, formed,
+                                                                           args.ceiling_seconds))
                     runs[c][variant].append(result)
     finally:
         for server in servers.values():
@@ -442,18 +444,18 @@ def summarize(runs: dict[int, dict[str, list[dict[str, Any]]]]) -> dict[str, Any
     out: dict[str, Any] = {}
     for c, by_variant in runs.items():
         row: dict[str, Any] = {}
-        for variant in (v for v in by_variant if v != "model"):
+        for variant in (v for v in by_variant if not v.startswith("ceiling-")):
             rows = by_variant[variant]
             row[variant] = {"throughput": median(rows, "throughput"), "p50_ms": median(rows, "p50_ms"),
                             "p99_ms": median(rows, "p99_ms"), "errors": sum(r["errors"] for r in rows),
                             "server_cpu_ms_per_request": median(rows, "server_cpu_ms_per_request")}
-        row["model_ceiling"] = {key: median(by_variant["model"], key)
-                                for key in ("throughput", "batch_size", "cpu_ms_per_item")}
-        ceiling = min(row["trivial"]["throughput"], row["model_ceiling"]["throughput"])
         row["ratios"] = {}
         for variant in (v for v in SERVED if v in row):
             served = row[variant]
             served["mean_batch_size"] = median(by_variant[variant], "mean_batch_size")
+            served["model_ceiling"] = model = {key: median(by_variant[f"ceiling-{variant}"], key)
+                                               for key in ("throughput", "batch_size", "cpu_ms_per_item")}
+            ceiling = min(row["trivial"]["throughput"], model["throughput"])
             row["ratios"][variant] = {
                 "p50_over_naive_p50": _ratio(served["p50_ms"], row["naive"]["p50_ms"]),
                 "over_min_ceiling": _ratio(served["throughput"], ceiling),
@@ -463,7 +465,7 @@ def summarize(runs: dict[int, dict[str, list[dict[str, Any]]]]) -> dict[str, Any
                 # its parts (the trivial server's per request + the model's per item at that batch size)
                 "cpu_over_parts": _ratio(served["server_cpu_ms_per_request"],
                                          (row["trivial"]["server_cpu_ms_per_request"] or 0)
-                                         + (row["model_ceiling"]["cpu_ms_per_item"] or 0)),
+                                         + (model["cpu_ms_per_item"] or 0)),
             }
         out[f"c{c}"] = row
     return out
