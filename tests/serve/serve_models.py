@@ -188,3 +188,11 @@ def refusing_predictor(folder: str) -> TorchPredictor:
 
 def unbuildable_predictor(folder: str) -> TorchPredictor:
     raise FileNotFoundError(f"no model file in {folder}")
+
+
+def crashing_predictor(folder: str) -> TorchPredictor:
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)  # like a segfault in native code while loading
+    raise AssertionError("unreachable")

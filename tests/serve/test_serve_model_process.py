@@ -17,7 +17,7 @@ import psutil
 import pytest
 from serve_artifacts import TextArtifact, build_text_artifact
 from serve_fixtures import ServerProcess, metric_value, parallel, probabilities
-from serve_models import refusing_predictor, unbuildable_predictor
+from serve_models import crashing_predictor, refusing_predictor, unbuildable_predictor
 
 from torchwork.deploy import load_artifact
 from torchwork.serve import ModelProcess
@@ -120,6 +120,13 @@ def test_sigterm_finishes_in_flight_requests_and_ends_the_model_process(server, 
 def test_a_model_that_cannot_be_built_fails_start_with_its_reason(tmp_path):
     process = ModelProcess(unbuildable_predictor, str(tmp_path), threads=1)
     with pytest.raises(ModelProcessError, match="FileNotFoundError: no model file in"):
+        process.start()
+    assert process.pid is None
+
+
+def test_a_model_process_that_crashes_while_building_fails_start_with_its_exit_code(tmp_path):
+    process = ModelProcess(crashing_predictor, str(tmp_path), threads=1)
+    with pytest.raises(ModelProcessError, match="exited with code -9 while building"):
         process.start()
     assert process.pid is None
 

@@ -71,7 +71,13 @@ class ModelProcess:
             self._stop_child()
             raise ModelProcessError(f"the model process did not build its predictor within "
                                     f"{self.start_timeout_s:g} s")
-        status, detail = self._receive()
+        try:
+            status, detail = self._receive()
+        except EOFError:
+            code = self._process.exitcode
+            self._stop_child()
+            raise ModelProcessError(f"the model process exited with code {code} while building its predictor "
+                                    "(a crash in native code, or it was killed)") from None
         if status != "ready":
             self._stop_child()
             raise ModelProcessError(f"the model process could not build its predictor: {detail}")
@@ -86,6 +92,7 @@ class ModelProcess:
                 if self._process is not None:
                     logger.error("the model process exited with code %s; starting a new one",
                                  self._process.exitcode)
+                    self._stop_child()
                 self._start()
             try:
                 self._connection.send(list(items))
