@@ -486,7 +486,7 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["text", "cnn", "cnn-mid"],
                         choices=["text", *CNN_HIDDEN, "text-onnx", *(f"{m}-onnx" for m in CNN_HIDDEN)],
                         help="which models (the -onnx ones run on ONNX Runtime); default: text cnn cnn-mid")
-    parser.add_argument("--max-batch-size", type=int, default=64)
+    parser.add_argument("--max-batch-size", type=int, default=32, help="torchwork serve's default (32)")
     parser.add_argument("--max-wait-ms", type=float, default=2.0)
     parser.add_argument("--no-litserve", dest="litserve", action="store_false",
                         help="skip LitServe even when it is importable")
