@@ -8,7 +8,7 @@ interleaved, round after round:
 - ``naive``: one forward per request, inline in the handler (same validation and answer encoding);
 - ``batched``: ``torchwork serve`` (dynamic batching on a worker thread);
 - ``batched-process``: ``torchwork serve --model-process`` (the batches run in a child process);
-- ``litserve``: LitServe with its batching on (``litserve_server.py``), when ``import litserve`` works;
+- ``litserve``: LitServe with its batching on (``servers/litserve_server.py``), when ``import litserve`` works;
 all but LitServe on the same stack (FastAPI + uvicorn, access log off); and in this process, the model
 ceiling of each torchwork mode: ``predict_batch`` throughput at the batch size that server formed.
 
@@ -231,7 +231,7 @@ class Server:
         options = ["--model", model, "--folder", str(folder), "--max-batch-size", str(max_batch_size),
                    "--max-wait-ms", str(max_wait_ms)]
         if variant == "litserve":  # LitServe wants its port up front
-            command = [str(Path(__file__).with_name("litserve_server.py")), "--port", str(free_port())]
+            command = [str(Path(__file__).parent / "servers" / "litserve_server.py"), "--port", str(free_port())]
         else:
             command = [__file__, "--serve", variant]
         self.process = subprocess.Popen([sys.executable, *command, *options], stdout=subprocess.PIPE,

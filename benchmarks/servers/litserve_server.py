@@ -1,6 +1,7 @@
 """LitServe serving the same model as ``serve_load.py``'s servers, with LitServe's own batching on.
 
-Started by ``serve_load.py`` as a child process when ``import litserve`` works; not part of torchwork.
+Started by ``serve_load.py`` as a child process when ``import litserve`` works; not part of torchwork,
+and not a benchmark of its own (``make bench`` runs ``benchmarks/*.py`` only).
 Same request validation (the pydantic model ``torchwork serve`` builds) and the same answer encoding as
 the other servers, so the comparison is about the serving stack. LitServe runs the model in its own
 inference worker process and answers through one API server process (``num_api_servers=1``).
@@ -20,7 +21,7 @@ from typing import Any
 
 import litserve
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # serve_load.py
 
 
 class ModelAPI(litserve.LitAPI):
