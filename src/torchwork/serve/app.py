@@ -54,7 +54,7 @@ class _State:
         self.model_process = model_process
         self.ready = threading.Event()
         self.in_flight = 0
-        self.run_batch = predictor.predict_batch if model_process is None else _in_process(predictor, model_process)
+        self.run_batch = predictor.predict_batch if model_process is None else _sent_to(model_process, predictor)
         self.batcher = Batcher(self.run_batch, prediction_encoder(predictor.labels),
                                max_batch_size=config.max_batch_size, max_wait_s=config.max_wait_ms / 1000,
                                max_queue=config.max_queue, run_inline=predictor.predict_batch)
@@ -94,7 +94,7 @@ class Deadlines:
             asyncio.get_running_loop().call_later(self.every_s, self._sweep)
 
 
-def _in_process(predictor: Predictor, process: ModelProcess) -> Callable[[list[Any]], Any]:
+def _sent_to(process: ModelProcess, predictor: Predictor) -> Callable[[list[Any]], Any]:
     """Batches for the model process; fixed-shape tensors travel as one array (a fast pickle), not lists."""
     if predictor.kind != "tensor" or None in predictor.item_shape:
         return process.predict_batch
@@ -282,6 +282,9 @@ def prediction_encoder(labels: Sequence[str] | None) -> Callable[[Sequence[Any]]
 def _warm_up(state: _State) -> None:
     """Run the model once at batch size 1 and once at the largest, then freeze the heap and say ready.
 
+    With a model process, batches run there; this process's copy answers only lone requests, so it is
+    warmed at batch size 1 alone.
+
     ``gc.freeze()`` moves everything alive now (the model, torch's modules) out of the collector's reach:
     without it, full collections walk those objects and take tens of milliseconds under load.
     """
@@ -290,9 +293,9 @@ def _warm_up(state: _State) -> None:
         examples = getattr(predictor, "example_items", None)
         if callable(examples):
             for size in sorted({1, state.config.max_batch_size}):
-                predictor.predict_batch(examples(size))
-                if state.model_process is not None:
-                    state.run_batch(examples(size))
+                state.run_batch(examples(size))
+            if state.model_process is not None:
+                predictor.predict_batch(examples(1))
     except Exception:
         logger.exception("warm-up failed; serving anyway, the first requests may be slow or fail")
     gc.collect()

@@ -19,8 +19,6 @@ class ServeConfig:
 
     ``max_wait_ms`` is an upper bound: the batcher waits only while requests keep arriving concurrently.
     ``threads`` is the model's compute threads (default: every CPU but one, left to the event loop).
-    ``model_process`` runs batches in a child process, off this process's GIL (see
-    :mod:`torchwork.serve.model_process`): more throughput under load, the model's memory twice.
     """
 
     host: str = "127.0.0.1"
@@ -34,7 +32,6 @@ class ServeConfig:
     timeout_s: float = 30.0
     threads: int | None = None
     log_level: str = "warning"
-    model_process: bool = False
 
     def __post_init__(self) -> None:
         positive = {"max_batch_size": self.max_batch_size, "max_queue": self.max_queue,

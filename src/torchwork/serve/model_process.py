@@ -95,7 +95,7 @@ class ModelProcess:
                     self._stop_child()
                 self._start()
             try:
-                self._connection.send(list(items))
+                self._connection.send(items)  # a list, or one array (a fast pickle)
                 status, detail = self._receive()
             except (OSError, EOFError) as error:
                 code = self._process.exitcode if self._process is not None else None

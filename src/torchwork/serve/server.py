@@ -138,13 +138,12 @@ def cli_main(args: argparse.Namespace) -> int:
     config = ServeConfig(host=args.host, port=args.port, max_batch_size=args.max_batch_size,
                          max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, max_items=args.max_items,
                          max_text_length=args.max_text_length, max_body_bytes=args.max_body_bytes,
-                         timeout_s=args.timeout_s, threads=args.threads, log_level=args.log_level,
-                         model_process=args.model_process)
+                         timeout_s=args.timeout_s, threads=args.threads, log_level=args.log_level)
     config.threads = configure_threads(config.threads)  # before the model exists: ONNX Runtime reads it
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     process = None
-    if config.model_process:
+    if args.model_process:
         from torchwork.serve.model_process import ModelProcess
 
         process = ModelProcess(load_predictor, args.artifact, args.factory, args.variant, threads=config.threads)
