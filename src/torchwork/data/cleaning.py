@@ -184,8 +184,27 @@ def _check_text(text: object) -> None:
 def clean_text(text: str, config: CleaningConfig | None = None) -> str:
     """Clean one text with every enabled step of ``config`` (the defaults when None)."""
     _check_text(text)
-    for _, step in steps(config or CleaningConfig()):
+    chosen = steps(config or CleaningConfig())
+    return _until_stable(_apply(chosen, text), chosen)
+
+
+def _apply(chosen: tuple[tuple[str, Callable[[str], str]], ...], text: str) -> str:
+    for _, step in chosen:
         text = step(text)
+    return text
+
+
+def _until_stable(text: str, chosen: tuple[tuple[str, Callable[[str], str]], ...], passes: int = 2) -> str:
+    """Clean again while that changes a non-ASCII text: lowercasing can make text the mojibake steps
+    repair ("Ƒ¢" lowercases to "ƒ¢", cp1252 bytes of "Ģ"), and cleaning must be idempotent because a
+    server cleans text that may be clean already. ASCII text is stable after one pass."""
+    for _ in range(passes):
+        if text.isascii():
+            return text
+        again = _apply(chosen, text)
+        if again == text:
+            return text
+        text = again
     return text
 
 
@@ -237,10 +256,12 @@ def clean_texts(texts: Sequence[str], labels: Sequence[Any] | None = None,
     for text in texts:
         _check_text(text)
     current = list(texts)
-    for name, step in steps(config):
+    chosen = steps(config)
+    for name, step in chosen:
         after = [step(t) for t in current]
         report.changed[name] = sum(a != b for a, b in zip(after, current))
         current = after
+    current = [_until_stable(t, chosen) for t in current]  # exactly what clean_text gives
     keep_labels = list(labels) if labels is not None else [None] * len(current)
     rows = list(zip(current, keep_labels))
     if config.drop_empty:
