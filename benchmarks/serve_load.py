@@ -172,7 +172,7 @@ def run_server(variant: str, model: str, folder: Path, max_batch_size: int, max_
     from fastapi import FastAPI, Request, Response
     from pydantic import ValidationError
 
-    from torchwork.serve.app import prediction_encoder
+    from torchwork.serve.encoding import prediction_encoder
     from torchwork.serve.schemas import Limits, error_body, request_model, validation_message
 
     app = FastAPI()

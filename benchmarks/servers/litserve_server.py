@@ -35,7 +35,7 @@ class ModelAPI(litserve.LitAPI):
         from serve_load import predictor
 
         from torchwork.serve import configure_threads
-        from torchwork.serve.app import prediction_encoder
+        from torchwork.serve.encoding import prediction_encoder
         from torchwork.serve.schemas import Limits, request_model
 
         configure_threads()

@@ -12,6 +12,8 @@ import time
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 from serve_fixtures import SRC, models_dir  # noqa: F401  (a fixture)
 from serve_models import (
@@ -26,6 +28,7 @@ from serve_models import (
 
 from torchwork.errors import ConfigError
 from torchwork.serve import Batcher, OnnxPredictor, ServeConfig, TorchPredictor
+from torchwork.serve.encoding import answer, prediction_fragments
 from torchwork.serve.metrics import ServerMetrics
 from torchwork.serve.schemas import Limits, check_rectangular, request_model, validation_message
 
@@ -320,6 +323,37 @@ def test_a_lone_request_runs_on_the_event_loop_once_the_model_is_known_to_be_fas
 def test_a_slow_model_always_runs_on_the_worker():
     on_loop, sizes = _threads_running(0.02)  # 20 ms per call: over inline_below_s, the loop must stay free
     assert on_loop == [False, False, False, False] and sizes == [1, 1, 1, 2]
+
+
+# ---------------------------------------------------------------- answer encoding
+LABELS = ["negative", 'a "quoted" label', "ünïcode"]
+_values = st.one_of(st.floats(width=32), st.sampled_from([0.0, -0.0, 1e-45, float("nan"), float("inf")]))
+
+
+@given(st.lists(st.lists(_values, min_size=3, max_size=3), min_size=1, max_size=6), st.booleans())
+@settings(max_examples=300, deadline=None)
+def test_answers_are_the_json_of_each_prediction(rows, with_labels):
+    array = np.array(rows, dtype=np.float32)
+    labels = LABELS if with_labels else None
+    status, body = answer(prediction_fragments(labels)(array))
+    bad = [i for i, row in enumerate(array) if not np.isfinite(row).all()]
+    if bad:  # the first item that cannot be answered is named
+        assert status == 422 and json.loads(body)["detail"].startswith(f"inputs[{bad[0]}]: the model's output")
+        return
+    if labels:
+        expected = [{"label": labels[int(row.argmax())], "probabilities": dict(zip(labels, row.tolist()))}
+                    for row in array]
+    else:
+        expected = [{"output": row.tolist()} for row in array]
+    assert status == 200 and body == json.dumps({"predictions": expected}).encode()
+
+
+def test_outputs_of_the_wrong_shape_for_the_labels_are_refused():
+    with pytest.raises(ValueError, match=r"probabilities of shape \(2,\) for 3 labels"):
+        prediction_fragments(LABELS)(np.zeros((4, 2)))
+    ragged = [np.zeros(2), np.zeros(3)]  # outputs of free-dimension items need not stack
+    assert answer(prediction_fragments(None)(ragged)) == (200, b'{"predictions": [{"output": [0.0, 0.0]}, '
+                                                               b'{"output": [0.0, 0.0, 0.0]}]}')
 
 
 # ---------------------------------------------------------------- metrics, CLI

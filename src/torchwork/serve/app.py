@@ -17,11 +17,10 @@ import asyncio
 import collections
 import contextlib
 import gc
-import json
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
@@ -29,11 +28,13 @@ from fastapi.responses import PlainTextResponse
 from pydantic import ValidationError
 
 from torchwork.errors import ConfigError, QueueFullError
-from torchwork.serve.batcher import Answer, Batcher
+from torchwork.serve.batcher import Batcher
 from torchwork.serve.config import ServeConfig
+from torchwork.serve.encoding import answer, prediction_fragments
 from torchwork.serve.metrics import ServerMetrics
 from torchwork.serve.model_process import ModelProcess
 from torchwork.serve.predictor import Predictor
+from torchwork.serve.process_batcher import ProcessBatcher
 from torchwork.serve.schemas import (
     Limits,
     check_rectangular,
@@ -54,10 +55,13 @@ class _State:
         self.model_process = model_process
         self.ready = threading.Event()
         self.in_flight = 0
-        self.run_batch = predictor.predict_batch if model_process is None else _sent_to(model_process, predictor)
-        self.batcher = Batcher(self.run_batch, prediction_encoder(predictor.labels),
-                               max_batch_size=config.max_batch_size, max_wait_s=config.max_wait_ms / 1000,
-                               max_queue=config.max_queue, run_inline=predictor.predict_batch)
+        fragments = prediction_fragments(predictor.labels)
+        self.run_batch = lambda items: fragments(predictor.predict_batch(items))
+        options = {"max_batch_size": config.max_batch_size, "max_wait_s": config.max_wait_ms / 1000,
+                   "max_queue": config.max_queue}
+        self.batcher: Batcher = (Batcher(self.run_batch, answer, **options) if model_process is None else
+                                 ProcessBatcher(model_process, answer, run_inline=self.run_batch,
+                                                pack=_packer(predictor), **options))
         self.metrics = ServerMetrics(config.max_batch_size, lambda: self.batcher.queued_items,
                                      lambda: self.in_flight)
         self.batcher.metrics = self.metrics
@@ -94,16 +98,16 @@ class Deadlines:
             asyncio.get_running_loop().call_later(self.every_s, self._sweep)
 
 
-def _sent_to(process: ModelProcess, predictor: Predictor) -> Callable[[list[Any]], Any]:
-    """Batches for the model process; fixed-shape tensors travel as one array (a fast pickle), not lists."""
+def _packer(predictor: Predictor) -> Callable[[list[Any]], Any]:
+    """How a batch travels to the model process: fixed-shape tensors as one array (a fast pickle)."""
     if predictor.kind != "tensor" or None in predictor.item_shape:
-        return process.predict_batch
+        return list
     import numpy as np
 
     from torchwork.serve.predictor import _numpy_dtype
 
     dtype = _numpy_dtype(predictor.dtype)
-    return lambda items: process.predict_batch(np.asarray(items, dtype=dtype))
+    return lambda items: np.asarray(items, dtype=dtype)
 
 
 def create_app(predictor: Predictor, config: ServeConfig | None = None,
@@ -125,14 +129,13 @@ def create_app(predictor: Predictor, config: ServeConfig | None = None,
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if model_process is not None:  # a model that cannot be built stops the server here, with the reason
-            await asyncio.get_running_loop().run_in_executor(None, model_process.start)
-        state.batcher.start(asyncio.get_running_loop())
+            sizes = sorted({1, config.max_batch_size})  # the child warms itself up at these batch sizes
+            await asyncio.get_running_loop().run_in_executor(None, model_process.start, sizes)
+        await state.batcher.open()
         threading.Thread(target=_warm_up, args=(state,), name="torchwork-warm-up", daemon=True).start()
         yield
-        # uvicorn has already let in-flight requests finish; end the worker after anything left.
-        await asyncio.get_running_loop().run_in_executor(None, state.batcher.stop, config.timeout_s)
-        if model_process is not None:
-            await asyncio.get_running_loop().run_in_executor(None, model_process.close)
+        # uvicorn has already let in-flight requests finish; end the batcher after anything left.
+        await state.batcher.shutdown(config.timeout_s)
 
     app = FastAPI(title="torchwork serve", lifespan=lifespan,
                   description=f"Predictions from {getattr(predictor, 'name', type(predictor).__name__)} "
@@ -250,52 +253,21 @@ def _expire(job: Any, timeout_s: float) -> None:
             "the model is slow: retry later, or send fewer items")))
 
 
-def prediction_encoder(labels: Sequence[str] | None) -> Callable[[Sequence[Any]], Answer]:
-    """Turn one request's output rows into its JSON answer (on the worker thread)."""
-    import numpy as np
-
-    label_list = list(labels) if labels is not None else None
-
-    def encode(rows: Sequence[Any]) -> Answer:
-        predictions = []
-        for index, row in enumerate(rows):
-            array = np.asarray(row)
-            if array.dtype.kind not in "biuf" or not np.isfinite(array).all():
-                return 422, error_body(
-                    f"inputs[{index}]: the model's output for this item is not a finite number (NaN or "
-                    "Infinity), so it cannot be answered; the input is probably far outside the range the "
-                    "model was trained on")
-            if label_list is None:
-                predictions.append({"output": array.tolist()})
-                continue
-            if array.shape != (len(label_list),):
-                raise ValueError(f"the model gave probabilities of shape {array.shape} for "
-                                 f"{len(label_list)} labels")
-            probabilities = array.tolist()
-            predictions.append({"label": label_list[int(array.argmax())],
-                                "probabilities": dict(zip(label_list, probabilities))})
-        return 200, json.dumps({"predictions": predictions}, allow_nan=False).encode()
-
-    return encode
-
-
 def _warm_up(state: _State) -> None:
     """Run the model once at batch size 1 and once at the largest, then freeze the heap and say ready.
 
-    With a model process, batches run there; this process's copy answers only lone requests, so it is
-    warmed at batch size 1 alone.
+    With a model process, batches run there (it warmed itself up); this process's copy answers only lone
+    requests, so it is warmed at batch size 1 alone.
 
     ``gc.freeze()`` moves everything alive now (the model, torch's modules) out of the collector's reach:
     without it, full collections walk those objects and take tens of milliseconds under load.
     """
-    predictor = state.predictor
+    examples = getattr(state.predictor, "example_items", None)
+    sizes = [1] if state.model_process is not None else sorted({1, state.config.max_batch_size})
     try:
-        examples = getattr(predictor, "example_items", None)
         if callable(examples):
-            for size in sorted({1, state.config.max_batch_size}):
+            for size in sizes:
                 state.run_batch(examples(size))
-            if state.model_process is not None:
-                predictor.predict_batch(examples(1))
     except Exception:
         logger.exception("warm-up failed; serving anyway, the first requests may be slow or fail")
     gc.collect()

@@ -43,12 +43,11 @@ from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 from torchwork.errors import QueueFullError
+from torchwork.serve.encoding import Answer
 from torchwork.serve.metrics import ServerMetrics
 from torchwork.serve.schemas import error_body
 
 logger = logging.getLogger("torchwork.serve")
-
-Answer = tuple[int, bytes]  # HTTP status and JSON body
 
 
 class Job:
@@ -108,6 +107,10 @@ class Batcher:
         """Items waiting for the model."""
         return self._submitted - self._taken
 
+    async def open(self) -> None:
+        """Start the worker, answering on the running loop."""
+        self.start(asyncio.get_running_loop())
+
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the worker; answers are delivered on ``loop``."""
         self._loop = loop
@@ -135,11 +138,10 @@ class Batcher:
         return job
 
     def _flush(self) -> None:
-        """On the event loop: run a lone request inline if the worker is idle, else hand everything over."""
+        """On the event loop: run a lone request inline if the model is idle, else hand everything over."""
         self._flush_scheduled = False
         jobs, self._pending = self._pending, []
-        if (len(jobs) == 1 and self._lone_seconds < self.inline_below_s and not self._stopping
-                and self._queue.empty() and self._model_lock.acquire(False)):
+        if len(jobs) == 1 and self._lone_seconds < self.inline_below_s and not self._stopping and self._idle():
             try:
                 self._taken += len(jobs[0].items)
                 if not jobs[0].cancelled:
@@ -148,8 +150,19 @@ class Batcher:
                 self._model_lock.release()
             _deliver(jobs)
             return
+        self._hand_over(jobs)
+
+    def _idle(self) -> bool:
+        """Nothing queued and the model free; if so, hold the model lock (released by the caller)."""
+        return self._queue.empty() and self._model_lock.acquire(False)
+
+    def _hand_over(self, jobs: list[Job]) -> None:
         for job in jobs:
             self._queue.put(job)
+
+    async def shutdown(self, timeout: float = 30.0) -> None:
+        """On the event loop: :meth:`stop` without blocking it."""
+        await asyncio.get_running_loop().run_in_executor(None, self.stop, timeout)
 
     def stop(self, timeout: float | None = 30.0) -> None:
         """Refuse new requests, finish everything queued, then end the worker thread."""

@@ -129,6 +129,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run batches in a child process, off the server's GIL: more throughput under "
                              "load for models whose forward or preprocessing is Python-heavy; the model is "
                              "loaded twice")
+    parser.add_argument("--model-nice", type=int, default=10, metavar="N",
+                        help="with --model-process: the child's CPU priority is N lower than the server's "
+                             "(0-19), so that on busy cores the server reads requests and forms batches "
+                             "first (default: 10)")
     parser.add_argument("--log-level", default=d.log_level,
                         choices=["critical", "error", "warning", "info", "debug"], help="uvicorn's log level")
 
@@ -146,7 +150,8 @@ def cli_main(args: argparse.Namespace) -> int:
     if args.model_process:
         from torchwork.serve.model_process import ModelProcess
 
-        process = ModelProcess(load_predictor, args.artifact, args.factory, args.variant, threads=config.threads)
+        process = ModelProcess(load_predictor, args.artifact, args.factory, args.variant, threads=config.threads,
+                               nice=args.model_nice)
     serve(load_predictor(args.artifact, args.factory, args.variant), config, process)
     return 0
 

@@ -1,0 +1,227 @@
+"""Dynamic batching on the event loop, for a model that runs in a :class:`ModelProcess`.
+
+With the model in another process there is nothing to compute here, so no worker thread: the event loop
+forms each batch, writes it to the child's socket and reads the answers when they arrive, between HTTP
+requests. A worker thread would have to take the GIL from the busy loop to hand each batch over and again
+to take its answers back; each take waits for the loop to be forced off it (the interpreter's switch
+interval, 5 ms), and at concurrency 64 the loop then ran out of requests to parse while every client
+waited on the model: the loop was idle a quarter of the time for the quickstart's text model.
+
+Batching is as in :class:`~torchwork.serve.batcher.Batcher`: when the child is free it takes everything
+queued (up to ``max_batch_size`` items); it waits for more, never longer than ``max_wait_s``, only while
+requests arrived during the previous batch and keep arriving. A lone request with the child idle runs
+inline on the event loop on this process's copy of the model when that is fast. If a batch fails, each
+of its requests runs alone, so one bad request never fails the others. The child encodes the answers
+(:mod:`torchwork.serve.encoding`); this process only joins each request's bytes. If the child dies, the
+batch it was running answers 500 and a new child starts while requests queue.
+
+Example (not run here: it starts a process; the server builds this for ``--model-process``):
+    batcher = ProcessBatcher(ModelProcess(build, path), answer, run_inline=local_run)
+    await batcher.open()
+    status, body = await batcher.submit(["a tweet"])
+    await batcher.shutdown()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from torchwork.serve.batcher import Batcher, Job, _deliver
+from torchwork.serve.encoding import Answer
+from torchwork.serve.model_process import ModelProcess
+from torchwork.serve.schemas import error_body
+
+logger = logging.getLogger("torchwork.serve")
+
+
+class ProcessBatcher(Batcher):
+    """Queue requests and run them in batches in ``process``, from the event loop.
+
+    ``encode(fragments) -> (status, body)`` joins one request's fragments; ``run_inline(items) ->
+    fragments`` runs a lone request here; ``pack(items)`` turns a batch's items into what is sent (one
+    array for fixed-shape tensors pickles far faster than nested lists).
+    """
+
+    def __init__(self, process: ModelProcess, encode: Callable[[Sequence[Any]], Answer], *,
+                 run_inline: Callable[[list[Any]], Sequence[Any]], pack: Callable[[list[Any]], Any] = list,
+                 **options: Any) -> None:
+        super().__init__(run_inline, encode, run_inline=run_inline, **options)
+        self.process, self._pack = process, pack
+        self._waiting: collections.deque[Job] = collections.deque()  # handed over, not sent yet
+        self._alone: collections.deque[Job] = collections.deque()  # from a failed batch: each runs alone
+        self._in_flight: list[Job] | None = None
+        self._sent_at, self._arrivals_at_send = 0.0, 0
+        self._concurrent = False  # requests arrived while the last batch ran
+        self._timer: asyncio.TimerHandle | None = None
+        self._deadline = 0.0
+        self._connected = False
+        self._drained = asyncio.Event()
+
+    async def open(self) -> None:
+        """Start answering: connect the (started) model process to the running loop."""
+        self._loop = asyncio.get_running_loop()
+        await self.process.connect(self._on_answer, self._on_lost)
+        self._connected = True
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        raise TypeError("a ProcessBatcher runs on the event loop: await open() there instead of start()")
+
+    def _idle(self) -> bool:
+        return (self._connected and self._in_flight is None and not self._waiting and not self._alone
+                and self._model_lock.acquire(False))
+
+    def _hand_over(self, jobs: list[Job]) -> None:
+        self._waiting.extend(jobs)
+        self._dispatch()
+
+    # ------------------------------------------------------------------ forming and sending batches
+    def _dispatch(self, force: bool = False) -> None:
+        """Send the next batch if the child is free and (unless ``force``) waiting would not fill it more."""
+        if self._in_flight is not None or not self._connected:
+            return
+        while self._alone:
+            job = self._alone.popleft()
+            if not job.cancelled:
+                self._send([job])
+                return
+        while self._waiting and self._waiting[0].cancelled:
+            self._taken += len(self._waiting.popleft().items)
+        if not self._waiting:
+            if self._stopping:
+                self._drained.set()
+            return
+        queued = 0
+        for job in self._waiting:
+            queued += len(job.items)
+            if queued >= self.max_batch_size:
+                break
+        if not force and not self._stopping and self._concurrent and queued < self.max_batch_size \
+                and self.max_wait_s > 0:
+            if self._timer is None:  # requests are arriving concurrently: collect more until they stop
+                self._deadline = time.monotonic() + self.max_wait_s
+                self._wait_for_more()
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        jobs, size = [], 0
+        while self._waiting and (not jobs or size + len(self._waiting[0].items) <= self.max_batch_size):
+            job = self._waiting.popleft()
+            if job.cancelled:
+                self._taken += len(job.items)
+                continue
+            jobs.append(job)
+            size += len(job.items)
+        self._send(jobs)
+
+    def _wait_for_more(self) -> None:
+        """Until ``max_wait_s`` has passed or nothing new arrived for a few typical gaps; then send."""
+        self._timer = None
+        now = time.monotonic()
+        patience = min(max(3 * self._gap, 0.0002), self.max_wait_s)
+        until = min(self._deadline, max(self._last_arrival, now) + patience)
+        if until > now:
+            self._timer = self._loop.call_later(until - now, self._wait_for_more)  # type: ignore[union-attr]
+        else:
+            self._dispatch(force=True)
+
+    def _send(self, jobs: list[Job]) -> None:
+        if not jobs:
+            return self._dispatch()
+        items = [item for job in jobs for item in job.items]
+        self._taken += len(items)
+        try:
+            payload = self._pack(items)
+        except Exception as error:  # validated items always pack; never leave the requests hanging
+            self._fail(jobs, f"the batch could not be prepared: {type(error).__name__}: {error}")
+            return self._dispatch()
+        self._in_flight, self._sent_at, self._arrivals_at_send = jobs, time.perf_counter(), self._submitted
+        self.process.send(payload, self.max_batch_size)
+
+    # ------------------------------------------------------------------ answers from the child
+    def _on_answer(self, message: tuple[str, Any]) -> None:
+        jobs, self._in_flight = self._in_flight or [], None
+        status, payload = message
+        elapsed = time.perf_counter() - self._sent_at
+        size = sum(len(job.items) for job in jobs)
+        if status == "ok" and len(payload) == size:
+            start = 0
+            for job in jobs:
+                job.answer = self._encode_safely(payload[start:start + len(job.items)])
+                start += len(job.items)
+            self._observe(size, elapsed)
+        elif len(jobs) > 1:  # find the request that fails; the others still get their answers
+            self._alone.extend(jobs)
+        elif jobs:
+            detail = payload if status != "ok" else f"{len(payload)} answers for {size} items"
+            logger.error("the model failed on a request: %s", detail)
+            self._fail(jobs, f"the model failed on this request: {detail}. The server keeps serving; check "
+                             "the input or the model.")
+        _deliver(jobs)
+        self._concurrent = self._submitted > self._arrivals_at_send
+        self._dispatch()
+
+    def _observe(self, size: int, elapsed: float) -> None:
+        if size == 1:
+            self._lone_seconds = elapsed if self._lone_seconds == float("inf") else \
+                0.7 * self._lone_seconds + 0.3 * elapsed
+        if self.metrics is not None:
+            for start in range(0, size, self.max_batch_size):
+                self.metrics.batch_size.observe(min(self.max_batch_size, size - start))
+            self.metrics.batch_seconds.observe(elapsed)
+
+    def _fail(self, jobs: list[Job], message: str, status: int = 500) -> None:
+        for job in jobs:
+            job.answer = (status, error_body(message))
+        _deliver(jobs)
+
+    def _on_lost(self) -> None:
+        """The child died (or was disconnected at shutdown): answer its batch, start a new one."""
+        self._connected = False
+        jobs, self._in_flight = self._in_flight, None
+        if jobs:
+            self._fail(jobs, "the model process died while predicting this batch; a new one is starting. "
+                             "Retry the request.")
+        if not self._stopping:
+            asyncio.ensure_future(self._restart())
+
+    async def _restart(self) -> None:
+        while not self._stopping:
+            try:
+                await self._loop.run_in_executor(None, self.process.restart)  # type: ignore[union-attr]
+                await self.process.connect(self._on_answer, self._on_lost)
+            except Exception:
+                logger.exception("could not start a new model process; trying again in 1 s")
+                await asyncio.sleep(1.0)
+                continue
+            self._connected = True
+            self._dispatch()
+            return
+
+    # ------------------------------------------------------------------ shutdown
+    async def shutdown(self, timeout: float = 30.0) -> None:
+        """Refuse new requests, finish everything queued, then end the model process."""
+        self._stopping = True
+        jobs, self._pending = self._pending, []
+        self._waiting.extend(jobs)
+        self._dispatch(force=True)
+        if self._in_flight is None and not self._waiting and not self._alone:
+            self._drained.set()
+        try:
+            await asyncio.wait_for(self._drained.wait(), timeout)
+        except asyncio.TimeoutError:
+            logger.error("requests still queued after %g s of shutdown; answering them 503", timeout)
+        left = [job for job in (*self._alone, *self._waiting) if not job.cancelled]
+        self._alone.clear()
+        self._waiting.clear()
+        self._fail(left, "the server is shutting down; retry on another instance or later", 503)
+        self.process.disconnect()
+        await asyncio.get_running_loop().run_in_executor(None, self.process.close)
+
+    def stop(self, timeout: float | None = 30.0) -> None:
+        raise TypeError("a ProcessBatcher stops on the event loop: await shutdown() there instead of stop()")
