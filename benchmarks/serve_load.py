@@ -10,7 +10,9 @@ interleaved, round after round:
 - ``batched-process``: ``torchwork serve --model-process`` (the batches run in a child process);
 - ``litserve``: LitServe with its batching on (``servers/litserve_server.py``), when ``import litserve`` works;
 all but LitServe on the same stack (FastAPI + uvicorn, access log off); and in this process, the model
-ceiling of each torchwork mode: ``predict_batch`` throughput at the batch size that server formed.
+ceiling of each torchwork mode: ``predict_batch`` throughput at the batch size that server formed. Only the
+server being measured runs: the others are stopped (SIGSTOP) meanwhile, and all of them while a model
+ceiling is measured.
 
 Models: ``text``, the quickstart's model (``TfidfNGramClassifier`` at its default size, vocabulary and IDF
 fitted on the real training tweets) exported by ``torchwork.deploy.export`` and loaded from its artifact as
@@ -265,7 +267,13 @@ class Server:
             total += times.user + times.system
         return total
 
+    def pause(self, paused: bool) -> None:
+        """Stop (SIGSTOP) or continue the server's whole process group. Servers not being measured are
+        stopped: an idle LitServe polls, about 0.13 vCPU here, which the measured server would lose."""
+        os.killpg(self.process.pid, signal.SIGSTOP if paused else signal.SIGCONT)
+
     def stop(self) -> None:
+        self.pause(False)
         os.killpg(self.process.pid, signal.SIGTERM)  # the whole group: LitServe's workers too
         try:
             self.process.wait(30)
@@ -415,6 +423,8 @@ def bench_model(model: str, folder: Path, args: argparse.Namespace) -> dict[str,
                 turn = round_index % len(variants)
                 order = variants[turn:] + variants[:turn]  # rotate who goes first
                 for variant in order:
+                    for name, server in servers.items():
+                        server.pause(name != variant)  # only the measured server runs
                     port = servers[variant].port
                     before = batch_totals(port) if variant in SERVED else None
                     cpu_before = servers[variant].cpu_seconds()
@@ -426,6 +436,7 @@ def bench_model(model: str, folder: Path, args: argparse.Namespace) -> dict[str,
                         after = batch_totals(port)
                         result["mean_batch_size"] = round((after[0] - before[0]) / max(1, after[1] - before[1]), 2)
                     if variant in SERVED:  # the ceiling at the batch size this server formed
+                        servers[variant].pause(True)
                         formed = max(1, round(result["mean_batch_size"]))
                         runs[c][f"ceiling-{variant}"].append(model_ceiling(model_predictor, examples, formed,
                                                                            args.ceiling_seconds))

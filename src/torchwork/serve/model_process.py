@@ -24,6 +24,7 @@ Example (not run here: it starts a process):
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import pickle
@@ -259,6 +260,8 @@ def _child_main(sock: socket.socket, build: Callable[..., Any], args: tuple[Any,
     except BaseException as error:  # tell the server why, then exit
         _send(sock, ("failed", f"{type(error).__name__}: {error}"))
         return
+    gc.collect()
+    gc.freeze()  # as in the server: full collections would walk the model and torch, tens of ms each
     _send(sock, ("ready", None))
     while True:
         try:

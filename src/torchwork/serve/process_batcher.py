@@ -60,6 +60,7 @@ class ProcessBatcher(Batcher):
         self._timer: asyncio.TimerHandle | None = None
         self._deadline = 0.0
         self._connected = False
+        self._restarting: asyncio.Future[None] | None = None
         self._drained = asyncio.Event()
 
     async def open(self) -> None:
@@ -188,7 +189,7 @@ class ProcessBatcher(Batcher):
             self._fail(jobs, "the model process died while predicting this batch; a new one is starting. "
                              "Retry the request.")
         if not self._stopping:
-            asyncio.ensure_future(self._restart())
+            self._restarting = asyncio.ensure_future(self._restart())  # held: the loop keeps only weak refs
 
     async def _restart(self) -> None:
         while not self._stopping:
