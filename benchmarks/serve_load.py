@@ -6,8 +6,9 @@ from a lean client (raw asyncio protocol, no HTTP library) in its own process. S
 interleaved, round after round:
 - ``trivial``: the HTTP ceiling, a POST endpoint that reads the body and answers a constant;
 - ``naive``: one forward per request, inline in the handler (same validation and answer encoding);
-- ``batched``: ``torchwork serve`` (dynamic batching on a worker thread);
-- ``batched-process``: ``torchwork serve --model-process`` (the batches run in a child process);
+- ``batched``: ``torchwork serve --no-model-process`` (dynamic batching on a worker thread; ``serve()``'s
+  default in Python);
+- ``batched-process``: ``torchwork serve`` (the default: the batches run in a model process);
 - ``litserve``: LitServe with its batching on (``servers/litserve_server.py``), when ``import litserve`` works;
 all but LitServe on the same stack (FastAPI + uvicorn, access log off); and in this process, the model
 ceiling of each torchwork mode: ``predict_batch`` throughput at the batch size that server formed. Only the

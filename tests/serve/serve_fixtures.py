@@ -150,12 +150,14 @@ def text_server(models_dir: Path) -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="session")
 def digits_server(models_dir: Path) -> Iterator[ServerProcess]:
+    """Batches on a thread of the server (``--no-model-process``); the text server uses a model process."""
     yield from _server(models_dir, "digits_onnx_predictor", "--max-batch-size", "16", "--max-items", "8",
-                       "--max-body-bytes", "20000")
+                       "--max-body-bytes", "20000", "--no-model-process")
 
 
-@pytest.fixture(scope="module")
-def slow_server(models_dir: Path) -> Iterator[ServerProcess]:
-    """Sleeps item[0] seconds per batch (the largest in the batch); 4 items a batch, 8 queued, 3 s timeout."""
+@pytest.fixture(scope="module", params=["--model-process", "--no-model-process"], ids=["process", "thread"])
+def slow_server(models_dir: Path, request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
+    """Sleeps item[0] seconds per batch (the largest in the batch); 4 items a batch, 8 queued, 3 s timeout;
+    batches in a model process, then on a thread."""
     yield from _server(models_dir, "slow_predictor", "--max-batch-size", "4", "--max-queue", "8",
-                       "--timeout-s", "3")
+                       "--timeout-s", "3", request.param)

@@ -114,8 +114,9 @@ def create_app(predictor: Predictor, config: ServeConfig | None = None,
                model_process: ModelProcess | None = None) -> FastAPI:
     """Build the FastAPI app serving ``predictor``: schemas from its declared input, a dynamic batcher.
 
-    ``model_process``: run batches there instead of on a thread of this process (``--model-process``);
-    ``predictor`` still declares the input and answers lone requests of a fast model on the event loop.
+    ``model_process``: run batches there (a :class:`ProcessBatcher` on the event loop; what ``torchwork
+    serve`` does by default) instead of on a thread of this process; ``predictor`` still declares the input
+    and answers lone requests of a fast model on the event loop.
     """
     config = config or ServeConfig()
     if not isinstance(predictor, Predictor):

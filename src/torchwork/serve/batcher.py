@@ -1,5 +1,9 @@
 """Dynamic batching: requests queue up, one worker thread runs them together, off the event loop.
 
+This is the in-process batcher (``torchwork serve --no-model-process``, and ``serve()`` in Python); with a
+model process, :class:`~torchwork.serve.process_batcher.ProcessBatcher` forms the batches the same way on
+the event loop itself.
+
 The batcher is opportunistic: when the worker is free it takes everything queued (up to
 ``max_batch_size`` items) and runs it at once, so at low load nobody pays a wait, and under load the queue
 fills while the model runs and batches grow by themselves. It waits for more items (never longer than

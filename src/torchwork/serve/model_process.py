@@ -54,7 +54,7 @@ class ModelProcess:
     first, and the model takes the rest; a loop that must wait leaves the model with smaller batches and
     clients waiting. Nice only orders processes that compete for a core: a model alone on its cores runs
     at full speed. Measured here with the quickstart's text model at concurrency 64 (2 vCPUs shared with
-    the load generator): 4,400-4,600 req/s at nice 0, 4,800-5,000 at nice 10.
+    the load generator, three A/B pairs): 4,170-4,410 req/s at nice 0, 4,730-5,040 at nice 10.
 
     Blocking use (tools, tests): :meth:`start`, :meth:`predict_batch`, :meth:`close`. The server instead
     connects the socket to its event loop (:meth:`connect`) and sends batches there (:meth:`send`); answers

@@ -125,14 +125,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"answer 504 if a request is not predicted in this time (default: {d.timeout_s:g})")
     parser.add_argument("--threads", type=int, default=None,
                         help=f"model compute threads (default: CPUs - 1 = {max(1, available_cpus() - 1)})")
-    parser.add_argument("--model-process", action="store_true",
-                        help="run batches in a child process, off the server's GIL: more throughput under "
-                             "load for models whose forward or preprocessing is Python-heavy; the model is "
-                             "loaded twice")
+    parser.add_argument("--model-process", action=argparse.BooleanOptionalAction, default=True,
+                        help="run batches in a child process, off the server's GIL (default); the server keeps "
+                             "a copy of the model for lone requests, so the model is loaded twice: "
+                             "--no-model-process runs batches on a thread of the server, the model loaded "
+                             "once (less memory, e.g. a large model on a GPU; less throughput under load)")
     parser.add_argument("--model-nice", type=int, default=10, metavar="N",
-                        help="with --model-process: the child's CPU priority is N lower than the server's "
-                             "(0-19), so that on busy cores the server reads requests and forms batches "
-                             "first (default: 10)")
+                        help="the model process's CPU priority is N lower than the server's (0-19), so that "
+                             "on busy cores the server reads requests and forms batches first (default: 10)")
     parser.add_argument("--log-level", default=d.log_level,
                         choices=["critical", "error", "warning", "info", "debug"], help="uvicorn's log level")
 
