@@ -54,6 +54,7 @@ def outputs(body: bytes) -> np.ndarray:
 def test_concurrent_requests_run_in_batches_in_the_child_and_answer_in_order(process):
     batcher = batcher_for(process)
     requests = [[[float(i), 1.0, 2.0, 3.0]] * (1 + i % 3) for i in range(20)]
+    requests.append([[0.5, 1.0, 2.0, 3.0]] * 11)  # more items than a batch holds: the child runs it in chunks
 
     async def main():
         await batcher.open()

@@ -138,9 +138,10 @@ class TextPreprocessor:
             raise ConfigError(f"max_length={limit} must be at least 1.")
         rows = [self.encode(t)[:limit] if limit else self.encode(t) for t in texts]
         lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
-        ids = torch.full((len(rows), max((len(r) for r in rows), default=1)), self.pad_id, dtype=torch.long)
-        for i, row in enumerate(rows):
-            ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        if not rows:
+            return torch.full((0, 1), self.pad_id, dtype=torch.long), lengths
+        width = max(len(r) for r in rows)
+        ids = torch.tensor([r + [self.pad_id] * (width - len(r)) for r in rows], dtype=torch.long)  # one copy
         return ids, lengths
 
     def decode(self, ids: Iterable[int]) -> list[str]:
