@@ -176,6 +176,7 @@ def run_server(variant: str, model: str, folder: Path, max_batch_size: int, max_
     from pydantic import ValidationError
 
     from torchwork.serve.encoding import prediction_encoder
+    from torchwork.serve.heap import settle_heap
     from torchwork.serve.schemas import Limits, error_body, request_model, validation_message
 
     app = FastAPI()
@@ -202,10 +203,7 @@ def run_server(variant: str, model: str, folder: Path, max_batch_size: int, max_
 
         app.add_api_route("/predict", naive, methods=["POST"])
         model_predictor.predict_batch(model_predictor.example_items(1))
-        import gc
-
-        gc.collect()
-        gc.freeze()  # as the batched server does: the comparison is about batching, not GC
+    settle_heap()  # the collector tuned as in torchwork serve: the comparison is about batching, not GC
     sock = bind("127.0.0.1", 0)
     print(f"listening on http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
     uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, server_header=False)).run(

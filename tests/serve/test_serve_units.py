@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -354,6 +355,16 @@ def test_outputs_of_the_wrong_shape_for_the_labels_are_refused():
     ragged = [np.zeros(2), np.zeros(3)]  # outputs of free-dimension items need not stack
     assert answer(prediction_fragments(None)(ragged)) == (200, b'{"predictions": [{"output": [0.0, 0.0]}, '
                                                                b'{"output": [0.0, 0.0, 0.0]}]}')
+
+
+def test_settle_heap_freezes_what_is_alive_and_makes_young_collections_rarer():
+    code = ("import gc; from torchwork.serve.heap import settle_heap; gc.set_threshold(700, 10, 10); "
+            "settle_heap(); first = gc.get_threshold(); gc.set_threshold(50000, 5, 5); settle_heap(); "
+            "print(first, gc.get_threshold(), gc.get_freeze_count() > 1000)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(SRC)}, check=True).stdout.split("\n")[0]
+    # raised to 20,000, never lowered; the generations above keep their setting
+    assert out == "(20000, 10, 10) (50000, 5, 5) True"
 
 
 # ---------------------------------------------------------------- metrics, CLI

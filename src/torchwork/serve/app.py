@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import gc
 import logging
 import threading
 import time
@@ -31,6 +30,7 @@ from torchwork.errors import ConfigError, QueueFullError
 from torchwork.serve.batcher import Batcher
 from torchwork.serve.config import ServeConfig
 from torchwork.serve.encoding import answer, prediction_fragments
+from torchwork.serve.heap import settle_heap
 from torchwork.serve.metrics import ServerMetrics
 from torchwork.serve.model_process import ModelProcess
 from torchwork.serve.predictor import Predictor
@@ -260,8 +260,7 @@ def _warm_up(state: _State) -> None:
     With a model process, batches run there (it warmed itself up); this process's copy answers only lone
     requests, so it is warmed at batch size 1 alone.
 
-    ``gc.freeze()`` moves everything alive now (the model, torch's modules) out of the collector's reach:
-    without it, full collections walk those objects and take tens of milliseconds under load.
+    Then :func:`~torchwork.serve.heap.settle_heap`: the heap frozen, young collections rarer.
     """
     examples = getattr(state.predictor, "example_items", None)
     sizes = [1] if state.model_process is not None else sorted({1, state.config.max_batch_size})
@@ -271,6 +270,5 @@ def _warm_up(state: _State) -> None:
                 state.run_batch(examples(size))
     except Exception:
         logger.exception("warm-up failed; serving anyway, the first requests may be slow or fail")
-    gc.collect()
-    gc.freeze()
+    settle_heap()
     state.ready.set()

@@ -24,7 +24,6 @@ Example (not run here: it starts a process):
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import pickle
@@ -249,6 +248,7 @@ def _child_main(sock: socket.socket, build: Callable[..., Any], args: tuple[Any,
         os.nice(nice)
     try:
         from torchwork.serve.encoding import prediction_fragments
+        from torchwork.serve.heap import settle_heap
         from torchwork.serve.predictor import configure_threads
 
         configure_threads(threads)
@@ -260,8 +260,7 @@ def _child_main(sock: socket.socket, build: Callable[..., Any], args: tuple[Any,
     except BaseException as error:  # tell the server why, then exit
         _send(sock, ("failed", f"{type(error).__name__}: {error}"))
         return
-    gc.collect()
-    gc.freeze()  # as in the server: full collections would walk the model and torch, tens of ms each
+    settle_heap()  # as the server does
     _send(sock, ("ready", None))
     while True:
         try:
