@@ -80,6 +80,7 @@ def test_a_failing_request_does_not_fail_its_batch_neighbours(process):
     async def main():
         await batcher.open()
         answers = await asyncio.gather(batcher.submit(good), batcher.submit(bad), batcher.submit(good * 2))
+        assert batcher.queued_items == 0  # the retries are not counted twice
         await batcher.shutdown()
         return answers
 

@@ -89,7 +89,7 @@ class ProcessBatcher(Batcher):
         while self._alone:
             job = self._alone.popleft()
             if not job.cancelled:
-                self._send([job])
+                self._send([job], taken=True)
                 return
         while self._waiting and self._waiting[0].cancelled:
             self._taken += len(self._waiting.popleft().items)
@@ -132,11 +132,13 @@ class ProcessBatcher(Batcher):
         else:
             self._dispatch(force=True)
 
-    def _send(self, jobs: list[Job]) -> None:
+    def _send(self, jobs: list[Job], taken: bool = False) -> None:
+        """Send ``jobs`` as one batch; ``taken``: their items were counted off the queue already (a retry)."""
         if not jobs:
             return self._dispatch()
         items = [item for job in jobs for item in job.items]
-        self._taken += len(items)
+        if not taken:
+            self._taken += len(items)
         try:
             payload = self._pack(items)
         except Exception as error:  # validated items always pack; never leave the requests hanging
