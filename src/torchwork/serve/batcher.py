@@ -77,17 +77,14 @@ class Batcher:
     """Queue requests (lists of items) and run them in batches on one worker thread.
 
     ``run(items) -> rows`` is the model (one row per item, in order) and ``encode(rows) -> (status, body)``
-    turns one request's rows into its answer; both run on the worker thread. ``run_inline`` (default
-    ``run``) answers a lone request on the event loop: the same model, where ``run`` hands batches to
-    another process.
+    turns one request's rows into its answer; both run on the worker thread (a lone request of a fast
+    model: on the event loop).
     """
 
     def __init__(self, run: Callable[[list[Any]], Sequence[Any]], encode: Callable[[Sequence[Any]], Answer],
                  *, max_batch_size: int = 32, max_wait_s: float = 0.002, max_queue: int = 1024,
-                 metrics: ServerMetrics | None = None, inline_below_s: float = 0.02,
-                 run_inline: Callable[[list[Any]], Sequence[Any]] | None = None) -> None:
+                 metrics: ServerMetrics | None = None, inline_below_s: float = 0.02) -> None:
         self._run, self._encode = run, encode
-        self._run_inline = run_inline or run
         self.inline_below_s = inline_below_s
         self._lone_seconds = math.inf  # smoothed time to answer one item (unknown until measured)
         self.max_batch_size, self.max_wait_s, self.max_queue = max_batch_size, max_wait_s, max_queue
@@ -149,7 +146,7 @@ class Batcher:
             try:
                 self._taken += len(jobs[0].items)
                 if not jobs[0].cancelled:
-                    self._execute(jobs, self._run_inline)
+                    self._execute(jobs)
             finally:
                 self._model_lock.release()
             _deliver(jobs)
@@ -245,16 +242,15 @@ class Batcher:
             size += len(job.items)
         return size, None, False
 
-    def _execute(self, jobs: list[Job], run: Callable[[list[Any]], Sequence[Any]] | None = None) -> None:
+    def _execute(self, jobs: list[Job]) -> None:
         """Run the jobs' items together (in chunks of max_batch_size) and set each job's answer."""
-        run = run or self._run
         started = time.perf_counter()
         items = [item for job in jobs for item in job.items]
         try:
             rows: list[Any] = []
             for start in range(0, len(items), self.max_batch_size):
                 chunk = items[start:start + self.max_batch_size]
-                out = run(chunk)
+                out = self._run(chunk)
                 if len(out) != len(chunk):
                     raise RuntimeError(f"the model returned {len(out)} rows for {len(chunk)} items")
                 rows.extend(out[i] for i in range(len(chunk)))
@@ -263,7 +259,7 @@ class Batcher:
         except Exception as error:
             if len(jobs) > 1:  # find the request that fails; the others still get their answers
                 for job in jobs:
-                    self._execute([job], run)
+                    self._execute([job])
                 return
             logger.exception("the model failed on a request")
             jobs[0].answer = (500, error_body(f"the model failed on this request: {type(error).__name__}: "
@@ -275,10 +271,13 @@ class Batcher:
             start += len(job.items)
         elapsed = time.perf_counter() - started
         if len(items) == 1:
-            self._lone_seconds = elapsed if math.isinf(self._lone_seconds) else \
-                0.7 * self._lone_seconds + 0.3 * elapsed
+            self._time_lone(elapsed)
         if self.metrics is not None:
             self.metrics.batch_seconds.observe(elapsed)
+
+    def _time_lone(self, elapsed: float) -> None:
+        """Smooth the time one lone item took (what decides whether lone requests run inline)."""
+        self._lone_seconds = elapsed if math.isinf(self._lone_seconds) else 0.7 * self._lone_seconds + 0.3 * elapsed
 
     def _encode_safely(self, rows: Sequence[Any]) -> Answer:
         try:

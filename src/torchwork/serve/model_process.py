@@ -88,11 +88,14 @@ class ModelProcess:
     def restart(self) -> None:
         """Replace a child that died (blocking: run it off the event loop)."""
         with self._lock:
-            if self._process is not None:
-                self._process.join(5)
-                logger.error("the model process exited with code %s; starting a new one", self._process.exitcode)
-            self._stop_child()
-            self._start()
+            self._replace_child()
+
+    def _replace_child(self) -> None:
+        if self._process is not None:
+            self._process.join(5)
+            logger.error("the model process exited with code %s; starting a new one", self._process.exitcode)
+        self._stop_child()
+        self._start()
 
     def _start(self) -> None:
         import multiprocessing
@@ -134,11 +137,7 @@ class ModelProcess:
             if self._transport is not None:
                 raise ModelProcessError("the model process is connected to an event loop: send() batches there")
             if self._process is None or not self._process.is_alive():
-                if self._process is not None:
-                    logger.error("the model process exited with code %s; starting a new one",
-                                 self._process.exitcode)
-                    self._stop_child()
-                self._start()
+                self._replace_child()
             try:
                 _send(self._socket, ("rows", items, None))
                 status, detail = _receive(self._socket)

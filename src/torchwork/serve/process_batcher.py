@@ -51,7 +51,7 @@ class ProcessBatcher(Batcher):
     def __init__(self, process: ModelProcess, encode: Callable[[Sequence[Any]], Answer], *,
                  run_inline: Callable[[list[Any]], Sequence[Any]], pack: Callable[[list[Any]], Any] = list,
                  **options: Any) -> None:
-        super().__init__(run_inline, encode, run_inline=run_inline, **options)
+        super().__init__(run_inline, encode, **options)  # the base class's run: only lone requests, here
         self.process, self._pack = process, pack
         self._waiting: collections.deque[Job] = collections.deque()  # handed over, not sent yet
         self._alone: collections.deque[Job] = collections.deque()  # from a failed batch: each runs alone
@@ -172,8 +172,7 @@ class ProcessBatcher(Batcher):
 
     def _observe(self, size: int, elapsed: float) -> None:
         if size == 1:
-            self._lone_seconds = elapsed if self._lone_seconds == float("inf") else \
-                0.7 * self._lone_seconds + 0.3 * elapsed
+            self._time_lone(elapsed)
         if self.metrics is not None:
             for start in range(0, size, self.max_batch_size):
                 self.metrics.batch_size.observe(min(self.max_batch_size, size - start))
