@@ -222,7 +222,8 @@ def _compare(actual: np.ndarray, expected: np.ndarray, atol: float, rtol: float)
     excess = error - (atol + rtol * np.abs(expected))
     worst = int(np.argmax(excess))
     ok = bool(np.all(np.isfinite(actual)) and excess.flat[worst] <= 0)
-    detail = "" if ok else (f"at index {np.unravel_index(worst, expected.shape)}: got {actual.flat[worst]:.6g}, "
+    where = tuple(int(i) for i in np.unravel_index(worst, expected.shape))
+    detail = "" if ok else (f"at index {where}: got {actual.flat[worst]:.6g}, "
                             f"expected {expected.flat[worst]:.6g}")
     return ok, float(np.nanmax(error)) if error.size else 0.0, detail
 
@@ -247,27 +248,27 @@ def default_devices() -> list[str]:
 def _case_on_devices(case: Case, devices: Sequence[str], seed: int) -> list[CheckResult]:
     inputs = case.make_inputs(np.random.default_rng(seed))
     expected = case.reference(inputs)
-    outputs: dict[str, np.ndarray] = {}
+    outputs: dict[int, np.ndarray] = {}  # by position in devices
 
-    def against_reference(device: str) -> tuple[bool, float, str]:
-        outputs[device] = case.run(inputs, device)
-        return _compare(outputs[device], expected, case.atol, case.rtol)
+    def against_reference(position: int) -> tuple[bool, float, str]:
+        outputs[position] = case.run(inputs, devices[position])
+        return _compare(outputs[position], expected, case.atol, case.rtol)
 
-    def against_first(device: str) -> tuple[bool, float, str]:
-        return _compare(outputs[device], outputs[devices[0]], case.atol, case.rtol)
+    def against_first(position: int) -> tuple[bool, float, str]:
+        return _compare(outputs[position], outputs[0], case.atol, case.rtol)
 
     results = []
-    for device in devices:
+    for position, device in enumerate(devices):
         reason = case.supported(device)
         if reason:
             results.append(CheckResult(f"{case.name} [{device}]", True, None, None, None, reason, skipped=True))
         else:
             results.append(_timed(f"{case.name} [{device}]", case.atol, case.rtol,
-                                  functools.partial(against_reference, device)))
-    for device in devices[1:]:
-        if case.cross_device and devices[0] in outputs and device in outputs:
+                                  functools.partial(against_reference, position)))
+    for position, device in enumerate(devices[1:], 1):
+        if case.cross_device and 0 in outputs and position in outputs:
             results.append(_timed(f"{case.name} [{device} vs {devices[0]}]", case.atol, case.rtol,
-                                  functools.partial(against_first, device)))
+                                  functools.partial(against_first, position)))
     return results
 
 
