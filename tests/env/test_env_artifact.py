@@ -127,3 +127,13 @@ def test_serve_warns_at_start(exported, tmp_path):
         server.wait(timeout=30)
         server.stderr.close()
     assert first.startswith("torchwork: warning: this machine differs") and "torch 2.4 exported it" in first
+
+
+def test_env_diff_of_two_artifacts_names_the_risky_differences(exported, tmp_path):
+    artifact = _copy(exported, tmp_path)
+    _edit_manifest(artifact, _from_another_machine)
+    done = run_cli("env", "diff", str(exported), str(artifact), "--json")
+    assert done.returncode == 1, done.stderr
+    whats = [d["what"] for d in json.loads(done.stdout)["differences"]]
+    assert whats == ["torch minor version", "torch build", "ONNX Runtime version"]
+    assert run_cli("env", "diff", str(exported), str(exported)).returncode == 0
