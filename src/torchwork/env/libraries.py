@@ -78,12 +78,12 @@ def _threadpool_info() -> list[dict[str, Any]]:
 
 
 @functools.lru_cache(maxsize=1)
-def _distributions() -> tuple[tuple[str, str, str, Any], ...]:
-    """(name, version, RECORD text, distribution) of every installed distribution, read once."""
+def _file_lists() -> tuple[tuple[str, Any], ...]:
+    """(RECORD text, distribution) of every installed distribution, read once (metadata is parsed only for
+    the few that list a wanted file: parsing all of it costs more than the rest of the report)."""
     rows = []
     for dist in metadata.distributions():
-        record = dist.read_text("RECORD") or dist.read_text("installed-files.txt") or ""
-        rows.append((dist.metadata["Name"] or "?", dist.version, record, dist))
+        rows.append((dist.read_text("RECORD") or dist.read_text("installed-files.txt") or "", dist))
     return tuple(rows)
 
 
@@ -91,7 +91,7 @@ def owners(paths: Iterable[str]) -> dict[str, str]:
     """``{real path: "name version"}`` for the files an installed distribution lists; others are left out."""
     wanted = {os.path.realpath(p): os.path.basename(os.path.realpath(p)) for p in paths}
     found: dict[str, str] = {}
-    for name, version, record, dist in _distributions():
+    for record, dist in _file_lists():
         basenames = {b for real, b in wanted.items() if real not in found and b in record}
         if not basenames:
             continue
@@ -100,7 +100,7 @@ def owners(paths: Iterable[str]) -> dict[str, str]:
                 continue
             real = os.path.realpath(dist.locate_file(row[0]))
             if real in wanted:
-                found[real] = f"{name} {version}"
+                found[real] = f"{dist.metadata['Name']} {dist.version}"
     return found
 
 
