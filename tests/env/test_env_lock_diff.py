@@ -58,7 +58,10 @@ def test_diff_of_the_case_study_lock_files_ranks_torch_and_build_first():
     report = json.loads(done.stdout)
     whats = [d["what"] for d in report["differences"]]
     assert whats[:2] == ["torch major version", "torch build"]
-    assert whats[2:5] == ["Python minor version", "ONNX Runtime version", "packages only in A"]
+    assert whats[2:6] == ["Python minor version", "ONNX Runtime version", "OpenMP runtime packages",
+                          "packages only in A"]
+    openmp = report["differences"][4]
+    assert openmp["a"] == "none" and "intel-openmp==2023.1.0 (libiomp5)" in openmp["b"]
     first, second = report["differences"][:2]
     assert (first["a"], first["b"]) == ("1.13.1+cu117", "2.0.0+cpu")
     assert (second["a"], second["b"]) == ("cuda 11.7", "cpu") and "whl/cu117" in second["fix"]

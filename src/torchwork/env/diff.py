@@ -113,34 +113,52 @@ def _onnxruntime(a: Profile, b: Profile) -> list[Difference]:
                        f"Pin onnxruntime=={va} where the artifact is served, or re-run `torchwork verify` there.")]
 
 
+# Distributions that bring an OpenMP runtime of their own beside torch's (PyPI and conda names).
+OPENMP_PACKAGES = {"intel-openmp": "libiomp5", "mkl": "libiomp5, through intel-openmp", "llvm-openmp": "libomp",
+                   "openmp": "libomp", "libgomp": "libgomp", "_openmp_mutex": "an OpenMP selector"}
+
+
 def _openmp(a: Profile, b: Profile) -> list[Difference]:
+    why = ("A different OpenMP runtime, or two of them in one process, changes the thread pools and is the classic "
+           "cause of 'OMP: Error #15' at import (or of hangs and oversubscribed cores).")
+    fix = ("Run `torchwork env` on each machine: it names every loaded runtime with the package that ships it; "
+           "keep one runtime (do not set KMP_DUPLICATE_LIB_OK).")
     oa, ob = a.get("openmp"), b.get("openmp")
-    if oa is None or ob is None or sorted(oa) == sorted(ob):
+    if oa is not None and ob is not None:
+        if sorted(oa) == sorted(ob):
+            return []
+        return [Difference(7, "OpenMP runtimes", ", ".join(oa) or "none", ", ".join(ob) or "none", why, fix)]
+    # Lock files say nothing of what is loaded, but they list the packages that ship a runtime.
+    pa = {n: v for n, v in a["packages"].items() if n in OPENMP_PACKAGES}
+    pb = {n: v for n, v in b["packages"].items() if n in OPENMP_PACKAGES}
+    if pa == pb:
         return []
-    return [Difference(7, "OpenMP runtimes", ", ".join(oa) or "none", ", ".join(ob) or "none",
-                       "A different OpenMP runtime (or two of them in one process) changes thread pools and can "
-                       "crash at import ('OMP: Error #15') or oversubscribe the cores.",
-                       "Run `torchwork env` on each machine: it names each runtime with the package that ships it; "
-                       "keep one runtime.")]
+
+    def listed(packages: dict[str, str]) -> str:
+        return ", ".join(f"{n}=={v} ({OPENMP_PACKAGES[n]})" for n, v in sorted(packages.items())) or "none"
+
+    return [Difference(7, "OpenMP runtime packages", listed(pa), listed(pb), why, fix)]
 
 
 def _one_side(a: Profile, b: Profile) -> list[Difference]:
     if not a["packages"] or not b["packages"]:
         return []
     found = []
-    for side, mine, other, label in (("a", a, b, a["label"]), ("b", b, a, b["label"])):
+    for side, mine, other in (("A", a, b), ("B", b, a)):
         only = sorted(set(mine["packages"]) - set(other["packages"]))
         if only:
             listed = ", ".join(f"{n}=={mine['packages'][n]}" for n in only)
-            found.append(Difference(8, f"packages only in {side.upper()}", listed if side == "a" else None,
-                                    listed if side == "b" else None,
+            found.append(Difference(8, f"packages only in {side}", listed if side == "A" else None,
+                                    listed if side == "B" else None,
                                     "Code that imports one of them works on one machine only; a package present "
                                     "on one side can also change behaviour by being imported (plugins, OpenMP).",
-                                    f"Install or remove them so both sides match, e.g. pip install -c {label} ..."))
+                                    f"Install them on the other side (pip install {' '.join(only[:4])}"
+                                    f"{' ...' if len(only) > 4 else ''} -c {mine['label']}), or uninstall them "
+                                    f"from {side} if nothing there imports them."))
     return found
 
 
-_RISKY = {"torch", "numpy", "onnxruntime", "onnxruntime-gpu"}
+_RISKY = {"torch", "onnxruntime", "onnxruntime-gpu"}  # ranked above the rest
 
 
 def _rest(a: Profile, b: Profile) -> list[Difference]:
@@ -155,15 +173,11 @@ def _rest(a: Profile, b: Profile) -> list[Difference]:
                                 "Nothing, unless a fix named in the Python changelog concerns you."))
     for name in sorted(set(a["packages"]) & set(b["packages"]) - _RISKY):
         va, vb = a["packages"][name], b["packages"][name]
-        if va != vb:
-            level = "major" if major(va) != major(vb) else "minor or patch"
-            found.append(Difference(9, f"{name} version", va, vb, f"A {level} version difference of a dependency.",
-                                    f"Pin {name}=={va} on both sides when it matters."))
-    for name in ("numpy",):
-        va, vb = a["packages"].get(name), b["packages"].get(name)
-        if va and vb and va != vb and major(va) == major(vb):
-            found.append(Difference(9, f"{name} version", va, vb, "Same major version: the ABI and type rules hold.",
-                                    f"Pin {name}=={va} when you need identical results."))
+        if va == vb or (name == "numpy" and major(va) != major(vb)):  # a NumPy major is ranked 5
+            continue
+        level = "major" if major(va) != major(vb) else "minor or patch"
+        found.append(Difference(9, f"{name} version", va, vb, f"A {level} version difference of a dependency.",
+                                f"Pin {name}=={va} on both sides when it matters."))
     return found
 
 
