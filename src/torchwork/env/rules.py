@@ -35,6 +35,7 @@ def openmp_findings(snap: dict[str, Any]) -> list[Finding]:
         names = "; ".join(f"{lib['runtime']} at {lib['path']} ({_owner(lib)})" for lib in libraries)
         mixed = len(families) > 1
         owners = sorted({lib["distribution"].split()[0] for lib in libraries if lib.get("distribution")})
+        extra = [name for name in owners if name != "torch"] or owners  # torch's own runtime is the one to keep
         findings.append(Finding(
             "two-openmp", "error" if mixed else "warning",
             f"{len(libraries)} OpenMP runtimes are loaded in this process: {names}. "
@@ -43,7 +44,7 @@ def openmp_findings(snap: dict[str, Any]) -> list[Finding]:
                "Each copy keeps its own thread pool, so the cores are oversubscribed. ") + DUPLICATE_OK_WHY,
             "Make every package use one OpenMP runtime: install the packages from one source (all pip wheels, or "
             "all conda packages from one channel), drop the package that brings the extra runtime if nothing "
-            f"needs it ({', '.join(owners) or 'see the paths above'}), or import the one you keep first. Do "
+            f"needs it ({', '.join(extra) or 'see the paths above'}), or import the one you keep first. Do "
             "not set KMP_DUPLICATE_LIB_OK."))
     if str(snap["details"]["variables"].get("KMP_DUPLICATE_LIB_OK", "")).upper() in ("TRUE", "1", "YES"):
         findings.append(Finding("kmp-duplicate-lib-ok", "warning", "KMP_DUPLICATE_LIB_OK is set. "
