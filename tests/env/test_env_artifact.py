@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import select
 import shutil
 import subprocess
 import sys
@@ -49,6 +50,7 @@ def test_export_records_the_snapshot_and_the_outputs_of_every_variant(exported):
     assert recorded["eager.output_0"].shape == (5, 3)
 
 
+@pytest.mark.slow  # a full `env check` in a subprocess: ~2.5 s quiet, more on a loaded machine
 def test_an_artifact_exported_here_passes_env_check_artifact(exported):
     done = run_cli("env", "check", "--artifact", str(exported))
     assert done.returncode == 0, done.stdout + done.stderr
@@ -56,6 +58,7 @@ def test_an_artifact_exported_here_passes_env_check_artifact(exported):
     assert "ok   artifact onnx on its recorded inputs" in done.stdout
 
 
+@pytest.mark.slow  # a full `env check` in a subprocess: ~2.5 s quiet, more on a loaded machine
 def test_a_tampered_recorded_output_fails_even_with_a_consistent_file_table(exported, tmp_path):
     artifact = _copy(exported, tmp_path)
     recorded = art.load_tensors(artifact / art.EXAMPLE_OUTPUTS)
@@ -121,7 +124,8 @@ def test_serve_warns_at_start(exported, tmp_path):
     server = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
                               text=True, env=child_env())
     try:
-        first = server.stderr.readline()
+        ready, _, _ = select.select([server.stderr], [], [], 60)  # never hang on a server that says nothing
+        first = server.stderr.readline() if ready else ""
     finally:
         server.kill()
         server.wait(timeout=30)
