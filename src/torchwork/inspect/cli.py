@@ -27,7 +27,13 @@ from torchwork.errors import ConfigError
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``torchwork graph`` (no torch import)."""
     parser.add_argument("target", metavar="SCRIPT.py|MODULE:FACTORY",
-                        help="a script to run unmodified, or a model factory (package.module:build, file.py:build)")
+                        help="a script to run unmodified (options before it), or a model factory "
+                             "(package.module:build, file.py:build)")
+    _add_options(parser)
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+
+
+def _add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--at", metavar="FILE:LINE", help="capture the tensor made on this line instead of the "
                                                           "first backward()")
     parser.add_argument("--input-shape", action="append", metavar="N,M,...",
@@ -37,7 +43,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--high", type=int, default=100, help="upper bound of random integer inputs (default 100)")
     parser.add_argument("-o", "--output", default="graph.html", help="the HTML page to write (default graph.html)")
     parser.add_argument("--no-dot", action="store_true", help="use the built-in layout even if Graphviz is installed")
-    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
 
 
 def is_factory(target: str) -> bool:
@@ -55,7 +60,7 @@ def parse_at(text: str) -> tuple[str, int]:
 
 def parse_shape(text: str) -> tuple[int, ...]:
     try:
-        shape = tuple(int(part) for part in text.replace("x", ",").split(",") if part.strip())
+        shape = tuple(int(part) for part in text.split(","))
     except ValueError:
         shape = ()
     if not shape or any(size <= 0 for size in shape):
@@ -65,6 +70,11 @@ def parse_shape(text: str) -> tuple[int, ...]:
 
 def cli_main(args: argparse.Namespace) -> int:
     """Entry point of ``torchwork graph``."""
+    if is_factory(args.target) and args.args:  # options after a factory are options, not script arguments
+        options = argparse.ArgumentParser(prog="torchwork graph MODULE:FACTORY")
+        _add_options(options)
+        options.parse_args(args.args, namespace=args)
+        args.args = []
     if args.input_dtype not in ("float32", "float", "int64", "long"):
         raise ConfigError(f"--input-dtype {args.input_dtype!r}: use float32 or int64.")
     if is_factory(args.target):

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from torchwork.doctor.findings import format_where
 from torchwork.inspect.render import (
     OPEN_LIMIT,
+    block_totals,
     human_bytes,
     module_boxes,
     module_label,
@@ -124,10 +125,20 @@ def _memory_section(g: Graph, colours: dict[str, str]) -> list[str]:
         f"{html.escape(module_label(m))}</td><td class='num'>{human_bytes(b)}</td><td class='num'>{counts[m]}</td>"
         f"<td><span class='bar' style='width:{max(1, round(200 * b / top))}px'></span></td></tr>"
         for m, b in by_module)
-    return [f"<h2>Saved for backward: {human_bytes(g.saved_bytes)}</h2>",
-            "<p>Activations kept alive until backward runs, by the module that was running when they were "
-            "saved (storage shared by several nodes counted once; parameters' own storage not counted).</p>",
-            f"<table><tr><th>module</th><th>bytes</th><th>tensors</th><th></th></tr>{rows}</table>"]
+    parts = [f"<h2>Saved for backward: {human_bytes(g.saved_bytes)}</h2>",
+             "<p>Activations kept alive until backward runs, by the module that was running when they were "
+             "saved (storage shared by several nodes counted once; parameters' own storage not counted). "
+             "They grow with the batch size; checkpointing a block frees its share until backward.</p>"]
+    blocks = block_totals(dict(by_module))
+    if len(blocks) < len(by_module):
+        block_rows = "".join(f"<tr><td>{html.escape(module_label(b))}</td><td class='num'>{human_bytes(n)}</td>"
+                             f"<td><span class='bar' style='width:{max(1, round(200 * n / max(blocks.values())))}px'>"
+                             "</span></td></tr>" for b, n in blocks.items())
+        parts.append(f"<table><tr><th>block</th><th>bytes</th><th></th></tr>{block_rows}</table>")
+    large = len(by_module) > 20
+    parts.append(f"<details{'' if large else ' open'}><summary>by module ({len(by_module)})</summary>"
+                 f"<table><tr><th>module</th><th>bytes</th><th>tensors</th><th></th></tr>{rows}</table></details>")
+    return parts
 
 
 def _module_sections(g: Graph, colours: dict[str, str], large: bool) -> list[str]:

@@ -29,6 +29,30 @@ PALETTE = ("#8dd3c7", "#ffffb3", "#bebada", "#fb8072", "#80b1d3", "#fdb462", "#b
 LEAF_COLOUR = "#e8e8e8"
 OPEN_LIMIT = 150  # graphs with more nodes start collapsed
 SUMMARY_NODES = 25
+SUMMARY_MODULES = 20
+
+
+def block_of(module: str) -> str:
+    """The repeated block a module belongs to: its name up to the first numeric part (``encoder.layer.3``),
+    else its first part; what activation checkpointing would wrap."""
+    parts = module.split(".")
+    for index, part in enumerate(parts):
+        if part.isdigit():
+            return ".".join(parts[:index + 1])
+    return parts[0]
+
+
+def block_totals(by_module: dict[str, int]) -> dict[str, int]:
+    """Saved bytes per :func:`block_of` block.
+
+    >>> block_totals({"encoder.layer.0.attention": 5, "encoder.layer.0.output": 2, "pooler.dense": 1})
+    {'encoder.layer.0': 7, 'pooler': 1}
+    """
+    totals: dict[str, int] = {}
+    for module, count in by_module.items():
+        key = block_of(module) if module else ""
+        totals[key] = totals.get(key, 0) + count
+    return totals
 
 
 def human_bytes(count: int) -> str:
@@ -63,8 +87,14 @@ def text_summary(g: Graph) -> str:
             lines.append(f"modified in place after it was saved{where}: {item.attribute} {item.shape} of "
                          f"{_op_of(g, item.nodes[0])} (backward will fail)")
     by_module = sorted(g.saved_by_module().items(), key=lambda kv: (-kv[1], kv[0]))
-    if by_module:
+    if len(by_module) > SUMMARY_MODULES:
+        blocks = sorted(block_totals(g.saved_by_module()).items(), key=lambda kv: (-kv[1], kv[0]))
+        lines.append("saved by block (html page: by module):")
+        by_module = blocks[:SUMMARY_MODULES] + ([(f"... {len(blocks) - SUMMARY_MODULES} more", sum(
+            b for _, b in blocks[SUMMARY_MODULES:]))] if len(blocks) > SUMMARY_MODULES else [])
+    elif by_module:
         lines.append("saved by module:")
+    if by_module:
         width = max(len(module_label(m)) for m, _ in by_module)
         lines += [f"  {module_label(m):<{width}}  {human_bytes(b):>10}" for m, b in by_module]
     lines.append("nodes" + (f" (first {SUMMARY_NODES} of {len(g.nodes)})" if len(g.nodes) > SUMMARY_NODES else "")
@@ -168,8 +198,8 @@ def _dot_source(boxes: list[Box], edges: list[tuple[str, str]], clusters: bool) 
             lines.append(f"  subgraph cluster_{index} {{ label={_quote(group)}; style=dashed; color=\"#999999\";")
             indent = "    "
         for box in members:
-            label = box.title + (f"\\n{box.detail}" if box.detail else "")
-            attrs = [f"label={_quote(label)}", f'fillcolor="{box.colour}"', f"tooltip={_quote(box.group)}"]
+            label = _quote(box.title)[:-1] + (f"\\n{_quote(box.detail)[1:-1]}" if box.detail else "") + '"'
+            attrs = [f"label={label}", f'fillcolor="{box.colour}"', f"tooltip={_quote(box.group)}"]
             if box.leaf:
                 attrs.append('shape=note')
             if box.link:
