@@ -73,3 +73,12 @@ def test_help_imports_no_torch(tmp_path) -> None:
              "    try:\n        main(argv)\n    except SystemExit:\n        pass\nprint('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert done.stdout.strip().endswith("False") and "--input-shape" in done.stdout and "graph" in done.stdout
+
+
+def test_the_readme_example_prints_what_the_readme_shows(tmp_path) -> None:
+    done = subprocess.run([sys.executable, str(REPO / "examples" / "inspect_graph.py")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    first, second = done.stdout.splitlines()
+    assert first.startswith("used only under no_grad/inference_mode, at ") and first.endswith("inspect_graph.py:15")
+    assert second == "{'body': 1024, '': 1408} 2432" and (tmp_path / "graph.html").is_file()

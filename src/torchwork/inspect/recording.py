@@ -90,6 +90,7 @@ class Capture:
 
     def __post_init__(self) -> None:
         self._stack: list[torch.nn.Module] = []
+        self.errors: list[str] = []
         self._roots: weakref.WeakValueDictionary[int, torch.nn.Module] = weakref.WeakValueDictionary()
         self._handles: list[Any] = []
         self._mode: _CaptureMode | None = None
@@ -220,6 +221,11 @@ class Capture:
         self._handles.clear()
         self._stack.clear()
 
+    def fail(self, error: Exception) -> None:
+        """Stop recording after an internal error (kept in ``errors``); the user's code runs on."""
+        self.errors.append(f"{type(error).__name__}: {error}")
+        self.stopped = True
+
     def release(self) -> None:
         """Drop the references to cut graphs (once the graph is built)."""
         for item in self.cuts:
@@ -272,15 +278,21 @@ class _CaptureMode(TorchFunctionMode):
             if owner.on_backward is not None and args and isinstance(args[0], torch.Tensor):
                 owner.on_backward(args[0])
             return func(*args, **kwargs)
-        if kind in ("cut", "data") and args and isinstance(args[0], torch.Tensor):
-            owner.record_cut("data" if kind == "data" else func.__name__, args[0])
-        elif kind == "inplace" and args and isinstance(args[0], torch.Tensor):
-            owner.record_inplace(func.__name__, args[0])
-        if kind != "data":
-            owner.record_uses(args, torch.is_grad_enabled() and not torch.is_inference_mode_enabled())
+        try:
+            if kind in ("cut", "data") and args and isinstance(args[0], torch.Tensor):
+                owner.record_cut("data" if kind == "data" else func.__name__, args[0])
+            elif kind == "inplace" and args and isinstance(args[0], torch.Tensor):
+                owner.record_inplace(func.__name__, args[0])
+            if kind != "data":
+                owner.record_uses(args, torch.is_grad_enabled() and not torch.is_inference_mode_enabled())
+        except Exception as error:  # a bug in the recording must not break the user's forward
+            owner.fail(error)
         out = func(*args, **kwargs)
         if kind != "data":
-            owner.record_output(out)
+            try:
+                owner.record_output(out)
+            except Exception as error:
+                owner.fail(error)
         return out
 
 
