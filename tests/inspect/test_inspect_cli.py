@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -16,6 +18,7 @@ def torchwork(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_script_first_backward_names_the_cut_line(tmp_path) -> None:
     script = REPO / "examples" / "mistakes" / "broken_graph.py"
     done = torchwork("-o", "bg.html", str(script), cwd=tmp_path)
@@ -56,6 +59,7 @@ def test_model_factory_with_input_shape(tmp_path) -> None:
     assert (tmp_path / "mlp.html").is_file()
 
 
+@pytest.mark.slow
 def test_clear_errors(tmp_path) -> None:
     (tmp_path / "nograd.py").write_text("import torch\nprint(torch.ones(2).sum())\n")
     done = torchwork("nograd.py", cwd=tmp_path)
