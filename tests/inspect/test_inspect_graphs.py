@@ -171,3 +171,21 @@ def test_bad_input_is_a_clear_error() -> None:
         graph([1, 2])  # type: ignore[arg-type]
     with torch.no_grad(), pytest.raises(ConfigError, match="no tensor with an autograd history"):
         trace(small_mlp(), torch.randn(2, 5))
+
+
+def test_the_stdlib_inspect_is_still_the_stdlib() -> None:
+    import inspect as stdlib_inspect
+
+    import torchwork.inspect
+
+    assert hasattr(stdlib_inspect, "signature") and stdlib_inspect is not torchwork.inspect
+    assert torchwork.inspect.graph is graph and torchwork.inspect.capture is capture  # functions, not modules
+
+
+def test_leaves_sit_just_above_their_user_in_the_built_in_layout() -> None:
+    from torchwork.inspect.render import _longest_path_ranks
+
+    keys = ["w", "x", "a", "b"]  # x -> a -> b, and the leaf w feeds only b
+    inputs = {"w": [], "x": [], "a": ["x"], "b": ["a", "w"]}
+    users = {"w": ["b"], "x": ["a"], "a": ["b"], "b": []}
+    assert _longest_path_ranks(keys, inputs, users) == {"w": 1, "x": 0, "a": 1, "b": 2}

@@ -227,7 +227,7 @@ def dot_svg(source: str, dot: str | None = None) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------- built-in layout
-BOX_W, BOX_H, GAP_X, GAP_Y = 170, 34, 18, 26
+BOX_W, BOX_H, GAP_X, GAP_Y = 200, 34, 18, 26
 
 
 def layered_svg(boxes: list[Box], edges: list[tuple[str, str]]) -> str:
@@ -280,7 +280,7 @@ def layered_svg(boxes: list[Box], edges: list[tuple[str, str]]) -> str:
     return "".join(parts)
 
 
-def _svg_text(text: str, limit: int = 30) -> str:
+def _svg_text(text: str, limit: int = 36) -> str:
     return html.escape(text if len(text) <= limit else text[:limit - 1] + "…")
 
 
@@ -295,6 +295,9 @@ def _longest_path_ranks(keys: list[str], inputs: dict[str, list[str]], users: di
             pending[user] -= 1
             if pending[user] == 0:
                 ready.append(user)
+    for key in keys:  # a source (a leaf) sits just above its first user, not at the top of the page
+        if not inputs[key] and users[key]:
+            rank[key] = max(0, min(rank[u] for u in users[key]) - 1)
     return rank
 
 
