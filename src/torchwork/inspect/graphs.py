@@ -63,7 +63,8 @@ class Saved:
     nodes: list[int]  # the nodes that saved it, the first one owning it
     attribute: str  # e.g. "mat1", "result"
     module: str | None
-    parameter: str | None  # the parameter whose storage this is (kept alive anyway), else None
+    parameter: str | None  # the leaf (a parameter, or an input with requires_grad) whose storage this is:
+    #                        alive anyway, so not counted as activation memory; else None
     stale: str | None = None  # PyTorch's message when it was modified in place after being saved
     modified_at: Where | None = None  # the in-place operation that modified it, when captured
 
