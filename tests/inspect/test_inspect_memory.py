@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from minilm_model import load_minilm
 
 from torchwork.inspect import graph, measure_saved_bytes
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return load_minilm()
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ import shutil
 import pytest
 import torch
 from chromium_page import CHROMIUM, render_in_chromium
+from minilm_model import load_minilm
 from test_inspect_graphs import Mixed
 
 from torchwork.inspect import capture, graph, trace
@@ -44,6 +45,11 @@ def test_page_lists_unreached_first_and_draws_the_graph(mixed_graph, tmp_path, u
     assert "detached.weight" in text and "cut by .detach() at" in text
     assert text.count("<svg") == 2 and "AddmmBackward0" in text and "MeanBackward0" in text
     assert "<details class='module' id='mod-0' open>" in text  # small graph: open
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return load_minilm()
 
 
 @pytest.mark.slow
