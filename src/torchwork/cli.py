@@ -100,6 +100,12 @@ def _doctor_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
 
 
+def _graph_arguments(parser: argparse.ArgumentParser) -> None:
+    from torchwork.inspect.cli import add_arguments  # no torch import: --help stays fast
+
+    add_arguments(parser)
+
+
 def _explain_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", nargs="?", default="-",
                         help="file holding a traceback or error message ('-' or nothing: standard input)")
@@ -171,6 +177,8 @@ COMMANDS: list[Command] = [
      _verify_arguments, "torchwork.deploy.cli:cli_verify"),
     ("doctor", "run a training script unmodified and report the classic PyTorch mistakes with file:line",
      _doctor_arguments, "torchwork.doctor.runner:cli_main"),
+    ("graph", "draw the autograd graph of a script's first backward() or of a model: unreached parameters "
+     "with the reason, saved-tensor memory by module", _graph_arguments, "torchwork.inspect.cli:cli_main"),
     ("explain", "explain a pasted PyTorch traceback or error message: cause and fix",
      _explain_arguments, "torchwork.doctor.explain:cli_main"),
     ("env", "this machine's environment: report, known-answer check, lock, diff against another",
