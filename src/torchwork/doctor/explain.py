@@ -103,6 +103,14 @@ def _matmul_detail(m: re.Match[str]) -> str | None:
 
 
 def _channels_detail(m: re.Match[str]) -> str | None:
+    shape = [int(v) for v in re.findall(r"\d+", m.group("shape") or "")]
+    want = int(m.group("want"))
+    if len(shape) >= 3 and want in shape[2:]:
+        where = shape.index(want, 2)
+        order = ", ".join(str(d) for d in [0, where] + [d for d in range(1, len(shape)) if d != where])
+        return (f"The input {shape} has {want} (the channels the layer wants) at dimension {where}, not 1: the "
+                f"channels are not where the convolution reads them. Move them to dimension 1 before the layer: "
+                f"x.permute({order}) (for NHWC images x.permute(0, 3, 1, 2)).")
     return (f"The convolution was built for {m.group('want')} input channels and received "
             f"{m.group('got')}. Set in_channels={m.group('got')}, or convert the images (e.g. grayscale "
             "vs RGB, or channels-last data that needs .permute(0, 3, 1, 2)).")
@@ -121,19 +129,42 @@ def _size_mismatch_detail(m: re.Match[str]) -> str | None:
             "model: the checkpoint was trained with another size (often another number of classes).")
 
 
+_KEY_LIST = r'{} key\(s\) in state_dict:\s*((?:"[^"]*"[,.\s]*)+)'
+
+
+def _keys(text: str, which: str) -> list[str]:
+    found = re.search(_KEY_LIST.format(which), text)
+    return re.findall(r'"([^"]*)"', found.group(1)) if found else []
+
+
 def _prefix_detail(m: re.Match[str]) -> str | None:
-    text = m.string
-    if re.search(r'Unexpected key\(s\) in state_dict:\s*"module\.', text):
-        return ("The checkpoint's keys start with 'module.': it was saved from a DataParallel/"
-                "DistributedDataParallel wrapper. Strip the prefix: torch.nn.modules.utils."
-                "consume_prefix_in_state_dict_if_present(state_dict, 'module.').")
-    if re.search(r'Unexpected key\(s\) in state_dict:\s*"_orig_mod\.', text):
-        return ("The checkpoint's keys start with '_orig_mod.': it was saved from a torch.compile'd model. "
-                "Save model._orig_mod.state_dict() instead, or strip '_orig_mod.' before loading.")
-    if re.search(r'Missing key\(s\) in state_dict:\s*"module\.', text):
-        return ("The model's keys start with 'module.': it is wrapped (DataParallel/DDP) but the checkpoint "
-                "is not. Load into model.module instead.")
+    """Match the missing keys against the unexpected ones: which wrapper prefix, or none at all."""
+    from torchwork.doctor.prefixes import describe_prefix, match_prefixes
+
+    text = re.sub(r"\s*\n\s*", "", m.string)  # keys wrapped across lines as pasted
+    missing, unexpected = _keys(text, "Missing"), _keys(text, "Unexpected")
+    if not missing or not unexpected:
+        return None
+    ckpt_prefix, model_prefix, count = match_prefixes(missing, unexpected)
+    if count and ckpt_prefix and not model_prefix:
+        return (f"The checkpoint's keys start with '{ckpt_prefix}' (saved from {describe_prefix(ckpt_prefix)}); "
+                f"without it they match the model. Strip it: {{k.removeprefix({ckpt_prefix!r}): v for k, v in "
+                "state_dict.items()} (or torch.nn.modules.utils.consume_prefix_in_state_dict_if_present).")
+    if count and model_prefix and not ckpt_prefix:
+        inner = ".".join(["model"] + [p for p in model_prefix.split(".") if p])
+        return (f"The model's keys start with '{model_prefix}' ({describe_prefix(model_prefix)}) but the "
+                f"checkpoint's do not: load into {inner} instead, or load before wrapping.")
+    shared = _common_prefix(missing + unexpected)
+    if shared:
+        return (f"Both lists carry the prefix '{shared}', so it is not the problem: the layer names themselves "
+                f"differ (e.g. model {missing[0]!r} vs checkpoint {unexpected[0]!r}): the checkpoint comes from "
+                "another architecture or version of the model. Build the matching architecture.")
     return None
+
+
+def _common_prefix(keys: list[str]) -> str:
+    first = keys[0].split(".")[0] + "."
+    return first if all(k.startswith(first) for k in keys) and first in ("module.", "_orig_mod.", "model.") else ""
 
 
 def _target_oob_detail(m: re.Match[str]) -> str | None:
@@ -331,8 +362,8 @@ FAMILIES: tuple[Family, ...] = (
         "features).", check=None),
     Family(
         "conv-channels", "a convolution received the wrong number of channels",
-        (r"Given groups=\d+, weight of size \[[\d, ]+\], expected input\[[\d, ]+\] to have (?P<want>\d+) "
-         r"channels, but got (?P<got>\d+) channels instead",),
+        (r"(?:Given groups=\d+, weight of size \[[\d, ]+\], )?expected input\[(?P<shape>[\d, ]+)\] to have "
+         r"(?P<want>\d+) channels, but got (?P<got>\d+) channels instead",),
         "The input's channel dimension does not match the layer's in_channels: grayscale vs RGB images, "
         "images in channels-last (N, H, W, C) layout, or a wrong in_channels after a previous layer.",
         "Match in_channels to the data, convert images consistently (.convert('RGB')), and permute "
@@ -705,7 +736,7 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "deterministic-algorithm", "an operation has no deterministic implementation in deterministic mode",
         (r"does not have a deterministic implementation, but you set 'torch\.use_deterministic_algorithms\(True\)'",
-         r"Deterministic behavior was enabled with either `torch\.use_deterministic_algorithms\(True\)`"),
+         r"Deterministic behavior was enabled with either `?torch\.use_deterministic_algorithms\(True\)"),
         "torch.use_deterministic_algorithms(True) is on and this operation (typically a CUDA scatter/index_add/"
         "histc/interpolate backward) has only a nondeterministic kernel, so PyTorch refuses to run it.",
         "Use the escape hatches: torch.use_deterministic_algorithms(True, warn_only=True) to run it anyway "
@@ -719,7 +750,7 @@ FAMILIES: tuple[Family, ...] = (
                    "torch.use_deterministic_algorithms(True, warn_only=True)."),)),
     Family(
         "inference-tensor", "a tensor made under torch.inference_mode() used by autograd",
-        (r"Inference tensors cannot be saved for backward",
+        (r"Inference tensors can(?:not|'t) be saved for backward",
          r"Inplace update to inference tensor outside InferenceMode is not allowed",
          r"Setting requires_grad=True on inference tensor outside InferenceMode is not allowed",
          r"Inference tensors do not track version counter"),
@@ -732,8 +763,8 @@ FAMILIES: tuple[Family, ...] = (
         "that training calls too.", check="inference-grad"),
     Family(
         "multi-output-view-inplace", "in-place change of a view returned by split/chunk/unbind",
-        (r"Output \d+ of \w+ is a view and is being modified inplace\. This view is the output of a function "
-         r"that returns multiple views",
+        (r"Output \d+ of \w+ is a view and is being modified inplace\. This view is (?:the|an) output of a "
+         r"function that returns multiple views",
          r"A view was created in no_grad mode and is being modified inplace with grad mode enabled",
          r"is a view and its base or another view of its base has been modified inplace"),
         "split(), chunk(), unbind() (and iterating a tensor) return several views of one tensor; autograd cannot "

@@ -15,7 +15,6 @@ Three ways a checkpoint fails to reach the model, each reported at the ``load_st
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,53 +22,13 @@ import torch
 
 from torchwork.doctor.checks import Check
 from torchwork.doctor.findings import format_where
+from torchwork.doctor.prefixes import describe_prefix, match_prefixes
 
 _WRAPPER_KEYS = ("model", "state_dict", "model_state_dict", "net", "module", "weights")
-_ORIGINS = {"module": "a DataParallel/DistributedDataParallel wrapper", "_orig_mod": "torch.compile",
-            "model": "a wrapper holding the network as `.model` (Lightning, EMA, HF)"}
 
 
 def _shape(value: Any) -> tuple[int, ...] | None:
     return tuple(value.shape) if isinstance(value, torch.Tensor) else None
-
-
-def match_prefixes(model_keys: Any, checkpoint_keys: Any) -> tuple[str, str, int]:
-    """(checkpoint prefix, model prefix, keys matched): the renaming ``ckpt_prefix + k -> model_prefix + k``
-    that matches the most keys, found by matching key suffixes at dot boundaries (any wrapper, nested).
-
-    Example:
-        >>> match_prefixes(["fc.weight", "fc.bias"], ["module._orig_mod.fc.weight", "module._orig_mod.fc.bias"])
-        ('module._orig_mod.', '', 2)
-        >>> match_prefixes(["model.fc.weight"], ["fc.weight"])
-        ('', 'model.', 1)
-    """
-    by_suffix: dict[str, list[str]] = {}
-    for key in model_keys:
-        for cut in [0] + [i + 1 for i, ch in enumerate(key) if ch == "."]:
-            by_suffix.setdefault(key[cut:], []).append(key[:cut])
-    votes: Counter[tuple[str, str]] = Counter()
-    for key in checkpoint_keys:
-        seen: set[tuple[str, str]] = set()
-        for cut in [0] + [i + 1 for i, ch in enumerate(key) if ch == "."]:
-            prefixes = by_suffix.get(key[cut:])
-            if prefixes is None or len(prefixes) > 8:  # a generic tail ("weight") says nothing alone
-                continue
-            for model_prefix in prefixes:
-                pair = (key[:cut], model_prefix)
-                if pair not in seen:
-                    seen.add(pair)
-                    votes[pair] += 1
-    if not votes:
-        return "", "", 0
-    (ckpt_prefix, model_prefix), count = max(votes.items(), key=lambda item: (item[1], -len(item[0][0])))
-    return ckpt_prefix, model_prefix, count
-
-
-def describe_prefix(prefix: str) -> str:
-    """What wrapped the model, from the parts of a key prefix ('module._orig_mod.' -> DDP, then compile)."""
-    parts = [p for p in prefix.split(".") if p]
-    named = [_ORIGINS.get(p, f"a wrapping module's attribute '{p}'") for p in parts]
-    return ", inside it ".join(named) if named else "no wrapper"
 
 
 def _strip_hint(ckpt_prefix: str, model_prefix: str) -> str:
