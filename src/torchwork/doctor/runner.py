@@ -94,6 +94,16 @@ def _is_torchwork_frame(filename: str) -> bool:
 _TORCHWORK_ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep
 
 
+def _dispatch_frame(frames: list[traceback.FrameSummary], index: int) -> bool:
+    """torch's own detour into the doctor's TorchFunctionMode: `handle_torch_function` and its caller's line."""
+    frame = frames[index]
+    if frame.name == "handle_torch_function":
+        return True
+    following = frames[index + 1] if index + 1 < len(frames) else None
+    return (following is not None and following.name == "handle_torch_function"
+            and (frame.line or "").lstrip().startswith("return handle_torch_function("))
+
+
 def _trim(summary: traceback.TracebackException, target: str, debug: bool) -> None:
     """Start the stack at the script's first frame; drop torchwork's own frames unless ``debug``."""
     frames = list(summary.stack)
@@ -102,6 +112,7 @@ def _trim(summary: traceback.TracebackException, target: str, debug: bool) -> No
         frames = frames[starts[0]:]
     if not debug:
         frames = [frame for frame in frames if not _is_torchwork_frame(frame.filename)]
+        frames = [frame for i, frame in enumerate(frames) if not _dispatch_frame(frames, i)]
     summary.stack = traceback.StackSummary.from_list(frames)
     for linked in (summary.__cause__, summary.__context__):
         if linked is not None:

@@ -142,12 +142,16 @@ class StateDictMismatch(Check):
                 try:
                     result = original(module, state_dict, *args, **kwargs)
                 except RuntimeError as error:
-                    if check.depth == 1 and "Error(s) in loading state_dict" in str(error):
-                        check.session._safely(check._mismatch, module, state_dict)
+                    if check.depth == 1:
+                        check.read = []
+                        if "Error(s) in loading state_dict" in str(error):
+                            check.session._safely(check._mismatch, module, state_dict)
                     raise
                 finally:
                     check.depth -= 1
                 if check.depth == 0:
+                    if before is None:
+                        check.read = []
                     if not strict:
                         check.session._safely(check._partial, module, state_dict, result)
                     if before is not None:
@@ -190,28 +194,32 @@ class StateDictMismatch(Check):
         return {name: _fingerprint(own[name]) for name in params}
 
     def _after(self, module: torch.nn.Module, before: dict[str, Any]) -> None:
+        read, self.read = self.read, []  # checkpoints read since the previous load
         own = module.state_dict(keep_vars=True)
         changed = [name for name, print_ in before.items() if name in own and _fingerprint(own[name]) != print_]
-        if changed:
+        if changed or not read:  # no checkpoint was read for this load: reloading its own values on purpose
             return
+        where = read[-1][0]
         message = (f"{type(module).__name__}.load_state_dict changed none of the model's {len(before)} parameter "
-                   "tensors: every tensor passed in was the model's own (model.state_dict() updated with nothing "
-                   "from the checkpoint), so the model keeps its random initialisation.")
+                   f"tensors: every tensor passed in was the model's own (model.state_dict() updated with nothing "
+                   f"from the checkpoint read at {format_where(where)}), so the model keeps its random "
+                   "initialisation.")
         fix = ("Match the checkpoint's keys to the model's before filtering, and check how many were kept "
                "(len(pretrained_dict)); load with model.load_state_dict(checkpoint) to get an error that lists "
                "the keys.")
-        source = self._matching_checkpoint(list(own))
+        source = self._matching_checkpoint(list(own), read)
         if source is not None:
             where, ckpt_prefix, model_prefix, count = source
             origin = describe_prefix(ckpt_prefix or model_prefix)
-            message += (f" The checkpoint read at {format_where(where)} has the same keys with the prefix "
-                        f"'{ckpt_prefix}' instead of '{model_prefix}' ({origin}; {count} keys match after renaming), "
-                        "so the filter `if k in model_dict` kept none of them.")
+            message += (f" That checkpoint has the same keys with the prefix '{ckpt_prefix}' instead of "
+                        f"'{model_prefix}' ({origin}; {count} keys match after renaming), so a filter like "
+                        "`if k in model_dict` kept none of them.")
             fix = f"Rename the keys first: checkpoint = {_strip_hint(ckpt_prefix, model_prefix)}; then filter and load."
         self.report(message, fix)
 
-    def _matching_checkpoint(self, model_keys: list[str]) -> tuple[Any, str, str, int] | None:
-        for where, keys in reversed(self.read):
+    @staticmethod
+    def _matching_checkpoint(model_keys: list[str], read: list[Any]) -> tuple[Any, str, str, int] | None:
+        for where, keys in reversed(read):
             ckpt_prefix, model_prefix, count = match_prefixes(model_keys, keys)
             if count >= max(1, len(model_keys) // 2) and (ckpt_prefix or model_prefix):
                 return where, ckpt_prefix, model_prefix, count
