@@ -2,7 +2,8 @@
 
 The script runs in this process as ``__main__`` (``runpy``), with ``sys.argv = [SCRIPT, *ARGS]`` and its
 folder first on ``sys.path``, exactly as ``python SCRIPT ARGS...`` would. If it raises, the traceback is
-printed as Python would print it, and the exception is explained at the user's line.
+printed as Python would print it (the user's frames only: the doctor's own frames, where its hooks ran
+inside the user's calls, appear with ``--debug``), and the exception is explained at the user's line.
 
 Exit codes: 0 when no finding is an error or a warning, 1 when one is, 2 when the doctor itself failed.
 

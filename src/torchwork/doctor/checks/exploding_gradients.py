@@ -64,9 +64,6 @@ class ExplodingGradients(Check):
         losses = self.session.find("non-finite-loss")
         if not losses:
             return False
-        self.done = True
-        finding = losses[0]
-        if "gradients" not in finding.message.splitlines()[-1]:
-            finding.message += (f" The gradients of step {step} were NaN/Inf too (a consequence, not a second "
-                                "problem).")
+        self.done = True  # checked once: this is the first non-finite norm
+        losses[0].message += f" The gradients of step {step} were NaN/Inf too (a consequence, not a second problem)."
         return True
