@@ -96,6 +96,8 @@ def _doctor_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print {findings, exit} as JSON on stdout (the script's own stdout goes to stderr)")
     parser.add_argument("--check", action="append", metavar="ID",
                         help="run only this check (repeatable); default: every check")
+    parser.add_argument("--debug", action="store_true",
+                        help="keep torchwork's own frames in the script's traceback (hidden by default)")
     parser.add_argument("script", help="the Python script to run, unmodified")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
 
