@@ -6,8 +6,11 @@ Nothing here imports torch, so ``torchwork --help`` stays fast.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import re
 import sys
+import typing
 from collections.abc import Callable, Sequence
 
 from torchwork import __version__
@@ -15,6 +18,19 @@ from torchwork import __version__
 # Each command: (name, help, add_arguments, "module:function"). The function receives the parsed
 # namespace and returns an exit code.
 Command = tuple[str, str, Callable[[argparse.ArgumentParser], None], str]
+
+
+class SuggestingParser(argparse.ArgumentParser):
+    """argparse, plus "Did you mean ...?" when a command or a choice is misspelt (``torchwork trian``)."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        found = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if found:
+            choices = [c.strip().strip("'\"") for c in found.group(2).split(",")]  # quoted before 3.12.8
+            close = difflib.get_close_matches(found.group(1), choices, n=1, cutoff=0.5)
+            if close:
+                message += f". Did you mean {close[0]!r}?"
+        super().error(message)
 
 
 def _no_arguments(parser: argparse.ArgumentParser) -> None:
@@ -155,7 +171,7 @@ COMMANDS: list[Command] = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = SuggestingParser(
         prog="torchwork",
         description="PyTorch engineering practice as software: train, resume, export, serve, diagnose.",
     )

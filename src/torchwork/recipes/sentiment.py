@@ -23,7 +23,9 @@ import sys
 import time
 from typing import Any
 
-from torchwork.errors import ConfigError
+from torchwork.recipes.config import EXPORT_FORMATS, check_settings
+
+MIN_SUBSET = 200  # rows per split: about 35 of the rarest class (positive, ~18%)
 
 
 @dataclasses.dataclass
@@ -49,13 +51,12 @@ class SentimentConfig:
     threads: int = 0  # torch threads (0: all CPUs)
 
     def validate(self) -> None:
-        if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0 or (self.l2 or 0) < 0:
-            raise ConfigError("epochs and batch_size must be >= 1, lr > 0 and l2 >= 0.")
-        if self.precision not in ("auto", "32", "bf16"):
-            raise ConfigError(f"precision={self.precision!r}: use auto, 32 or bf16.")
-        unknown = set(self.export_formats) - {"pt2", "onnx", "torchscript"}
-        if unknown:
-            raise ConfigError(f"export_formats has {sorted(unknown)}; choose from pt2, onnx, torchscript.")
+        check_settings(self, at_least={"epochs": 1, "batch_size": 1, "l2": 0, "min_freq": 1, "max_vocab": 2,
+                                       "max_length": 1, "patience": 0, "threads": 0, "seed": 0},
+                       above={"lr": 0, "clip_grad_norm": 0}, one_of={"precision": ("auto", "32", "bf16")},
+                       some_of={"export_formats": EXPORT_FORMATS},
+                       zero_or_at_least={"subset": (MIN_SUBSET, "fewer rows per split leave too few tweets of "
+                                                    "the rarest class, positive, to train on and to score")})
 
 
 def say(text: str = "") -> None:
