@@ -112,3 +112,33 @@ def test_misspelt_commands_and_recipes_get_a_suggestion(capsys):
     assert "Did you mean 'describe'?" in capsys.readouterr().err
     assert main(["train", "sentimnet"]) == 2
     assert "Did you mean 'sentiment'?" in capsys.readouterr().err
+
+
+def test_a_resumed_run_s_records_are_read_as_checked_data(tmp_path, monkeypatch, capsys):
+    import dataclasses
+    import json
+
+    from torchwork.recipes.sentiment import SentimentConfig, recorded_choices
+
+    config, classes = SentimentConfig(), ["negative", "neutral", "positive"]
+    baseline = {"accuracy": 0.75, "macro_f1": 0.73, "weighted_f1": 0.74,
+                "per_class": {c: {"f1": 0.7} for c in classes}}
+    settings = json.loads(json.dumps(dataclasses.asdict(config)))
+
+    def record(**extra):
+        (tmp_path / "manifest.json").write_text(json.dumps({"config": {**settings, **extra}}))
+
+    assert recorded_choices(config, classes) is None  # not resuming
+    monkeypatch.setenv("TORCHWORK_RESUME", str(tmp_path))
+    record(baseline=baseline, precision_chosen="bf16", precision_timing={"step_ms_32": 2.0})
+    assert recorded_choices(config, classes) == {"baseline": baseline, "precision_chosen": "bf16",
+                                                 "precision_timing": {"step_ms_32": 2.0}}
+    assert recorded_choices(dataclasses.replace(config, epochs=3), classes) is None  # other settings
+    assert "recorded with other settings (epochs)" in capsys.readouterr().err
+    for bad in ({"baseline": {**baseline, "macro_f1": "__import__('os')"}, "precision_chosen": "32"},
+                {"baseline": baseline, "precision_chosen": "fp8"}, {"precision_chosen": "32"}):
+        record(**bad)
+        assert recorded_choices(config, classes) is None
+    (tmp_path / "manifest.json").write_text("not json")
+    assert recorded_choices(config, classes) is None
+    assert "measuring again" in capsys.readouterr().err
