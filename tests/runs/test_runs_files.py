@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import uuid
@@ -96,3 +97,15 @@ def test_checkpoint_on_a_full_disk_is_a_torchwork_error_and_loses_nothing(tiny_d
     assert [p.name for p in manager.step_checkpoints()] == ["step-000000001.pt"]
     assert verify_checkpoint(checkpoints / "step-000000001.pt") is None
     assert not [p.name for p in trainer.run_path.rglob("*.tmp")]
+
+
+def test_a_metrics_line_on_a_full_disk_is_a_disk_full_error(tiny_disk):
+    from torchwork.runs.loggers import JsonlLogger
+
+    logger = JsonlLogger(tiny_disk / "metrics.jsonl")
+    (tiny_disk / "filler").write_bytes(b"\0" * (2 * 1024 * 1024 - 8192))  # leave less than a page or two
+    with pytest.raises(DiskFullError, match=r"cannot write .*metrics\.jsonl: it needs \d+ bytes"):
+        for step in range(1000):
+            logger.log({"loss": 0.5, "note": "x" * 100}, step)
+    with contextlib.suppress(OSError):
+        logger.close()  # a buffered tail may not fit either
