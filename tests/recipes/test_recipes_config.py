@@ -142,3 +142,13 @@ def test_a_resumed_run_s_records_are_read_as_checked_data(tmp_path, monkeypatch,
     (tmp_path / "manifest.json").write_text("not json")
     assert recorded_choices(config, classes) is None
     assert "measuring again" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "message"), [(["--epochs", "0"], "epochs=0: must be >= 1."),
+                                               (["--seed", "-1"], "seed=-1: must be >= 0.")])
+def test_the_demo_refuses_bad_settings_before_any_work(argv, message, capsys):
+    from torchwork.cli import main
+
+    assert main(["demo", *argv]) == 2
+    err = capsys.readouterr()
+    assert f"torchwork: error: {message}" in err.err and err.out == ""
