@@ -31,6 +31,8 @@ from torchwork.errors import DiskFullError
 
 # mkstemp's names: the prefix, 8 characters from [a-z0-9_], the suffix.
 TEMP_NAME = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
+# deploy.export's directories: the artifact being written (mkdtemp) and the one it replaces.
+TEMP_DIR_NAME = re.compile(r"^\..+\.(export-[a-z0-9_]{8}|old-\d+-\d+)$")
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -111,13 +113,20 @@ def write_json(path: str | os.PathLike[str], data: Any) -> None:
 
 
 def remove_temp_files(folder: str | os.PathLike[str]) -> list[Path]:
-    """Delete the temp files that interrupted :func:`atomic_write` calls left in ``folder`` and below.
+    """Delete the temp files that interrupted :func:`atomic_write` calls left in ``folder`` and below, and
+    the temp directories of interrupted exports (``.NAME.export-xxxxxxxx``, ``.NAME.old-PID-NS``).
 
-    Only files named like atomic_write's temp files (``.NAME.xxxxxxxx.tmp``) are touched. Call it only on
-    a folder that this process owns (a run folder it is about to continue), never on a shared one.
+    Only those names are touched. Call it only on a folder that this process owns (a run folder it is about
+    to continue), never on a shared one.
     """
     removed = []
-    for directory, _, names in os.walk(folder):
+    for directory, subdirectories, names in os.walk(folder):
+        for name in list(subdirectories):
+            candidate = Path(directory) / name
+            if TEMP_DIR_NAME.match(name) and not candidate.is_symlink():
+                shutil.rmtree(candidate, ignore_errors=True)
+                subdirectories.remove(name)
+                removed.append(candidate)
         for name in names:
             candidate = Path(directory) / name
             if TEMP_NAME.match(name) and candidate.is_file() and not candidate.is_symlink():

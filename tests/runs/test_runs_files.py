@@ -109,3 +109,17 @@ def test_a_metrics_line_on_a_full_disk_is_a_disk_full_error(tiny_disk):
             logger.log({"loss": 0.5, "note": "x" * 100}, step)
     with contextlib.suppress(OSError):
         logger.close()  # a buffered tail may not fit either
+
+
+def test_leftovers_of_an_interrupted_export_are_removed_and_nothing_else(tmp_path):
+    from torchwork.runs.checkpoint import remove_leftovers
+
+    run = tmp_path / "run"
+    for folder in (".artifact.export-k2j4_x9a", ".artifact.old-4242-1764590000000000000", "artifact",
+                   ".artifact.backup", "checkpoints"):
+        (run / folder).mkdir(parents=True)
+        (run / folder / "model.onnx").write_bytes(b"onnx")
+    removed = remove_leftovers(run)
+    assert sorted(p.name for p in removed) == [".artifact.export-k2j4_x9a", ".artifact.old-4242-1764590000000000000"]
+    assert sorted(p.name for p in run.iterdir()) == [".artifact.backup", "artifact", "checkpoints"]
+    assert all((run / f / "model.onnx").read_bytes() == b"onnx" for f in (".artifact.backup", "artifact"))
