@@ -32,6 +32,20 @@ class SuggestingParser(argparse.ArgumentParser):
                 message += f". Did you mean {close[0]!r}?"
         super().error(message)
 
+    def refuse_unknown(self, args: argparse.Namespace, unknown: list[str]) -> typing.NoReturn:
+        """Refuse arguments no parser took, from the subcommand's parser, suggesting its close options."""
+        target: argparse.ArgumentParser = self
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and getattr(args, "command", None) in action.choices:
+                target = action.choices[args.command]
+        options = [o for a in target._actions for o in a.option_strings if o.startswith("--")]
+        hints = []
+        for token in unknown:
+            close = difflib.get_close_matches(token.split("=")[0], options, n=1, cutoff=0.6)
+            if token.startswith("-") and close:
+                hints.append(f"{token!r}: did you mean {close[0]!r}?")
+        target.error(f"unrecognized arguments: {' '.join(unknown)}" + (f" ({'; '.join(hints)})" if hints else ""))
+
 
 def _no_arguments(parser: argparse.ArgumentParser) -> None:
     pass
@@ -170,7 +184,7 @@ COMMANDS: list[Command] = [
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> SuggestingParser:
     parser = SuggestingParser(
         prog="torchwork",
         description="PyTorch engineering practice as software: train, resume, export, serve, diagnose.",
@@ -186,7 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        parser.refuse_unknown(args, unknown)
     if not getattr(args, "_target", None):
         parser.print_help()
         return 0

@@ -110,6 +110,10 @@ def test_misspelt_commands_and_recipes_get_a_suggestion(capsys):
     with pytest.raises(SystemExit):
         main(["data", "describ", "tweets"])
     assert "Did you mean 'describe'?" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", "sentiment", "--sett", "epochs=1"])
+    err = capsys.readouterr().err
+    assert "torchwork train: error: unrecognized arguments: --sett epochs=1" in err and "did you mean '--set'?" in err
     assert main(["train", "sentimnet"]) == 2
     assert "Did you mean 'sentiment'?" in capsys.readouterr().err
 
