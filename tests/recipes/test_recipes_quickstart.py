@@ -86,6 +86,7 @@ def test_report_is_self_contained(quickstart):
     for forbidden in ("http://", "https://", "<script src", "<link "):
         assert forbidden not in html.split("<pre>")[0], forbidden  # nothing fetched when opened offline
     assert "TF-IDF" in html and "Artifact variants" in html and "Guard findings" in html
+    assert "chosen: " in html  # the variants table says why one was chosen
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make installs it as root)")
