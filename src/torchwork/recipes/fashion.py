@@ -20,7 +20,7 @@ import dataclasses
 import time
 from typing import Any
 
-from torchwork.errors import ConfigError
+from torchwork.recipes.config import EXPORT_FORMATS, check_settings
 
 
 @dataclasses.dataclass
@@ -37,8 +37,10 @@ class FashionConfig:
     threads: int = 0
 
     def validate(self) -> None:
-        if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0 or self.channels < 1:
-            raise ConfigError("epochs, batch_size and channels must be >= 1, lr > 0.")
+        check_settings(self, at_least={"epochs": 1, "batch_size": 1, "channels": 1, "patience": 0, "threads": 0,
+                                       "seed": 0},
+                       above={"lr": 0}, some_of={"export_formats": EXPORT_FORMATS},
+                       zero_or_at_least={"subset": (100, "ten images of each of the ten classes")})
 
 
 def say(text: str = "") -> None:
