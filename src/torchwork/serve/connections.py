@@ -76,7 +76,7 @@ class ConnectionGuard:
 
     def close(self, reason: str, client: Any, detail: str) -> None:
         self.closed.inc(reason)
-        peer = "%s:%s" % client[:2] if client else "a client"
+        peer = f"{client[0]}:{client[1]}" if client else "a client"
         logger.info("closed the connection from %s: %s", peer, detail)
 
     def busy_app(self) -> Any:
