@@ -57,7 +57,10 @@ class ProcessBatcher(Batcher):
         super().__init__(run_inline, encode, **options)  # the base class's run: only lone requests, here
         self.process, self._pack = process, pack
         self.busy_inline_s = busy_inline_s
-        self._in_flight_estimate = 0.0  # seconds the batch in the child was expected to take
+        self._in_flight_cost = 0.0  # the cost of the batch in the child
+        # The child's seconds and cost units over recent batches, decaying: its time per unit of cost in a
+        # batch, weighted by cost, so a lone request's hand-off overhead does not make a batch look long.
+        self._child_seconds, self._child_units = 0.0, 0.0
         self._waiting: collections.deque[Job] = collections.deque()  # handed over, not sent yet
         self._alone: collections.deque[Job] = collections.deque()  # from a failed batch: each runs alone
         self._in_flight: list[Job] | None = None
@@ -82,10 +85,16 @@ class ProcessBatcher(Batcher):
         """Nothing waits, and the child is free or busy for long with a batch; then hold the local model."""
         if not self._connected or self._waiting or self._alone:
             return False
-        if self._in_flight is not None and \
-                self._in_flight_estimate - (time.perf_counter() - self._sent_at) < self.busy_inline_s:
+        if self._in_flight is not None and self._child_remaining() < self.busy_inline_s:
             return False
         return self._model_lock.acquire(False)
+
+    def _child_remaining(self) -> float:
+        """Seconds the batch in the child should still take (0 until a batch was timed)."""
+        if not self._child_units:
+            return 0.0
+        expected = self._child_seconds / self._child_units * self._in_flight_cost
+        return expected - (time.perf_counter() - self._sent_at)
 
     def _hand_over(self, jobs: list[Job]) -> None:
         self._waiting.extend(jobs)
@@ -155,7 +164,7 @@ class ProcessBatcher(Batcher):
             self._fail(jobs, f"the batch could not be prepared: {type(error).__name__}: {error}")
             return self._dispatch()
         self._in_flight, self._sent_at, self._arrivals_at_send = jobs, time.perf_counter(), self._submitted
-        self._in_flight_estimate = self.estimate(items)
+        self._in_flight_cost = self._cost(items)
         self.process.send(payload, self.max_batch_size)
 
     # ------------------------------------------------------------------ answers from the child
@@ -182,6 +191,8 @@ class ProcessBatcher(Batcher):
         self._dispatch()
 
     def _observe(self, jobs: list[Job], size: int, elapsed: float) -> None:
+        self._child_seconds = 0.9 * self._child_seconds + elapsed
+        self._child_units = 0.9 * self._child_units + self._in_flight_cost
         if size == 1:
             self._time_lone(elapsed, jobs[0].items)
         if self.metrics is not None:
