@@ -10,7 +10,7 @@ tweet), first with nothing else running, then while another process sends maximu
 
 Each latency counts from the time the request was due, not from when it could be sent (as wrk2 does): a
 probe stuck behind a stalled server delays the probes after it, and those delays count. Timing back-to-back
-requests instead hides a stall: the one request that waited 1.4 s is one sample among thousands of fast
+requests instead hides a stall: the one request that waited 1.6 s is one sample among thousands of fast
 ones (measured so on the previous code: /healthz p50 6 ms in the process mode, against 1,000+ ms here).
 
 Goals (the issue): loaded ``/healthz`` p50 under 10 ms, and a light request's loaded p50 under 2x its
