@@ -26,7 +26,9 @@ from typing import Any
 
 import torch
 
+# NonFiniteWeightsError lived here before torchwork.errors held every error class: the old path still works.
 from torchwork.errors import CheckpointError
+from torchwork.errors import NonFiniteWeightsError as NonFiniteWeightsError
 from torchwork.files import atomic_write, remove_temp_files
 
 FORMAT_VERSION = 1
@@ -64,10 +66,6 @@ def non_finite_tensors(state: Mapping[str, Any]) -> list[str]:
 
 def _checksum_path(path: Path) -> Path:
     return path.with_name(path.name + ".sha256")
-
-
-class NonFiniteWeightsError(CheckpointError):
-    """The weights to checkpoint hold NaN/inf: the checkpoint is refused, training may go on."""
 
 
 def save_checkpoint(state: Mapping[str, Any], path: str | Path) -> None:
