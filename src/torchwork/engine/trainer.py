@@ -135,7 +135,7 @@ class Trainer:
         if isinstance(loss_fn, nn.Module):
             loss_fn.to(self.device)  # e.g. CrossEntropyLoss(weight=...) whose weights live on the CPU
         self.optimizer = optimizer
-        self._params = self._check_optimizer(model, optimizer)
+        self._check_optimizer(model, optimizer)
         self.loss_fn, self.step_fn, self.scheduler = loss_fn, step_fn, scheduler
         self.plateau_monitor = plateau_monitor
         self._plateau = isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
@@ -228,11 +228,13 @@ class Trainer:
 
         if scaler is not None:
             scaler.unscale_(optimizer)  # clip and log the true gradients, not the scaled ones
+        # Read from the optimizer at each step: groups added during training (gradual unfreezing) count too.
+        params = [p for group in optimizer.param_groups for p in group["params"]]
         if self.clip_grad_norm is not None:
             # Returns the norm measured before clipping: that is the one worth logging.
-            self._last_grad_norm = torch.nn.utils.clip_grad_norm_(self._params, self.clip_grad_norm)
+            self._last_grad_norm = torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm)
         if self.clip_grad_value is not None:
-            torch.nn.utils.clip_grad_value_(self._params, self.clip_grad_value)
+            torch.nn.utils.clip_grad_value_(params, self.clip_grad_value)
 
         stepped = True
         if scaler is None:
@@ -605,6 +607,11 @@ class Trainer:
             unwrap_model(self.model).load_state_dict(clean_state_dict(state["model"]))
         except RuntimeError as error:
             raise CheckpointError(f"the checkpoint's weights do not fit this model: {error}") from None
+        # Callbacks first: one that added parameter groups during training (gradual unfreezing) adds them
+        # again, so that the optimizer and scheduler states fit.
+        for callback, saved in zip(self.callbacks, state.get("callbacks") or []):
+            if saved is not None and hasattr(callback, "load_state_dict"):
+                callback.load_state_dict(saved)
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None and state.get("scheduler") is not None:
             self.scheduler.load_state_dict(state["scheduler"])
@@ -618,9 +625,6 @@ class Trainer:
         if own.get("epoch_totals"):
             self._totals = move_to_device(dict(own["epoch_totals"]), self.device)
         self.history = list(state.get("history", []))
-        for callback, saved in zip(self.callbacks, state.get("callbacks") or []):
-            if saved is not None and hasattr(callback, "load_state_dict"):
-                callback.load_state_dict(saved)
         restore_rng(own["rng"])
 
     def _own_rank_state(self, state: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -653,9 +657,10 @@ class Trainer:
     def _restore_train_modes(self) -> None:
         if self._train_modes is None:
             self.model.train()
-            return
-        for module, mode in zip(self.model.modules(), self._train_modes):
-            module.training = mode
+        else:
+            for module, mode in zip(self.model.modules(), self._train_modes):
+                module.training = mode
+        keep_frozen_norms_in_eval(self.model)
 
     @contextlib.contextmanager
     def evaluating(self) -> Any:
@@ -740,7 +745,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ checks and explanations
     @staticmethod
-    def _check_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[Tensor]:
+    def _check_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise ConfigError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}.")
         in_optimizer = [p for group in optimizer.param_groups for p in group["params"]]
@@ -756,7 +761,6 @@ class Trainer:
             warnings.warn(f"{len(forgotten)} trainable parameter(s) are not in the optimizer and will not "
                           f"change (e.g. {forgotten[:3]}). Freeze them with requires_grad_(False) if that "
                           "is intended.", stacklevel=3)
-        return in_optimizer
 
     def explain(self) -> str:
         """The exact order of one training step for the current settings (also printed)."""
@@ -801,6 +805,28 @@ class Trainer:
 
 
 _END = object()
+
+
+def keep_frozen_norms_in_eval(model: nn.Module) -> list[str]:
+    """Put every BatchNorm whose parameters are all frozen (``requires_grad=False``) in eval mode, so that
+    its running statistics do not drift while the rest trains; returns their names. ``fit`` calls it at
+    each epoch start, after restoring the modes, so a layer unfrozen later trains again.
+
+    Example:
+        >>> from torch import nn
+        >>> model = nn.Sequential(nn.Linear(2, 4), nn.BatchNorm1d(4)).train()
+        >>> _ = model[1].requires_grad_(False)
+        >>> keep_frozen_norms_in_eval(model), model[1].training
+        (['1'], False)
+    """
+    names = []
+    for name, module in model.named_modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.training and module.track_running_stats:
+            params = list(module.parameters(recurse=False))
+            if params and not any(p.requires_grad for p in params):
+                module.eval()
+                names.append(name)
+    return names
 
 
 class _Sized:
