@@ -53,6 +53,7 @@ class LoadReport:
     dropped: list[str] = dataclasses.field(default_factory=list)  # file keys a rename rule dropped
     shapes: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = dataclasses.field(default_factory=dict)
     suggestions: dict[str, str] = dataclasses.field(default_factory=dict)  # missing key -> likely file key
+    notes: list[str] = dataclasses.field(default_factory=list)  # deliberate changes after the load
     checksums: dict[str, str] = dataclasses.field(default_factory=dict, repr=False)
     model_keys: list[str] = dataclasses.field(default_factory=list, repr=False)
 
@@ -72,11 +73,13 @@ class LoadReport:
         """One row per top-level module (counts), then the names of every key that did not load."""
         modules: dict[str, dict[str, int]] = {}
         columns = ("loaded", "new", "missing", "unexpected", "mismatched")
+        every = [k for column in columns for k in getattr(self, column)]
+        depth = next((d for d in (1, 2) if len({_module_of(k, d) for k in every}) >= 3), 3)
         for column in columns:
             for key in getattr(self, column):
-                row = modules.setdefault(key.split(".", 1)[0], dict.fromkeys(columns, 0))
+                row = modules.setdefault(_module_of(key, depth), dict.fromkeys(columns, 0))
                 row[column] += 1
-        order = {k.split(".", 1)[0]: i for i, k in reversed(list(enumerate(self.model_keys)))}
+        order = {_module_of(k, depth): i for i, k in reversed(list(enumerate(self.model_keys)))}
         names = sorted(modules, key=lambda m: (order.get(m, len(order)), m))
         lines = [self.summary(), format_table(["module", *columns], [[m, *modules[m].values()] for m in names])]
         for column in ("new", "missing", "unexpected", "mismatched"):
@@ -89,6 +92,7 @@ class LoadReport:
             lines.append(f"{column}: " + ", ".join(shown) + more)
         for key, counterpart in self.suggestions.items():
             lines.append(f"  {key}: likely {counterpart}")
+        lines.extend(f"note: {note}" for note in self.notes)
         return "\n".join(lines)
 
     def summary(self) -> str:
@@ -174,6 +178,12 @@ def load_pretrained(model: Any, source: Any, *, new: str | Sequence[str] = (),
         raise CheckpointError(_undone_message(changed, len(to_load)))
     report.checksums = {k: _digest(after[k]) for k in to_load}
     return report
+
+
+def _module_of(key: str, depth: int) -> str:
+    """The module holding ``key``, at most ``depth`` names deep (``"(top)"`` for the model's own tensors)."""
+    parts = key.split(".")[:-1]
+    return ".".join(parts[:depth]) or "(top)"
 
 
 def _compile_rules(rename: RenameRules | None) -> list[tuple[re.Pattern[str], str | None]]:
