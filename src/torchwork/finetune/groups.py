@@ -200,10 +200,25 @@ def _units(model: Any, named: list[tuple[str, Any]], heads: list[str],
             seen_stack = True
         else:
             depth = length + 1 if seen_stack else 0
-            units[name] = (name.split(".", 1)[0] if "." in name else "(top)", depth)
+            units[name] = ("", depth)
+    for depth in {d for unit, d in units.values() if not unit}:  # below and above the stack: named by their module
+        names = [n for n, (unit, d) in units.items() if not unit and d == depth]
+        label = _common_module(names)
+        units.update({n: (label, depth) for n in names})
     top = max((d for _, d in units.values()), default=0) + 1
     units.update({n: (_label(heads), top) for n, _ in named if matches(n, heads)})
     return units
+
+
+def _common_module(names: list[str]) -> str:
+    """The deepest module holding every name (``"(top)"`` for the model's own parameters)."""
+    parts = [n.split(".")[:-1] for n in names]
+    common: list[str] = []
+    for level in zip(*parts):
+        if len(set(level)) > 1:
+            break
+        common.append(level[0])
+    return ".".join(common) or ("(top)" if all(not p for p in parts) else ", ".join(sorted({p[0] for p in parts if p})))
 
 
 def _label(heads: list[str]) -> str:

@@ -54,6 +54,7 @@ class LoadReport:
     shapes: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = dataclasses.field(default_factory=dict)
     suggestions: dict[str, str] = dataclasses.field(default_factory=dict)  # missing key -> likely file key
     notes: list[str] = dataclasses.field(default_factory=list)  # deliberate changes after the load
+    applied: bool = False  # False when strict refused: nothing was loaded
     checksums: dict[str, str] = dataclasses.field(default_factory=dict, repr=False)
     model_keys: list[str] = dataclasses.field(default_factory=list, repr=False)
 
@@ -107,6 +108,9 @@ class LoadReport:
         if self.dropped:
             how.append(f"{len(self.dropped)} dropped by rename rules")
         extra = f" ({'; '.join(how)})" if how else ""
+        if not self.applied:
+            return (f"load_pretrained: {len(self.loaded)} of {total} model tensors would load from {self.source}"
+                    f"{extra}; nothing was loaded")
         return (f"load_pretrained: {len(self.loaded)} of {total} model tensors loaded from {self.source}{extra}; "
                 f"values checked")
 
@@ -177,6 +181,7 @@ def load_pretrained(model: Any, source: Any, *, new: str | Sequence[str] = (),
     if changed:
         raise CheckpointError(_undone_message(changed, len(to_load)))
     report.checksums = {k: _digest(after[k]) for k in to_load}
+    report.applied = True
     return report
 
 
@@ -275,7 +280,7 @@ def _rule_hint(file_key: str, model_key: str) -> str:
     head_a, head_b = ".".join(a[: len(a) - tail]), ".".join(b[: len(b) - tail])
     if not head_a or not head_b:
         return ""
-    rule = {"^" + re.escape(head_a + "."): head_b + "."}
+    rule = {"^" + re.escape(head_a + "."): head_b + "."} if tail else {"^" + re.escape(file_key) + "$": model_key}
     return f": rename={rule!r}"
 
 
