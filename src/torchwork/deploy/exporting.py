@@ -130,6 +130,27 @@ def _versions() -> dict[str, str]:
     return versions
 
 
+def _environment() -> dict[str, Any]:
+    from torchwork.env.report import compact_snapshot
+
+    return compact_snapshot()
+
+
+def _record_example_outputs(tmp: Path, module: Any, args: tuple[Any, ...], variants: dict[str, Any],
+                            threads: int | None, atol: float, rtol: float) -> dict[str, Any]:
+    """What eager and every variant return for the example inputs here, for ``torchwork env check --artifact``."""
+    import torch
+
+    with torch.no_grad():
+        recorded = {f"eager.output_{i}": t for i, t in enumerate(art.flatten_outputs(module(*args)))}
+    for name, variant in variants.items():
+        outputs = art.open_runner(tmp / variant["file"], art.variant_format(name), threads)(args)
+        recorded.update({f"{name}.output_{i}": t for i, t in enumerate(outputs)})
+    art.save_tensors(tmp / art.EXAMPLE_OUTPUTS, recorded)
+    return {"file": art.EXAMPLE_OUTPUTS, "inputs": art.EXAMPLES, "variants": ["eager", *variants], "atol": atol,
+            "rtol": rtol}
+
+
 def _prepare_out_dir(out_dir: str | os.PathLike[str], overwrite: bool) -> Path:
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
@@ -361,6 +382,7 @@ def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], forma
         "torchwork_artifact": art.FORMAT_VERSION,
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "versions": _versions(),
+        "environment": _environment(),
         "model": {"class": f"{type(module).__module__}.{type(module).__qualname__}",
                   "parameters": sum(p.numel() for p in module.parameters())},
         "inputs": input_schema,
@@ -407,6 +429,7 @@ def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], forma
     if refused:
         warnings.warn(f"artifact {out} written without {sorted(refused)}: " + "; ".join(
             f"{k}: {v}" for k, v in refused.items()), stacklevel=3)
+    manifest["example_outputs"] = _record_example_outputs(tmp, module, args, variants, threads, atol, rtol)
     manifest["files"] = art.file_table(tmp)
     write_json(tmp / art.MANIFEST, manifest)
     return {"ok": ok, "artifact": str(out), "variants": list(variants), "refused": refused,

@@ -28,17 +28,24 @@ Detail = Callable[["re.Match[str]"], str | None]
 
 @dataclasses.dataclass(frozen=True)
 class Family:
-    """One family of PyTorch error messages."""
+    """One family of PyTorch error messages.
+
+    A pattern is a regex, or ``(regex, context)``: then it counts only when ``context`` also matches the
+    text or its traceback (the frames say whether ``expected scalar type Long`` came from a loss's target).
+    ``variants`` are ``(context, cause, fix)``: the first whose context matches replaces the default cause
+    and fix (the same warning means another thing under a GradScaler).
+    """
 
     id: str
     title: str
-    patterns: tuple[str, ...]
+    patterns: tuple[str | tuple[str, str], ...]
     cause: str
     fix: str
     check: str | None = None  # the doctor check that reports the same mistake
     detail: Detail | None = None  # a sentence built from the message itself (shapes, devices, keys)
+    variants: tuple[tuple[str, str, str], ...] = ()
 
-    def compiled(self) -> tuple[re.Pattern[str], ...]:
+    def compiled(self) -> tuple[tuple[re.Pattern[str], re.Pattern[str] | None], ...]:
         return _compiled(self)
 
 
@@ -71,13 +78,16 @@ class Explanation:
         return "\n".join(lines)
 
 
-_COMPILED: dict[str, tuple[re.Pattern[str], ...]] = {}
+_COMPILED: dict[str, tuple[tuple[re.Pattern[str], re.Pattern[str] | None], ...]] = {}
+_FLAGS = re.IGNORECASE | re.MULTILINE
 
 
-def _compiled(family: Family) -> tuple[re.Pattern[str], ...]:
+def _compiled(family: Family) -> tuple[tuple[re.Pattern[str], re.Pattern[str] | None], ...]:
     patterns = _COMPILED.get(family.id)
     if patterns is None:
-        patterns = _COMPILED[family.id] = tuple(re.compile(p, re.IGNORECASE | re.MULTILINE) for p in family.patterns)
+        patterns = _COMPILED[family.id] = tuple(
+            (re.compile(p, _FLAGS), None) if isinstance(p, str) else (re.compile(p[0], _FLAGS), re.compile(p[1], _FLAGS))
+            for p in family.patterns)
     return patterns
 
 
@@ -93,6 +103,14 @@ def _matmul_detail(m: re.Match[str]) -> str | None:
 
 
 def _channels_detail(m: re.Match[str]) -> str | None:
+    shape = [int(v) for v in re.findall(r"\d+", m.group("shape") or "")]
+    want = int(m.group("want"))
+    if len(shape) >= 3 and want in shape[2:]:
+        where = shape.index(want, 2)
+        order = ", ".join(str(d) for d in [0, where] + [d for d in range(1, len(shape)) if d != where])
+        return (f"The input {shape} has {want} (the channels the layer wants) at dimension {where}, not 1: the "
+                f"channels are not where the convolution reads them. Move them to dimension 1 before the layer: "
+                f"x.permute({order}) (for NHWC images x.permute(0, 3, 1, 2)).")
     return (f"The convolution was built for {m.group('want')} input channels and received "
             f"{m.group('got')}. Set in_channels={m.group('got')}, or convert the images (e.g. grayscale "
             "vs RGB, or channels-last data that needs .permute(0, 3, 1, 2)).")
@@ -111,19 +129,42 @@ def _size_mismatch_detail(m: re.Match[str]) -> str | None:
             "model: the checkpoint was trained with another size (often another number of classes).")
 
 
+_KEY_LIST = r'{} key\(s\) in state_dict:\s*((?:"[^"]*"[,.\s]*)+)'
+
+
+def _keys(text: str, which: str) -> list[str]:
+    found = re.search(_KEY_LIST.format(which), text)
+    return re.findall(r'"([^"]*)"', found.group(1)) if found else []
+
+
 def _prefix_detail(m: re.Match[str]) -> str | None:
-    text = m.string
-    if re.search(r'Unexpected key\(s\) in state_dict:\s*"module\.', text):
-        return ("The checkpoint's keys start with 'module.': it was saved from a DataParallel/"
-                "DistributedDataParallel wrapper. Strip the prefix: torch.nn.modules.utils."
-                "consume_prefix_in_state_dict_if_present(state_dict, 'module.').")
-    if re.search(r'Unexpected key\(s\) in state_dict:\s*"_orig_mod\.', text):
-        return ("The checkpoint's keys start with '_orig_mod.': it was saved from a torch.compile'd model. "
-                "Save model._orig_mod.state_dict() instead, or strip '_orig_mod.' before loading.")
-    if re.search(r'Missing key\(s\) in state_dict:\s*"module\.', text):
-        return ("The model's keys start with 'module.': it is wrapped (DataParallel/DDP) but the checkpoint "
-                "is not. Load into model.module instead.")
+    """Match the missing keys against the unexpected ones: which wrapper prefix, or none at all."""
+    from torchwork.doctor.prefixes import describe_prefix, match_prefixes
+
+    text = re.sub(r"\s*\n\s*", "", m.string)  # keys wrapped across lines as pasted
+    missing, unexpected = _keys(text, "Missing"), _keys(text, "Unexpected")
+    if not missing or not unexpected:
+        return None
+    ckpt_prefix, model_prefix, count = match_prefixes(missing, unexpected)
+    if count and ckpt_prefix and not model_prefix:
+        return (f"The checkpoint's keys start with '{ckpt_prefix}' (saved from {describe_prefix(ckpt_prefix)}); "
+                f"without it they match the model. Strip it: {{k.removeprefix({ckpt_prefix!r}): v for k, v in "
+                "state_dict.items()} (or torch.nn.modules.utils.consume_prefix_in_state_dict_if_present).")
+    if count and model_prefix and not ckpt_prefix:
+        inner = ".".join(["model"] + [p for p in model_prefix.split(".") if p])
+        return (f"The model's keys start with '{model_prefix}' ({describe_prefix(model_prefix)}) but the "
+                f"checkpoint's do not: load into {inner} instead, or load before wrapping.")
+    shared = _common_prefix(missing + unexpected)
+    if shared:
+        return (f"Both lists carry the prefix '{shared}', so it is not the problem: the layer names themselves "
+                f"differ (e.g. model {missing[0]!r} vs checkpoint {unexpected[0]!r}): the checkpoint comes from "
+                "another architecture or version of the model. Build the matching architecture.")
     return None
+
+
+def _common_prefix(keys: list[str]) -> str:
+    first = keys[0].split(".")[0] + "."
+    return first if all(k.startswith(first) for k in keys) and first in ("module.", "_orig_mod.", "model.") else ""
 
 
 def _target_oob_detail(m: re.Match[str]) -> str | None:
@@ -137,11 +178,21 @@ def _target_oob_detail(m: re.Match[str]) -> str | None:
             "run 0..C-1). Either the last layer is too small or the labels start at 1.")
 
 
+def _dtype_detail(m: re.Match[str]) -> str | None:
+    groups = [g for g in m.groups() if g]
+    if len(groups) == 2 and groups[0].lower() == "long":
+        return (f"The operation wanted int64 (Long) and got {groups[1]}: an index or label tensor of another integer "
+                "type. Convert it with .long(), not .float().")
+    return None
+
+
 def _shapes_detail(m: re.Match[str]) -> str | None:
     return f"Tensor a has {m.group(1)} at dimension {m.group(3)}, tensor b has {m.group(2)}."
 
 
 # ------------------------------------------------------------------------------------------ the table
+_LOSS_FRAMES = r"nll_loss|cross_entropy|CrossEntropyLoss|NLLLoss|'target'"
+_AMP = r"GradScaler|scaler\.|\bamp\b|autocast|fp16|float16|Gradient overflow|mixed precision"
 _DEVICE_FIX = ("Move the model once (model.to(device)) and every batch inside the loop "
                "(x, y = x.to(device), y.to(device)); create new tensors with device=x.device; register "
                "constant tensors in a module with self.register_buffer(...) so that .to() moves them; "
@@ -311,8 +362,8 @@ FAMILIES: tuple[Family, ...] = (
         "features).", check=None),
     Family(
         "conv-channels", "a convolution received the wrong number of channels",
-        (r"Given groups=\d+, weight of size \[[\d, ]+\], expected input\[[\d, ]+\] to have (?P<want>\d+) "
-         r"channels, but got (?P<got>\d+) channels instead",),
+        (r"(?:Given groups=\d+, weight of size \[[\d, ]+\], )?expected input\[(?P<shape>[\d, ]+)\] to have "
+         r"(?P<want>\d+) channels, but got (?P<got>\d+) channels instead",),
         "The input's channel dimension does not match the layer's in_channels: grayscale vs RGB images, "
         "images in channels-last (N, H, W, C) layout, or a wrong in_channels after a previous layer.",
         "Match in_channels to the data, convert images consistently (.convert('RGB')), and permute "
@@ -371,9 +422,12 @@ FAMILIES: tuple[Family, ...] = (
         "class-target-dtype", "class-index targets are floats",
         (r"expected target dtype to be Long or Byte, but got \w+",
          r"expected scalar type Long but found (?:Float|Double|Half)",
-         r"\"nll_loss\w*\" not implemented for '(?:Float|Double)'"),
-        "CrossEntropyLoss/NLLLoss with targets of shape (N,) want integer class indices, but the labels "
-        "are floating point (e.g. converted from a float NumPy array).",
+         r"Expected object of scalar type Long but got scalar type \w+ for argument #\d+ '?target'?",
+         (r"expected scalar type Long but found (?:Int|Short|Byte|Char)", _LOSS_FRAMES),
+         r"\"nll_loss\w*\" not implemented for '(?:Float|Double|Int|Short|Half)'"),
+        "CrossEntropyLoss/NLLLoss with targets of shape (N,) want int64 (Long) class indices, but the labels "
+        "have another dtype: float (converted from a float NumPy array) or int32 (Int, e.g. np.int32 labels, "
+        "torch.IntTensor, or labels built on Windows where NumPy's default integer is 32-bit).",
         "Convert the labels once: y = y.long() (or torch.as_tensor(labels, dtype=torch.long)). Float "
         "targets are only for class probabilities of shape (N, C).", check=None),
     Family(
@@ -438,7 +492,8 @@ FAMILIES: tuple[Family, ...] = (
         "The input's dtype differs from the weights': NumPy arrays are float64 by default and the model "
         "float32, or half-precision inputs reach a float32 model outside autocast.",
         "Convert data once, in the Dataset: torch.as_tensor(x, dtype=torch.float32) (or .float()); for "
-        "mixed precision use torch.autocast instead of calling .half() on inputs.", check=None),
+        "mixed precision use torch.autocast instead of calling .half() on inputs.", check=None,
+        detail=_dtype_detail),
     Family(
         "dtype-not-implemented", "an operation is not implemented for this dtype on this device",
         (r"\"\w+\" not implemented for '(?:Half|BFloat16|Long|Int|Bool|Byte|Char)'",
@@ -653,6 +708,69 @@ FAMILIES: tuple[Family, ...] = (
         "parameter was filtered out as frozen.",
         "Pass list(model.parameters()), register layers with nn.ModuleList/nn.ModuleDict, and check the "
         "requires_grad filter.", check=None),
+    # --------------------------------------------------------------- context-dependent causes
+    Family(
+        "scheduler-before-optimizer", "lr_scheduler.step() ran before any optimizer.step()",
+        (r"Detected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`",
+         r"Seems like `optimizer\.step\(\)` has been overridden after learning rate scheduler initialization"),
+        "The scheduler stepped before the optimizer ever did: the calls are in the wrong order (scheduler.step() "
+        "at the top of the loop or before training), so the first value of the schedule is skipped.",
+        "Call optimizer.step() first, then scheduler.step() (once per epoch or per batch, as the scheduler "
+        "expects).",
+        variants=((_AMP,
+                   "With mixed precision this warning is expected and harmless: GradScaler skips optimizer.step() "
+                   "while its initial scale (65536) overflows the fp16 gradients, so in the first iteration(s) the "
+                   "scheduler steps without an optimizer step. Your order of calls is right.",
+                   "Nothing to fix. To silence it, step the scheduler only when the optimizer stepped: "
+                   "scale = scaler.get_scale(); scaler.step(optimizer); scaler.update(); "
+                   "if scaler.get_scale() >= scale: scheduler.step()."),)),
+    Family(
+        "amp-fp16-parameters", "GradScaler asked to unscale gradients of float16 parameters",
+        (r"Attempting to unscale FP16 gradients",),
+        "The parameters themselves are float16 (model.half(), weights loaded with torch_dtype=torch.float16, "
+        "or one layer cast to half), so their gradients are fp16. GradScaler is for float32 parameters trained "
+        "under autocast: it unscales fp32 gradients, and fp16 updates lose small steps.",
+        "Keep the trainable parameters in float32 (model.float(), or cast only the trainable ones, e.g. LoRA "
+        "adapters, to float32) and run the forward pass under torch.autocast(device_type, dtype=torch.float16); "
+        "or train in bfloat16 without a GradScaler.", check="amp-scale-collapse"),
+    Family(
+        "deterministic-algorithm", "an operation has no deterministic implementation in deterministic mode",
+        (r"does not have a deterministic implementation, but you set 'torch\.use_deterministic_algorithms\(True\)'",
+         r"Deterministic behavior was enabled with either `?torch\.use_deterministic_algorithms\(True\)"),
+        "torch.use_deterministic_algorithms(True) is on and this operation (typically a CUDA scatter/index_add/"
+        "histc/interpolate backward) has only a nondeterministic kernel, so PyTorch refuses to run it.",
+        "Use the escape hatches: torch.use_deterministic_algorithms(True, warn_only=True) to run it anyway "
+        "with a warning, turn determinism off around that one operation, or replace the op (run it on the CPU, "
+        "or use a deterministic formulation).",
+        variants=((r"CuBLAS|CUBLAS_WORKSPACE_CONFIG",
+                   "Deterministic mode is on and cuBLAS (CUDA >= 10.2) is only deterministic with a fixed "
+                   "workspace, which must be configured before CUDA starts.",
+                   "Set the environment variable before the process starts: CUBLAS_WORKSPACE_CONFIG=:4096:8 "
+                   "(or :16:8), e.g. `CUBLAS_WORKSPACE_CONFIG=:4096:8 python train.py`; or use "
+                   "torch.use_deterministic_algorithms(True, warn_only=True)."),)),
+    Family(
+        "inference-tensor", "a tensor made under torch.inference_mode() used by autograd",
+        (r"Inference tensors can(?:not|'t) be saved for backward",
+         r"Inplace update to inference tensor outside InferenceMode is not allowed",
+         r"Setting requires_grad=True on inference tensor outside InferenceMode is not allowed",
+         r"Inference tensors do not track version counter"),
+        "A tensor created inside torch.inference_mode() (a cached embedding, a buffer or mask computed once "
+        "under inference_mode, outputs of a generation or evaluation step, a function decorated with "
+        "@torch.inference_mode()) reached code that autograd records: inference tensors can never join a "
+        "graph.",
+        "Create tensors that training will use under torch.no_grad() instead of torch.inference_mode(), or "
+        "take a normal copy outside inference mode (t = t.clone()); keep @torch.inference_mode() off methods "
+        "that training calls too.", check="inference-grad"),
+    Family(
+        "multi-output-view-inplace", "in-place change of a view returned by split/chunk/unbind",
+        (r"Output \d+ of \w+ is a view and is being modified inplace\. This view is (?:the|an) output of a "
+         r"function that returns multiple views",
+         r"A view was created in no_grad mode and is being modified inplace with grad mode enabled",
+         r"is a view and its base or another view of its base has been modified inplace"),
+        "split(), chunk(), unbind() (and iterating a tensor) return several views of one tensor; autograd cannot "
+        "track an in-place change of one of them (x1 *= 2, x1[...] = ..., relu_(x1)).",
+        "Use the out-of-place form (x1 = x1 * 2), or .clone() the piece before changing it; to change the "
+        "whole tensor, change it before splitting.", check="inplace-saved"),
     Family(
         "batchnorm-single-sample", "BatchNorm in training mode on a batch of one",
         (r"Expected more than 1 value per channel when training",),
@@ -686,33 +804,64 @@ def _user_frame_before(text: str, position: int) -> str | None:
     return found
 
 
-def explain_text(text: str) -> list[Explanation]:
+def _unwrap(text: str) -> tuple[str, str]:
+    """The text with its line breaks removed: as a space, and (for words split by the wrap) as nothing."""
+    return re.sub(r"[ \t]*\n[ \t]*", " ", text), re.sub(r"[ \t]*\n[ \t]*", "", text)
+
+
+def explain_text(text: str, context: str = "") -> list[Explanation]:
     """Every error family recognised in ``text``, most specific first.
 
-    A later family never re-explains a span an earlier one already explained.
+    A later family never re-explains a span an earlier one already explained. A message wrapped across
+    lines (as pasted into an issue) is recognised too. ``context`` (e.g. the traceback's frames) is
+    consulted by context-dependent patterns and causes, never matched as a message itself.
     """
     found: list[Explanation] = []
-    spans: list[tuple[int, int]] = []
+    spans: dict[int, list[tuple[int, int]]] = {0: [], 1: [], 2: []}
+    texts = (text, *_unwrap(text))
+    background = f"{text}\n{context}"
     for family in FAMILIES:
-        for pattern in family.compiled():
-            match = pattern.search(text)
-            if match is None:
-                continue
-            start, end = match.span()
-            if any(start < s_end and s_start < end for s_start, s_end in spans):
-                continue
-            spans.append((start, end))
-            detail = family.detail(match) if family.detail else None
-            found.append(Explanation(family.id, family.title, family.check, _line_at(text, start, end),
-                                     family.cause, family.fix, detail, _user_frame_before(text, start)))
-            break
+        explanation = _match(family, texts, spans, background)
+        if explanation is not None:
+            found.append(explanation)
     return found
 
 
+def _match(family: Family, texts: tuple[str, ...], spans: dict[int, list[tuple[int, int]]],
+           background: str) -> Explanation | None:
+    for index, candidate in enumerate(texts):
+        seen = False
+        for pattern, needs in family.compiled():
+            match = pattern.search(candidate)
+            if match is None or (needs is not None and needs.search(background) is None):
+                continue
+            seen = True
+            start, end = match.span()
+            if any(start < s_end and s_start < end for s_start, s_end in spans[index]):
+                continue
+            spans[index].append((start, end))
+            detail = family.detail(match) if family.detail else None
+            cause, fix = family.cause, family.fix
+            for context, variant_cause, variant_fix in family.variants:
+                if re.search(context, background, _FLAGS):
+                    cause, fix = variant_cause, variant_fix
+                    break
+            location = _user_frame_before(candidate, start) if index == 0 else _user_frame_before(texts[0],
+                                                                                                    len(texts[0]))
+            return Explanation(family.id, family.title, family.check, _line_at(candidate, start, end), cause, fix,
+                               detail, location)
+        if seen:  # found as written (already explained): its unwrapped copies are the same words
+            return None
+    return None
+
+
 def explain_exception(error: BaseException) -> Explanation | None:
-    """The best explanation of an exception (its type and message), or None."""
+    """The best explanation of an exception (its type and message, read with its traceback's frames), or None."""
+    import traceback
+
     text = f"{type(error).__name__}: {error}"
-    found = explain_text(text)
+    frames = "".join(traceback.format_tb(error.__traceback__)) if error.__traceback__ is not None else ""
+    found = explain_text(text, context=frames)
     return found[0] if found else None
 
 

@@ -191,6 +191,9 @@ def format_report(findings: Iterable[Finding], script: str, exit_code: int | Non
         lines.append(f"{severity.upper()}S" if len(group) > 1 else severity.upper())
         for f in group:
             times = f" (x{f.count})" if f.count > 1 else ""
+            if severity == "info":  # a note, not a problem: one line
+                lines.append(f"  [{f.id}] {f.where}{times}: {' '.join(f.message.split())} {f.fix}")
+                continue
             lines.append(f"  [{f.id}] {f.where}{times}")
             for text in f.message.splitlines():
                 lines.append(f"      {text}")

@@ -2,7 +2,8 @@
 
 The script runs in this process as ``__main__`` (``runpy``), with ``sys.argv = [SCRIPT, *ARGS]`` and its
 folder first on ``sys.path``, exactly as ``python SCRIPT ARGS...`` would. If it raises, the traceback is
-printed as Python would print it, and the exception is explained at the user's line.
+printed as Python would print it (the user's frames only: the doctor's own frames, where its hooks ran
+inside the user's calls, appear with ``--debug``), and the exception is explained at the user's line.
 
 Exit codes: 0 when no finding is an error or a warning, 1 when one is, 2 when the doctor itself failed.
 
@@ -87,19 +88,56 @@ def _exit_status(code: Any) -> int:
     return 1
 
 
-def _print_user_traceback(error: BaseException, script: Path) -> None:
-    """The traceback as Python prints it, starting at the script's first frame (not the doctor's)."""
-    tb = error.__traceback__
-    target = os.path.realpath(script)
-    while tb is not None and os.path.realpath(tb.tb_frame.f_code.co_filename) != target:
-        tb = tb.tb_next
-    traceback.print_exception(type(error), error, tb if tb is not None else error.__traceback__,
-                              file=sys.stderr)
+def _is_torchwork_frame(filename: str) -> bool:
+    return os.path.realpath(filename).startswith(_TORCHWORK_ROOT)
+
+
+_TORCHWORK_ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep
+
+
+def _dispatch_frame(frames: list[traceback.FrameSummary], index: int) -> bool:
+    """torch's own detour into the doctor's TorchFunctionMode: `handle_torch_function` and its caller's line."""
+    frame = frames[index]
+    if frame.name == "handle_torch_function":
+        return True
+    following = frames[index + 1] if index + 1 < len(frames) else None
+    return (following is not None and following.name == "handle_torch_function"
+            and (frame.line or "").lstrip().startswith("return handle_torch_function("))
+
+
+def _trim(summary: traceback.TracebackException, target: str, debug: bool) -> None:
+    """Start the stack at the script's first frame; drop torchwork's own frames unless ``debug``."""
+    frames = list(summary.stack)
+    starts = [i for i, frame in enumerate(frames) if os.path.realpath(frame.filename) == target]
+    if starts:
+        frames = frames[starts[0]:]
+    if not debug:
+        frames = [frame for frame in frames if not _is_torchwork_frame(frame.filename)]
+        frames = [frame for i, frame in enumerate(frames) if not _dispatch_frame(frames, i)]
+    summary.stack = traceback.StackSummary.from_list(frames)
+    for linked in (summary.__cause__, summary.__context__):
+        if linked is not None:
+            _trim(linked, target, debug)
+
+
+def user_traceback(error: BaseException, script: Path, *, debug: bool = False) -> str:
+    """The traceback as Python prints it, from the script's first frame on, without the doctor's own frames.
+
+    The doctor's hooks run inside the user's calls (a saved-tensor hook raising from backward, the
+    per-operation mode): those frames are torchwork's, not the user's, and are shown only with ``debug``.
+    """
+    summary = traceback.TracebackException(type(error), error, error.__traceback__)
+    _trim(summary, os.path.realpath(script), debug)
+    return "".join(summary.format())
 
 
 def run_script(script: str | os.PathLike[str], args: Sequence[str] = (), *,
-               checks: Sequence[str] | None = None, quiet_stdout: bool = False) -> DoctorResult:
-    """Run ``script`` with ``args`` under every check (or ``checks``) and return what was found."""
+               checks: Sequence[str] | None = None, quiet_stdout: bool = False,
+               debug: bool = False) -> DoctorResult:
+    """Run ``script`` with ``args`` under every check (or ``checks``) and return what was found.
+
+    ``debug`` keeps torchwork's own frames in the printed traceback (they are hidden by default).
+    """
     from torchwork.doctor.session import diagnose
     from torchwork.errors import ConfigError
 
@@ -124,7 +162,7 @@ def run_script(script: str | os.PathLike[str], args: Sequence[str] = (), *,
             error, script_exit = interrupt, 130
         except Exception as failure:  # the user's script failed: report it, do not crash the doctor
             error, script_exit = failure, 1
-            _print_user_traceback(failure, path)
+            print(user_traceback(failure, path, debug=debug), end="", file=sys.stderr)
         finally:
             session.stop(error if isinstance(error, Exception) else None)
     return DoctorResult(session.findings, script_exit, session.internal_errors)
@@ -132,7 +170,8 @@ def run_script(script: str | os.PathLike[str], args: Sequence[str] = (), *,
 
 def cli_main(args: argparse.Namespace) -> int:
     """Entry point of ``torchwork doctor``."""
-    result = run_script(args.script, args.args, checks=args.check or None, quiet_stdout=args.json)
+    result = run_script(args.script, args.args, checks=args.check or None, quiet_stdout=args.json,
+                        debug=getattr(args, "debug", False))
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:

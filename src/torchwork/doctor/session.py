@@ -38,7 +38,10 @@ from torchwork.doctor.findings import Finding, Locator, display_path, sort_findi
 Tensor = torch.Tensor
 
 # Operation categories, decided once per function object.
-_INPLACE, _RANDOM, _BREAK, _NO_VALUES, _BACKWARD, _ATTR, _MAYBE_INPLACE = 1, 2, 4, 8, 16, 32, 64
+_INPLACE, _RANDOM, _BREAK, _NO_VALUES, _BACKWARD, _ATTR, _MAYBE_INPLACE, _ADD = 1, 2, 4, 8, 16, 32, 64, 128
+# Sums: where a running total can keep every step's autograd graph alive (`total_loss += loss`).
+ADD_OPS = frozenset({"__add__", "__radd__", "__iadd__", "add", "add_", "__sub__", "__rsub__", "__isub__", "sub",
+                     "sub_"})
 
 _INPLACE_DUNDERS = frozenset({
     "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__",
@@ -88,6 +91,8 @@ def _category(name: str) -> int:
         cat |= _BACKWARD
     if name in _FUNCTIONAL_INPLACE:
         cat |= _MAYBE_INPLACE
+    if name in ADD_OPS:
+        cat |= _ADD
     return cat
 
 
@@ -190,6 +195,9 @@ class _DoctorMode(TorchFunctionMode):
             if cat & _INPLACE and args and isinstance(args[0], Tensor):
                 for callback in session._inplace_callbacks:
                     session._safely(callback, func, args[0])
+            if cat & _ADD and session._add_callbacks:
+                for callback in session._add_callbacks:
+                    session._safely(callback, func, args, out)
             if cat & _RANDOM:
                 for callback in session._random_callbacks:
                     session._safely(callback, func, args, kwargs)
@@ -300,6 +308,7 @@ class Session:
         self._module_post_callbacks = hooks("on_module_post")
         self._inplace_callbacks = hooks("on_inplace")
         self._random_callbacks = hooks("on_random")
+        self._add_callbacks = hooks("on_add")
         self._value_callbacks = hooks("on_values")
         self._op_error_callbacks = hooks("on_op_error")
         self._backward_pre_callbacks = hooks("on_backward_pre")

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from torchwork.engine.batches import length_or_none
+from torchwork.env.report import compact_snapshot
 
 
 def parameter_counts(model: torch.nn.Module) -> dict[str, int]:
@@ -82,6 +83,7 @@ def build_manifest(trainer: Any, train_loader: Any, val_loader: Any, epochs: int
         "git": git_state(),
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "cuda": cuda,
                      "cudnn": torch.backends.cudnn.version() if cuda else None},
+        "environment": compact_snapshot(),  # what `torchwork env diff RUN_A RUN_B` compares
         "host": {"hostname": socket.gethostname(), "platform": platform.platform(),
                  "cpu_count": os.cpu_count()},
         "world_size": int(os.environ.get("WORLD_SIZE", "1")),

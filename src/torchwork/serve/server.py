@@ -139,6 +139,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def cli_main(args: argparse.Namespace) -> int:
     """``torchwork serve``: load the predictor with threads set for this machine, then serve it."""
+    from torchwork.env.drift import warn_if_machine_differs
+
+    warn_if_machine_differs(args.artifact)  # warns when torch, its build or ONNX Runtime differ from the exporter's
     config = ServeConfig(host=args.host, port=args.port, max_batch_size=args.max_batch_size,
                          max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, max_items=args.max_items,
                          max_text_length=args.max_text_length, max_body_bytes=args.max_body_bytes,

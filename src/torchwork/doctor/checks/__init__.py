@@ -39,6 +39,7 @@ REGISTRY: dict[str, str] = {
     "data-parallel": "data_parallel:DataParallelUse",
     "unseeded": "unseeded:Unseeded",
     "amp-scale-collapse": "amp_scale_collapse:AmpScaleCollapse",
+    "graph-kept-alive": "graph_kept_alive:GraphKeptAlive",
     "not-in-optimizer": "not_in_optimizer:NotInOptimizer",
     "frozen-batchnorm-drift": "frozen_batchnorm_drift:FrozenBatchNormDrift",
 }
@@ -51,7 +52,7 @@ class Check:
 
     Hooks (all optional): ``on_module_pre(module, args, kwargs, top)``,
     ``on_module_post(module, args, output, top)``, ``on_inplace(func, tensor)``,
-    ``on_random(func, args, kwargs)``, ``on_values(func, args, out)``,
+    ``on_add(func, args, out)`` (sums and differences), ``on_random(func, args, kwargs)``, ``on_values(func, args, out)``,
     ``on_op_error(func, args, kwargs, error)``, ``on_backward_pre(tensor)``, ``on_backward_post(tensor)``,
     ``on_step_pre(optimizer)``, ``on_step_post(optimizer)``; plus ``install``, ``uninstall`` and
     ``finish`` (called once the script has ended and every hook is removed).
@@ -86,6 +87,8 @@ class Check:
     def on_inplace(self, func: Any, tensor: Any) -> None: ...
 
     def on_random(self, func: Any, args: tuple, kwargs: dict) -> None: ...
+
+    def on_add(self, func: Any, args: tuple, out: Any) -> None: ...
 
     def on_values(self, func: Any, args: tuple, out: Any) -> None: ...
 

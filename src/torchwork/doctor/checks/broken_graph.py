@@ -5,6 +5,9 @@ the operations that hand values out of autograd (``.detach()``, ``.data``, ``.it
 ``.numpy()``, ``.tolist()``, ``torch.tensor(t)``) and modules running under ``no_grad``; a break is blamed
 when the graph behind it reaches the missing parameters and the loss's graph does not. A loss that is a
 leaf (``loss.requires_grad = True`` hiding a break) is reported at the backward call.
+
+The graph walk is :mod:`torchwork.inspect.walk`'s, shared with ``torchwork graph``, which draws the graph
+and names every unreached parameter with its reason.
 """
 
 from __future__ import annotations
@@ -14,37 +17,10 @@ from typing import Any
 import torch
 
 from torchwork.doctor.checks import Check
+from torchwork.inspect.walk import CUT_LABELS, reached_leaves
 
-_LABELS = {"detach": ".detach()", "detach_": ".detach_()", "data": ".data", "item": ".item()",
-           "__float__": "float(tensor)", "__int__": "int(tensor)", "tolist": ".tolist()", "numpy": ".numpy()",
-           "tensor": "torch.tensor(tensor)", "new_tensor": ".new_tensor(tensor)"}
-_MAX_NODES = 20000
-
-
-def reached_parameters(tensor: torch.Tensor, wanted: set[int] | None = None) -> set[int]:
-    """ids of the leaf tensors that ``tensor``'s autograd graph reaches (bounded walk)."""
-    found: set[int] = set()
-    root = tensor.grad_fn
-    if root is None:
-        if tensor.requires_grad:
-            found.add(id(tensor))
-        return found
-    seen: set[int] = set()
-    stack = [root]
-    while stack and len(seen) < _MAX_NODES:
-        node = stack.pop()
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
-        variable = getattr(node, "variable", None)
-        if variable is not None:
-            found.add(id(variable))
-            if wanted is not None and wanted <= found:
-                break
-        for next_node, _ in node.next_functions:
-            if next_node is not None:
-                stack.append(next_node)
-    return found
+_MAX_NODES = 20000  # bounded walks: the check runs on every backward of a long training script
+_SEE_GRAPH = "`torchwork graph SCRIPT.py` draws the graph of the first backward() and names each cut parameter."
 
 
 class BrokenGraph(Check):
@@ -99,9 +75,9 @@ class BrokenGraph(Check):
         name = getattr(func, "__name__", "") or ""
         if name == "__get__":
             name = getattr(getattr(func, "__self__", None), "__name__", name)
-        reached = reached_parameters(tensor, set(self.missing)) & set(self.missing)
+        reached = reached_leaves(tensor, set(self.missing), _MAX_NODES) & set(self.missing)
         if reached:
-            self.breaks.append((_LABELS.get(name, name), self.session.where(), reached))
+            self.breaks.append((CUT_LABELS.get(name, name), self.session.where(), reached))
 
     def on_module_pre(self, module: Any, args: tuple, kwargs: dict, top: bool) -> None:
         if not self.armed or not self.missing or torch.is_grad_enabled() or len(self.no_grad_modules) >= 8:
@@ -121,7 +97,7 @@ class BrokenGraph(Check):
                 "Compute the loss from the model's output with tensor operations only; remove the "
                 "requires_grad=True workaround and the .item()/.detach()/torch.tensor(...) that broke the chain.")
         if self.armed and self.missing:
-            self.loss_reached |= reached_parameters(tensor, set(self.missing))
+            self.loss_reached |= reached_leaves(tensor, set(self.missing), _MAX_NODES)
 
     # ----------------------------------------------------------------- conclusion
     def finish(self) -> None:
@@ -133,7 +109,7 @@ class BrokenGraph(Check):
                 self.report(f"{_head(cut)}: the graph is cut here by {label}; everything computed from its "
                             "result is a constant for autograd.",
                             f"Keep tensors in the graph: drop {label} on the path from the model to the loss "
-                            "(use it only for logging/metrics, after the loss is computed).", where=where)
+                            "(use it only for logging/metrics, after the loss is computed). " + _SEE_GRAPH, where=where)
         for name, where, reached in self.no_grad_modules:
             cut = {pid: missing.pop(pid) for pid in reached & set(missing)}
             if cut:
@@ -141,12 +117,12 @@ class BrokenGraph(Check):
                             "recorded nothing for it.",
                             "Run the trainable part of the forward pass with autograd on; if the layer is "
                             "meant to be frozen, set requires_grad_(False) on it and leave it out of the "
-                            "optimizer.", where=where, severity="warning")
+                            "optimizer. " + _SEE_GRAPH, where=where, severity="warning")
         if missing:
             self.report(f"{_head(missing)}: they are in the optimizer but never took part in a loss (an unused "
                         "layer or output head, or a branch never executed).",
                         "Use the layer in forward(), or freeze it (requires_grad_(False)) and leave it out of "
-                        "the optimizer; under DDP unused parameters also stall training.",
+                        "the optimizer; under DDP unused parameters also stall training. " + _SEE_GRAPH,
                         where=self.first_step_where, severity="warning")
 
 

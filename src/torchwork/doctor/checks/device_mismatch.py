@@ -54,7 +54,7 @@ class DeviceMismatch(Check):
                 return
 
     def on_op_error(self, func: Any, args: tuple, kwargs: dict, error: BaseException) -> None:
-        if not any(p.search(str(error)) for p in _DEVICE_FAMILY.compiled()):
+        if not any(p.search(str(error)) for p, _ in _DEVICE_FAMILY.compiled()):
             return
         where = self.session.where()
         if any(f.file is not None and where and f.line == where[1] for f in self.session.find(self.id)):

@@ -22,6 +22,8 @@ def grad_norm(optimizer: torch.optim.Optimizer) -> float:
 
 
 class ExplodingGradients(Check):
+    """One cause, one finding: NaN gradients right after a NaN loss are that loss's doing, not a second problem."""
+
     id = "exploding-gradients"
     severity = "warning"
     ratio = 1e3  # growth over the first steps' median that counts as exploding
@@ -41,6 +43,8 @@ class ExplodingGradients(Check):
             self.early.append(norm)
         baseline = statistics.median(self.early) if self.early else None
         if not math.isfinite(norm):
+            if self._same_cause_as_the_loss(step):
+                return
             what = f"The gradient norm was {norm} at optimizer step {step}: some gradients are NaN/Inf."
         elif norm > self.absolute:
             what = f"The gradient norm reached {norm:.3g} at optimizer step {step}"
@@ -55,3 +59,11 @@ class ExplodingGradients(Check):
                     "Lower the learning rate, clip gradients before optimizer.step() "
                     "(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)), normalise inputs and targets, "
                     "and check the loss scale (sum vs mean reduction).")
+
+    def _same_cause_as_the_loss(self, step: int) -> bool:
+        losses = self.session.find("non-finite-loss")
+        if not losses:
+            return False
+        self.done = True  # checked once: this is the first non-finite norm
+        losses[0].message += f" The gradients of step {step} were NaN/Inf too (a consequence, not a second problem)."
+        return True

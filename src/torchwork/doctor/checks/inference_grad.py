@@ -1,9 +1,14 @@
-"""inference-grad: evaluation forward passes that build an autograd graph no backward pass uses."""
+"""inference-grad: evaluation forward passes that build an autograd graph no backward pass uses.
+
+One evaluation loop, one finding: when the same loop also ran in training mode (eval-mode's finding at
+the same line), this check adds its cause and fix to that finding instead of reporting a second one.
+"""
 
 from __future__ import annotations
 
 from torchwork.doctor.checks import Check
 from torchwork.doctor.checks._forwards import ForwardInfo, describe_forwards
+from torchwork.doctor.findings import display_path
 
 
 class InferenceGrad(Check):
@@ -19,6 +24,15 @@ class InferenceGrad(Check):
         if not unused:
             return
         mode = "in eval mode " if not unused[0].training else ""
+        same_loop = [f for f in self.session.find("eval-mode") if unused[0].where is not None
+                     and (f.file, f.line) == (display_path(unused[0].where[0]), unused[0].where[1])]
+        if same_loop:
+            finding = same_loop[0]
+            if "autograd recording" not in finding.message:
+                finding.message += (" The same forward passes also ran with autograd recording, and no backward "
+                                    "pass used those graphs (memory and time spent for nothing).")
+                finding.fix += " Wrap the loop in `with torch.inference_mode():` (or torch.no_grad())."
+            return
         self.report(
             f"{describe_forwards(unused)} {mode}with autograd recording, and no backward pass ever used those "
             "graphs: every activation was kept for nothing (memory, and time to record the graph).",

@@ -3,6 +3,11 @@
 The check installs saved-tensor hooks to learn which line saved each tensor. Saved-tensor hooks switch
 off PyTorch's own version-counter check, so the check re-implements it: it records each tensor's version
 when packed and raises PyTorch's error (with both lines) when a tensor comes back with another version.
+
+The finding names the culprit first: the call that changed the tensor (an ``optimizer.step()`` between a
+GAN's discriminator update and the generator's backward, an in-place op), then the line that saved it.
+A storage stays watched for as long as a graph that saved it is alive (a graph kept with
+``retain_graph=True`` and backpropagated again is the classic GAN case), not only until its first backward.
 """
 
 from __future__ import annotations
@@ -25,14 +30,25 @@ def _storage_key(tensor: Tensor) -> int | None:
 
 
 class _Packed:
-    """What the pack hook keeps for one saved tensor."""
+    """What the pack hook keeps for one saved tensor; freed with the graph that saved it."""
 
-    __slots__ = ("tensor", "version", "key", "saved_at", "origin", "unpacked")
+    __slots__ = ("tensor", "version", "key", "saved_at", "origin", "owner")
 
-    def __init__(self, tensor: Tensor, key: int | None, saved_at: Any, origin: str) -> None:
+    def __init__(self, tensor: Tensor, key: int | None, saved_at: Any, origin: str, owner: InplaceSaved) -> None:
         # detach(): the packed value must not hold the output's grad_fn (a reference cycle through C++).
         self.tensor, self.version, self.key = tensor.detach(), tensor._version, key
-        self.saved_at, self.origin, self.unpacked = saved_at, origin, False
+        self.saved_at, self.origin, self.owner = saved_at, origin, owner
+
+    def __del__(self) -> None:  # the graph holding this saved tensor was freed
+        key, owner = self.key, self.owner
+        if key is None or owner is None:
+            return
+        left = owner.saved.get(key, 0) - 1
+        if left > 0:
+            owner.saved[key] = left
+        else:
+            owner.saved.pop(key, None)
+            owner.modified.pop(key, None)
 
 
 class InplaceSaved(Check):
@@ -44,6 +60,7 @@ class InplaceSaved(Check):
         self.saved: dict[int, int] = {}  # storage -> how many saved tensors (not yet unpacked) use it
         self.modified: dict[int, tuple[str, tuple[str, int] | None]] = {}  # storage -> (op, where)
         self._hooks: Any = None
+        self.paused = False  # another check reads saved tensors: not a use by backward
 
     def install(self) -> None:
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
@@ -53,6 +70,10 @@ class InplaceSaved(Check):
         if self._hooks is not None:
             self._hooks.__exit__(None, None, None)
             self._hooks = None
+
+    def finish(self) -> None:
+        self.saved.clear()
+        self.modified.clear()
 
     # ----------------------------------------------------------------- saved-tensor hooks
     def _pack(self, tensor: Tensor) -> _Packed:
@@ -64,20 +85,12 @@ class InplaceSaved(Check):
             self.saved[key] = self.saved.get(key, 0) + 1
         grad_fn = tensor.grad_fn
         origin = f"output {tensor.output_nr} of {type(grad_fn).__name__}" if grad_fn is not None else "a leaf"
-        return _Packed(tensor, key, self.session.where(), origin)
+        return _Packed(tensor, key, self.session.where(), origin, self)
 
     def _unpack(self, packed: _Packed) -> Tensor:
         tensor = packed.tensor
-        if tensor._version != packed.version:
+        if tensor._version != packed.version and not self.paused:
             self._violation(packed)
-        if not packed.unpacked and packed.key is not None:
-            packed.unpacked = True
-            left = self.saved.get(packed.key, 0) - 1
-            if left > 0:
-                self.saved[packed.key] = left
-            else:
-                self.saved.pop(packed.key, None)
-                self.modified.pop(packed.key, None)
         return tensor
 
     def _violation(self, packed: _Packed) -> None:
@@ -86,9 +99,10 @@ class InplaceSaved(Check):
             "an in-place operation", None)
         described = f"[{tensor.type()} {list(tensor.shape)}]"
         saved_text = format_where(packed.saved_at)
+        culprit = f"{op} at {format_where(changed_at)}" if changed_at else op
         self.report(
-            f"{op} changed a tensor {described} that autograd had saved at {saved_text} ({packed.origin}) to "
-            f"compute gradients; backward needs the old values (version {version}, now {tensor._version}).",
+            f"{culprit} changed a tensor {described} that autograd had saved at {saved_text} ({packed.origin}) "
+            f"to compute gradients; backward needs the old values (version {version}, now {tensor._version}).",
             "Use the out-of-place form (x = x + 1, torch.relu(x), nn.ReLU(inplace=False)) or change a "
             ".clone() of it; if optimizer.step() ran between forward and backward, finish all backward() calls "
             "first.", where=changed_at or packed.saved_at)

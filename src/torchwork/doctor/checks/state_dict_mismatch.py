@@ -1,4 +1,17 @@
-"""state-dict-mismatch: load_state_dict key or shape mismatches, diagnosed; and strict=False loading nothing."""
+"""state-dict-mismatch: a load that fails, or one that loads nothing, judged by its effect on the model.
+
+Three ways a checkpoint fails to reach the model, each reported at the ``load_state_dict`` line:
+
+* the load raises (missing/unexpected keys, other shapes): the keys are matched against the model's to
+  name the wrapper prefixes a loader would have stripped (``module.``, ``_orig_mod.``, ``model.``, nested,
+  found by matching, not from a fixed list), a checkpoint dictionary around the weights, or a new head;
+* ``strict=False`` and none of the model's keys is in the dict;
+* the load succeeds but changed none of the model's values because every tensor passed in is the model's
+  own: the common idiom ``model_dict.update({k: v for k, v in ckpt.items() if k in model_dict})`` with a
+  checkpoint whose keys carry a prefix keeps nothing. The check compares a fingerprint of each tensor
+  before and after the load, and matches the checkpoints read with ``torch.load`` / safetensors to the
+  model's keys to name the prefix.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +21,21 @@ from typing import Any
 import torch
 
 from torchwork.doctor.checks import Check
+from torchwork.doctor.findings import format_where
+from torchwork.doctor.prefixes import describe_prefix, match_prefixes
 
-_PREFIXES = (("module.", "a DataParallel/DistributedDataParallel wrapper"), ("_orig_mod.", "torch.compile"))
 _WRAPPER_KEYS = ("model", "state_dict", "model_state_dict", "net", "module", "weights")
 
 
 def _shape(value: Any) -> tuple[int, ...] | None:
     return tuple(value.shape) if isinstance(value, torch.Tensor) else None
+
+
+def _strip_hint(ckpt_prefix: str, model_prefix: str) -> str:
+    if ckpt_prefix and not model_prefix:
+        return ("{k.removeprefix(" + repr(ckpt_prefix) + "): v for k, v in checkpoint.items()} (or torch.nn.modules.utils."
+                f"consume_prefix_in_state_dict_if_present(checkpoint, {ckpt_prefix!r}))")
+    return "{" + f"{model_prefix!r} + k.removeprefix({ckpt_prefix!r}): v for k, v in checkpoint.items()" + "}"
 
 
 def diagnose_state_dict(model_state: Mapping[str, Any], given: Mapping[str, Any]) -> tuple[str, str]:
@@ -28,20 +49,23 @@ def diagnose_state_dict(model_state: Mapping[str, Any], given: Mapping[str, Any]
     """
     mine, theirs = set(model_state), set(given)
     missing, unexpected = sorted(mine - theirs), sorted(theirs - mine)
-    for prefix, origin in _PREFIXES:
-        if unexpected and all(k.startswith(prefix) for k in unexpected):
-            stripped = {k[len(prefix):] for k in unexpected}
-            if stripped >= set(missing):
-                return (f"Every checkpoint key has the prefix '{prefix}' (saved from {origin}); without it the "
-                        "keys match the model.",
-                        "Strip it before loading: torch.nn.modules.utils.consume_prefix_in_state_dict_if_present"
-                        f"(state_dict, '{prefix}'), and save the unwrapped model next time "
-                        f"({'model.module' if prefix == 'module.' else 'model._orig_mod'}.state_dict()).")
-        if missing and all(k.startswith(prefix) for k in missing):
-            if {k[len(prefix):] for k in missing} >= set(unexpected):
-                return (f"The model's keys have the prefix '{prefix}' ({origin}) but the checkpoint's do not.",
-                        f"Load into the inner model ({'model.module' if prefix == 'module.' else 'model._orig_mod'}"
-                        ".load_state_dict(...)), or load before wrapping.")
+    if missing and unexpected:
+        ckpt_prefix, model_prefix, count = match_prefixes(missing, unexpected)
+        if count and count >= 0.8 * min(len(missing), len(unexpected)):
+            if ckpt_prefix and not model_prefix:
+                inner = ".".join(["model"] + [p for p in ckpt_prefix.split(".") if p])
+                return (f"Every checkpoint key has the prefix '{ckpt_prefix}' (saved from {describe_prefix(ckpt_prefix)}); "
+                        "without it the keys match the model.",
+                        f"Strip it before loading: {_strip_hint(ckpt_prefix, model_prefix)}, and save the unwrapped "
+                        f"model next time ({inner}.state_dict()).")
+            if model_prefix and not ckpt_prefix:
+                inner = ".".join(["model"] + [p for p in model_prefix.split(".") if p])
+                return (f"The model's keys have the prefix '{model_prefix}' ({describe_prefix(model_prefix)}) but the "
+                        "checkpoint's do not.",
+                        f"Load into the inner model ({inner}.load_state_dict(...)), or load before wrapping.")
+            return (f"The checkpoint's keys start with '{ckpt_prefix}' where the model's start with '{model_prefix}'; "
+                    f"with that renaming {count} keys match.",
+                    f"Rename before loading: {_strip_hint(ckpt_prefix, model_prefix)}.")
     wrapped = [k for k in _WRAPPER_KEYS if k in given and isinstance(given[k], Mapping)]
     if wrapped and not (mine & theirs):
         return (f"The file holds a checkpoint dictionary (keys {sorted(given)[:5]}), not a state dict.",
@@ -68,6 +92,35 @@ def diagnose_state_dict(model_state: Mapping[str, Any], given: Mapping[str, Any]
     return " ".join(parts) or "The state dict does not match the model.", fix[0].upper() + fix[1:] + "."
 
 
+def _fingerprint(tensor: torch.Tensor) -> tuple[float, float] | None:
+    """Two reductions that differ, in practice, whenever the values do (a load copies whole tensors)."""
+    if tensor.numel() == 0 or tensor.device.type == "meta":
+        return None
+    flat = tensor.detach().reshape(-1).double()
+    weights = torch.arange(flat.numel(), dtype=torch.int64) % 7 + 1
+    return float(flat.sum()), float((flat * weights).sum())
+
+
+def _storage(tensor: Any) -> int | None:
+    try:
+        return tensor.untyped_storage().data_ptr() if isinstance(tensor, torch.Tensor) else None
+    except Exception:  # sparse or storage-less tensors
+        return None
+
+
+def _tensor_mapping(value: Any) -> Mapping[str, Any] | None:
+    """The state dict inside something torch.load returned (itself, or checkpoint['state_dict'] etc.)."""
+    if not isinstance(value, Mapping) or not value:
+        return None
+    if any(isinstance(v, torch.Tensor) for v in list(value.values())[:8]):
+        return value
+    for key in _WRAPPER_KEYS:
+        inner = value.get(key)
+        if isinstance(inner, Mapping) and any(isinstance(v, torch.Tensor) for v in list(inner.values())[:8]):
+            return inner
+    return None
+
+
 class StateDictMismatch(Check):
     id = "state-dict-mismatch"
     severity = "error"
@@ -75,6 +128,7 @@ class StateDictMismatch(Check):
     def __init__(self, session: Any) -> None:
         super().__init__(session)
         self.depth = 0
+        self.read: list[tuple[tuple[str, int] | None, list[str]]] = []  # checkpoints read: (where, keys)
 
     def install(self) -> None:
         check = self
@@ -84,21 +138,94 @@ class StateDictMismatch(Check):
                                 **kwargs: Any) -> Any:
                 strict = kwargs.get("strict", args[0] if args else True)
                 check.depth += 1
+                before = check.session._safely(check._before, module, state_dict) if check.depth == 1 else None
                 try:
                     result = original(module, state_dict, *args, **kwargs)
                 except RuntimeError as error:
-                    if check.depth == 1 and "Error(s) in loading state_dict" in str(error):
-                        check.session._safely(check._mismatch, module, state_dict)
+                    if check.depth == 1:
+                        check.read = []
+                        if "Error(s) in loading state_dict" in str(error):
+                            check.session._safely(check._mismatch, module, state_dict)
                     raise
                 finally:
                     check.depth -= 1
-                if check.depth == 0 and not strict:
-                    check.session._safely(check._partial, module, state_dict, result)
+                if check.depth == 0:
+                    if before is None:
+                        check.read = []
+                    if not strict:
+                        check.session._safely(check._partial, module, state_dict, result)
+                    if before is not None:
+                        check.session._safely(check._after, module, before)
                 return result
             return load_state_dict
 
-        self.session.patch(torch.nn.Module, "load_state_dict", make)
+        def reader(original: Any) -> Any:
+            def load(*args: Any, **kwargs: Any) -> Any:
+                value = original(*args, **kwargs)
+                check.session._safely(check._remember, value)
+                return value
+            return load
 
+        self.session.patch(torch.nn.Module, "load_state_dict", make)
+        self.session.patch(torch, "load", reader)
+        try:
+            import safetensors.torch as safetensors_torch
+        except ImportError:
+            return
+        self.session.patch(safetensors_torch, "load_file", reader)
+
+    # ----------------------------------------------------------------- what was read
+    def _remember(self, value: Any) -> None:
+        mapping = _tensor_mapping(value)
+        if mapping is not None:
+            self.read = (self.read + [(self.session.where(), [str(k) for k in mapping])])[-4:]
+
+    # ----------------------------------------------------------------- a load judged by its effect
+    def _before(self, module: torch.nn.Module, state_dict: Mapping[str, Any]) -> dict[str, Any] | None:
+        own = module.state_dict(keep_vars=True)
+        params = {name for name, _ in module.named_parameters()}
+        if not params or not isinstance(state_dict, Mapping):
+            return None
+        # Only the idiom matters here: every parameter passed in is the model's own tensor.
+        for name in params:
+            given = state_dict.get(name)
+            if given is None or _storage(given) != _storage(own.get(name)):
+                return None
+        return {name: _fingerprint(own[name]) for name in params}
+
+    def _after(self, module: torch.nn.Module, before: dict[str, Any]) -> None:
+        read, self.read = self.read, []  # checkpoints read since the previous load
+        own = module.state_dict(keep_vars=True)
+        changed = [name for name, print_ in before.items() if name in own and _fingerprint(own[name]) != print_]
+        if changed or not read:  # no checkpoint was read for this load: reloading its own values on purpose
+            return
+        where = read[-1][0]
+        message = (f"{type(module).__name__}.load_state_dict changed none of the model's {len(before)} parameter "
+                   f"tensors: every tensor passed in was the model's own (model.state_dict() updated with nothing "
+                   f"from the checkpoint read at {format_where(where)}), so the model keeps its random "
+                   "initialisation.")
+        fix = ("Match the checkpoint's keys to the model's before filtering, and check how many were kept "
+               "(len(pretrained_dict)); load with model.load_state_dict(checkpoint) to get an error that lists "
+               "the keys.")
+        source = self._matching_checkpoint(list(own), read)
+        if source is not None:
+            where, ckpt_prefix, model_prefix, count = source
+            origin = describe_prefix(ckpt_prefix or model_prefix)
+            message += (f" That checkpoint has the same keys with the prefix '{ckpt_prefix}' instead of "
+                        f"'{model_prefix}' ({origin}; {count} keys match after renaming), so a filter like "
+                        "`if k in model_dict` kept none of them.")
+            fix = f"Rename the keys first: checkpoint = {_strip_hint(ckpt_prefix, model_prefix)}; then filter and load."
+        self.report(message, fix)
+
+    @staticmethod
+    def _matching_checkpoint(model_keys: list[str], read: list[Any]) -> tuple[Any, str, str, int] | None:
+        for where, keys in reversed(read):
+            ckpt_prefix, model_prefix, count = match_prefixes(model_keys, keys)
+            if count >= max(1, len(model_keys) // 2) and (ckpt_prefix or model_prefix):
+                return where, ckpt_prefix, model_prefix, count
+        return None
+
+    # ----------------------------------------------------------------- failures and strict=False
     def _mismatch(self, module: torch.nn.Module, state_dict: Mapping[str, Any]) -> None:
         what, fix = diagnose_state_dict(module.state_dict(), state_dict)
         self.report(f"{type(module).__name__}.load_state_dict failed. {what}", fix)

@@ -1,0 +1,46 @@
+"""The environment doctor: what this machine is, whether it computes correctly, and how it differs.
+
+``torchwork env`` reports (and ``--json`` snapshots) Python, OS / CPU, torch's build, CUDA, GPUs, threads,
+every OpenMP and BLAS library in the process with the package that ships it, and the variables that change
+behaviour, with findings. ``env check`` runs known-answer tests (and replays an artifact's recorded
+inputs); ``env lock`` pins every distribution; ``env diff A B`` ranks the differences between two
+snapshots, lock files, run folders or artifacts. Names are imported lazily.
+
+Example:
+    >>> from torchwork.env import compact_snapshot
+    >>> sorted(compact_snapshot())[:3]
+    ['build', 'cuda', 'cudnn']
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from torchwork.lazy import lazy_attributes
+
+_LAZY: dict[str, str] = {
+    "snapshot": "torchwork.env.report",
+    "compact_snapshot": "torchwork.env.report",
+    "format_report": "torchwork.env.report",
+    "run_checks": "torchwork.env.checks",
+    "replay_artifact": "torchwork.env.replay",
+    "lock_text": "torchwork.env.lock",
+    "load_profile": "torchwork.env.sources",
+    "diff_profiles": "torchwork.env.diff",
+    "warn_if_machine_differs": "torchwork.env.drift",
+    "runtime_libraries": "torchwork.env.libraries",
+}
+
+__all__ = list(_LAZY)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torchwork.env.checks import run_checks  # noqa: F401
+    from torchwork.env.diff import diff_profiles  # noqa: F401
+    from torchwork.env.drift import warn_if_machine_differs  # noqa: F401
+    from torchwork.env.libraries import runtime_libraries  # noqa: F401
+    from torchwork.env.lock import lock_text  # noqa: F401
+    from torchwork.env.replay import replay_artifact  # noqa: F401
+    from torchwork.env.report import compact_snapshot, format_report, snapshot  # noqa: F401
+    from torchwork.env.sources import load_profile  # noqa: F401
+
+__getattr__, __dir__ = lazy_attributes("torchwork.env", _LAZY, globals())

@@ -1,0 +1,75 @@
+"""Replay an artifact's recorded example inputs on this machine and compare with the recorded outputs.
+
+``torchwork export`` records, beside the example inputs (``examples.safetensors``), what eager and every
+exported variant returned for them on the exporting machine (``example_outputs.safetensors``, keys
+``<variant>.output_<i>``; data, never pickle). Replaying runs each variant here on the same inputs: a pass
+is proof that this machine computes what the development machine computed. Float variants must agree
+within the artifact's parity tolerance (``atol`` / ``rtol`` recorded with the outputs); a quantized
+variant within ``atol`` 1e-3 / ``rtol`` 1e-2 at least, because integer kernels differ between CPU ISAs.
+
+Example:
+    >>> from torchwork.env.replay import replay_artifact
+    >>> [r.ok for r in replay_artifact("artifacts/digits")]    # doctest: +SKIP
+    [True, True]
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from torchwork.env.checks import CheckResult, _compare
+from torchwork.errors import ExportError
+
+QUANTIZED_ATOL, QUANTIZED_RTOL = 1e-3, 1e-2
+
+
+def replay_artifact(directory: str | os.PathLike[str]) -> list[CheckResult]:
+    """One result per variant of the artifact; a damaged artifact is one failed result saying why.
+
+    Raises :class:`~torchwork.errors.ExportError` when ``directory`` is not an artifact directory at all.
+    """
+    from torchwork.deploy import artifact as art
+
+    root = Path(directory)
+    if not (root / art.MANIFEST).is_file():
+        raise ExportError(f"{root} is not an artifact directory (no {art.MANIFEST}); pass a directory written by "
+                          "`torchwork export`.")
+    try:
+        manifest = art.read_manifest(root)  # every file's SHA-256 first: a tampered file fails here
+        entry = manifest.get("example_outputs")
+        if not isinstance(entry, dict):
+            raise ExportError(f"artifact {root} records no example outputs (it was exported by an older "
+                              "torchwork): re-export it to make it replayable.")
+        inputs = art.load_examples(root, manifest)
+        recorded = art.load_tensors(art.safe_member(root, entry.get("file"), "the example outputs entry"))
+    except ExportError as error:
+        return [CheckResult(f"artifact {root}", False, None, None, None, str(error))]
+    results = []
+    for name, variant in manifest["variants"].items():
+        quantized = "quantization" in variant
+        atol = max(float(entry.get("atol", 1e-4)), QUANTIZED_ATOL if quantized else 0.0)
+        rtol = max(float(entry.get("rtol", 1e-3)), QUANTIZED_RTOL if quantized else 0.0)
+        started = time.perf_counter()
+        label = f"artifact {name} on its recorded inputs"
+        try:
+            run = art.open_runner(art.safe_member(root, variant["file"], f"variant {name!r}"),
+                                  art.variant_format(name))
+            outputs = run(inputs)
+            expected = [recorded[key] for key in sorted(k for k in recorded if k.startswith(f"{name}.output_"))]
+            if not expected:
+                raise ExportError(f"no recorded outputs for variant {name!r}")
+            if len(outputs) != len(expected):
+                raise ExportError(f"{len(outputs)} outputs, {len(expected)} recorded")
+            ok, error, detail = True, 0.0, ""
+            for index, (got, want) in enumerate(zip(outputs, expected)):
+                one_ok, one_error, one_detail = _compare(got.double().numpy(), want.double().numpy(), atol, rtol)
+                error = max(error, one_error)
+                if not one_ok and ok:
+                    ok, detail = False, f"output {index} differs from the recording {one_detail}"
+        except Exception as failure:  # a variant that no longer loads or runs here fails the check
+            ok, error, detail = False, None, f"{type(failure).__name__}: {failure}"
+        results.append(CheckResult(label, ok, error, atol, rtol, detail,
+                                   seconds=round(time.perf_counter() - started, 4)))
+    return results

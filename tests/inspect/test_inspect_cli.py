@@ -1,0 +1,88 @@
+"""``torchwork graph``: an unmodified script's first backward, a tensor at FILE:LINE, a model factory;
+clear errors; ``--help`` imports no torch. Real subprocesses, as a user runs it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def torchwork(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "torchwork.cli", "graph", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_script_first_backward_names_the_cut_line(tmp_path) -> None:
+    script = REPO / "examples" / "mistakes" / "broken_graph.py"
+    done = torchwork("-o", "bg.html", str(script), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "(the encoder never learned)" in done.stdout  # the script ran to its end
+    line = next(i for i, text in enumerate(script.read_text().splitlines(), 1) if ".detach()" in text)
+    assert f"encoder.0.weight: cut by .detach() at {script}:{line}" in done.stdout
+    page = (tmp_path / "bg.html").read_text()
+    assert "encoder.0.bias" in page and "NllLossBackward0" in page
+
+
+def test_at_file_line_captures_that_tensor(tmp_path) -> None:
+    (tmp_path / "steps.py").write_text(textwrap.dedent("""\
+        import sys
+        import torch
+        w = torch.nn.Parameter(torch.ones(3))
+        h = (w * float(sys.argv[1])).sigmoid()
+        loss = h.sum()
+        print("done", loss.item())
+        """))
+    done = torchwork("--at", "steps.py:4", "steps.py", "2", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "done 2.64" in done.stdout  # the script's own argument arrived
+    assert "autograd graph: 2 nodes, 1 leaves" in done.stdout and "SigmoidBackward0" in done.stdout
+    assert "SumBackward0" not in done.stdout
+    assert (tmp_path / "graph.html").is_file()
+
+
+def test_model_factory_with_input_shape(tmp_path) -> None:
+    (tmp_path / "models.py").write_text(textwrap.dedent("""\
+        import torch
+        def build():
+            return torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.ReLU(), torch.nn.Linear(7, 3))
+        """))
+    done = torchwork("models.py:build", "--input-shape", "4,5", "-o", "mlp.html", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "saved for backward: 192 B in 2 tensors" in done.stdout  # input 4x5 and ReLU's result 4x7 floats
+    assert (tmp_path / "mlp.html").is_file()
+
+
+@pytest.mark.slow
+def test_clear_errors(tmp_path) -> None:
+    (tmp_path / "nograd.py").write_text("import torch\nprint(torch.ones(2).sum())\n")
+    done = torchwork("nograd.py", cwd=tmp_path)
+    assert done.returncode == 2 and "the script never called backward()" in done.stderr
+    done = torchwork("--input-shape", "4,x", "os:getcwd", cwd=tmp_path)
+    assert done.returncode == 2 and "--input-shape '4,x'" in done.stderr
+    done = torchwork("missing.py", cwd=tmp_path)
+    assert done.returncode == 2 and "no script 'missing.py'" in done.stderr
+    done = torchwork("os:getcwd", cwd=tmp_path)
+    assert done.returncode == 2 and "must return a torch.nn.Module" in done.stderr
+
+
+def test_help_imports_no_torch(tmp_path) -> None:
+    probe = ("import sys\nfrom torchwork.cli import main\nfor argv in (['--help'], ['graph', '--help']):\n"
+             "    try:\n        main(argv)\n    except SystemExit:\n        pass\nprint('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.stdout.strip().endswith("False") and "--input-shape" in done.stdout and "graph" in done.stdout
+
+
+def test_the_readme_example_prints_what_the_readme_shows(tmp_path) -> None:
+    done = subprocess.run([sys.executable, str(REPO / "examples" / "inspect_graph.py")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    first, second = done.stdout.splitlines()
+    assert first.startswith("used only under no_grad/inference_mode, at ") and first.endswith("inspect_graph.py:15")
+    assert second == "{'body': 1024, '': 1408} 2432" and (tmp_path / "graph.html").is_file()
