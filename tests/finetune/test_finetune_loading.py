@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import pickle
 
 import pytest
@@ -44,8 +43,8 @@ def test_a_ddp_wrapped_models_checkpoint_loads_into_a_plain_one(tmp_path):
     from torch.nn.parallel import DistributedDataParallel
 
     source = trained_net()
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29517")
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    # a one-process gloo group over a file store: no port to collide with
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
     try:
         wrapped = DistributedDataParallel(source)
         torch.save(wrapped.state_dict(), tmp_path / "ddp.pt")
