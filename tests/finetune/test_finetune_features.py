@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from torchwork import Trainer
 from torchwork.errors import ConfigError
-from torchwork.finetune import CachedFeatures, cache_features, freeze
+from torchwork.finetune import CachedFeatures, cache_features, collate_cached, freeze
 
 
 def parts() -> tuple[nn.Module, nn.Module]:
@@ -76,10 +76,22 @@ def test_tuple_features_of_different_lengths_are_padded_and_passed_as_arguments(
         def forward(self, x):
             return x * 2, (x != 0).long()
 
+    class Top(nn.Module):  # takes the features as two arguments, like MiniLMTop(hidden, attention_mask)
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(1, 2)
+
+        def forward(self, hidden, mask):
+            return self.fc((hidden * mask).sum(dim=1, keepdim=True) / mask.sum(dim=1, keepdim=True))
+
     batches = [(torch.ones(2, 3), torch.tensor([0, 1])), (torch.ones(2, 5), torch.tensor([1, 0]))]
     cached = cache_features(Encoder(), DataLoader(batches, batch_size=None), progress=False)
     (hidden, mask), target = cached[0]
     assert hidden.shape == (5,) and mask.tolist() == [1, 1, 1, 0, 0] and int(target) == 0
+    top = Top()
+    history = Trainer(top, torch.optim.SGD(top.parameters(), lr=0.1), nn.CrossEntropyLoss(), device="cpu",
+                      progress=False).fit(DataLoader(cached, batch_size=2, collate_fn=collate_cached), epochs=1)
+    assert history[0]["samples"] == 4
 
 
 def test_a_trainable_bottom_or_a_shuffled_loader_is_refused():

@@ -30,6 +30,7 @@ _LAZY: dict[str, str] = {
     "GradualUnfreezing": "torchwork.finetune.unfreezing",
     "cache_features": "torchwork.finetune.features",
     "CachedFeatures": "torchwork.finetune.features",
+    "collate_cached": "torchwork.finetune.features",
     "minilm_folder": "torchwork.finetune.minilm",
     "load_minilm": "torchwork.finetune.minilm",
     "minilm_tokenizer": "torchwork.finetune.minilm",
@@ -44,7 +45,7 @@ __all__ = list(_LAZY)
 if TYPE_CHECKING:  # pragma: no cover
     from torchwork.engine.trainer import keep_frozen_norms_in_eval  # noqa: F401
     from torchwork.finetune.efficientnet import adapt_input_channels, efficientnet_lite0  # noqa: F401
-    from torchwork.finetune.features import CachedFeatures, cache_features  # noqa: F401
+    from torchwork.finetune.features import CachedFeatures, cache_features, collate_cached  # noqa: F401
     from torchwork.finetune.freezing import freeze, trainable_parameters, unfreeze  # noqa: F401
     from torchwork.finetune.groups import ParamGroups, param_groups  # noqa: F401
     from torchwork.finetune.loading import LoadReport, load_pretrained  # noqa: F401

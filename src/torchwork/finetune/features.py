@@ -5,7 +5,9 @@ wasted work: on a CPU that is the difference between minutes and hours. ``cache_
 ``bottom`` over the data once (in order, eval mode, inference mode) and returns a dataset of
 ``(features, target)`` pairs; the top trains on it with the usual ``Trainer``. Features may be a
 tensor, a tuple or a dict of tensors (the top is then called ``top(*features)`` / ``top(**features)``);
-sequences of different lengths are zero-padded to the longest. With ``path=`` the cache is kept on disk
+sequences of different lengths are zero-padded to the longest; batch tuple features with
+``collate_fn=collate_cached`` so that they reach the top as a tuple (PyTorch's default collate makes a
+list). With ``path=`` the cache is kept on disk
 (safetensors) with a fingerprint of the bottom's weights and the data size, and reused only when both
 match.
 
@@ -75,6 +77,14 @@ class CachedFeatures:
         else:
             features = tuple(parts[str(i)] for i in range(len(parts)))
         return cls(features, tensors["targets"], meta.get("fingerprint", ""))
+
+
+def collate_cached(batch: list[tuple[Any, Any]]) -> tuple[Any, Any]:
+    """``default_collate`` that keeps tuple features a tuple (``Trainer`` calls ``top(*features)``)."""
+    from torch.utils.data import default_collate
+
+    features, targets = default_collate(batch)
+    return (tuple(features) if isinstance(features, list) else features), targets
 
 
 def cache_features(bottom: Any, data: Iterable[Any], *, batch_size: int = 256, device: str = "cpu",
