@@ -6,8 +6,11 @@ Nothing here imports torch, so ``torchwork --help`` stays fast.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import re
 import sys
+import typing
 from collections.abc import Callable, Sequence
 
 from torchwork import __version__
@@ -15,6 +18,33 @@ from torchwork import __version__
 # Each command: (name, help, add_arguments, "module:function"). The function receives the parsed
 # namespace and returns an exit code.
 Command = tuple[str, str, Callable[[argparse.ArgumentParser], None], str]
+
+
+class SuggestingParser(argparse.ArgumentParser):
+    """argparse, plus "Did you mean ...?" when a command or a choice is misspelt (``torchwork trian``)."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        found = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if found:
+            choices = [c.strip().strip("'\"") for c in found.group(2).split(",")]  # quoted before 3.12.8
+            close = difflib.get_close_matches(found.group(1), choices, n=1, cutoff=0.5)
+            if close:
+                message += f". Did you mean {close[0]!r}?"
+        super().error(message)
+
+    def refuse_unknown(self, args: argparse.Namespace, unknown: list[str]) -> typing.NoReturn:
+        """Refuse arguments no parser took, from the subcommand's parser, suggesting its close options."""
+        target: argparse.ArgumentParser = self
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and getattr(args, "command", None) in action.choices:
+                target = action.choices[args.command]
+        options = [o for a in target._actions for o in a.option_strings if o.startswith("--")]
+        hints = []
+        for token in unknown:
+            close = difflib.get_close_matches(token.split("=")[0], options, n=1, cutoff=0.6)
+            if token.startswith("-") and close:
+                hints.append(f"{token!r}: did you mean {close[0]!r}?")
+        target.error(f"unrecognized arguments: {' '.join(unknown)}" + (f" ({'; '.join(hints)})" if hints else ""))
 
 
 def _no_arguments(parser: argparse.ArgumentParser) -> None:
@@ -192,8 +222,8 @@ COMMANDS: list[Command] = [
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser() -> SuggestingParser:
+    parser = SuggestingParser(
         prog="torchwork",
         description="PyTorch engineering practice as software: train, resume, export, serve, diagnose.",
     )
@@ -208,7 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        parser.refuse_unknown(args, unknown)
     if not getattr(args, "_target", None):
         parser.print_help()
         return 0
