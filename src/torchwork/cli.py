@@ -58,6 +58,9 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _resume_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_folder", help="a run folder: RUN_DIR/<timestamp>-<id>")
+    parser.add_argument("--yes", action="store_true",
+                        help="the run was started by a Python script: run that script again without asking "
+                             "(it is printed first; resume never runs any other program the folder names)")
 
 
 def _launch_arguments(parser: argparse.ArgumentParser) -> None:
@@ -199,7 +202,8 @@ COMMANDS: list[Command] = [
      _quickstart_arguments, "torchwork.recipes.registry:quickstart_main"),
     ("train", "run a recipe from its name or a YAML config, with --set overrides (--nproc for DDP)",
      _train_arguments, "torchwork.recipes.registry:train_main"),
-    ("resume", "continue a run from its newest valid checkpoint, by re-running its recorded command",
+    ("resume", "continue a run from its newest valid checkpoint: re-run its recorded torchwork command "
+               "(or, with --yes, its Python script)",
      _resume_arguments, "torchwork.runs.relaunch:main"),
     ("launch", "run a training script on several processes / machines with torchrun (DDP)",
      _launch_arguments, "torchwork.distributed.launch:main"),
