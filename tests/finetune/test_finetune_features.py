@@ -1,0 +1,113 @@
+"""Frozen-prefix feature caching: the cache equals the bottom's outputs, training the top on it equals
+training the whole model with the bottom frozen, and a kept cache is reused only while it is valid."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from torchwork import Trainer
+from torchwork.errors import ConfigError
+from torchwork.finetune import CachedFeatures, cache_features, collate_cached, freeze
+
+
+def parts() -> tuple[nn.Module, nn.Module]:
+    torch.manual_seed(0)
+    bottom = nn.Sequential(nn.Linear(6, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.5))
+    bottom.train()(torch.randn(32, 6))  # pretrained statistics
+    top = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 3))
+    freeze(bottom)
+    return bottom, top
+
+
+def dataset() -> TensorDataset:
+    g = torch.Generator().manual_seed(1)
+    return TensorDataset(torch.randn(40, 6, generator=g), torch.randint(0, 3, (40,), generator=g))
+
+
+def test_the_cache_holds_the_bottoms_eval_outputs_in_order():
+    bottom, _ = parts()
+    data = dataset()
+    cached = cache_features(bottom, data, batch_size=16, progress=False)
+    assert bottom.training  # its mode is given back
+    with torch.no_grad():
+        expected = bottom.eval()(data.tensors[0])
+    assert torch.equal(cached.features, expected) and torch.equal(cached.targets, data.tensors[1])
+
+
+def test_training_the_top_on_the_cache_equals_training_the_whole_model_with_the_bottom_frozen():
+    bottom, top = parts()
+    data = dataset()
+    whole = nn.Sequential(bottom, top)
+    reference_top = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 3))
+    reference_top.load_state_dict(top.state_dict())
+    reference = nn.Sequential(bottom, reference_top)
+
+    cached = cache_features(bottom, data, batch_size=16, progress=False)
+    Trainer(top, torch.optim.SGD(top.parameters(), lr=0.1), nn.CrossEntropyLoss(), device="cpu",
+            progress=False).fit(DataLoader(cached, batch_size=8), epochs=2)
+    bottom.eval()  # as the cache saw it (Dropout off too); fit keeps each submodule's mode
+    Trainer(reference, torch.optim.SGD(reference_top.parameters(), lr=0.1), nn.CrossEntropyLoss(),
+            device="cpu", progress=False).fit(DataLoader(data, batch_size=8), epochs=2)
+    for a, b in zip(top.parameters(), reference_top.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert not torch.equal(whole[1][0].weight, parts()[1][0].weight)  # it did train
+
+
+def test_a_kept_cache_is_reused_only_while_the_weights_and_data_match(tmp_path):
+    bottom, _ = parts()
+    data = dataset()
+    path = tmp_path / "train.safetensors"
+    first = cache_features(bottom, data, path=path, progress=False)
+    assert path.is_file()
+    again = cache_features(bottom, data, path=path, progress=False)
+    assert again.fingerprint == first.fingerprint and torch.equal(again.features, first.features)
+    with torch.no_grad():
+        bottom[0].weight.add_(1.0)  # new weights: the old cache is stale
+    fresh = cache_features(bottom, data, path=path, progress=False)
+    assert fresh.fingerprint != first.fingerprint and not torch.equal(fresh.features, first.features)
+    assert CachedFeatures.load(path).fingerprint == fresh.fingerprint
+
+
+def test_tuple_features_of_different_lengths_are_padded_and_passed_as_arguments():
+    class Encoder(nn.Module):
+        def forward(self, x):
+            return x * 2, (x != 0).long()
+
+    class Top(nn.Module):  # takes the features as two arguments, like MiniLMTop(hidden, attention_mask)
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(1, 2)
+
+        def forward(self, hidden, mask):
+            return self.fc((hidden * mask).sum(dim=1, keepdim=True) / mask.sum(dim=1, keepdim=True))
+
+    batches = [(torch.ones(2, 3), torch.tensor([0, 1])), (torch.ones(2, 5), torch.tensor([1, 0]))]
+    cached = cache_features(Encoder(), DataLoader(batches, batch_size=None), progress=False)
+    (hidden, mask), target = cached[0]
+    assert hidden.shape == (5,) and mask.tolist() == [1, 1, 1, 0, 0] and int(target) == 0
+    top = Top()
+    history = Trainer(top, torch.optim.SGD(top.parameters(), lr=0.1), nn.CrossEntropyLoss(), device="cpu",
+                      progress=False).fit(DataLoader(cached, batch_size=2, collate_fn=collate_cached), epochs=1)
+    assert history[0]["samples"] == 4
+
+
+def test_a_dataset_of_tuple_inputs_reaches_the_bottom_as_arguments():
+    class Bottom(nn.Module):
+        def forward(self, ids, mask):
+            return ids * mask
+
+    items = [((torch.full((3,), float(i)), torch.tensor([1.0, 1.0, 0.0])), i % 2) for i in range(5)]
+    cached = cache_features(Bottom(), items, batch_size=2, progress=False)
+    assert cached.features[4].tolist() == [4.0, 4.0, 0.0] and cached.targets.tolist() == [0, 1, 0, 1, 0]
+
+
+def test_a_trainable_bottom_or_a_shuffled_loader_is_refused():
+    bottom, _ = parts()
+    with pytest.raises(ConfigError, match="shuffle=False"):
+        cache_features(bottom, DataLoader(dataset(), shuffle=True), progress=False)
+    bottom[0].weight.requires_grad_(True)
+    with pytest.raises(ConfigError, match="trainable parameter"):
+        cache_features(bottom, dataset(), progress=False)

@@ -1,0 +1,187 @@
+"""load_pretrained on real files: wrapper prefixes, new heads, strict errors, value checks, suggestions."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+from safetensors.torch import save_file
+from torch import nn
+
+from torchwork.errors import CheckpointError
+from torchwork.finetune import LoadReport, load_pretrained
+
+
+class Net(nn.Module):
+    def __init__(self, classes: int = 2) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU())
+        self.fc = nn.Linear(4, 8)
+        self.head = nn.Linear(8, classes)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.fc(self.body(x).mean(dim=(2, 3)))))
+
+
+def trained_net(classes: int = 2) -> Net:
+    torch.manual_seed(1)
+    net = Net(classes)
+    net.train()(torch.randn(4, 1, 6, 6))  # moves the BatchNorm running statistics off their defaults
+    return net
+
+
+def assert_same(model: nn.Module, reference: nn.Module, skip: tuple[str, ...] = ()) -> None:
+    ref = reference.state_dict()
+    for key, value in model.state_dict().items():
+        if not key.startswith(skip):
+            assert torch.equal(value, ref[key]), key
+
+
+def test_a_ddp_wrapped_models_checkpoint_loads_into_a_plain_one(tmp_path):
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    source = trained_net()
+    # a one-process gloo group over a file store: no port to collide with
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        wrapped = DistributedDataParallel(source)
+        torch.save(wrapped.state_dict(), tmp_path / "ddp.pt")
+    finally:
+        dist.destroy_process_group()
+    assert next(iter(torch.load(tmp_path / "ddp.pt", weights_only=True))).startswith("module.")
+    model = Net()
+    report = load_pretrained(model, tmp_path / "ddp.pt")
+    assert report.prefix == ("module.", "") and report.problems == 0
+    assert len(report.loaded) == len(model.state_dict())
+    assert_same(model, source)
+
+
+def test_a_compiled_and_wrapped_models_safetensors_load_into_a_plain_one(tmp_path):
+    source = trained_net()
+    compiled = torch.compile(source)  # keys gain "_orig_mod."; compiling is lazy, nothing runs
+    state = {f"module.{k}": v for k, v in compiled.state_dict().items()}  # nested: DDP around compile
+    assert next(iter(state)).startswith("module._orig_mod.")
+    save_file(state, str(tmp_path / "model.safetensors"))
+    model = Net()
+    report = load_pretrained(model, tmp_path)  # a folder holding model.safetensors
+    assert report.prefix == ("module._orig_mod.", "") and report.problems == 0
+    assert_same(model, source)
+    # plain torch 2.13 strict=False load of the same keys loads nothing and says nothing
+    result = Net().load_state_dict(compiled.state_dict(), strict=False)
+    assert len(result.unexpected_keys) == len(state)
+
+
+def test_a_plain_checkpoint_loads_into_a_wrapped_model():
+    source = trained_net()
+
+    class Wrapper(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.backbone = Net()
+
+    model = Wrapper()
+    report = load_pretrained(model, source.state_dict())
+    assert report.prefix == ("", "backbone.")
+    assert_same(model.backbone, source)
+
+
+def test_a_2_class_head_into_a_3_class_model_loads_all_but_the_head_and_says_so():
+    source = trained_net(classes=2)
+    model = Net(classes=3)
+    with pytest.raises(CheckpointError, match="mismatched") as error:
+        load_pretrained(model, source.state_dict())
+    assert "head.weight (2, 8) in the file, (3, 8) in the model" in str(error.value)
+    report = load_pretrained(model, source.state_dict(), new=["head"])
+    assert report.new == ["head.weight", "head.bias"] and report.problems == 0
+    assert set(report.loaded) == set(model.state_dict()) - {"head.weight", "head.bias"}
+    assert_same(model, source, skip=("head.",))
+    text = str(report)
+    assert "new: head.weight, head.bias" in text
+    assert "head" in text.splitlines()[-2] or any(line.startswith("head ") for line in text.splitlines())
+    # without new= and strict=False: the shapes that differ are never loaded, and reported
+    fresh = Net(classes=3)
+    before = fresh.head.weight.clone()
+    loose = load_pretrained(fresh, source.state_dict(), strict=False)
+    assert loose.mismatched == ["head.weight", "head.bias"] and torch.equal(fresh.head.weight, before)
+
+
+def test_a_wrong_prefix_with_strict_raises_with_the_table_and_loads_nothing():
+    source = trained_net()
+    state = {f"encoder.{k}": v for k, v in source.state_dict().items()}
+    model = Net()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(CheckpointError) as error:
+        load_pretrained(model, state, strip_prefixes=False)
+    message = str(error.value)
+    assert "nothing was loaded" in message
+    assert "module" in message and "loaded" in message and "missing" in message  # the table's header
+    assert "unexpected: encoder.body.0.weight" in message
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    # the same file with the prefix found by matching
+    assert load_pretrained(model, state).prefix == ("encoder.", "")
+
+
+def test_an_init_hook_that_reinitialises_after_loading_is_caught():
+    source = trained_net()
+    model = Net()
+
+    def reinit(module, incompatible):  # a buggy post-load hook that "initialises" the head again
+        nn.init.zeros_(module.head.weight)
+
+    model.register_load_state_dict_post_hook(reinit)
+    with pytest.raises(CheckpointError, match=r"no longer hold the file's values \(e.g. \['head.weight'\]\)"):
+        load_pretrained(model, source.state_dict())
+
+
+def test_verify_catches_init_code_run_after_the_load():
+    model = Net()
+    report = load_pretrained(model, trained_net().state_dict())
+    report.verify(model)  # untouched: fine
+    model.fc.reset_parameters()
+    with pytest.raises(CheckpointError, match="fc.weight"):
+        report.verify(model)
+
+
+def test_an_unmatched_key_gets_its_likely_counterpart_and_the_rule_works():
+    source = trained_net()
+    state = {k.replace("fc.", "proj."): v for k, v in source.state_dict().items()}
+    with pytest.raises(CheckpointError) as error:
+        load_pretrained(Net(), state)
+    message = str(error.value)
+    assert "fc.weight: likely 'proj.weight' (same shape (8, 4), same position)" in message
+    assert "rename={'^proj\\\\.': 'fc.'}" in message
+    report = load_pretrained(Net(), state, rename={r"^proj\.": "fc."})
+    assert report.renames == [("proj.weight", "fc.weight"), ("proj.bias", "fc.bias")] and report.problems == 0
+
+
+def test_rename_none_drops_keys_and_the_report_counts_them():
+    state = dict(trained_net().state_dict())
+    state["pooler.weight"] = torch.zeros(3)
+    report = load_pretrained(Net(), state, rename={r"^pooler\.": None})
+    assert report.dropped == ["pooler.weight"] and report.problems == 0
+    assert "1 dropped by rename rules" in report.summary()
+
+
+def test_a_pickle_that_is_not_plain_tensors_is_refused(tmp_path):
+    path = tmp_path / "evil.pt"
+    with open(path, "wb") as handle:
+        pickle.dump({"weight": LoadReport}, handle)  # a class reference: never unpickled
+    with pytest.raises(CheckpointError, match="weights_only=True"):
+        load_pretrained(Net(), path)
+
+
+def test_a_torchwork_checkpoint_and_bad_sources(tmp_path):
+    source = trained_net()
+    torch.save({"model": source.state_dict(), "optimizer": {}, "counters": {"global_step": 3}}, tmp_path / "c.pt")
+    model = Net()
+    assert load_pretrained(model, tmp_path / "c.pt").problems == 0
+    assert_same(model, source)
+    with pytest.raises(CheckpointError, match="no such file"):
+        load_pretrained(Net(), tmp_path / "missing.safetensors")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match="holds no weights file"):
+        load_pretrained(Net(), tmp_path / "empty")
+    with pytest.raises(CheckpointError, match="not a valid regex"):
+        load_pretrained(Net(), source.state_dict(), rename={"(": "x"})
