@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchwork.errors import ConfigError
 from torchwork.serve.config import ServeConfig
-from torchwork.serve.predictor import Predictor, available_cpus, configure_threads
+from torchwork.serve.predictor import ServedModel, available_cpus, configure_threads
 
 if TYPE_CHECKING:  # pragma: no cover
     from torchwork.serve.model_process import ModelProcess
@@ -45,7 +45,7 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(predictor: Predictor, config: ServeConfig | None = None, model_process: ModelProcess | None = None
+def serve(predictor: ServedModel, config: ServeConfig | None = None, model_process: ModelProcess | None = None
           ) -> None:
     """Serve ``predictor`` over HTTP until SIGTERM/SIGINT, then finish in-flight requests and return.
 
@@ -113,7 +113,7 @@ def check_not_a_run_folder(folder: str) -> None:
     raise ConfigError(f"{path} is a training run folder, not an exported artifact; {advice}.")
 
 
-def load_predictor(artifact: str, factory: str | None = None, variant: str | None = None) -> Predictor:
+def load_predictor(artifact: str, factory: str | None = None, variant: str | None = None) -> ServedModel:
     """``factory`` ("module:function") called with ``artifact``, or the artifact's own predictor (running
     ``variant``, default the one its manifest marks to deploy)."""
     if factory is None:
@@ -132,7 +132,7 @@ def load_predictor(artifact: str, factory: str | None = None, variant: str | Non
         raise ConfigError(f"--factory {factory!r}: {error}. Check the module is importable (PYTHONPATH) "
                           "and defines the function.") from None
     predictor = function(artifact)
-    if not isinstance(predictor, Predictor):
+    if not isinstance(predictor, ServedModel):
         raise ConfigError(f"--factory {factory!r} returned {type(predictor).__name__}, not a predictor "
                           "(kind, item_shape, dtype, labels, predict_batch); return a TorchPredictor or "
                           "OnnxPredictor.")
@@ -141,7 +141,7 @@ def load_predictor(artifact: str, factory: str | None = None, variant: str | Non
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``torchwork serve`` flags (called by the CLI)."""
-    from torchwork.deploy.artifact import VARIANT_FILES  # the artifact format's module: no torch import
+    from torchwork.deploy.manifest import VARIANT_FILES  # the artifact format: no torch import
 
     d = ServeConfig()
     parser.add_argument("artifact", help="an exported artifact folder (see torchwork.deploy.export)")
