@@ -27,7 +27,7 @@ from serve_models import (
     text_predictor,
 )
 
-from torchwork.errors import ConfigError, ModelOutputError
+from torchwork.errors import ConfigError, ModelOutputError, ServeError
 from torchwork.serve import Batcher, OnnxPredictor, ServeConfig, TorchPredictor
 from torchwork.serve.encoding import answer, prediction_fragments
 from torchwork.serve.metrics import ServerMetrics
@@ -245,6 +245,28 @@ def test_a_failing_request_does_not_fail_its_batch_neighbours():
     first, bad, last = run_async(main())
     assert first == (200, b"[1]") and last == (200, b"[3]")
     assert bad[0] == 500 and b"ValueError: cannot take boom" in bad[1]
+
+
+def test_a_model_that_returns_another_number_of_rows_fails_only_its_request_and_a_batcher_must_start():
+    batcher = Batcher(lambda items: [0] * (len(items) + (items[0] == "extra")),
+                      lambda rows: (200, json.dumps(list(rows)).encode()), max_batch_size=8)
+    with pytest.raises(ServeError, match="not started"):
+        batcher.submit(["a"])
+
+    async def main():
+        batcher.start(asyncio.get_running_loop())
+        answers = await asyncio.gather(batcher.submit(["extra", "b"]), batcher.submit(["c"]))
+        batcher.stop()
+        return answers
+
+    bad, good = run_async(main())
+    assert good == (200, b"[0]")
+    assert bad[0] == 500 and b"ModelOutputError: the model returned 3 rows for 2 items" in bad[1]
+
+
+def test_the_http_parser_is_validated():
+    with pytest.raises(ConfigError, match="http='nginx': choose one of h11, httptools"):
+        ServeConfig(http="nginx")
 
 
 def test_full_queue_refuses_and_cancelled_jobs_never_run():

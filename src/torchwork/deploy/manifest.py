@@ -272,7 +272,8 @@ class Manifest(_Record):
             variants = {}
             for key, entry in _expect(value, dict, "the 'variants' entry").items():
                 if key not in VARIANT_FILES:
-                    raise ExportError(f"unknown variant {key!r} in {MANIFEST}; known: {sorted(VARIANT_FILES)}.")
+                    raise ExportError(f"unknown variant {key!r} in {MANIFEST}; this torchwork knows "
+                                      f"{sorted(VARIANT_FILES)}. Re-export the model with this torchwork version.")
                 variants[key] = Variant.from_json(entry, f"variant {key!r}")
             return variants
         nested = {"samples": SamplesEntry, "preprocess": PreprocessEntry, "postprocess": Postprocess}

@@ -48,7 +48,7 @@ from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 from torchwork.deploy.runtime import check_row_count
-from torchwork.errors import QueueFullError
+from torchwork.errors import QueueFullError, ServeError
 from torchwork.serve.encoding import Answer
 from torchwork.serve.metrics import ServerMetrics
 from torchwork.serve.schemas import error_body
@@ -128,7 +128,9 @@ class BatchingRule:
     def submit(self, items: Sequence[Any]) -> Job:
         """Queue one request; raise :class:`~torchwork.errors.QueueFullError` when ``max_queue`` items wait
         already or the server is shutting down (the server answers 503)."""
-        assert self.loop is not None, "start the batcher first"
+        if self.loop is None:
+            raise ServeError("the batcher is not started: call start(loop) (thread batcher) or await open() on the "
+                             "event loop first")
         if self.stopping:
             raise QueueFullError("the server is shutting down; retry on another instance or later")
         queued = self.submitted - self.taken

@@ -161,7 +161,9 @@ class ModelProcess:
     def send(self, items: Any, chunk: int) -> None:
         """Queue a batch for the child (on the loop; never blocks): it runs ``items`` in chunks of ``chunk``
         and answers with one JSON fragment per item (:mod:`torchwork.serve.encoding`)."""
-        assert self._transport is not None, "connect() first"
+        if self._transport is None:
+            raise ModelProcessError("the model process is not connected to an event loop: await connect() first "
+                                    "(or use predict_batch() without one)")
         self._transport.write(_frame(("fragments", items, chunk)))
 
     def disconnect(self) -> None:
