@@ -27,8 +27,7 @@ _LAZY: dict[str, str] = {
     # every error class, drawn as a tree in torchwork/errors.py
     **dict.fromkeys(["TorchworkError", "ConfigError", "BatchError", "LossError", "DeviceError", "CheckpointError",
                      "NonFiniteWeightsError", "DataError", "DistributedError", "ExportError", "QueueFullError",
-                     "ServeError", "DiskFullError"], "torchwork.errors"),
-    "ModelProcessError": "torchwork.serve.model_process",
+                     "ServeError", "ModelProcessError", "ModelOutputError", "DiskFullError"], "torchwork.errors"),
 }
 
 __all__ = ["__version__", *_LAZY]
@@ -48,12 +47,13 @@ if TYPE_CHECKING:  # pragma: no cover
         DistributedError,
         ExportError,
         LossError,
+        ModelOutputError,
+        ModelProcessError,
         NonFiniteWeightsError,
         QueueFullError,
         ServeError,
         TorchworkError,
     )
     from torchwork.runs.seeding import seed_everything  # noqa: F401
-    from torchwork.serve.model_process import ModelProcessError  # noqa: F401
 else:
     __getattr__, __dir__ = lazy_attributes("torchwork", _LAZY, globals())

@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import warnings
 from collections.abc import Callable
@@ -25,24 +26,36 @@ from torchwork.errors import ConfigError
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def renamed_keywords(**old_to_new: str) -> Callable[[F], F]:
+@dataclasses.dataclass(frozen=True)
+class Renamed:
+    """A keyword renamed with a change of unit: ``new = convert(old)``; ``meaning`` says how in the warning."""
+
+    new: str
+    convert: Callable[[Any], Any]
+    meaning: str
+
+
+def renamed_keywords(**old_to_new: str | Renamed) -> Callable[[F], F]:
     """Accept each old keyword as its new name, with a ``FutureWarning`` (shown to end users) naming the new one.
 
     The wrapped function keeps its own signature for type checkers, which therefore flag the old names.
     """
+    renames = {old: new if isinstance(new, Renamed) else Renamed(new, lambda value: value, "same meaning")
+               for old, new in old_to_new.items()}
 
     def decorate(function: F) -> F:
         @functools.wraps(function)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            for old, new in old_to_new.items():
+            for old, rename in renames.items():
                 if old not in kwargs:
                     continue
+                new = rename.new
                 if new in kwargs:
                     raise ConfigError(f"{function.__qualname__}() got both {old}= and {new}=: pass only {new}= "
                                       f"({old} is its deprecated name).")
                 warnings.warn(f"{function.__qualname__}({old}=...) is deprecated: write {new}=... instead "
-                              "(same meaning).", FutureWarning, stacklevel=2)
-                kwargs[new] = kwargs.pop(old)
+                              f"({rename.meaning}).", FutureWarning, stacklevel=2)
+                kwargs[new] = rename.convert(kwargs.pop(old))
             return function(*args, **kwargs)
 
         return cast(F, wrapper)

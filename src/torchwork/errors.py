@@ -19,6 +19,7 @@ The hierarchy (every class is importable from ``torchwork`` itself)::
     ├── QueueFullError  (RuntimeError)    a server's queue is full or it is shutting down: retry later
     ├── ServeError  (RuntimeError)        a model server did not start, become ready, or answer
     │   └── ModelProcessError             the model process failed to start or died
+    ├── ModelOutputError  (RuntimeError)  a model gave another number of rows than it was given items
     └── DiskFullError  (OSError)          a file does not fit; the previous version of it is intact
 
 Example:
@@ -31,6 +32,8 @@ Example:
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class TorchworkError(Exception):
@@ -72,6 +75,9 @@ class DistributedError(TorchworkError, RuntimeError):
 class ExportError(TorchworkError, RuntimeError):
     """An export cannot reproduce the eager model, or an artifact is damaged."""
 
+    #: When an export refused to write its artifact: what it measured (``ok``, ``refused``, ``parity``).
+    report: dict[str, Any] | None = None
+
 
 class QueueFullError(TorchworkError, RuntimeError):
     """A server's request queue is full (or it is shutting down): retry later."""
@@ -79,6 +85,14 @@ class QueueFullError(TorchworkError, RuntimeError):
 
 class ServeError(TorchworkError, RuntimeError):
     """A model server did not start, did not become ready, or did not answer."""
+
+
+class ModelProcessError(ServeError):
+    """The model process failed to start or died."""
+
+
+class ModelOutputError(TorchworkError, RuntimeError):
+    """A model returned outputs that do not match its inputs (another number of rows than items)."""
 
 
 class DiskFullError(TorchworkError, OSError):

@@ -12,7 +12,7 @@ from deploy_helpers import eager, text_classifier, tweets
 from torch import nn
 
 from torchwork.deploy import TokenIdsPreprocessor, export, load_artifact, read_manifest, verify
-from torchwork.errors import ExportError
+from torchwork.errors import ConfigError, ExportError
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,7 @@ def artifact(tmp_path_factory):
 def test_manifest_has_dynamic_batch_and_length_and_the_preprocessor(artifact):
     out, report = artifact
     assert report["ok"], report["refused"]
-    manifest = read_manifest(out)
+    manifest = read_manifest(out).to_json()  # the typed manifest as written on disk
     assert manifest["inputs"] == [{"name": "ids", "dtype": "int64", "shape": ["batch", "length"]},
                                   {"name": "lengths", "dtype": "int64", "shape": ["batch"]}]
     assert manifest["preprocess"] == {"class": "torchwork.deploy.preprocess:TokenIdsPreprocessor",
@@ -83,6 +83,22 @@ def test_preprocessor_round_trip_and_empty_text(tmp_path):
     assert lengths.tolist() == [3, 1, 4] and ids[1].tolist()[0] == 1  # empty -> one unknown token
 
 
+def test_preprocessor_vocabulary_names_match_the_text_preprocessor():
+    texts = ["a a a b b c"]
+    pre = TokenIdsPreprocessor.fit(texts, min_freq=2)
+    assert pre.vocabulary == {"a": 2, "b": 3} and pre.vocab_size == 4
+    assert TokenIdsPreprocessor.fit(texts, max_vocab=3).vocabulary == {"a": 2}  # padding, unknown, one word
+    with pytest.warns(FutureWarning, match=r"max_words=N is max_vocab=N \+ 2"):
+        old = TokenIdsPreprocessor.fit(texts, max_words=1)
+    with pytest.warns(FutureWarning, match=r"write min_freq=\.\.\. instead \(same meaning\)"):
+        old_count = TokenIdsPreprocessor.fit(texts, min_count=2)
+    assert old.vocabulary == {"a": 2} and old_count.vocabulary == pre.vocabulary
+    with pytest.raises(ConfigError, match="max_vocab=2 leaves no room"):
+        TokenIdsPreprocessor.fit(texts, max_vocab=2)
+    with pytest.raises(ConfigError, match="min_freq=0 must be at least 1"):
+        TokenIdsPreprocessor.fit(texts, min_freq=0)
+
+
 class LocalPreprocessor(TokenIdsPreprocessor):
     """A preprocessor outside the torchwork namespace: loading needs the caller's explicit trust."""
 
@@ -132,6 +148,6 @@ def test_the_data_text_preprocessor_travels_in_the_artifact(tmp_path):
     out = tmp_path / "data_text"
     report = export(model, preprocess(data["train"][:8]), out, preprocess=preprocess, samples=data["test"],
                     targets=data["y_test"], verify_rounds=1, threads=1)
-    assert report["ok"] and read_manifest(out)["preprocess"]["class"] == "torchwork.data.text:TextPreprocessor"
+    assert report["ok"] and read_manifest(out).preprocess.class_spec == "torchwork.data.text:TextPreprocessor"
     texts = ["@someone I LOVE my self-driving car http://example.com", ""]
     torch.testing.assert_close(load_artifact(out)(texts), eager(model, *preprocess(texts)), atol=1e-5, rtol=1e-4)
