@@ -33,6 +33,7 @@ from torchwork.engine.callbacks import EarlyStopping
 from torchwork.engine.devices import batch_size_of, check_model_on, move_to_device, resolve_device
 from torchwork.engine.precision import keep_in_fp32, resolve_precision
 from torchwork.engine.progress import ProgressBar
+from torchwork.engine.step import LocalSync, StepResult, StepSetup, optimizer_step
 from torchwork.errors import CheckpointError, ConfigError, LossError
 
 Tensor = torch.Tensor
@@ -179,6 +180,7 @@ class Trainer:
             self.guard = attach_guard(self)
             self.callbacks.append(self.guard)  # its on_epoch_end checks the epoch's last partial window
         self._session = None
+        self._step = self._step_setup()
 
         # Counters (saved in checkpoints): optimizer steps attempted, steps skipped by the scaler.
         self.global_step = 0
@@ -197,91 +199,30 @@ class Trainer:
         self._resumed_loader_rng: Tensor | None = None  # its state from an end-of-epoch checkpoint
         self._checkpointing = False
 
-    # ------------------------------------------------------------------ the step
-    def _run_window(self, window: Sequence[Any]) -> tuple[Tensor, int]:
-        """One optimizer step over the micro-batches of ``window``; returns (detached loss, samples).
+    # ------------------------------------------------------------------ the step (engine/step.py)
+    def _step_setup(self) -> StepSetup:
+        if self._ddp is not None:
+            from torchwork.distributed.sync import DDPSync
 
-        The order is the whole point: zero_grad -> (autocast forward -> loss -> backward) per micro-batch
-        -> unscale -> clip -> optimizer step (skipped on inf/NaN under a scaler) -> scaler update ->
-        scheduler step.
-        """
-        optimizer, scaler = self.optimizer, self.scaler
-        # set_to_none frees the gradients instead of zero-filling them (less memory, no memset).
-        optimizer.zero_grad(set_to_none=True)
-
-        # Exact accumulation (Composer-style): weight each micro-batch by its share of the samples in the
-        # window, so a short last window averages over its own samples instead of getting 1/k each. Under
-        # DDP the share is of the samples on all ranks (DDP then averages over ranks, hence * world size).
-        accumulating = len(window) > 1
-        if accumulating:
-            counts = [self._samples_in(batch) for batch in window]
-            window_samples = sum(counts)
-            scale = 1.0 / window_samples
-            if self._ddp is not None:
-                scale = self.world.world_size / self._all_reduce_sum([window_samples])[0]
-        window_loss = None
-        last = len(window) - 1
-        for index, batch in enumerate(window):
-            weight = counts[index] * scale if accumulating else None
-            if self._ddp is not None and index < last:
-                with self._ddp.no_sync():  # all-reduce gradients once, after the window's last micro-batch
-                    loss, samples = self._micro_step(batch, weight)
-            else:
-                loss, samples = self._micro_step(batch, weight)
-            if accumulating:
-                window_loss = loss * counts[index] if window_loss is None else window_loss + loss * counts[index]
-            else:
-                window_loss, window_samples = loss, samples
-        if accumulating:
-            window_loss = window_loss / window_samples  # the local sample mean, for logging
-
-        if scaler is not None:
-            scaler.unscale_(optimizer)  # clip and log the true gradients, not the scaled ones
-        # Read from the optimizer at each step: groups added during training (gradual unfreezing) count too.
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        if self.clip_grad_norm is not None:
-            # Returns the norm measured before clipping: that is the one worth logging.
-            self._last_grad_norm = torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm)
-        if self.clip_grad_value is not None:
-            torch.nn.utils.clip_grad_value_(params, self.clip_grad_value)
-
-        stepped = True
-        if scaler is None:
-            optimizer.step()
+            sync: Any = DDPSync(self._ddp, self.world, self.device)
         else:
-            scale_before = scaler.get_scale()
-            scaler.step(optimizer)  # skipped when unscale_ found inf/NaN gradients
-            scaler.update()
-            stepped = scaler.get_scale() >= scale_before  # the scale only shrinks after a skipped step
-            if not stepped:
-                self.skipped_steps += 1
-        if self.scheduler is not None and stepped and not self._plateau:
-            self.scheduler.step()  # counts optimizer steps, never micro-batches
+            sync = LocalSync()
+        return StepSetup(self.optimizer, self.precision, sync, self._forward_loss, self._samples_in,
+                         self.clip_grad_norm, self.clip_grad_value, None if self._plateau else self.scheduler)
+
+    def _run_window(self, window: Sequence[Any]) -> StepResult:
+        """One optimizer step over the micro-batches of ``window`` (:func:`optimizer_step`), counted."""
+        result = optimizer_step(self._step, window)
+        self._last_grad_norm = result.grad_norm
+        if not result.stepped:
+            self.skipped_steps += 1
         self.global_step += 1
-        if self.guard is not None:
-            self.guard.after_step(window_loss, batch_size=min(counts) if accumulating else window_samples,
-                                  grad_norm=self._last_grad_norm, skipped=not stepped)
-        return window_loss, window_samples
-
-    def _micro_step(self, batch: Any, weight: float | None) -> tuple[Tensor, int]:
-        """Forward (under autocast) -> loss -> backward for one micro-batch; returns (detached loss, samples)."""
-        if self.precision.dtype is None:
-            loss, samples = self._forward_loss(batch)
-        else:
-            with torch.autocast(self.precision.device_type, dtype=self.precision.dtype):
-                loss, samples = self._forward_loss(batch)
-        weighted = loss if weight is None else loss * weight
-        # fp16: multiply the loss by the scale so that small gradients do not underflow to zero.
-        if self.scaler is None:
-            weighted.backward()
-        else:
-            self.scaler.scale(weighted).backward()
-        return loss.detach(), samples
+        return result
 
     def _forward_loss(self, batch: Any) -> tuple[Tensor, int]:
         """Forward pass and loss for one micro-batch: returns (loss, number of samples)."""
         if not self._checked_first_batch:
-            self._check_batch(batch)
+            self._check_batch(batch)  # once: what the loader yields has the shape the step expects
         if self.step_fn is not None:
             batch = move_to_device(batch, self.device)
             loss = self.step_fn(self._train_model, batch)
@@ -360,8 +301,10 @@ class Trainer:
         """
         if not batches:
             raise ConfigError("trainer.step() needs at least one batch.")
-        loss, _ = self._run_window(batches)
-        return loss
+        result = self._run_window(batches)
+        if self.guard is not None:  # a user's own loop gets the guard's per-step checks, not fit's callbacks
+            self.guard.on_step_end(self, self._step_logs_of(result))
+        return result.loss
 
     # ------------------------------------------------------------------ the loop
     def fit(self, train_loader: Iterable[Any], val_loader: Iterable[Any] | None = None,
@@ -502,7 +445,8 @@ class Trainer:
                           epoch=self.epoch, epochs=self._epochs_total, every_s=self.progress_every_s)
         show_bar = bar.enabled
         for window in _windows(batches, self.accumulate):
-            loss, samples = self._run_window(window)
+            result = self._run_window(window)
+            loss, samples = result.loss, result.samples
             self.batch_in_epoch += len(window)
             totals["loss_sum"] += loss * samples
             totals["samples"] += samples
@@ -520,8 +464,7 @@ class Trainer:
                 for logger in self.loggers:
                     logger.log(logs, self.global_step)
             if on_step:
-                # every step; the loss stays a tensor so that a callback costs no device sync unless it asks
-                step_logs = {"step": self.global_step, "epoch": self.epoch, "loss": loss}
+                step_logs = self._step_logs_of(result)
                 for callback in on_step:
                     callback(self, step_logs)
             if checkpoint_every and self.global_step % checkpoint_every == 0:
@@ -551,6 +494,12 @@ class Trainer:
             logs.update(skipped_steps=self.skipped_steps - totals["skipped_at_start"],
                         scale=self.scaler.get_scale())
         return logs
+
+    def _step_logs_of(self, result: StepResult) -> dict[str, Any]:
+        """What ``on_step_end`` gets at every step: tensors stay tensors, so that a callback (the guard
+        included) costs no device sync unless it reads them."""
+        return {"step": self.global_step, "epoch": self.epoch, "loss": result.loss,
+                "grad_norm": result.grad_norm, "skipped": not result.stepped, "batch_size": result.smallest}
 
     def _step_logs(self, loss: Tensor) -> dict[str, Any]:
         logs: dict[str, Any] = {"step": self.global_step, "epoch": self.epoch, "loss": float(loss),
