@@ -324,6 +324,35 @@ class Trainer:
             self.guard.on_step_end(self, self._step_logs_of(result))
         return result.loss
 
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write a checkpoint of everything :meth:`state_dict` holds to ``path``: atomically, with its
+        SHA-256 checksum beside it, in the format of ``fit``'s checkpoints (``fit(resume=path)`` continues
+        from it). Under DDP every rank calls it (a collective) and rank 0 writes.
+
+        Example:
+            >>> import tempfile, pathlib, torch
+            >>> from torch import nn
+            >>> from torchwork import Trainer
+            >>> model = nn.Linear(4, 1)
+            >>> trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.MSELoss(), device="cpu")
+            >>> _ = trainer.step((torch.randn(8, 4), torch.randn(8, 1)))
+            >>> path = pathlib.Path(tempfile.mkdtemp()) / "mine.pt"
+            >>> trainer.save(path); trainer.load(path); trainer.global_step
+            1
+        """
+        from torchwork.runs.checkpoint import save_checkpoint
+
+        state = self.state_dict()
+        if self.world.is_rank_zero:
+            save_checkpoint(state, path)
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """Continue from a checkpoint written by :meth:`save` or by ``fit``: its checksum is verified and it
+        is read with ``torch.load(weights_only=True)`` (nothing in it is executed)."""
+        from torchwork.runs.checkpoint import load_checkpoint
+
+        self.load_state_dict(load_checkpoint(path, map_location=self.device))
+
     # ------------------------------------------------------------------ the loop
     def fit(self, train_loader: Iterable[Any], val_loader: Iterable[Any] | None = None,
             epochs: int = 1, resume: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
@@ -699,7 +728,7 @@ class Trainer:
                           "is intended.", stacklevel=3)
 
     def explain(self) -> str:
-        """The exact order of one training step for the current settings (also printed)."""
+        """The exact order of one training step for the current settings, as text (``print`` it)."""
         p, k = self.precision, self.accumulate
         lines = [f"One optimizer step on {self.device} (precision={p.name}, accumulate={k}):"]
         n = 1
@@ -735,9 +764,7 @@ class Trainer:
             lines.append(f"  once per epoch: scheduler.step({self.plateau_monitor})")
         lines.append(f"  every {self.log_every_n_steps} steps: log loss, lr"
                      + (", grad_norm" if self.clip_grad_norm else "") + (", scale" if self.scaler else ""))
-        text = "\n".join(lines)
-        print(text)
-        return text
+        return "\n".join(lines)
 
 
 
