@@ -31,6 +31,9 @@ _ALIASES = {
 }
 
 
+NO_CONTEXT = contextlib.nullcontext()  # stateless and reusable: one per step would be a call more
+
+
 @dataclass
 class PrecisionPlan:
     """The resolved precision: ``name`` is "32", "bf16" or "fp16"."""
@@ -43,7 +46,7 @@ class PrecisionPlan:
     def autocast(self) -> Any:
         """The autocast context for a forward pass (a no-op context in fp32)."""
         if self.dtype is None:
-            return contextlib.nullcontext()
+            return NO_CONTEXT
         return torch.autocast(self.device_type, dtype=self.dtype)
 
     def backward(self, loss: torch.Tensor) -> None:

@@ -21,14 +21,13 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 
-from torchwork.engine.precision import PrecisionPlan
+from torchwork.engine.precision import NO_CONTEXT, PrecisionPlan
 
 Tensor = torch.Tensor
 
@@ -50,7 +49,7 @@ class LocalSync:
         return 1.0 / window_samples
 
     def micro_batch(self, final: bool) -> Any:
-        return contextlib.nullcontext()
+        return NO_CONTEXT
 
 
 @dataclass
