@@ -235,7 +235,11 @@ class Guard:
             self.check_every = trainer.log_every_n_steps  # check on the steps that log (and sync) anyway
 
     def on_step_end(self, trainer: Any, logs: dict[str, Any]) -> None:
-        """The Trainer's per-step dispatch: the step's values as they are (tensors), see :meth:`after_step`."""
+        """The Trainer's per-step dispatch: the step's values as they are (tensors), see :meth:`after_step`.
+        Steps are counted as the Trainer counts them, so that checks fall on its logging steps (a resumed
+        run included) and findings name the step its logs show."""
+        if "step" in logs:
+            self.steps = int(logs["step"]) - 1
         self.after_step(logs.get("loss"), batch_size=logs.get("batch_size"), grad_norm=logs.get("grad_norm"),
                         skipped=bool(logs.get("skipped", False)))
 
