@@ -25,7 +25,9 @@ SRC = ROOT / "src"
 
 # Packages whose public modules are left out of the type check for now, with the reason.
 NOT_YET_CHECKED = {
-    "torchwork.engine": "being redesigned (issue 20 items 1-4)",
+    # Landed in main at 11:45 with 20 type errors in trainer.py, step.py and devices.py; fixing them needs
+    # the engine's own tests, so it is checked in a follow-up.
+    "torchwork.engine": "its redesign (issue 20 items 1-4) landed with 20 type errors left",
 }
 
 

@@ -23,7 +23,7 @@ _LAZY: dict[str, str] = {
     "Callback": "torchwork.engine.callbacks",
     "resolve_device": "torchwork.engine.devices",
     "move_to_device": "torchwork.engine.devices",
-    "seed_everything": "torchwork.runs.seeding",
+    "seed_everything": "torchwork.seeding",
     # every error class, drawn as a tree in torchwork/errors.py
     **dict.fromkeys(["TorchworkError", "ConfigError", "BatchError", "LossError", "DeviceError", "CheckpointError",
                      "NonFiniteWeightsError", "DataError", "DistributedError", "ExportError", "QueueFullError",
@@ -54,6 +54,6 @@ if TYPE_CHECKING:  # pragma: no cover
         ServeError,
         TorchworkError,
     )
-    from torchwork.runs.seeding import seed_everything  # noqa: F401
+    from torchwork.seeding import seed_everything  # noqa: F401
 else:
     __getattr__, __dir__ = lazy_attributes("torchwork", _LAZY, globals())
