@@ -137,7 +137,7 @@ def broadcast_object(obj: Any) -> Any:
     return box[0]
 
 
-def gather_object(obj: Any) -> list[Any] | None:
+def gather_object(obj: Any) -> list[Any]:
     """Every rank's ``obj``, in rank order, on every rank."""
     if not (dist.is_available() and dist.is_initialized()):
         return [obj]
