@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 LOCK   := requirements/lock.txt
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench lint lock system-deps clean
+.PHONY: demo test bench lint typecheck lock system-deps clean
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,14 +38,18 @@ system-deps:
 demo: $(STAMP)
 	$(BIN)/torchwork quickstart
 
-test: $(STAMP) system-deps
+# The type check of the public API comes first (files and settings: [tool.mypy] in pyproject.toml).
+test: $(STAMP) system-deps typecheck
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
 	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b; done
 
-lint: $(STAMP)
+lint: $(STAMP) typecheck
 	$(BIN)/ruff check src tests benchmarks examples
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
 
 # Rewrite the lock from what .venv holds now.
 lock: $(STAMP)

@@ -87,7 +87,7 @@ def build_text_artifact(folder: Path) -> None:
     config = SentimentConfig()
     dataset = load_dataset("tweets", seed=0)
     texts = dataset.train.texts
-    preprocessor = TextPreprocessor.fit(texts, min_freq=config.min_freq, max_size=config.max_vocab,
+    preprocessor = TextPreprocessor.fit(texts, min_freq=config.min_freq, max_vocab=config.max_vocab,
                                         max_length=config.max_length)
     torch.manual_seed(0)
     model = TfidfNGramClassifier(list(preprocessor.vocab), len(dataset.classes), chars=config.chars)

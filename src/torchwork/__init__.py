@@ -23,19 +23,37 @@ _LAZY: dict[str, str] = {
     "Callback": "torchwork.engine.callbacks",
     "resolve_device": "torchwork.engine.devices",
     "move_to_device": "torchwork.engine.devices",
-    "seed_everything": "torchwork.runs.seeding",
-    "TorchworkError": "torchwork.errors",
-    "ConfigError": "torchwork.errors",
+    "seed_everything": "torchwork.seeding",
+    # every error class, drawn as a tree in torchwork/errors.py
+    **dict.fromkeys(["TorchworkError", "ConfigError", "BatchError", "LossError", "DeviceError", "CheckpointError",
+                     "NonFiniteWeightsError", "DataError", "DistributedError", "ExportError", "QueueFullError",
+                     "ServeError", "ModelProcessError", "ModelOutputError", "DiskFullError"], "torchwork.errors"),
 }
 
 __all__ = ["__version__", *_LAZY]
 
+# Type checkers read the imports (and flag a misspelt name); at run time each name is imported on first use.
 if TYPE_CHECKING:  # pragma: no cover
     from torchwork.engine.callbacks import Callback, EarlyStopping  # noqa: F401
     from torchwork.engine.devices import move_to_device, resolve_device  # noqa: F401
     from torchwork.engine.trainer import Trainer  # noqa: F401
-    from torchwork.errors import ConfigError, TorchworkError  # noqa: F401
-    from torchwork.runs.seeding import seed_everything  # noqa: F401
-
-
-__getattr__, __dir__ = lazy_attributes("torchwork", _LAZY, globals())
+    from torchwork.errors import (  # noqa: F401
+        BatchError,
+        CheckpointError,
+        ConfigError,
+        DataError,
+        DeviceError,
+        DiskFullError,
+        DistributedError,
+        ExportError,
+        LossError,
+        ModelOutputError,
+        ModelProcessError,
+        NonFiniteWeightsError,
+        QueueFullError,
+        ServeError,
+        TorchworkError,
+    )
+    from torchwork.seeding import seed_everything  # noqa: F401
+else:
+    __getattr__, __dir__ = lazy_attributes("torchwork", _LAZY, globals())

@@ -5,6 +5,8 @@ Example:
     >>> getattr_, dir_ = lazy_attributes("pkg", {"dumps": "json"}, {})
     >>> getattr_("dumps").__name__
     'dumps'
+    >>> dir_()
+    ['dumps']
 """
 
 from __future__ import annotations
@@ -16,7 +18,11 @@ from typing import Any
 
 def lazy_attributes(package: str, names: dict[str, str], namespace: dict[str, Any],
                     ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """``__getattr__`` and ``__dir__`` for ``package``; ``names`` maps a public name to its module."""
+    """``__getattr__`` and ``__dir__`` for ``package``; ``names`` maps a public name to its module.
+
+    ``namespace`` is the package's ``globals()``: a name once imported is stored there. Pair it with
+    ``if TYPE_CHECKING:`` imports of the same names so that type checkers see them.
+    """
 
     def __getattr__(name: str) -> Any:
         module = names.get(name)
@@ -27,6 +33,6 @@ def lazy_attributes(package: str, names: dict[str, str], namespace: dict[str, An
         return value
 
     def __dir__() -> list[str]:
-        return sorted(names)
+        return sorted({*namespace, *names})  # what the module holds already and what it can import
 
     return __getattr__, __dir__

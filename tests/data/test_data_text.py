@@ -16,7 +16,7 @@ from torchwork.errors import ConfigError, DataError
 
 @functools.lru_cache(maxsize=1)
 def tweets_preprocessor() -> TextPreprocessor:
-    return TextPreprocessor.fit(load_dataset("tweets").train.texts, min_freq=2, max_size=8_000)
+    return TextPreprocessor.fit(load_dataset("tweets").train.texts, min_freq=2, max_vocab=8_000)
 
 
 def test_fit_on_real_train_split() -> None:
@@ -37,12 +37,14 @@ def test_vocabulary_comes_from_train_only() -> None:
     assert ids.tolist() == [[pre.unk_id, pre.index["film"]]]
 
 
-def test_min_freq_and_max_size() -> None:
+def test_min_freq_and_max_vocab() -> None:
     texts = ["a a a b b c"]
     assert TextPreprocessor.fit(texts, min_freq=2).vocab == ["<pad>", "<unk>", "a", "b"]
-    assert TextPreprocessor.fit(texts, min_freq=1, max_size=3).vocab == ["<pad>", "<unk>", "a"]
+    assert TextPreprocessor.fit(texts, min_freq=1, max_vocab=3).vocab == ["<pad>", "<unk>", "a"]
     with pytest.raises(ConfigError):
         TextPreprocessor.fit(texts, min_freq=0)
+    with pytest.raises(ConfigError, match="max_vocab=2 leaves no room"):
+        TextPreprocessor.fit(texts, max_vocab=2)
     with pytest.raises(DataError, match="no texts"):
         TextPreprocessor.fit([])
 
@@ -107,3 +109,13 @@ def test_collate_gives_the_engine_batch_shape() -> None:
     assert labels.tolist() == [label for _, label in items]
     with pytest.raises(DataError, match=r"\(text, label\)"):
         TextCollate(pre)(["just text"])  # type: ignore[list-item]
+
+
+def test_max_size_is_a_deprecated_name_of_max_vocab() -> None:
+    texts = ["a a a b b c"]
+    with pytest.warns(FutureWarning, match=r"fit\(max_size=\.\.\.\) is deprecated: write max_vocab=\.\.\."):
+        old = TextPreprocessor.fit(texts, min_freq=1, max_size=3)
+    assert old == TextPreprocessor.fit(texts, min_freq=1, max_vocab=3)
+    assert old.vocab == ["<pad>", "<unk>", "a"] and old.fit_info["max_vocab"] == 3
+    with pytest.raises(ConfigError, match="both max_size= and max_vocab="):
+        TextPreprocessor.fit(texts, max_size=3, max_vocab=4)

@@ -124,7 +124,7 @@ def text_classifier() -> tuple[nn.Module, Any]:
     from torchwork.deploy.preprocess import TokenIdsPreprocessor
 
     data = tweets()
-    preprocess = TokenIdsPreprocessor.fit(data["train"], max_words=5000, min_count=2, max_length=48)
+    preprocess = TokenIdsPreprocessor.fit(data["train"], max_vocab=5002, min_freq=2, max_length=48)
     torch.manual_seed(0)
     model = MeanEmbedding(preprocess.vocab_size)
     with one_thread():

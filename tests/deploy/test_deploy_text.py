@@ -12,7 +12,7 @@ from deploy_helpers import eager, text_classifier, tweets
 from torch import nn
 
 from torchwork.deploy import TokenIdsPreprocessor, export, load_artifact, read_manifest, verify
-from torchwork.errors import ExportError
+from torchwork.errors import ConfigError, ExportError
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +81,22 @@ def test_preprocessor_round_trip_and_empty_text(tmp_path):
         assert torch.equal(first, second)
     ids, lengths = again(texts)
     assert lengths.tolist() == [3, 1, 4] and ids[1].tolist()[0] == 1  # empty -> one unknown token
+
+
+def test_preprocessor_vocabulary_names_match_the_text_preprocessor():
+    texts = ["a a a b b c"]
+    pre = TokenIdsPreprocessor.fit(texts, min_freq=2)
+    assert pre.vocabulary == {"a": 2, "b": 3} and pre.vocab_size == 4
+    assert TokenIdsPreprocessor.fit(texts, max_vocab=3).vocabulary == {"a": 2}  # padding, unknown, one word
+    with pytest.warns(FutureWarning, match=r"max_words=N is max_vocab=N \+ 2"):
+        old = TokenIdsPreprocessor.fit(texts, max_words=1)
+    with pytest.warns(FutureWarning, match=r"write min_freq=\.\.\. instead \(same meaning\)"):
+        old_count = TokenIdsPreprocessor.fit(texts, min_count=2)
+    assert old.vocabulary == {"a": 2} and old_count.vocabulary == pre.vocabulary
+    with pytest.raises(ConfigError, match="max_vocab=2 leaves no room"):
+        TokenIdsPreprocessor.fit(texts, max_vocab=2)
+    with pytest.raises(ConfigError, match="min_freq=0 must be at least 1"):
+        TokenIdsPreprocessor.fit(texts, min_freq=0)
 
 
 class LocalPreprocessor(TokenIdsPreprocessor):

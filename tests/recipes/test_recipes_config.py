@@ -61,6 +61,7 @@ def test_bad_files_and_recipes(tmp_path):
     (["lr=0"], r"^lr=0\.0: must be > 0\.$"),
     (["l2=-0.1"], r"^l2=-0\.1: must be >= 0\.$"),
     (["max_length=0"], r"^max_length=0: must be >= 1\.$"),
+    (["max_vocab=2"], r"^max_vocab=2: must be >= 3\.$"),  # <pad>, <unk> and one word
     (["export_formats="], r"^export_formats=\[\]: choose one or more"),
     (["epochs=0", "lr=-1"], r"^epochs=0: must be >= 1; lr=-1\.0: must be > 0\.$"),
 ])

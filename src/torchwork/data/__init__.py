@@ -40,6 +40,7 @@ _LAZY: dict[str, str] = {
 
 __all__ = list(_LAZY)
 
+# Type checkers read the imports (and flag a misspelt name); at run time each name is imported on first use.
 if TYPE_CHECKING:  # pragma: no cover
     from torchwork.data.balance import (  # noqa: F401
         balanced_sampler,
@@ -58,6 +59,5 @@ if TYPE_CHECKING:  # pragma: no cover
     from torchwork.data.loaders import default_num_workers, loader, seed_worker  # noqa: F401
     from torchwork.data.profile import ProfileReport, profile_loader  # noqa: F401
     from torchwork.data.text import TextCollate, TextPreprocessor  # noqa: F401
-
-
-__getattr__, __dir__ = lazy_attributes("torchwork.data", _LAZY, globals())
+else:
+    __getattr__, __dir__ = lazy_attributes("torchwork.data", _LAZY, globals())

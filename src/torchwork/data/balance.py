@@ -79,7 +79,8 @@ def balanced_sampler(labels: Any, num_samples: int | None = None, seed: int = 0,
     counts = _counts(array, None)
     per_sample = 1.0 / counts[array]
     generator = torch.Generator().manual_seed(seed)
-    return WeightedRandomSampler(torch.as_tensor(per_sample, dtype=torch.double),
+    # A list of Python floats (float64, as torch makes of it) is the sequence the sampler documents.
+    return WeightedRandomSampler(per_sample.astype(np.float64).tolist(),
                                  num_samples or len(array), replacement=replacement, generator=generator)
 
 

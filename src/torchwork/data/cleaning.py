@@ -126,7 +126,7 @@ def _is_residue(text: str) -> bool:
     return any(_residue_replacement(m) == " " for m in _RESIDUE_RE.finditer(text))
 
 
-def _plausible_repair(before: str, after: str, explanation: list[tuple[str, str]]) -> bool:
+def _plausible_repair(before: str, after: str, explanation: Sequence[tuple[str, str]]) -> bool:
     """True when ftfy's fix re-read UTF-8 bytes (or fixed no encoding at all), left no garbage and
     introduced only Latin letters, punctuation, symbols or emoji.
 
@@ -168,7 +168,7 @@ def steps(config: CleaningConfig) -> tuple[tuple[str, Callable[[str], str]], ...
     for name, pattern in (("urls", _URL_RE), ("mentions", mention_re), ("numbers", _NUMBER_RE)):
         token = getattr(config, name)
         if token is not None:
-            chosen.append((name, lambda t, p=pattern, r=token: p.sub(r, t)))
+            chosen.append((name, functools.partial(pattern.sub, token)))
     if config.lowercase:
         chosen.append(("lowercase", str.lower))
     if config.whitespace:

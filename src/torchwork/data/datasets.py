@@ -50,14 +50,16 @@ from torchwork.data.cleaning import CleaningConfig, CleaningReport, clean_texts
 from torchwork.errors import ConfigError, DataError
 
 SPLITS = ("train", "validation", "test")
+# Labels as a list of ints or a numpy array of them (what scikit-learn and the IDX readers give).
+Labels = Sequence[int] | np.ndarray
 FASHION_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker",
                    "Bag", "Ankle boot"]
 
 
-class TextDataset(Dataset):
+class TextDataset(Dataset[tuple[str, int]]):
     """``(text, label)`` items; ``.texts`` and ``.labels`` (ints) are plain lists."""
 
-    def __init__(self, texts: Sequence[str], labels: Sequence[int]) -> None:
+    def __init__(self, texts: Sequence[str], labels: Labels) -> None:
         if len(texts) != len(labels):
             raise DataError(f"TextDataset got {len(texts)} texts but {len(labels)} labels.")
         self.texts = list(texts)
@@ -74,10 +76,10 @@ class TextDataset(Dataset):
             h.update(f"{label}\t{text}\n".encode())
 
 
-class ImageDataset(Dataset):
+class ImageDataset(Dataset[tuple[torch.Tensor, int]]):
     """``(image, label)`` items: float32 images (C, H, W) in [0, 1], stored as uint8 (N, C, H, W)."""
 
-    def __init__(self, images: torch.Tensor, labels: Sequence[int], scale: float = 255.0) -> None:
+    def __init__(self, images: torch.Tensor, labels: Labels, scale: float = 255.0) -> None:
         if images.dtype != torch.uint8 or images.ndim != 4:
             raise DataError(f"ImageDataset stores uint8 images (N, C, H, W), got {images.dtype} "
                             f"{tuple(images.shape)}.")
@@ -145,7 +147,7 @@ class DatasetSplits:
         return self.describe()
 
 
-def stratified_split(labels: Sequence[int], fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
+def stratified_split(labels: Labels, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
                      seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Row indices of train / validation / test: each class is split in ``fractions``, seeded.
 
@@ -157,11 +159,11 @@ def stratified_split(labels: Sequence[int], fractions: tuple[float, float, float
     if len(fractions) != 3 or any(f < 0 for f in fractions) or abs(sum(fractions) - 1) > 1e-9:
         raise ConfigError(f"fractions={fractions} must be three non-negative numbers that sum to 1, e.g. "
                           "(0.8, 0.1, 0.1).")
-    labels = np.asarray(labels)
+    label_array = np.asarray(labels)
     rng = np.random.default_rng(seed)
     parts: list[list[np.ndarray]] = [[], [], []]
-    for label in np.unique(labels):
-        rows = rng.permutation(np.flatnonzero(labels == label))
+    for label in np.unique(label_array):
+        rows = rng.permutation(np.flatnonzero(label_array == label))
         n_val, n_test = round(len(rows) * fractions[1]), round(len(rows) * fractions[2])
         parts[0].append(rows[n_val + n_test:])
         parts[1].append(rows[:n_val])
@@ -199,8 +201,9 @@ def _text_splits(name: str, path: Path, texts: list[str], labels: list[str], cla
     texts, kept_labels, report = clean_texts(texts, labels, cleaning)
     ids = [classes.index(y) for y in kept_labels]
     parts = stratified_split(ids, seed=seed)
-    datasets = [TextDataset([texts[i] for i in p], [ids[i] for i in p]) for p in parts]
-    return DatasetSplits(name, *datasets, classes=classes, source=str(path), seed=seed, cleaning=report)
+    train, validation, test = (TextDataset([texts[i] for i in p], [ids[i] for i in p]) for p in parts)
+    return DatasetSplits(name, train, validation, test, classes=classes, source=str(path), seed=seed,
+                         cleaning=report)
 
 
 def _tweets(seed: int, cleaning: CleaningConfig) -> DatasetSplits:
@@ -289,8 +292,9 @@ def _digits(seed: int, cleaning: CleaningConfig) -> DatasetSplits:
     digits = load_digits()
     images = torch.from_numpy(digits.images.astype(np.uint8)).unsqueeze(1)  # integer pixels 0..16
     parts = stratified_split(digits.target, seed=seed)
-    datasets = [ImageDataset(images[torch.from_numpy(p)], digits.target[p], scale=16.0) for p in parts]
-    return DatasetSplits("digits", *datasets, classes=[str(c) for c in digits.target_names],
+    train, validation, test = (ImageDataset(images[torch.from_numpy(p)], digits.target[p], scale=16.0)
+                               for p in parts)
+    return DatasetSplits("digits", train, validation, test, classes=[str(c) for c in digits.target_names],
                          source="sklearn.datasets.load_digits", seed=seed)
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torchwork.data.cleaning import CleaningConfig, clean_text
+from torchwork.deprecation import renamed_keywords
 from torchwork.errors import ConfigError, DataError
 from torchwork.files import write_json
 
@@ -78,17 +79,19 @@ class TextPreprocessor:
         self._token_re = re.compile((specials + "|" if specials else "") + r"\w+(?:'\w+)*|[^\w\s]")
 
     @classmethod
-    def fit(cls, texts: Iterable[str], *, min_freq: int = 2, max_size: int | None = 30_000,
+    @renamed_keywords(max_size="max_vocab")
+    def fit(cls, texts: Iterable[str], *, min_freq: int = 2, max_vocab: int | None = 30_000,
             cleaning: CleaningConfig | None = None, max_length: int | None = None) -> TextPreprocessor:
         """Build the vocabulary from the training texts only (never validation or test).
 
-        Keeps tokens seen at least ``min_freq`` times, at most ``max_size`` entries in all (the two
-        special tokens included).
+        Keeps tokens seen at least ``min_freq`` times, at most ``max_vocab`` entries in all (the two
+        special tokens included, so ``max_vocab`` is the ``vocab_size`` an embedding needs). ``max_size``
+        is the deprecated name of ``max_vocab``.
         """
         if min_freq < 1:
             raise ConfigError(f"min_freq={min_freq} must be at least 1.")
-        if max_size is not None and max_size < 3:
-            raise ConfigError(f"max_size={max_size} leaves no room for a word beside {PAD} and {UNK}; "
+        if max_vocab is not None and max_vocab < 3:
+            raise ConfigError(f"max_vocab={max_vocab} leaves no room for a word beside {PAD} and {UNK}; "
                               "use at least 3 (or None for no limit).")
         probe = cls([PAD, UNK], cleaning)
         counts: Counter[str] = Counter()
@@ -100,10 +103,10 @@ class TextPreprocessor:
             raise DataError("TextPreprocessor.fit got no texts; pass the training texts.")
         ranked = sorted((t for t, c in counts.items() if c >= min_freq and t not in (PAD, UNK)),
                         key=lambda t: (-counts[t], t))
-        if max_size is not None:
-            ranked = ranked[: max_size - 2]
+        if max_vocab is not None:
+            ranked = ranked[: max_vocab - 2]
         kept = sum(counts[t] for t in ranked)
-        info = {"min_freq": min_freq, "max_size": max_size, "texts": rows, "distinct_tokens": len(counts),
+        info = {"min_freq": min_freq, "max_vocab": max_vocab, "texts": rows, "distinct_tokens": len(counts),
                 "token_coverage": round(kept / max(1, sum(counts.values())), 6)}
         return cls([PAD, UNK, *ranked], cleaning, max_length, info)
 

@@ -276,7 +276,8 @@ class Manifest(_Record):
                                       f"{sorted(VARIANT_FILES)}. Re-export the model with this torchwork version.")
                 variants[key] = Variant.from_json(entry, f"variant {key!r}")
             return variants
-        nested = {"samples": SamplesEntry, "preprocess": PreprocessEntry, "postprocess": Postprocess}
+        nested: dict[str, type[_Record]] = {"samples": SamplesEntry, "preprocess": PreprocessEntry,
+                                            "postprocess": Postprocess}
         if name in nested:
             if value is None or (name == "preprocess" and not value):
                 return None if name != "postprocess" else Postprocess()

@@ -462,9 +462,9 @@ def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], plan:
     if not variants or (plan.strict and refused):
         reasons = "\n".join(f"  - {name}: {reason}" for name, reason in refused.items())
         hint = "" if not variants else "\nPass strict=False (--allow-failed) to write the artifact without them."
-        error = ExportError(f"refused to write {out}: no silently wrong artifact.\n{reasons}{hint}")
-        error.report = {"ok": False, "refused": refused, "parity": parity}  # type: ignore[attr-defined]
-        raise error
+        refusal = ExportError(f"refused to write {out}: no silently wrong artifact.\n{reasons}{hint}")
+        refusal.report = {"ok": False, "refused": refused, "parity": parity}
+        raise refusal
     if refused:
         warnings.warn(f"artifact {out} written without {sorted(refused)}: " + "; ".join(
             f"{k}: {v}" for k, v in refused.items()), stacklevel=3)

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from torchwork.deprecation import Renamed, renamed_keywords
 from torchwork.errors import ConfigError
 
 PAD, UNK = 0, 1
@@ -52,12 +53,25 @@ class TokenIdsPreprocessor:
         return max(self.vocabulary.values(), default=UNK) + 1
 
     @classmethod
-    def fit(cls, texts: Iterable[str], max_words: int = 20000, min_count: int = 1,
+    @renamed_keywords(min_count="min_freq",
+                      max_words=Renamed("max_vocab", lambda words: words + 2, "max_words=N is max_vocab=N + 2: "
+                                        "max_vocab counts the padding and unknown ids too"))
+    def fit(cls, texts: Iterable[str], *, min_freq: int = 1, max_vocab: int = 20_002,
             max_length: int | None = None) -> TokenIdsPreprocessor:
-        """Vocabulary of the ``max_words`` most frequent tokens seen at least ``min_count`` times."""
+        """Vocabulary of the most frequent tokens seen at least ``min_freq`` times, ``max_vocab`` ids in all.
+
+        The names and meanings are :meth:`torchwork.data.text.TextPreprocessor.fit`'s: ``max_vocab`` counts
+        the padding and unknown ids, so it is the ``vocab_size`` an embedding needs. ``min_count`` and
+        ``max_words`` (words only: ``max_vocab - 2``) are the deprecated names.
+        """
+        if min_freq < 1:
+            raise ConfigError(f"min_freq={min_freq} must be at least 1.")
+        if max_vocab < 3:
+            raise ConfigError(f"max_vocab={max_vocab} leaves no room for a word beside the padding and unknown "
+                              "ids; use at least 3.")
         counts = collections.Counter(token for text in texts for token in tokenize(text))
-        common = [w for w, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if c >= min_count]
-        return cls({word: index + 2 for index, word in enumerate(common[:max_words])}, max_length)
+        common = [w for w, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if c >= min_freq]
+        return cls({word: index + 2 for index, word in enumerate(common[:max_vocab - 2])}, max_length)
 
     def __call__(self, texts: Sequence[str] | str, max_length: int | None = None) -> tuple[Any, Any]:
         import torch
@@ -72,10 +86,10 @@ class TokenIdsPreprocessor:
             ids = [self.vocabulary.get(token, UNK) for token in tokenize(text)][:limit] or [UNK]
             rows.append(ids)  # an empty text becomes one unknown token, so that a mean never divides by zero
         width = max((len(r) for r in rows), default=1)
-        ids = torch.full((len(rows), width), PAD, dtype=torch.long)
+        batch = torch.full((len(rows), width), PAD, dtype=torch.long)
         for index, row in enumerate(rows):
-            ids[index, : len(row)] = torch.tensor(row, dtype=torch.long)
-        return ids, torch.tensor([len(r) for r in rows], dtype=torch.long)
+            batch[index, : len(row)] = torch.tensor(row, dtype=torch.long)
+        return batch, torch.tensor([len(r) for r in rows], dtype=torch.long)
 
     def save(self, directory: str | os.PathLike[str]) -> None:
         from torchwork.files import write_json

@@ -93,7 +93,7 @@ def in_torchwork(spec: Any) -> bool:
     return isinstance(spec, str) and (spec.startswith("torchwork.") or spec.startswith("torchwork:"))
 
 
-def resolve_class(spec: Any, trust: Iterable[str] = ()) -> type:
+def resolve_class(spec: Any, trust: Iterable[str] = ()) -> type[Any]:
     """Import ``"module:Class"`` only when the module is ``torchwork`` (or under a trusted prefix).
 
     The manifest of an artifact is untrusted data: naming ``os:system`` there must not import anything.

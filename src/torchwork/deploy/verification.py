@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import statistics
 import time
@@ -241,8 +242,8 @@ def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[An
         rows[name] = row
     small, large = (static_batch, static_batch) if static_batch else (1, 64)
     one, many = _rows(inputs, small), _rows(inputs, large)
-    latency = interleaved_seconds({n: (lambda r=r: r(one)) for n, r in working.items()}, rounds, repeat=10)
-    batch_rounds = interleaved_samples({n: (lambda r=r: r(many)) for n, r in working.items()}, rounds, repeat=2)
+    latency = interleaved_seconds({n: functools.partial(r, one) for n, r in working.items()}, rounds, repeat=10)
+    batch_rounds = interleaved_samples({n: functools.partial(r, many) for n, r in working.items()}, rounds, repeat=2)
     batch = {name: statistics.median(values) for name, values in batch_rounds.items()}
     for name in working:
         rows[name].update(latency_b1_ms=latency[name] * 1e3, latency_ratio=latency[name] / latency[reference_name],

@@ -42,7 +42,7 @@ def _describe(value: Any) -> Any:
 def _checked(name: str, original: Any) -> Any:
     @functools.wraps(original)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from torchwork.distributed.setup import DistributedError
+        from torchwork.errors import DistributedError
 
         mine = {"op": name, "args": _describe([a for a in args if isinstance(a, (torch.Tensor, list))]),
                 "site": _call_site()}

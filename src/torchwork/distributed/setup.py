@@ -18,11 +18,9 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sampler
 
 from torchwork.distributed.env import World, world_from_env
-from torchwork.errors import TorchworkError
 
-
-class DistributedError(TorchworkError, RuntimeError):
-    """Ranks disagree or a peer failed."""
+# DistributedError lived here before torchwork.errors held every error class: the old import path still works.
+from torchwork.errors import DistributedError as DistributedError
 
 
 def init_process_group(world: World, timeout_s: float = 300.0, debug: bool = False) -> None:
@@ -139,7 +137,7 @@ def broadcast_object(obj: Any) -> Any:
     return box[0]
 
 
-def gather_object(obj: Any) -> list[Any] | None:
+def gather_object(obj: Any) -> list[Any]:
     """Every rank's ``obj``, in rank order, on every rank."""
     if not (dist.is_available() and dist.is_initialized()):
         return [obj]

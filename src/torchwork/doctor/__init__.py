@@ -16,9 +16,11 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from torchwork.lazy import lazy_attributes
+
+# public name -> module that defines it
 _LAZY: dict[str, str] = {
     "Finding": "torchwork.doctor.findings",
     "explain_text": "torchwork.doctor.explain",
@@ -34,26 +36,15 @@ _LAZY: dict[str, str] = {
     "DoctorWarning": "torchwork.doctor.guard",
 }
 
-__all__ = ["CHECK_IDS", "FAMILIES", "DoctorResult", "DoctorWarning", "Finding", "Guard", "Session", "attach_guard",
-           "diagnose", "explain_exception", "explain_text", "run_script"]
+__all__ = list(_LAZY)
 
+# Type checkers read the imports (and flag a misspelt name); at run time each name is imported on first use.
 if TYPE_CHECKING:  # pragma: no cover
-    from torchwork.doctor.checks import CHECK_IDS
-    from torchwork.doctor.explain import FAMILIES, explain_exception, explain_text
-    from torchwork.doctor.findings import Finding
-    from torchwork.doctor.guard import DoctorWarning, Guard, attach_guard
-    from torchwork.doctor.runner import DoctorResult, run_script
-    from torchwork.doctor.session import Session, diagnose
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'torchwork.doctor' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+    from torchwork.doctor.checks import CHECK_IDS  # noqa: F401
+    from torchwork.doctor.explain import FAMILIES, explain_exception, explain_text  # noqa: F401
+    from torchwork.doctor.findings import Finding  # noqa: F401
+    from torchwork.doctor.guard import DoctorWarning, Guard, attach_guard  # noqa: F401
+    from torchwork.doctor.runner import DoctorResult, run_script  # noqa: F401
+    from torchwork.doctor.session import Session, diagnose  # noqa: F401
+else:
+    __getattr__, __dir__ = lazy_attributes("torchwork.doctor", _LAZY, globals())

@@ -62,9 +62,9 @@ def _library_roots() -> tuple[str, ...]:
         roots.add(os.path.realpath(os.path.join(prefix, "lib")))
     here = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # the torchwork package
     roots.add(here)
-    torch_module = sys.modules.get("torch")
-    if torch_module is not None and getattr(torch_module, "__file__", None):
-        roots.add(os.path.dirname(os.path.realpath(torch_module.__file__)))
+    torch_file = getattr(sys.modules.get("torch"), "__file__", None)
+    if torch_file:
+        roots.add(os.path.dirname(os.path.realpath(torch_file)))
     return tuple(sorted(root.rstrip(os.sep) + os.sep for root in roots))
 
 
@@ -109,7 +109,7 @@ class Locator:
     def here(self, skip: int = 1) -> tuple[str, int] | None:
         """The innermost user frame of the current stack (``skip`` frames above the caller)."""
         try:
-            frame = sys._getframe(skip + 1)
+            frame: types.FrameType | None = sys._getframe(skip + 1)
         except ValueError:
             return None
         return self.from_frame(frame)
@@ -130,7 +130,7 @@ class Locator:
         Used to tell an in-place op the user wrote from one that a library performs on its own.
         """
         try:
-            frame = sys._getframe(skip + 1)
+            frame: types.FrameType | None = sys._getframe(skip + 1)
         except ValueError:
             return False
         while frame is not None:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 import sys
+import types
 import warnings
 from typing import Any
 
@@ -172,11 +173,12 @@ class Guard:
 
     def _check_losses(self, losses: list[Tensor | float], first: int) -> None:
         tensors = [t for t in losses if isinstance(t, Tensor)]
+        values: list[float]
         if len(tensors) == len(losses):
-            values = torch.stack([t.reshape(-1)[:1].float() for t in tensors]).reshape(-1)
-            if bool(torch.isfinite(values).all()):
+            stacked = torch.stack([t.reshape(-1)[:1].float() for t in tensors]).reshape(-1)
+            if bool(torch.isfinite(stacked).all()):
                 return
-            values = values.tolist()
+            values = stacked.tolist()
         else:
             values = [float(t.reshape(-1)[0]) if isinstance(t, Tensor) else float(t) for t in losses]
         for offset, value in enumerate(values):
@@ -251,7 +253,8 @@ class Guard:
 
 def _caller_level() -> int:
     """warnings.warn stacklevel of the first frame outside this module (the loop that called the guard)."""
-    frame, level = sys._getframe(1), 1
+    frame: types.FrameType | None = sys._getframe(1)
+    level = 1
     while frame is not None and frame.f_code.co_filename == __file__:
         frame, level = frame.f_back, level + 1
     return level

@@ -523,9 +523,8 @@ class Session:
     def __enter__(self) -> Session:
         return self.start()
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         self.stop(exc if isinstance(exc, Exception) else None)
-        return False
 
 
 _SESSIONS: weakref.WeakSet[Session] = weakref.WeakSet()

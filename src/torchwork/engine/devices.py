@@ -66,7 +66,8 @@ def move_to_device(obj: Any, device: torch.device, non_blocking: bool | None = N
         blocking = non_blocking if non_blocking is not None else (device.type == "cuda" and obj.is_pinned())
         return obj.to(device, non_blocking=blocking)
     if isinstance(obj, Mapping):
-        return type(obj)({key: move_to_device(value, device, non_blocking) for key, value in obj.items()})
+        # A Mapping type built from a dict, as dict, OrderedDict and defaultdict-free mappings are.
+        return type(obj)({key: move_to_device(value, device, non_blocking) for key, value in obj.items()})  # type: ignore[call-arg]
     if isinstance(obj, tuple):
         moved = [move_to_device(value, device, non_blocking) for value in obj]
         return type(obj)(*moved) if hasattr(obj, "_fields") else type(obj)(moved)

@@ -87,7 +87,7 @@ def optimizer_step(setup: StepSetup, window: Sequence[Any]) -> StepResult:
     optimizer.zero_grad(set_to_none=True)  # frees the gradients instead of zero-filling them
     accumulating = len(window) > 1
     counts = [setup.samples_in(batch) for batch in window] if accumulating else None
-    scale = setup.sync.sample_scale(sum(counts)) if counts else None
+    scale = setup.sync.sample_scale(sum(counts)) if counts else 1.0
     window_loss = None
     for index, batch in enumerate(window):
         with setup.sync.micro_batch(final=index == len(window) - 1):  # DDP all-reduces on the last one
@@ -99,6 +99,7 @@ def optimizer_step(setup: StepSetup, window: Sequence[Any]) -> StepResult:
             window_loss = loss
         else:
             window_loss = loss * counts[index] if window_loss is None else window_loss + loss * counts[index]
+    assert window_loss is not None  # a window holds at least one micro-batch
     if counts is not None:
         samples = sum(counts)
         window_loss = window_loss / samples  # the local sample mean, for logging

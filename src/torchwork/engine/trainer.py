@@ -21,7 +21,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -45,7 +45,12 @@ from torchwork.runs.options import RunOptions
 from torchwork.runs.resume import TrainingState
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from torch.nn.parallel import DistributedDataParallel
+
     from torchwork.runs.manifest import RunDescription
+    from torchwork.runs.session import RunSession
 
 Tensor = torch.Tensor
 LossFn = Callable[[Any, Any], Any]
@@ -97,12 +102,12 @@ class Trainer:
         if loss_fn is None and step_fn is None:
             raise ConfigError("Trainer needs loss_fn(outputs, targets) or step_fn(model, batch) -> loss.")
 
-        distributed = groups["distributed"]
-        self.world = world_from_env() if distributed.enabled is not False else World()
+        dist_options: DistributedOptions = groups["distributed"]
+        self.world = world_from_env() if dist_options.enabled is not False else World()
         if self.world.is_distributed:
             from torchwork.distributed import setup as dist_setup
 
-            dist_setup.init_process_group(self.world, distributed.timeout_s, distributed.resolved_debug())
+            dist_setup.init_process_group(self.world, dist_options.timeout_s, dist_options.resolved_debug())
             if device == "auto" and torch.cuda.is_available():
                 device = f"cuda:{self.world.local_rank}"  # one GPU per process
         self.device = resolve_device(device)
@@ -150,14 +155,14 @@ class Trainer:
         self.checkpoint_monitor = run.checkpoint_monitor
         self.config = dict(run.config)
         self.tensorboard = run.tensorboard
-        self.run_path = None  # set by fit() when run_dir is given
+        self.run_path: Path | None = None  # set by fit() when run_dir is given
         self.guard = None
         if guard:
             from torchwork.doctor.guard import attach_guard
 
             self.guard = attach_guard(self)
             self.callbacks.append(self.guard)  # its on_epoch_end checks the epoch's last partial window
-        self._session = None
+        self._session: RunSession | None = None
         self._step = self._step_setup()
 
         # Where training is (counters, data position, RNG streams): saved in every checkpoint.
@@ -221,7 +226,7 @@ class Trainer:
         if self._ddp is not None:
             from torchwork.distributed.sync import DDPSync
 
-            sync: Any = DDPSync(self._ddp, self.world, self.device)
+            sync: Any = DDPSync(cast("DistributedDataParallel", self._ddp), self.world, self.device)
         else:
             sync = LocalSync()
         return StepSetup(self.optimizer, self.precision, sync, self._forward_loss, self._samples_in,
@@ -257,6 +262,7 @@ class Trainer:
             else:
                 targets = move_to_device(targets, self.device)
                 samples = batch_size_of(targets) or batch_size_of(inputs) or 1
+            assert self.loss_fn is not None  # __init__ requires it when there is no step_fn
             loss = self.loss_fn(call_model(self._train_model, inputs), targets)
         if type(loss) is not Tensor or loss.ndim != 0:
             loss = self._combine_loss(loss)
@@ -282,7 +288,7 @@ class Trainer:
             for name, value in loss.items():
                 terms[name] = self._as_scalar_loss(value, f"loss term {name!r}")
             self._loss_terms = {name: value.detach() for name, value in terms.items()}
-            return sum(weights.get(name, 1.0) * value for name, value in terms.items())
+            return cast(Tensor, sum(weights.get(name, 1.0) * value for name, value in terms.items()))
         return self._as_scalar_loss(loss, "the loss")
 
     @staticmethod
@@ -371,7 +377,7 @@ class Trainer:
             from torchwork.distributed.setup import check_same_length, shard_loader
             from torchwork.seeding import current_seed
 
-            seed = current_seed()["seed"] or 0
+            seed = cast(int, current_seed()["seed"] or 0)
             train_loader = shard_loader(train_loader, self.world, train=True, seed=seed)
             check_same_length(length_or_none(train_loader), self.device)
         self._capture_train_modes()
@@ -511,7 +517,7 @@ class Trainer:
         if self.world.is_distributed:
             sums = self._all_reduce_sum(sums)  # every rank reports the job's numbers
         samples_seen = int(sums[1])
-        logs: dict[str, Any] = {"epoch": self.epoch, "train_loss": sums[0] / samples_seen}
+        logs = {"epoch": self.epoch, "train_loss": sums[0] / samples_seen}
         for name, value in zip(term_names, sums[2:]):
             logs[f"train_{name}"] = value / samples_seen
         logs.update(steps=steps, samples=samples_seen, time_s=totals["elapsed"],
@@ -660,6 +666,7 @@ class Trainer:
                         raise split_error(batch)
                     inputs, targets = batch
                     outputs = call_model(self.model, inputs)
+                    assert self.loss_fn is not None  # __init__ requires it when there is no step_fn
                     values = {"loss": self.loss_fn(outputs, targets)}
                     samples = batch_size_of(targets) or batch_size_of(inputs) or 1
                     for name, metric in self.metrics.items():

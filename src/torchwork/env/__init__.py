@@ -33,6 +33,7 @@ _LAZY: dict[str, str] = {
 
 __all__ = list(_LAZY)
 
+# Type checkers read the imports (and flag a misspelt name); at run time each name is imported on first use.
 if TYPE_CHECKING:  # pragma: no cover
     from torchwork.env.checks import run_checks  # noqa: F401
     from torchwork.env.diff import diff_profiles  # noqa: F401
@@ -42,5 +43,5 @@ if TYPE_CHECKING:  # pragma: no cover
     from torchwork.env.replay import replay_artifact  # noqa: F401
     from torchwork.env.report import compact_snapshot, format_report, snapshot  # noqa: F401
     from torchwork.env.sources import load_profile  # noqa: F401
-
-__getattr__, __dir__ = lazy_attributes("torchwork.env", _LAZY, globals())
+else:
+    __getattr__, __dir__ = lazy_attributes("torchwork.env", _LAZY, globals())

@@ -23,7 +23,7 @@ import functools
 import io
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -302,7 +302,10 @@ class _SquaresDataset:
 def _dataloader() -> tuple[bool, float, str]:
     import torch
 
-    loader = torch.utils.data.DataLoader(_SquaresDataset(), batch_size=8, num_workers=2, shuffle=False,
+    # Any object with __len__ and __getitem__ is a map-style dataset; subclassing torch's Dataset would
+    # import torch with this module.
+    dataset = cast("torch.utils.data.Dataset[Any]", _SquaresDataset())
+    loader = torch.utils.data.DataLoader(dataset, batch_size=8, num_workers=2, shuffle=False,
                                          multiprocessing_context="spawn" if not hasattr(__import__("os"), "fork")
                                          else None, persistent_workers=False)
     batches = torch.cat(list(loader)).numpy()

@@ -30,12 +30,14 @@ def _onnxruntime(packages: dict[str, Any]) -> str | None:
 
 def exporter_of(manifest: dict[str, Any]) -> dict[str, Any]:
     """``{torch, build, onnxruntime}`` of the machine that wrote a manifest (None where it does not say)."""
-    environment = manifest.get("environment") if isinstance(manifest.get("environment"), dict) else None
-    if environment:
+    environment = manifest.get("environment")
+    if isinstance(environment, dict) and environment:
         packages = environment.get("packages") or {}
         return {"torch": environment.get("torch"), "build": environment.get("build"),
                 "onnxruntime": _onnxruntime(packages)}
-    versions = manifest.get("versions") if isinstance(manifest.get("versions"), dict) else {}
+    versions = manifest.get("versions")
+    if not isinstance(versions, dict):
+        versions = {}
     return {"torch": versions.get("torch"), "build": build_from_version(versions.get("torch")),
             "onnxruntime": _onnxruntime(versions)}
 
@@ -90,7 +92,9 @@ def warn_if_machine_differs(artifact: str | os.PathLike[str], stream: TextIO | N
         return []
     if not isinstance(manifest, dict):
         return []
-    variants = manifest.get("variants") if isinstance(manifest.get("variants"), dict) else {}
+    variants = manifest.get("variants")
+    if not isinstance(variants, dict):
+        variants = {}
     found = differences(exporter_of(manifest), this_machine(), onnx=any(n.startswith("onnx") for n in variants))
     for text in found:
         print(f"torchwork: warning: this machine differs from the one that exported {artifact}: {text}",

@@ -48,8 +48,8 @@ def replay_artifact(directory: str | os.PathLike[str]) -> list[CheckResult]:
                               "torchwork): re-export it to make it replayable.")
         inputs = load_examples(root, manifest)
         recorded = load_tensors(safe_member(root, entry.get("file"), "the example outputs entry"))
-    except ExportError as error:
-        return [CheckResult(f"artifact {root}", False, None, None, None, str(error))]
+    except ExportError as damaged:
+        return [CheckResult(f"artifact {root}", False, None, None, None, str(damaged))]
     results = []
     for name, variant in manifest.variants.items():
         quantized = variant.quantization is not None

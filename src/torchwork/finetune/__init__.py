@@ -42,6 +42,7 @@ _LAZY: dict[str, str] = {
 
 __all__ = list(_LAZY)
 
+# Type checkers read the imports (and flag a misspelt name); at run time each name is imported on first use.
 if TYPE_CHECKING:  # pragma: no cover
     from torchwork.engine.trainer import keep_frozen_norms_in_eval  # noqa: F401
     from torchwork.finetune.efficientnet import adapt_input_channels, efficientnet_lite0  # noqa: F401
@@ -59,6 +60,5 @@ if TYPE_CHECKING:  # pragma: no cover
     from torchwork.finetune.prefixes import discover_prefix  # noqa: F401
     from torchwork.finetune.sources import read_state_dict  # noqa: F401
     from torchwork.finetune.unfreezing import GradualUnfreezing  # noqa: F401
-
-
-__getattr__, __dir__ = lazy_attributes("torchwork.finetune", _LAZY, globals())
+else:
+    __getattr__, __dir__ = lazy_attributes("torchwork.finetune", _LAZY, globals())

@@ -26,11 +26,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence, Sized
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from torchwork.errors import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch.utils.data import DataLoader, Dataset
 
 
 class CachedFeatures:
@@ -87,7 +90,7 @@ def collate_cached(batch: list[tuple[Any, Any]]) -> tuple[Any, Any]:
     return (tuple(features) if isinstance(features, list) else features), targets
 
 
-def cache_features(bottom: Any, data: Iterable[Any], *, batch_size: int = 256, device: str = "cpu",
+def cache_features(bottom: Any, data: Dataset[Any] | Sequence[Any] | DataLoader[Any], *, batch_size: int = 256, device: str = "cpu",
                    path: str | os.PathLike[str] | None = None, progress: bool | None = None,
                    desc: str = "caching features") -> CachedFeatures:
     """Run the frozen ``bottom`` once over ``data`` (``(inputs, target)`` items or a non-shuffling loader).
@@ -118,9 +121,12 @@ def cache_features(bottom: Any, data: Iterable[Any], *, batch_size: int = 256, d
     if isinstance(sampler, torch.utils.data.RandomSampler):
         raise ConfigError("cache_features needs the data in a fixed order: pass the dataset, or a DataLoader "
                           "with shuffle=False (shuffle the cached dataset instead).")
-    loader = data if hasattr(data, "batch_size") and hasattr(data, "dataset") else \
-        torch.utils.data.DataLoader(data, batch_size=batch_size, shuffle=False, collate_fn=collate_cached)
-    fingerprint = _fingerprint(modules, len(loader.dataset) if hasattr(loader, "dataset") else None)
+    if isinstance(data, torch.utils.data.DataLoader):
+        loader = data
+    else:  # a Dataset or a plain sequence of items: DataLoader indexes either
+        loader = torch.utils.data.DataLoader(cast("Dataset[Any]", data), batch_size=batch_size, shuffle=False,
+                                             collate_fn=collate_cached)
+    fingerprint = _fingerprint(modules, len(loader.dataset) if isinstance(loader.dataset, Sized) else None)
     if path is not None and Path(path).is_file():
         cached = CachedFeatures.load(path)
         if cached.fingerprint == fingerprint:

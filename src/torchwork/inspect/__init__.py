@@ -35,10 +35,11 @@ _LAZY = {
 }
 __all__ = ["Capture", "Graph", "Reason", "capture", "graph", "measure_saved_bytes", "trace"]
 
+# Type checkers read the imports (and flag a misspelt name); at run time each name is imported on first use.
 if TYPE_CHECKING:  # pragma: no cover
     from torchwork.inspect.graphs import Graph, Reason, graph
     from torchwork.inspect.memory import measure_saved_bytes
     from torchwork.inspect.recording import Capture, capture
     from torchwork.inspect.tracing import trace
-
-__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
+else:
+    __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())

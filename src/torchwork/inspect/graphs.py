@@ -273,10 +273,10 @@ def _unreached(output: torch.Tensor, named: list[tuple[str, torch.nn.Parameter]]
             result[name] = Reason("unknown", "not reached from this output (run the forward under "
                                              "torchwork.inspect.capture() to learn why)")
             continue
-        cut = next(((label, where) for label, where, leaves in cut_reach if pid in leaves), None)
+        cut_by = next(((label, where) for label, where, leaves in cut_reach if pid in leaves), None)
         use = capture.uses.get(pid)
-        if cut is not None:
-            result[name] = Reason("cut", f"cut by {cut[0]} at {format_where(cut[1])}", cut[1])
+        if cut_by is not None:
+            result[name] = Reason("cut", f"cut by {cut_by[0]} at {format_where(cut_by[1])}", cut_by[1])
         elif pid in capture.no_grad_modules or (use is not None and use.with_grad is None):
             where = capture.no_grad_modules.get(pid) or (use.without_grad if use else None)
             result[name] = Reason("no_grad", f"used only under no_grad/inference_mode, at {format_where(where)}",

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import sys
+import types
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -130,7 +131,7 @@ class Capture:
     # ------------------------------------------------------------------ where
     def where(self) -> Where | None:
         """The innermost frame outside torch and torchwork (the code that asked for the operation)."""
-        frame = sys._getframe(1)
+        frame: types.FrameType | None = sys._getframe(1)
         cache = self._library_cache
         while frame is not None:
             filename = frame.f_code.co_filename

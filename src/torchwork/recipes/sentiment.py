@@ -51,7 +51,7 @@ class SentimentConfig:
     threads: int = 0  # torch threads (0: all CPUs)
 
     def validate(self) -> None:
-        check_settings(self, at_least={"epochs": 1, "batch_size": 1, "l2": 0, "min_freq": 1, "max_vocab": 2,
+        check_settings(self, at_least={"epochs": 1, "batch_size": 1, "l2": 0, "min_freq": 1, "max_vocab": 3,
                                        "max_length": 1, "patience": 0, "threads": 0, "seed": 0},
                        above={"lr": 0, "clip_grad_norm": 0}, one_of={"precision": ("auto", "32", "bf16")},
                        some_of={"export_formats": EXPORT_FORMATS},
@@ -184,7 +184,7 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
         + (" (recorded by the run being resumed)" if recorded else ""))
 
     say("\n== 3. Model: TF-IDF-weighted word and character n-grams, trained from scratch")
-    preprocessor = TextPreprocessor.fit(train.texts, min_freq=config.min_freq, max_size=config.max_vocab,
+    preprocessor = TextPreprocessor.fit(train.texts, min_freq=config.min_freq, max_vocab=config.max_vocab,
                                         max_length=config.max_length)
     train_loader = loader(train, config.batch_size, shuffle=True, seed=config.seed, num_workers=0,
                           preprocessor=preprocessor)

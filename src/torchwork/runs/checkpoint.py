@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import re
 import sys
 from collections.abc import Mapping
@@ -26,7 +27,9 @@ from typing import Any
 
 import torch
 
+# NonFiniteWeightsError lived here before torchwork.errors held every error class: the old path still works.
 from torchwork.errors import CheckpointError
+from torchwork.errors import NonFiniteWeightsError as NonFiniteWeightsError
 from torchwork.files import atomic_write, remove_temp_files
 
 FORMAT_VERSION = 1
@@ -66,11 +69,7 @@ def _checksum_path(path: Path) -> Path:
     return path.with_name(path.name + ".sha256")
 
 
-class NonFiniteWeightsError(CheckpointError):
-    """The weights to checkpoint hold NaN/inf: the checkpoint is refused, training may go on."""
-
-
-def save_checkpoint(state: Mapping[str, Any], path: str | Path) -> None:
+def save_checkpoint(state: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
     """Write ``state`` to ``path`` atomically, then its checksum. Refuses non-finite model weights.
 
     A full disk raises :class:`~torchwork.errors.DiskFullError` (path, bytes needed, bytes free) before
@@ -108,7 +107,7 @@ def verify_checkpoint(path: str | Path) -> str | None:
     return None
 
 
-def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Verify and load a checkpoint with ``torch.load(weights_only=True)`` (no arbitrary unpickling)."""
     path = Path(path)
     problem = verify_checkpoint(path)

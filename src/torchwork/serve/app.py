@@ -62,7 +62,7 @@ class _State:
         self.in_flight = 0
         fragments = prediction_fragments(predictor.labels)
         self.run_batch = lambda items: fragments(predictor.predict_batch(items))
-        options = {"max_batch_size": config.max_batch_size, "max_wait_s": config.max_wait_ms / 1000,
+        options: dict[str, Any] = {"max_batch_size": config.max_batch_size, "max_wait_s": config.max_wait_ms / 1000,
                    "max_queue": config.max_queue, "cost": request_cost(predictor)}
         self.batcher: Batching = (Batcher(self.run_batch, answer, **options) if model_process is None else
                                  ProcessBatcher(model_process, answer, run_inline=self.run_batch,
@@ -219,7 +219,8 @@ def create_app(predictor: ServedModel, config: ServeConfig | None = None,
             status = 400 if body.startswith("header") else 413
             return error(status, body)
         try:
-            items = request_schema.model_validate_json(body).inputs
+            # request_model() builds the class at run time, with its one field `inputs`.
+            items = request_schema.model_validate_json(body).inputs  # type: ignore[attr-defined]
         except ValidationError as problem:
             return error(422, validation_message(problem), validation_errors(problem))
         if predictor.kind == "tensor":
@@ -234,7 +235,7 @@ def create_app(predictor: ServedModel, config: ServeConfig | None = None,
         status, payload = await job
         return answer(status, payload)
 
-    error_responses = {
+    error_responses: dict[int | str, dict[str, Any]] = {
         code: {"model": error_schema, "description": text}
         for code, text in [(400, "bad request headers"), (408, "the request's head or body came too slowly"),
                            (413, "body larger than the server allows"),

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from torchwork.errors import ConfigError, ExportError
 from torchwork.serve.predictor import FLOAT_DTYPES, INT_DTYPES, ModelPredictor, default_threads
@@ -62,7 +62,8 @@ class ArtifactPredictor(ModelPredictor):
         self._schema: list[TensorSpec] = manifest.inputs
         self.static_batch: int | None = artifact.static_batch
         labels = artifact.labels
-        output = "probabilities" if artifact.softmax or labels is None else "logits"
+        output: Literal["logits", "probabilities"] = \
+            "probabilities" if artifact.softmax or labels is None else "logits"
         name = name or f"{Path(artifact.directory).name} [{artifact.variant}]"
         if artifact.preprocess is not None:
             # Static dims after the batch (a token-id length fixed at export) are met by cutting and padding.

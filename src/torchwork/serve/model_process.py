@@ -138,6 +138,7 @@ class ModelProcess:
                 raise ModelProcessError("the model process is connected to an event loop: send() batches there")
             if self._process is None or not self._process.is_alive():
                 self._replace_child()
+            assert self._socket is not None and self._process is not None  # a live child is connected
             try:
                 _send(self._socket, ("rows", items, None))
                 status, detail = _receive(self._socket)
@@ -256,8 +257,9 @@ def _child_main(sock: socket.socket, build: Callable[..., Any], args: tuple[Any,
         predictor = build(*args)
         fragments = prediction_fragments(predictor.labels)
         examples = getattr(predictor, "example_items", None)
-        for size in warm_up if callable(examples) else ():
-            fragments(predictor.predict_batch(examples(size)))
+        if callable(examples):
+            for size in warm_up:
+                fragments(predictor.predict_batch(examples(size)))
     except BaseException as error:  # tell the server why, then exit
         _send(sock, ("failed", f"{type(error).__name__}: {error}"))
         return

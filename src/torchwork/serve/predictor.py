@@ -50,7 +50,9 @@ class ServedModel(Protocol):
     kind: Kind
     item_shape: tuple[int | None, ...]
     dtype: str
-    labels: Sequence[str] | None
+
+    @property
+    def labels(self) -> Sequence[str] | None: ...  # read only, so a list or a tuple of names both fit
 
     def predict_batch(self, items: Sequence[Any]) -> Sequence[Any]: ...
 
