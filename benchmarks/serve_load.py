@@ -239,10 +239,12 @@ class Server:
                                         stderr=subprocess.DEVNULL, env=env, start_new_session=True)
 
     def wait(self) -> None:
-        line = self.process.stdout.readline().decode()
-        match = re.search(r"http://127\.0\.0\.1:(\d+)", line)
-        if not match:
-            raise RuntimeError(f"{self.variant} server did not start: {line!r}")
+        match = None
+        while match is None:  # torchwork serve says "warming up" first, then the address once ready
+            line = self.process.stdout.readline().decode()
+            if not line:
+                raise RuntimeError(f"{self.variant} server did not start")
+            match = re.search(r"http://127\.0\.0\.1:(\d+)", line)
         self.port = int(match.group(1))
         ready_path = {"batched": "/readyz", "batched-process": "/readyz", "litserve": "/health"}.get(self.variant)
         if ready_path:

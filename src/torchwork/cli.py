@@ -6,8 +6,11 @@ Nothing here imports torch, so ``torchwork --help`` stays fast.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import re
 import sys
+import typing
 from collections.abc import Callable, Sequence
 
 from torchwork import __version__
@@ -15,6 +18,33 @@ from torchwork import __version__
 # Each command: (name, help, add_arguments, "module:function"). The function receives the parsed
 # namespace and returns an exit code.
 Command = tuple[str, str, Callable[[argparse.ArgumentParser], None], str]
+
+
+class SuggestingParser(argparse.ArgumentParser):
+    """argparse, plus "Did you mean ...?" when a command or a choice is misspelt (``torchwork trian``)."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        found = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if found:
+            choices = [c.strip().strip("'\"") for c in found.group(2).split(",")]  # quoted before 3.12.8
+            close = difflib.get_close_matches(found.group(1), choices, n=1, cutoff=0.5)
+            if close:
+                message += f". Did you mean {close[0]!r}?"
+        super().error(message)
+
+    def refuse_unknown(self, args: argparse.Namespace, unknown: list[str]) -> typing.NoReturn:
+        """Refuse arguments no parser took, from the subcommand's parser, suggesting its close options."""
+        target: argparse.ArgumentParser = self
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and getattr(args, "command", None) in action.choices:
+                target = action.choices[args.command]
+        options = [o for a in target._actions for o in a.option_strings if o.startswith("--")]
+        hints = []
+        for token in unknown:
+            close = difflib.get_close_matches(token.split("=")[0], options, n=1, cutoff=0.6)
+            if token.startswith("-") and close:
+                hints.append(f"{token!r}: did you mean {close[0]!r}?")
+        target.error(f"unrecognized arguments: {' '.join(unknown)}" + (f" ({'; '.join(hints)})" if hints else ""))
 
 
 def _no_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,6 +58,9 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _resume_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_folder", help="a run folder: RUN_DIR/<timestamp>-<id>")
+    parser.add_argument("--yes", action="store_true",
+                        help="the run was started by a Python script: run that script again without asking "
+                             "(it is printed first; resume never runs any other program the folder names)")
 
 
 def _launch_arguments(parser: argparse.ArgumentParser) -> None:
@@ -173,7 +206,8 @@ COMMANDS: list[Command] = [
      _quickstart_arguments, "torchwork.recipes.registry:quickstart_main"),
     ("train", "run a recipe from its name or a YAML config, with --set overrides (--nproc for DDP)",
      _train_arguments, "torchwork.recipes.registry:train_main"),
-    ("resume", "continue a run from its newest valid checkpoint, by re-running its recorded command",
+    ("resume", "continue a run from its newest valid checkpoint: re-run its recorded torchwork command "
+               "(or, with --yes, its Python script)",
      _resume_arguments, "torchwork.runs.relaunch:main"),
     ("launch", "run a training script on several processes / machines with torchrun (DDP)",
      _launch_arguments, "torchwork.distributed.launch:main"),
@@ -196,8 +230,8 @@ COMMANDS: list[Command] = [
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser() -> SuggestingParser:
+    parser = SuggestingParser(
         prog="torchwork",
         description="PyTorch engineering practice as software: train, resume, export, serve, diagnose.",
     )
@@ -212,7 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        parser.refuse_unknown(args, unknown)
     if not getattr(args, "_target", None):
         parser.print_help()
         return 0

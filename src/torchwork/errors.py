@@ -49,3 +49,7 @@ class QueueFullError(TorchworkError, RuntimeError):
 
 class ServeError(TorchworkError, RuntimeError):
     """A model server did not start, did not become ready, or did not answer."""
+
+
+class DiskFullError(TorchworkError, OSError):
+    """A file does not fit on its filesystem; the previous version of it is intact."""

@@ -45,3 +45,114 @@ def test_bad_files_and_recipes(tmp_path):
     broken.write_text("recipe: sentiment\nepochs: [1,\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         resolve(str(broken))
+
+
+@pytest.mark.parametrize(("assignments", "message"), [
+    (["lr=nan"], r"^lr: expected a finite number, got 'nan'\.$"),
+    (["l2=nan"], r"^l2: expected a finite number, got 'nan'\.$"),
+    (["lr=inf"], r"^lr: expected a finite number"),
+    (["clip_grad_norm=-inf"], r"^clip_grad_norm: expected a finite number"),
+    (["epochs=1e400"], r"^epochs: expected a finite number"),
+    (["epochs=2.5"], r"^epochs: expected an integer"),
+    (["subset=10"], r"^subset=10: use 0 \(all rows\) or >= 200 \("),
+    (["subset=-1"], r"^subset=-1: use 0"),
+    (["epochs=0"], r"^epochs=0: must be >= 1\.$"),
+    (["batch_size=0"], r"^batch_size=0: must be >= 1\.$"),
+    (["lr=0"], r"^lr=0\.0: must be > 0\.$"),
+    (["l2=-0.1"], r"^l2=-0\.1: must be >= 0\.$"),
+    (["max_length=0"], r"^max_length=0: must be >= 1\.$"),
+    (["export_formats="], r"^export_formats=\[\]: choose one or more"),
+    (["epochs=0", "lr=-1"], r"^epochs=0: must be >= 1; lr=-1\.0: must be > 0\.$"),
+])
+def test_every_bad_value_is_refused_naming_only_itself(assignments, message):
+    with pytest.raises(ConfigError, match=message):
+        resolve("sentiment", assignments)
+
+
+def test_yaml_overflow_and_booleans_are_config_errors(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text("recipe: sentiment\nepochs: 1.0e+400\n")
+    with pytest.raises(ConfigError, match=r"^epochs: expected a finite number, got inf\.$"):
+        resolve(str(path))
+    path.write_text("recipe: sentiment\nepochs: yes\n")
+    with pytest.raises(ConfigError, match=r"^epochs: expected int, got True\.$"):
+        resolve(str(path))
+    path.write_text("recipe: fashion\nsubset: 50\n")
+    with pytest.raises(ConfigError, match=r"^subset=50: use 0 \(all rows\) or >= 100"):
+        resolve(str(path))
+    path.write_text("recipe: sentiment\nepochs: 12345678901234567891\nsubset: 1e3\n")
+    assert resolve(str(path))[1].epochs == 12345678901234567891 and resolve(str(path))[1].subset == 1000
+
+
+@pytest.mark.parametrize(("key", "meant"), [("learning_rate", "lr"), ("weight_decay", "l2"),
+                                            ("num_epochs", "epochs"), ("batch-size", "batch_size"),
+                                            ("max_len", "max_length"), ("pateince", "patience")])
+def test_unknown_settings_suggest_what_they_likely_mean(key, meant):
+    with pytest.raises(ConfigError, match=f"unknown setting '{key}'.*Did you mean '{meant}'"):
+        resolve("sentiment", [f"{key}=1"])
+
+
+def test_a_directory_given_as_config_says_it_is_a_directory(tmp_path):
+    with pytest.raises(ConfigError, match="is a directory"):
+        resolve(str(tmp_path))
+    (tmp_path / "exp.yaml").mkdir()
+    with pytest.raises(ConfigError, match=r"exp\.yaml is a directory"):
+        resolve(str(tmp_path / "exp.yaml"))
+
+
+def test_misspelt_commands_and_recipes_get_a_suggestion(capsys):
+    from torchwork.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["trian", "sentiment"])
+    assert exited.value.code == 2
+    assert "Did you mean 'train'?" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["data", "describ", "tweets"])
+    assert "Did you mean 'describe'?" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", "sentiment", "--sett", "epochs=1"])
+    err = capsys.readouterr().err
+    assert "torchwork train: error: unrecognized arguments: --sett epochs=1" in err and "did you mean '--set'?" in err
+    assert main(["train", "sentimnet"]) == 2
+    assert "Did you mean 'sentiment'?" in capsys.readouterr().err
+
+
+def test_a_resumed_run_s_records_are_read_as_checked_data(tmp_path, monkeypatch, capsys):
+    import dataclasses
+    import json
+
+    from torchwork.recipes.sentiment import SentimentConfig, recorded_choices
+
+    config, classes = SentimentConfig(), ["negative", "neutral", "positive"]
+    baseline = {"accuracy": 0.75, "macro_f1": 0.73, "weighted_f1": 0.74,
+                "per_class": {c: {"f1": 0.7} for c in classes}}
+    settings = json.loads(json.dumps(dataclasses.asdict(config)))
+
+    def record(**extra):
+        (tmp_path / "manifest.json").write_text(json.dumps({"config": {**settings, **extra}}))
+
+    assert recorded_choices(config, classes) is None  # not resuming
+    monkeypatch.setenv("TORCHWORK_RESUME", str(tmp_path))
+    record(baseline=baseline, precision_chosen="bf16", precision_timing={"step_ms_32": 2.0})
+    assert recorded_choices(config, classes) == {"baseline": baseline, "precision_chosen": "bf16",
+                                                 "precision_timing": {"step_ms_32": 2.0}}
+    assert recorded_choices(dataclasses.replace(config, epochs=3), classes) is None  # other settings
+    assert "recorded with other settings (epochs)" in capsys.readouterr().err
+    for bad in ({"baseline": {**baseline, "macro_f1": "__import__('os')"}, "precision_chosen": "32"},
+                {"baseline": baseline, "precision_chosen": "fp8"}, {"precision_chosen": "32"}):
+        record(**bad)
+        assert recorded_choices(config, classes) is None
+    (tmp_path / "manifest.json").write_text("not json")
+    assert recorded_choices(config, classes) is None
+    assert "measuring again" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "message"), [(["--epochs", "0"], "epochs=0: must be >= 1."),
+                                               (["--seed", "-1"], "seed=-1: must be >= 0.")])
+def test_the_demo_refuses_bad_settings_before_any_work(argv, message, capsys):
+    from torchwork.cli import main
+
+    assert main(["demo", *argv]) == 2
+    err = capsys.readouterr()
+    assert f"torchwork: error: {message}" in err.err and err.out == ""

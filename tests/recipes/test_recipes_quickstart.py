@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -13,13 +14,15 @@ import pytest
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+def quickstart_command(runs: Path) -> list[str]:
+    return [sys.executable, "-m", "torchwork.cli", "quickstart", "--quick", "--set", f"run_dir={runs}",
+            "--set", "subset=600", "--set", "epochs=1", "--set", "threads=1"]
+
+
 @pytest.fixture(scope="module")
 def quickstart(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
     runs = tmp_path_factory.mktemp("quickstart") / "runs"
-    done = subprocess.run(
-        [sys.executable, "-m", "torchwork.cli", "quickstart", "--quick", "--set", f"run_dir={runs}",
-         "--set", "subset=600", "--set", "epochs=1", "--set", "threads=1"],
-        capture_output=True, text=True, timeout=900)
+    done = subprocess.run(quickstart_command(runs), capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (run,) = list(runs.iterdir())
     return done, run
@@ -43,6 +46,39 @@ def test_quickstart_produces_every_file(quickstart):
     assert "precision:" in done.stdout and "cleaning:" in done.stdout
 
 
+def test_files_a_user_keeps_have_the_mode_of_a_plain_open(quickstart):
+    _, run = quickstart
+    umask = os.umask(0o022)
+    os.umask(umask)
+    for name in ("report.html", "summary.json", "manifest.json", "checkpoints/best.pt"):
+        assert (run / name).stat().st_mode & 0o777 == 0o666 & ~umask, name
+
+
+@pytest.mark.slow
+def test_resume_reads_the_recorded_baseline_and_precision_instead_of_measuring_again(quickstart, tmp_path):
+    done, run = quickstart
+    recorded = json.loads((run / "manifest.json").read_text())["config"]
+    summary = json.loads((run / "summary.json").read_text())
+    assert recorded["baseline"]["macro_f1"] == summary["baseline"]["macro_f1"]
+    assert recorded["precision_chosen"] == summary["precision"]
+    # A copy of the run whose records are marked: only reading them (not measuring again) gives these values.
+    resumed_run = tmp_path / run.name
+    shutil.copytree(run, resumed_run)
+    manifest = json.loads((resumed_run / "manifest.json").read_text())
+    manifest["config"]["baseline"]["macro_f1"] = 0.123456
+    manifest["config"]["precision_chosen"] = other = "bf16" if recorded["precision_chosen"] == "32" else "32"
+    (resumed_run / "manifest.json").write_text(json.dumps(manifest))
+    again = subprocess.run(quickstart_command(run.parent), capture_output=True, text=True, timeout=900,
+                           env={**os.environ, "TORCHWORK_RESUME": str(resumed_run)})
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "macro-F1 0.1235 (recorded by the run being resumed)" in again.stdout
+    assert f"precision: {other} (recorded by the run being resumed)" in again.stdout
+    assert "measured step time" not in again.stdout
+    resumed = json.loads((resumed_run / "summary.json").read_text())
+    assert resumed["baseline"]["macro_f1"] == 0.123456 and resumed["precision"] == other
+    assert resumed["epochs_run"] == summary["epochs_run"]  # nothing trained again: it was finished
+
+
 def test_report_is_self_contained(quickstart):
     _, run = quickstart
     html = (run / "report.html").read_text()
@@ -50,6 +86,7 @@ def test_report_is_self_contained(quickstart):
     for forbidden in ("http://", "https://", "<script src", "<link "):
         assert forbidden not in html.split("<pre>")[0], forbidden  # nothing fetched when opened offline
     assert "TF-IDF" in html and "Artifact variants" in html and "Guard findings" in html
+    assert "chosen: " in html  # the variants table says why one was chosen
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make installs it as root)")

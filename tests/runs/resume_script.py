@@ -1,14 +1,19 @@
 """A training script the resume tests run in real subprocesses.
 
 Usage: python resume_script.py RUN_DIR OUT_FILE [--kill-at STEP] [--every N] [--epochs E] [--nan-at STEP]
+                                [--kill-in-write GLOB] [--kill-after-unlink NAME]
 Trains an MLP with Dropout on a shuffled DataLoader with 2 workers, checkpointing every N steps, with
-resume="latest". --kill-at sends SIGKILL to itself right after that optimizer step.
+resume="latest". --kill-at sends SIGKILL to itself right after that optimizer step. --kill-in-write sends it
+inside an atomic write, when the temp file matching GLOB is written but not yet renamed (at its fsync);
+--kill-after-unlink right after a file named NAME is deleted (mid-pruning).
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import os
+import pathlib
 import signal
 
 import torch
@@ -39,6 +44,28 @@ class NaNAt:
                 trainer.model[0].weight.fill_(float("nan"))
 
 
+def kill_in_write(pattern: str) -> None:
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        real_fsync(fd)
+        if fnmatch.fnmatch(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")), pattern):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    os.fsync = fsync
+
+
+def kill_after_unlink(name: str) -> None:
+    real_unlink = pathlib.Path.unlink
+
+    def unlink(self, missing_ok=False):
+        real_unlink(self, missing_ok=missing_ok)
+        if self.name == name:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    pathlib.Path.unlink = unlink
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("run_dir")
@@ -47,7 +74,13 @@ def main() -> None:
     parser.add_argument("--nan-at", type=int)
     parser.add_argument("--every", type=int, default=4)
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--kill-in-write")
+    parser.add_argument("--kill-after-unlink")
     args = parser.parse_args()
+    if args.kill_in_write:
+        kill_in_write(args.kill_in_write)
+    if args.kill_after_unlink:
+        kill_after_unlink(args.kill_after_unlink)
 
     torch.set_num_threads(1)
     seed_everything(1234)

@@ -145,7 +145,7 @@ def test_torchwork_resume_cli_continues_the_recorded_command(tmp_path):
     manifest = json.loads((run / "manifest.json").read_text())
     manifest["command"]["argv"] = [str(SCRIPT), str(runs), str(out), "--epochs", "1"]
     (run / "manifest.json").write_text(json.dumps(manifest))
-    done = subprocess.run([sys.executable, "-m", "torchwork.cli", "resume", str(run)],
+    done = subprocess.run([sys.executable, "-m", "torchwork.cli", "resume", str(run), "--yes"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "resuming" in done.stderr and out.exists()

@@ -108,3 +108,37 @@ def test_nan_weights_are_never_checkpointed(tmp_path):
     assert "refusing to write" in done.stderr and "NaN" in done.stderr
     checkpoints = sorted((next(runs.iterdir()) / "checkpoints").glob("step-*.pt"))
     assert [p.name for p in checkpoints] == ["step-000000004.pt"]
+
+
+def leftovers(run: Path) -> list[str]:
+    """Temp files of unfinished writes, and checksum files without their checkpoint."""
+    names = [str(p.relative_to(run)) for p in run.rglob("*.tmp")]
+    names += [str(p.relative_to(run)) for p in (run / "checkpoints").glob("*.sha256")
+              if not p.with_name(p.name[: -len(".sha256")]).exists()]
+    return sorted(names)
+
+
+@pytest.mark.parametrize(("kill", "left"), [
+    (["--kill-in-write", ".step-000000008.pt.*.tmp"], "the checkpoint's temp file"),
+    (["--kill-in-write", ".step-000000012.pt.sha256.*.tmp"], "the checksum's temp file"),
+    (["--kill-after-unlink", "step-000000004.pt"], "a checksum without its checkpoint (killed mid-pruning)"),
+])
+def test_sigkill_inside_a_checkpoint_write_leaves_nothing_after_resume(tmp_path, uninterrupted, kill, left):
+    runs, out = tmp_path / "runs", tmp_path / "final.pt"
+    killed = run_script(runs, out, *kill)
+    assert killed.returncode == -signal.SIGKILL
+    (run,) = runs.iterdir()
+    before = leftovers(run)
+    # what is not torchwork's temp names, or not in this run's folder, must survive the clean-up
+    keep = [run / "notes.tmp", run / ".notes.tmp", run / "checkpoints" / "mine.pt.sha256.txt",
+            runs / ".step-000000004.pt.abcdefgh.tmp", tmp_path / ".report.html.abcdefgh.tmp"]
+    for path in keep:
+        path.write_text("the user's")
+    resumed = run_script(runs, out)
+    assert resumed.returncode == 0, resumed.stderr
+    if kill[0] == "--kill-in-write" or before:  # today's pruning order leaves no orphan checksum
+        assert before, f"the kill should have left {left}"
+        assert "leftover(s) of interrupted writes" in resumed.stderr
+    assert [n for n in leftovers(run) if run / n not in keep] == [], f"{left} survived the resume"
+    assert all(path.read_text() == "the user's" for path in keep)
+    assert_same_weights(load(out)["model"], uninterrupted["model"])

@@ -31,7 +31,8 @@ class ServerProcess:
     Without a factory it serves FOLDER as an exported artifact; its log goes to ``log_dir`` (default FOLDER).
     """
 
-    def __init__(self, folder: Path, factory: str | None, *flags: str, log_dir: Path | None = None) -> None:
+    def __init__(self, folder: Path, factory: str | None, *flags: str, log_dir: Path | None = None,
+                 wait: bool = True) -> None:
         self.log = (log_dir or folder) / f"{factory or 'artifact'}-{os.getpid()}-{time.monotonic_ns()}.log"
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(HERE)])}
         command = [sys.executable, "-m", "torchwork.cli", "serve", str(folder),
@@ -39,12 +40,15 @@ class ServerProcess:
                    "--threads", "1", *flags]
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, env=env)
-        line = self.process.stdout.readline().decode()  # "... listening on http://127.0.0.1:PORT ..."
-        if "listening on http://" not in line:
-            self.process.kill()
-            raise RuntimeError(f"server did not start: {line!r}\n{self.stderr()}")
-        self.port = int(line.split("listening on http://127.0.0.1:")[1].split()[0])
-        self.wait_ready()
+        self.lines: list[str] = []  # "... warming up ...", then "... ready: listening on http://127.0.0.1:PORT ..."
+        while not self.lines or "listening on http://" not in self.lines[-1]:
+            self.lines.append(self.process.stdout.readline().decode())
+            if not self.lines[-1]:
+                self.process.kill()
+                raise RuntimeError(f"server did not start: {self.lines!r}\n{self.stderr()}")
+        self.port = int(self.lines[-1].split("listening on http://127.0.0.1:")[1].split()[0])
+        if wait:
+            self.wait_ready()
 
     def stderr(self) -> str:
         return self.log.read_text(errors="replace")

@@ -166,6 +166,10 @@ def test_serve_config_is_checked():
         ServeConfig(max_batch_size=0)
     with pytest.raises(ConfigError, match="max_wait_ms"):
         ServeConfig(max_wait_ms=-1)
+    for name in ("head_timeout_s", "body_timeout_s", "idle_timeout_s", "max_connections"):
+        for value in (0, -1, float("nan"), float("inf")):
+            with pytest.raises(ConfigError, match=f"{name}=.* must be positive and finite"):
+                ServeConfig(**{name: value})
 
 
 # ---------------------------------------------------------------- batcher

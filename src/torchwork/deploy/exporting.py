@@ -42,7 +42,7 @@ from torchwork.deploy.exporters import (
 )
 from torchwork.deploy.quantize import CONV_ADVICE, DEFAULT_OPS, quantize_onnx
 from torchwork.errors import ConfigError, ExportError
-from torchwork.files import fsync_dir, write_json
+from torchwork.files import current_umask, fsync_dir, write_json
 
 PROBE_POOL = 512  # held-out rows used to build probes
 
@@ -167,8 +167,7 @@ def _prepare_out_dir(out_dir: str | os.PathLike[str], overwrite: bool) -> Path:
 
 def _commit(tmp: Path, out: Path) -> None:
     """fsync every file, then rename the finished directory into place (replacing an old artifact)."""
-    umask = os.umask(0)
-    os.umask(umask)
+    umask = current_umask()
     for path in tmp.rglob("*"):
         if path.is_file():
             path.chmod(0o666 & ~umask)  # mkstemp / mkdtemp create private files; an artifact is for sharing

@@ -6,7 +6,9 @@ first against ``weights.safetensors``). The CLI, which has no Python model, uses
 
 Latency (batch 1) and throughput (batch 64) are measured interleaved (every round times each variant once,
 in a rotating order) and reported as ratios to the reference, so machine noise hits all of them alike.
-Timings cover the model only; preprocessing is the same for every variant.
+Timings cover the model only; preprocessing is the same for every variant. The variant to deploy is chosen
+by :func:`torchwork.deploy.choice.choose_variant`: the most exact one unless another is measurably faster
+(beyond the spread of the rounds) and checked on enough real inputs.
 
 Example:
     >>> report = verify("artifacts/digits", rounds=5)         # doctest: +SKIP
@@ -26,6 +28,7 @@ from typing import Any
 
 from torchwork.deploy import artifact as art
 from torchwork.deploy.checks import DEFAULT_ATOL, DEFAULT_RTOL, compare, first_line
+from torchwork.deploy.choice import MIN_PARITY_ROWS, MIN_TIMING_ROUNDS, choose_variant, spread
 from torchwork.errors import ConfigError, ExportError
 
 CHUNK = 256
@@ -57,6 +60,13 @@ def _rows(inputs: tuple[Any, ...], count: int) -> tuple[Any, ...]:
 def interleaved_seconds(calls: dict[str, Callable[[], Any]], rounds: int, repeat: int = 1,
                         warmup: int = 2) -> dict[str, float]:
     """Median seconds per call of each function, timed in interleaved rounds (rotating order)."""
+    samples = interleaved_samples(calls, rounds, repeat, warmup)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def interleaved_samples(calls: dict[str, Callable[[], Any]], rounds: int, repeat: int = 1,
+                        warmup: int = 2) -> dict[str, list[float]]:
+    """Seconds per call of each function in every round, timed in interleaved rounds (rotating order)."""
     for _ in range(warmup):
         for call in calls.values():
             call()
@@ -70,7 +80,7 @@ def interleaved_seconds(calls: dict[str, Callable[[], Any]], rounds: int, repeat
             for _ in range(repeat):
                 call()
             samples[name].append((time.perf_counter() - started) / repeat)
-    return {name: statistics.median(values) for name, values in samples.items()}
+    return samples
 
 
 def _reference_module(model: Any, root: Path, manifest: dict[str, Any]) -> Any:
@@ -201,10 +211,10 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
     for name, row in report["variants"].items():
         if name in manifest["variants"]:
             row["bytes"] = art.variant_bytes(manifest, name)
-    candidates = {n: r for n, r in report["variants"].items()
-                  if n in manifest["variants"] and r["ok"] and r.get("within_tolerance", True)}
-    deploy = max(candidates, key=lambda n: (candidates[n]["throughput_ratio"], -candidates[n].get("bytes", 0)),
-                 default=None)
+    deploy, reasons = choose_variant({n: r for n, r in report["variants"].items() if n in manifest["variants"]},
+                                     report.pop("timing_rounds"), int(model_inputs[0].shape[0]))
+    for name, reason in reasons.items():
+        report["variants"][name]["choice"] = reason
     report.update(
         ok=all(r["ok"] for r in report["variants"].values() if r["kind"] != "comparison"),
         artifact=str(root), reference=reference_label,
@@ -212,8 +222,10 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
                 "targets": targets is not None},
         threads=threads, tolerance={"atol": atol, "rtol": rtol, "accuracy": tolerance},
         deploy=deploy,
-        deploy_rule=f"the fastest at batch 64 among variants that pass parity and stay within {tolerance:g} of the "
-                    f"reference's {'accuracy' if targets is not None else 'top-1 predictions'}",
+        deploy_rule=f"the most exact variant that passes parity, unless another passes it on >= {MIN_PARITY_ROWS} "
+                    f"real inputs, stays within {tolerance:g} of the reference's "
+                    f"{'accuracy' if targets is not None else 'top-1 predictions'}, and is faster at batch 64 by "
+                    f"more than the spread (IQR) of >= {MIN_TIMING_ROUNDS} timing rounds",
         refused_at_export=manifest.get("refused", {}), advice=manifest.get("advice", []))
     return report
 
@@ -245,12 +257,15 @@ def _measure(runners: dict[str, art.Runner], kinds: dict[str, str], inputs: tupl
     small, large = (static_batch, static_batch) if static_batch else (1, 64)
     one, many = _rows(inputs, small), _rows(inputs, large)
     latency = interleaved_seconds({n: (lambda r=r: r(one)) for n, r in working.items()}, rounds, repeat=10)
-    batch = interleaved_seconds({n: (lambda r=r: r(many)) for n, r in working.items()}, rounds, repeat=2)
+    batch_rounds = interleaved_samples({n: (lambda r=r: r(many)) for n, r in working.items()}, rounds, repeat=2)
+    batch = {name: statistics.median(values) for name, values in batch_rounds.items()}
     for name in working:
         rows[name].update(latency_b1_ms=latency[name] * 1e3, latency_ratio=latency[name] / latency[reference_name],
                           throughput_b64_per_s=large / batch[name],
-                          throughput_ratio=batch[reference_name] / batch[name])
-    return {"variants": rows, "timing_batches": {"latency": small, "throughput": large}}
+                          throughput_ratio=batch[reference_name] / batch[name],
+                          throughput_spread=spread(batch_rounds[name]) / batch[name])
+    return {"variants": rows, "timing_batches": {"latency": small, "throughput": large},
+            "timing_rounds": batch_rounds}
 
 
 def _within_tolerance(row: dict[str, Any], reference: dict[str, Any], found: dict[str, Any],
@@ -288,7 +303,8 @@ def format_report(report: dict[str, Any]) -> str:
                       "-" if row.get("latency_ratio") is None else
                       f"{row['latency_b1_ms']:.3f} ms ({row['latency_ratio']:.2f}x)",
                       "-" if row.get("throughput_ratio") is None else
-                      f"{row['throughput_b64_per_s']:,.0f}/s ({row['throughput_ratio']:.2f}x)",
+                      f"{row['throughput_b64_per_s']:,.0f}/s ({row['throughput_ratio']:.2f}x)"
+                      + (f" ±{row['throughput_spread']:.0%}" if row.get("throughput_spread") is not None else ""),
                       "-" if row.get("bytes") is None else f"{row['bytes'] / 1024:,.1f} KiB",
                       "yes" if row["ok"] else "NO"))
     widths = [max(len(str(r[i])) for r in [header, *lines]) for i in range(len(header))]
@@ -303,11 +319,15 @@ def format_report(report: dict[str, Any]) -> str:
            f"{' (through the bundled preprocessing)' if inputs['preprocessed'] else ''}; threads {report['threads']}",
            "", *text, "",
            f"latency: batch {report['timing_batches']['latency']}, model only (ratio to the reference, lower is "
-           f"faster); throughput: batch {report['timing_batches']['throughput']} (ratio, higher is faster)"]
+           f"faster); throughput: batch {report['timing_batches']['throughput']} (ratio, higher is faster; ± the "
+           "interquartile range of the rounds, as a share of the median)"]
     if report.get("deploy"):
         out.append(f"* deploy: {report['deploy']} ({report['deploy_rule']})")
     for name, row in report["variants"].items():
-        if row.get("problem"):
+        if row.get("choice"):
+            out.append(f"{name}: {row['choice']}")
+    for name, row in report["variants"].items():
+        if row.get("problem") and not row.get("choice"):
             out.append(f"{name}: {row['problem']}")
     for name, reason in (report.get("refused_at_export") or {}).items():
         out.append(f"refused at export: {name}: {reason}")

@@ -63,7 +63,9 @@ class Trainer:
         early_stopping: an :class:`EarlyStopping`, or a metric name to stop on (patience 3).
         keep_fp32: submodule names or classes that run in fp32 under autocast.
         log_every_n_steps: how often step metrics go to the loggers and ``on_step_end``.
-        progress: show a progress bar (default: only when stderr is a terminal).
+        progress: show progress (default True): a bar when stderr is a terminal, else a plain line every
+            ``progress_every_s`` seconds and at each epoch's end; False: nothing.
+        progress_every_s: seconds between plain progress lines (default: env TORCHWORK_PROGRESS_EVERY, else 30).
         loggers: objects with ``log(metrics: dict, step: int)``.
         run_dir: keep runs here: each ``fit`` makes ``run_dir/<UTC time>-<id>/`` with ``manifest.json``,
             ``metrics.jsonl``, TensorBoard events and ``checkpoints/`` (nothing is written without it).
@@ -90,7 +92,8 @@ class Trainer:
                  epoch_metrics: Mapping[str, Callable[[Any, Any], Any]] | None = None,
                  callbacks: Sequence[Any] = (), early_stopping: EarlyStopping | str | None = None,
                  keep_fp32: Iterable[str | type] = (), log_every_n_steps: int = 50,
-                 progress: bool | None = None, plateau_monitor: str = "val_loss",
+                 progress: bool | None = None, progress_every_s: float | None = None,
+                 plateau_monitor: str = "val_loss",
                  loggers: Sequence[Any] = (), run_dir: str | os.PathLike[str] | None = None,
                  checkpoint_every_n_steps: int | None = None, keep_checkpoints: int = 3,
                  checkpoint_monitor: tuple[str, str] | None = None, config: Mapping[str, Any] | None = None,
@@ -155,6 +158,10 @@ class Trainer:
         self.loggers = list(loggers)
         self.log_every_n_steps = log_every_n_steps
         self.progress = progress
+        if progress_every_s is not None and not progress_every_s > 0:
+            raise ConfigError(f"progress_every_s={progress_every_s} must be > 0 seconds.")
+        self.progress_every_s = progress_every_s
+        self._epochs_total: int | None = None
         self._non_blocking = self.device.type == "cuda"
         self.run_dir = run_dir
         self.checkpoint_every_n_steps = checkpoint_every_n_steps
@@ -367,6 +374,7 @@ class Trainer:
             raise ConfigError(f"epochs={epochs} must be >= 0.")
         resume = os.environ.get("TORCHWORK_RESUME") or resume
         self.should_stop = False
+        self._epochs_total = epochs
         if self.world.is_distributed:
             from torchwork.distributed.setup import check_same_length, shard_loader
             from torchwork.runs.seeding import current_seed
@@ -481,8 +489,8 @@ class Trainer:
         checkpoint_every = self.checkpoint_every_n_steps if self._checkpointing else None
         batches_total = length_or_none(batches)
         windows_total = -(-batches_total // self.accumulate) if batches_total is not None else None
-        bar = ProgressBar(windows_total, desc=f"epoch {self.epoch}",
-                          enabled=self.progress if self.world.is_rank_zero else False)
+        bar = ProgressBar(windows_total, enabled=self.progress if self.world.is_rank_zero else False,
+                          epoch=self.epoch, epochs=self._epochs_total, every_s=self.progress_every_s)
         show_bar = bar.enabled
         for window in _windows(batches, self.accumulate):
             loss, samples = self._run_window(window)
@@ -497,7 +505,7 @@ class Trainer:
             if self._last_grad_norm is not None:
                 totals["norm_sum"] += self._last_grad_norm
             if show_bar:
-                bar.update(samples, float(loss))
+                bar.update(samples, loss)  # read (a device sync) only when a line is drawn
             if self.loggers and self.global_step % self.log_every_n_steps == 0:
                 logs = self._step_logs(loss)
                 for logger in self.loggers:

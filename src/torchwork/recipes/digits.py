@@ -15,6 +15,12 @@ from typing import Any
 
 def run(epochs: int = 8, seed: int = 0, batch_size: int = 64, verbose: bool = True) -> dict[str, Any]:
     """Train, evaluate on the held-out test split, and return a summary dict."""
+    from types import SimpleNamespace
+
+    from torchwork.recipes.config import check_settings
+
+    check_settings(SimpleNamespace(epochs=epochs, seed=seed, batch_size=batch_size),
+                   at_least={"epochs": 1, "seed": 0, "batch_size": 1})  # before any work
     import numpy as np
     import torch
     from sklearn.datasets import load_digits

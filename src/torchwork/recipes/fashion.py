@@ -23,7 +23,7 @@ import dataclasses
 import time
 from typing import Any
 
-from torchwork.errors import ConfigError
+from torchwork.recipes.config import EXPORT_FORMATS, check_settings
 
 
 @dataclasses.dataclass
@@ -45,12 +45,10 @@ class FashionConfig:
     pretrained_lr: float = 2e-3
 
     def validate(self) -> None:
-        if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0 or self.channels < 1:
-            raise ConfigError("epochs, batch_size and channels must be >= 1, lr > 0.")
-        if self.eval_subset < 0 or self.pretrained_epochs < 1 or self.pretrained_lr <= 0:
-            raise ConfigError("eval_subset must be >= 0, pretrained_epochs >= 1 and pretrained_lr > 0.")
-        if self.pretrained_size < 32:
-            raise ConfigError(f"pretrained_size={self.pretrained_size}: EfficientNet needs at least 32 pixels.")
+        check_settings(self, at_least={"epochs": 1, "batch_size": 1, "channels": 1, "patience": 0, "threads": 0,
+                                       "seed": 0, "eval_subset": 0, "pretrained_epochs": 1, "pretrained_size": 32},
+                       above={"lr": 0, "pretrained_lr": 0}, some_of={"export_formats": EXPORT_FORMATS},
+                       zero_or_at_least={"subset": (100, "ten images of each of the ten classes")})
 
 
 def say(text: str = "") -> None:

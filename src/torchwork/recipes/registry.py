@@ -35,14 +35,19 @@ def resolve(recipe_or_config: str, assignments: list[str] | None = None) -> tupl
 
     values: dict[str, Any] = {}
     name = recipe_or_config
-    if recipe_or_config.endswith((".yaml", ".yml")) or Path(recipe_or_config).is_file():
+    given = Path(recipe_or_config)
+    if recipe_or_config.endswith((".yaml", ".yml")) or given.is_file() or given.is_dir():
         values = read_yaml(recipe_or_config)
         name = values.pop("recipe", None)
         if not name:
             raise ConfigError(f"{recipe_or_config} must say which recipe it configures, e.g. 'recipe: sentiment' "
                               f"(recipes: {', '.join(RECIPES)}).")
     if name not in RECIPES:
-        raise ConfigError(f"unknown recipe {name!r}; recipes: {', '.join(RECIPES)}.")
+        import difflib
+
+        close = difflib.get_close_matches(str(name), list(RECIPES), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"unknown recipe {name!r}.{hint} Recipes: {', '.join(RECIPES)}.")
     module, config_class = RECIPES[name]
     config = getattr(importlib.import_module(module), config_class)()
     values.update(parse_assignments(assignments or []))

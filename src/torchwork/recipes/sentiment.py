@@ -23,7 +23,10 @@ import sys
 import time
 from typing import Any
 
-from torchwork.errors import ConfigError
+from torchwork.recipes.config import EXPORT_FORMATS, check_settings
+from torchwork.recipes.sentiment_transformer import STRATEGIES
+
+MIN_SUBSET = 200  # rows per split: about 35 of the rarest class (positive, ~18%)
 
 MODELS = ("ngram", "transformer")
 
@@ -64,18 +67,20 @@ class SentimentConfig:
     transformer_max_length: int = 64  # tokens (tweets: 29 at the median, 81 at most)
 
     def validate(self) -> None:
-        if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0 or (self.l2 or 0) < 0:
-            raise ConfigError("epochs and batch_size must be >= 1, lr > 0 and l2 >= 0.")
-        if self.precision not in ("auto", "32", "bf16"):
-            raise ConfigError(f"precision={self.precision!r}: use auto, 32 or bf16.")
-        unknown = set(self.export_formats) - {"pt2", "onnx", "torchscript"}
-        if unknown:
-            raise ConfigError(f"export_formats has {sorted(unknown)}; choose from pt2, onnx, torchscript.")
-        if self.model not in MODELS:
-            raise ConfigError(f"model={self.model!r}: choose from {', '.join(MODELS)}.")
+        check_settings(self, at_least={"epochs": 1, "batch_size": 1, "l2": 0, "min_freq": 1, "max_vocab": 2,
+                                       "max_length": 1, "patience": 0, "threads": 0, "seed": 0,
+                                       "transformer_train_layers": 1, "transformer_epochs": 1,
+                                       "transformer_batch_size": 1, "transformer_patience": 1,
+                                       "transformer_max_length": 8, "warmup": 0},
+                       above={"lr": 0, "clip_grad_norm": 0, "transformer_lr": 0, "layer_decay": 0},
+                       one_of={"precision": ("auto", "32", "bf16"), "model": MODELS,
+                               "transformer_strategy": STRATEGIES},
+                       some_of={"export_formats": EXPORT_FORMATS},
+                       zero_or_at_least={"subset": (MIN_SUBSET, "fewer rows per split leave too few tweets of "
+                                                    "the rarest class, positive, to train on and to score")})
         from torchwork.recipes.sentiment_transformer import validate_settings
 
-        validate_settings(self)
+        validate_settings(self)  # the upper bounds
 
 
 def say(text: str = "") -> None:
@@ -144,6 +149,29 @@ def choose_precision(requested: str, model: Any, batch: Any, loss_fn: Any, steps
     return chosen, {f"step_ms_{p}": round(1000 * m, 2) for p, m in median.items()}
 
 
+def recorded_choices(config: SentimentConfig, classes: list[str]) -> dict[str, Any] | None:
+    """The baseline scores and precision the resumed run recorded, checked as data; None to measure again."""
+    from torchwork.recipes.recorded import recorded_config
+
+    recorded = recorded_config(dataclasses.asdict(config))
+    if recorded is None:
+        return None
+    baseline, precision = recorded.get("baseline"), recorded.get("precision_chosen")
+    try:
+        scores = [baseline["accuracy"], baseline["macro_f1"], baseline["weighted_f1"],
+                  *(baseline["per_class"][c]["f1"] for c in classes)]
+        well_formed = all(isinstance(v, (int, float)) and 0 <= v <= 1 for v in scores)
+    except (TypeError, KeyError):
+        well_formed = False
+    if not well_formed or precision not in ("32", "bf16"):
+        print("torchwork: the resumed run recorded no usable baseline and precision; measuring again.",
+              file=sys.stderr)
+        return None
+    timing = recorded.get("precision_timing")
+    return {"baseline": baseline, "precision_chosen": precision, "precision_timing": timing
+            if isinstance(timing, dict) else {}}
+
+
 def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
     """Run the whole recipe; returns ``summary.json``'s content."""
     import torch
@@ -174,10 +202,12 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
     classes = list(dataset.classes)
 
     say("\n== 2. Baseline: TF-IDF + logistic regression")
+    recorded = recorded_choices(config, classes)  # resuming: what the run already measured and chose
     baseline_started = time.perf_counter()
-    baseline = tfidf_baseline(train, test, classes)
+    baseline = recorded["baseline"] if recorded else tfidf_baseline(train, test, classes)
     baseline_seconds = time.perf_counter() - baseline_started
-    say(f"baseline test accuracy {baseline['accuracy']:.4f}, macro-F1 {baseline['macro_f1']:.4f}")
+    say(f"baseline test accuracy {baseline['accuracy']:.4f}, macro-F1 {baseline['macro_f1']:.4f}"
+        + (" (recorded by the run being resumed)" if recorded else ""))
 
     say("\n== 3. Model: TF-IDF-weighted word and character n-grams, trained from scratch")
     preprocessor = TextPreprocessor.fit(train.texts, min_freq=config.min_freq, max_size=config.max_vocab,
@@ -190,8 +220,12 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
     model.fit_idf(preprocessor(train.texts)[0])
     # Class weights: the rare positive class counts as much as the others in the loss.
     loss_fn = nn.CrossEntropyLoss(weight=class_weights(train.labels))
-    precision, timing = choose_precision(config.precision, model, next(iter(train_loader)), loss_fn)
-    say(f"precision: {precision}" + (f" (measured step time: fp32 {timing['step_ms_32']} ms, bf16 "
+    if recorded:
+        precision, timing = recorded["precision_chosen"], recorded["precision_timing"]
+    else:
+        precision, timing = choose_precision(config.precision, model, next(iter(train_loader)), loss_fn)
+    say(f"precision: {precision}" + (" (recorded by the run being resumed)" if recorded else
+                                      f" (measured step time: fp32 {timing['step_ms_32']} ms, bf16 "
                                       f"{timing['step_ms_bf16']} ms; bf16 is used only when >= 10% faster)"
                                       if timing else " (as configured)"))
     optimizer = torch.optim.Adam([
@@ -205,7 +239,7 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
                       clip_grad_norm=config.clip_grad_norm, epoch_metrics={"macro_f1": macro_f1},
                       early_stopping=EarlyStopping("val_macro_f1", mode="max", patience=config.patience),
                       run_dir=config.run_dir, config={**dataclasses.asdict(config), "precision_chosen": precision,
-                                                      "precision_timing": timing})
+                                                      "precision_timing": timing, "baseline": baseline})
     training_started = time.perf_counter()
     history = trainer.fit(train_loader, val_loader, epochs=config.epochs)
     training_seconds = time.perf_counter() - training_started

@@ -77,15 +77,18 @@ def write_report(path: Path, *, history: list[dict[str, Any]], metrics: dict[str
     if verification:
         report.heading("Artifact variants (test split)")
         report.paragraph("Latency at batch 1 and throughput at batch 64 are ratios to the reference, measured "
-                         "interleaved in one process; * marks the variant to deploy.", "note")
+                         "interleaved in one process (spread: the interquartile range of the rounds, as a share "
+                         "of the median); * marks the variant to deploy, and the last column says why.", "note")
         rows = []
         for name, row in verification["variants"].items():
             rows.append([name + (" *" if name == verification.get("deploy") else ""), row.get("kind", ""),
                          _get(row, "accuracy"), _get(row, "top1_agreement"), _get(row, "max_abs"),
                          _get(row, "latency_b1_ms"), _get(row, "latency_ratio"), _get(row, "throughput_b64_per_s"),
-                         _get(row, "throughput_ratio"), _size(row.get("bytes"))])
+                         _get(row, "throughput_ratio"), _get(row, "throughput_spread"), _size(row.get("bytes")),
+                         row.get("choice", "")])
         report.table(None, ["variant", "kind", "accuracy", "top-1 agreement", "max abs diff", "latency b1 (ms)",
-                            "latency (x)", "throughput b64 (/s)", "throughput (x)", "size"], rows)
+                            "latency (x)", "throughput b64 (/s)", "throughput (x)", "spread", "size", "choice"],
+                     rows)
         report.paragraph(f"Artifact: {artifact}. Serve it with: torchwork serve {artifact}")
 
     report.heading("Guard findings during training")

@@ -364,22 +364,18 @@ def speed_ratios(artifact: Path, model: Any, texts: Sequence[str], rounds: int =
 
 
 def validate_settings(config: Any) -> None:
-    """The transformer settings of a SentimentConfig, checked before any work starts."""
-    if config.transformer_strategy not in STRATEGIES:
-        raise ConfigError(f"transformer_strategy={config.transformer_strategy!r}: choose from "
-                          f"{', '.join(STRATEGIES)}.")
-    if not 1 <= config.transformer_train_layers <= 6:
-        raise ConfigError(f"transformer_train_layers={config.transformer_train_layers}: MiniLM has 6 layers; "
-                          "train 1 to 6 of them.")
-    if config.transformer_epochs < 1 or config.transformer_batch_size < 1 or config.transformer_patience < 1:
-        raise ConfigError("transformer_epochs, transformer_batch_size and transformer_patience must be >= 1.")
-    if config.transformer_lr <= 0 or not 0 < config.layer_decay <= 1 or not 0 <= config.warmup < 1:
-        raise ConfigError(f"transformer_lr={config.transformer_lr}, layer_decay={config.layer_decay}, "
-                          f"warmup={config.warmup}: use lr > 0, layer_decay in (0, 1], warmup in [0, 1).")
-    if not 8 <= config.transformer_max_length <= 512:
-        raise ConfigError(f"transformer_max_length={config.transformer_max_length}: use 8..512 tokens.")
-    if not isinstance(config.device, str) or not config.device:
-        raise ConfigError(f"device={config.device!r}: use auto, cpu, cuda or cuda:N.")
+    """The upper bounds of a SentimentConfig's transformer settings (``check_settings`` has the lower ones)."""
+    problems = [text for bad, text in (
+        (config.transformer_train_layers > 6, f"transformer_train_layers={config.transformer_train_layers}: "
+                                              "MiniLM has 6 layers; train 1 to 6 of them"),
+        (config.layer_decay > 1, f"layer_decay={config.layer_decay}: use a number in (0, 1]"),
+        (config.warmup >= 1, f"warmup={config.warmup}: the warm-up is a fraction of the steps, in [0, 1)"),
+        (config.transformer_max_length > 512, f"transformer_max_length={config.transformer_max_length}: "
+                                              "MiniLM has 512 positions"),
+        (not isinstance(config.device, str) or not config.device, f"device={config.device!r}: use auto, cpu, "
+                                                                  "cuda or cuda:N")) if bad]
+    if problems:
+        raise ConfigError("; ".join(problems) + ".")
 
 
 def transformer_sections(config: Any, train: Any, validation: Any, test: Any, classes: list[str], run_path: Path,

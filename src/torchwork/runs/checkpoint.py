@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from torchwork.errors import CheckpointError
-from torchwork.files import atomic_write
+from torchwork.files import atomic_write, remove_temp_files
 
 FORMAT_VERSION = 1
 _STEP_FILE = re.compile(r"^step-(\d+)\.pt$")
@@ -66,12 +66,20 @@ def _checksum_path(path: Path) -> Path:
     return path.with_name(path.name + ".sha256")
 
 
+class NonFiniteWeightsError(CheckpointError):
+    """The weights to checkpoint hold NaN/inf: the checkpoint is refused, training may go on."""
+
+
 def save_checkpoint(state: Mapping[str, Any], path: str | Path) -> None:
-    """Write ``state`` to ``path`` atomically, then its checksum. Refuses non-finite model weights."""
+    """Write ``state`` to ``path`` atomically, then its checksum. Refuses non-finite model weights.
+
+    A full disk raises :class:`~torchwork.errors.DiskFullError` (path, bytes needed, bytes free) before
+    anything is replaced; no temp file is left.
+    """
     path = Path(path)
     bad = non_finite_tensors(state.get("model", {}))
     if bad:
-        raise CheckpointError(f"refusing to write {path.name}: weights {bad[:5]} are NaN/inf, and a "
+        raise NonFiniteWeightsError(f"refusing to write {path.name}: weights {bad[:5]} are NaN/inf, and a "
                               "checkpoint of them would poison every resume. Lower the learning rate, clip "
                               "gradients (clip_grad_norm=1.0) or run `torchwork doctor` to find the first "
                               "non-finite value.")
@@ -79,9 +87,9 @@ def save_checkpoint(state: Mapping[str, Any], path: str | Path) -> None:
     torch.save(dict(state), buffer)
     payload = buffer.getvalue()
     digest = hashlib.sha256(payload).hexdigest()
-    with atomic_write(path) as handle:
+    with atomic_write(path, size=len(payload)) as handle:
         handle.write(payload)
-    with atomic_write(_checksum_path(path), "w") as handle:
+    with atomic_write(_checksum_path(path), "w", size=len(digest) + len(path.name) + 3) as handle:
         handle.write(f"{digest}  {path.name}\n")
 
 
@@ -118,6 +126,32 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     return state
 
 
+def remove_leftovers(run: str | Path) -> list[Path]:
+    """Remove what interrupted writes left in a run folder: atomic-write temp files, and checksum files
+    in ``checkpoints/`` whose checkpoint is gone. Nothing else is touched. Returns what was removed.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> run = pathlib.Path(tempfile.mkdtemp())
+        >>> (run / "checkpoints").mkdir()
+        >>> (run / "checkpoints" / ".step-000000004.pt.k2j4_x9a.tmp").write_bytes(b"half")
+        4
+        >>> (run / "checkpoints" / "step-000000002.pt.sha256").write_text("abc  step-000000002.pt")
+        22
+        >>> sorted(p.name for p in remove_leftovers(run))
+        ['.step-000000004.pt.k2j4_x9a.tmp', 'step-000000002.pt.sha256']
+    """
+    run = Path(run)
+    removed = remove_temp_files(run)
+    checkpoints = run / "checkpoints"
+    if checkpoints.is_dir():
+        for checksum in checkpoints.glob("*.pt.sha256"):
+            if checksum.is_file() and not checksum.with_name(checksum.name[: -len(".sha256")]).exists():
+                checksum.unlink(missing_ok=True)
+                removed.append(checksum)
+    return removed
+
+
 class CheckpointManager:
     """Keeps the last ``keep`` step checkpoints of a run, plus ``best.pt`` by a monitored metric."""
 
@@ -141,7 +175,7 @@ class CheckpointManager:
         path = self.directory / f"step-{step:09d}.pt"
         try:
             save_checkpoint(state, path)
-        except CheckpointError as error:
+        except NonFiniteWeightsError as error:
             print(f"torchwork: {error}", file=sys.stderr)
             return None
         if self.monitor and metrics and self.monitor in metrics:
@@ -155,8 +189,9 @@ class CheckpointManager:
                     json.dump({"monitor": self.monitor, "mode": self.mode, "value": value, "step": step,
                                "from": path.name}, handle)
         for old in self.step_checkpoints()[: -self.keep]:
-            old.unlink(missing_ok=True)
+            # checksum first: killed in between, a checkpoint without its checksum is skipped and pruned later
             _checksum_path(old).unlink(missing_ok=True)
+            old.unlink(missing_ok=True)
         return path
 
     def newest_valid(self) -> Path | None:

@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import sys
@@ -35,7 +36,14 @@ class JsonlLogger:
     def log(self, metrics: dict[str, Any], step: int) -> None:
         row = {"step": step, "time": round(time.time(), 3)}
         row.update({k: (v if not isinstance(v, float) or math.isfinite(v) else str(v)) for k, v in metrics.items()})
-        self.handle.write(json.dumps(row, default=str) + "\n")
+        line = json.dumps(row, default=str) + "\n"
+        try:
+            self.handle.write(line)
+        except OSError as error:
+            if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            from torchwork.files import disk_full_error
+            raise disk_full_error(self.path, len(line.encode()), error) from error
 
     def close(self) -> None:
         self.handle.close()

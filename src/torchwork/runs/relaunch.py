@@ -1,41 +1,163 @@
-"""``torchwork resume RUN_FOLDER``: run the command recorded in a run's manifest again, resuming that run.
+"""``torchwork resume RUN_FOLDER``: start the run's recorded command again, continuing that run.
 
-The manifest records the interpreter, argv and working directory of the run. The command is started
-again with ``TORCHWORK_RESUME=RUN_FOLDER``, which makes ``Trainer.fit`` continue that run folder from its
-newest valid checkpoint.
+A run folder is data: people share and download them, so nothing in it decides what program runs. The
+manifest's ``command`` is read as a description and checked against the two things resume will start:
+
+- a **torchwork invocation** (``torchwork train ...``, ``torchwork quickstart ...``, ``torchwork demo ...``):
+  the recorded arguments are given to *this* interpreter's torchwork (``sys.executable -m torchwork.cli``);
+  torchwork's own code runs, the arguments are data to it;
+- a **Python script** (``python train.py ...``, ``torchwork launch train.py ...``): the script runs with this
+  interpreter, only after the command is printed and the user confirms it (``--yes``, or ``y`` at the
+  prompt on a terminal), since it is code the folder points at.
+
+Anything else (``/bin/sh -c ...``, an unknown executable) is refused, and so is a folder with no valid
+checkpoint of its own: there would be nothing to resume. The recorded ``executable`` is shown, never run.
+The command starts with ``TORCHWORK_RESUME=RUN_FOLDER``, which makes ``Trainer.fit`` continue that run folder
+from its newest valid checkpoint.
+
+Example:
+    >>> from torchwork.runs.relaunch import plan_command
+    >>> plan = plan_command({"executable": "/usr/bin/python3", "argv": ["/venv/bin/torchwork", "train", "sentiment"],
+    ...                      "cwd": "/"})
+    >>> plan.kind, plan.argv[1:]
+    ('torchwork', ['-m', 'torchwork.cli', 'train', 'sentiment'])
+    >>> plan_command({"executable": "/bin/sh", "argv": ["-c", "echo hi"], "cwd": "/"})
+    Traceback (most recent call last):
+    ...
+    torchwork.errors.CheckpointError: the run's manifest.json records the command ['/bin/sh', '-c', 'echo hi'], \
+which is neither a torchwork command nor a Python script: torchwork resume runs only those. If you trust it, \
+run it yourself with TORCHWORK_RESUME=RUN_FOLDER set.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from torchwork.errors import CheckpointError
 
+# torchwork commands that start a training run from recorded settings alone (no user code): run as recorded.
+RUN_COMMANDS = ("train", "quickstart", "demo")
+# torchwork commands that run a user's script: resumed like that script, after confirmation.
+SCRIPT_COMMANDS = ("launch",)
 
-def resume_command(run_folder: str | Path) -> tuple[list[str], str]:
-    """The command line and working directory that continue ``run_folder``."""
+
+@dataclasses.dataclass
+class ResumePlan:
+    """What resume would run: ``argv`` (through this interpreter), in ``cwd``; ``kind`` is ``"torchwork"``
+    (no confirmation needed) or ``"script"`` (runs code the run folder names: confirm first)."""
+
+    argv: list[str]
+    cwd: str
+    kind: str
+    script: str | None = None
+    note: str | None = None
+
+    def shown(self) -> str:
+        return " ".join(shlex.quote(part) for part in self.argv)
+
+
+def _is_torchwork_entry(path: str) -> bool:
+    """``argv[0]`` of a torchwork process: the console script, or torchwork/cli.py run with ``-m``."""
+    entry = Path(path)
+    return entry.name == "torchwork" or (entry.name == "cli.py" and entry.parent.name == "torchwork")
+
+
+def plan_command(command: dict[str, Any]) -> ResumePlan:
+    """Check a manifest's ``command`` record and say what resuming it would run (never its executable)."""
+    argv = command.get("argv")
+    recorded = [command.get("executable"), *argv] if isinstance(argv, list) else argv
+    if not isinstance(argv, list) or not argv or not all(isinstance(part, str) for part in argv):
+        raise CheckpointError(f"the run's manifest.json records no command to run again (command: {command!r}).")
+    cwd, note = command.get("cwd"), None
+    if not isinstance(cwd, str) or not Path(cwd).is_dir():
+        cwd, note = os.getcwd(), f"the recorded working directory {command.get('cwd')!r} is not here: running in {os.getcwd()}"
+    if _is_torchwork_entry(argv[0]) and len(argv) > 1:
+        subcommand = argv[1]
+        if subcommand in RUN_COMMANDS:
+            return ResumePlan([sys.executable, "-m", "torchwork.cli", *argv[1:]], cwd, "torchwork", note=note)
+        if subcommand in SCRIPT_COMMANDS:
+            script = next((part for part in argv[2:] if part.endswith(".py")), None)
+            return ResumePlan([sys.executable, "-m", "torchwork.cli", *argv[1:]], cwd, "script",
+                              script=_existing_script(script, cwd) if script else None, note=note)
+        raise CheckpointError(f"the run's manifest.json records `torchwork {subcommand}`, which does not start a "
+                              f"training run; torchwork resume re-runs only `torchwork {'/'.join(RUN_COMMANDS)}` "
+                              "or a Python script.")
+    if argv[0].endswith(".py"):
+        script = _existing_script(argv[0], cwd)
+        return ResumePlan([sys.executable, script, *argv[1:]], cwd, "script", script=script, note=note)
+    raise CheckpointError(f"the run's manifest.json records the command {recorded!r}, which is neither a "
+                          "torchwork command nor a Python script: torchwork resume runs only those. If you trust "
+                          "it, run it yourself with TORCHWORK_RESUME=RUN_FOLDER set.")
+
+
+def _existing_script(script: str, cwd: str) -> str:
+    path = Path(cwd, script)
+    if not path.is_file():
+        raise CheckpointError(f"the run was started by the script {script}, which is not at {path}: run it "
+                              "yourself with TORCHWORK_RESUME=RUN_FOLDER set, from the folder it expects.")
+    return str(path.resolve())
+
+
+def check_resumable(run: Path) -> Path:
+    """The newest valid checkpoint in ``run``'s own ``checkpoints/`` (raise if there is none)."""
+    from torchwork.runs.checkpoint import CheckpointManager
+
+    folder = run / "checkpoints"
+    own = [p for p in CheckpointManager(folder).step_checkpoints()
+           if p.is_file() and not p.is_symlink() and p.resolve().parent == folder.resolve()]
+    if not own:
+        raise CheckpointError(f"{run} has no checkpoint of its own in checkpoints/: there is nothing to resume. "
+                              "Start a new run instead.")
+    manager = CheckpointManager(folder)
+    newest = manager.newest_valid()
+    if newest is None or newest not in own:
+        raise CheckpointError(f"no valid checkpoint in {folder}: every one fails its checksum. Start a new run, "
+                              "or restore a copy of a checkpoint.")
+    return newest
+
+
+def resume_plan(run_folder: str | Path) -> tuple[Path, ResumePlan, Path]:
+    """The run folder (resolved), what resuming it runs, and the checkpoint it continues from."""
     run = Path(run_folder).resolve()
     manifest_path = run / "manifest.json"
     if not manifest_path.is_file():
         raise CheckpointError(f"{run} has no manifest.json: it is not a torchwork run folder "
                               "(expected RUN_DIR/<timestamp>-<id>/).")
-    command = json.loads(manifest_path.read_text()).get("command") or {}
-    argv, cwd = command.get("argv"), command.get("cwd") or os.getcwd()
-    if not argv:
-        raise CheckpointError(f"{manifest_path} records no command to run again.")
-    executable = command.get("executable") or sys.executable
-    if not Path(executable).exists():
-        executable = sys.executable
-    return [executable, *argv], cwd
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (ValueError, UnicodeDecodeError) as error:
+        raise CheckpointError(f"{manifest_path} is not valid JSON ({error}); the run folder is damaged.") from None
+    checkpoint = check_resumable(run)
+    command = manifest.get("command") if isinstance(manifest, dict) else None
+    return run, plan_command(command if isinstance(command, dict) else {}), checkpoint
+
+
+def _confirmed(plan: ResumePlan, yes: bool) -> bool:
+    if yes:
+        return True
+    if sys.stdin.isatty():
+        return input("Run it? [y/N] ").strip().lower() in ("y", "yes")
+    return False
 
 
 def main(args: argparse.Namespace) -> int:
-    command, cwd = resume_command(args.run_folder)
-    print(f"torchwork: resuming {args.run_folder}: {' '.join(command)} (in {cwd})", file=sys.stderr)
-    env = dict(os.environ, TORCHWORK_RESUME=str(Path(args.run_folder).resolve()))
-    return subprocess.run(command, cwd=cwd, env=env).returncode
+    run, plan, checkpoint = resume_plan(args.run_folder)
+    print(f"torchwork: resuming {run} from {checkpoint.name}: {plan.shown()} (in {plan.cwd})", file=sys.stderr)
+    if plan.note:
+        print(f"torchwork: {plan.note}", file=sys.stderr)
+    if plan.kind == "script":
+        print(f"torchwork: this runs the Python script {plan.script or plan.argv[1]}, named by the run folder's "
+              "manifest.json: run it only if you trust that script.", file=sys.stderr)
+        if not _confirmed(plan, getattr(args, "yes", False)):
+            raise CheckpointError("not confirmed: nothing was run. Check the command above and pass --yes to "
+                                  "run it.")
+    env = dict(os.environ, TORCHWORK_RESUME=str(run))
+    return subprocess.run(plan.argv, cwd=plan.cwd, env=env).returncode

@@ -15,7 +15,7 @@ from typing import Any
 
 from torchwork.errors import CheckpointError
 from torchwork.files import write_json
-from torchwork.runs.checkpoint import CheckpointManager, load_checkpoint
+from torchwork.runs.checkpoint import CheckpointManager, load_checkpoint, remove_leftovers
 from torchwork.runs.folder import is_run_folder, latest_run, new_run_folder
 from torchwork.runs.loggers import JsonlLogger, TensorBoardLogger
 from torchwork.runs.manifest import build_manifest, format_summary
@@ -61,6 +61,8 @@ class RunSession:
         run, checkpoint = (None, None)
         if resume is not None:
             run, checkpoint = find_resume_checkpoint(resume, trainer.run_dir)
+            if run is not None:
+                _remove_leftovers(run)
             if run is not None and checkpoint is None:
                 print(f"torchwork: {run} has no checkpoint yet: starting a new run.", file=sys.stderr)
                 run = None
@@ -108,6 +110,14 @@ class RunSession:
     def close(self) -> None:
         for logger in self.loggers:
             logger.close()
+
+
+def _remove_leftovers(run: Path) -> None:
+    removed = remove_leftovers(run)
+    if removed:
+        names = ", ".join(str(p.relative_to(run)) for p in removed[:5]) + (" ..." if len(removed) > 5 else "")
+        print(f"torchwork: removed {len(removed)} leftover(s) of interrupted writes in {run}: {names}",
+              file=sys.stderr)
 
 
 def _now() -> str:

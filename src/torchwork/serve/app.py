@@ -19,16 +19,18 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import PlainTextResponse
 from pydantic import ValidationError
+from starlette.requests import ClientDisconnect
 
 from torchwork.errors import ConfigError, QueueFullError
 from torchwork.serve.batcher import Batcher
 from torchwork.serve.config import ServeConfig
+from torchwork.serve.connections import ConnectionGuard
 from torchwork.serve.encoding import answer, prediction_fragments
 from torchwork.serve.heap import settle_heap
 from torchwork.serve.metrics import ServerMetrics
@@ -49,21 +51,25 @@ logger = logging.getLogger("torchwork.serve")
 
 
 class _State:
-    def __init__(self, predictor: Predictor, config: ServeConfig, model_process: ModelProcess | None) -> None:
+    def __init__(self, predictor: Predictor, config: ServeConfig, model_process: ModelProcess | None,
+                 on_ready: Callable[[], None] | None) -> None:
         self.predictor = predictor
         self.config = config
         self.model_process = model_process
         self.ready = threading.Event()
+        self.on_ready = on_ready
         self.in_flight = 0
         fragments = prediction_fragments(predictor.labels)
         self.run_batch = lambda items: fragments(predictor.predict_batch(items))
         options = {"max_batch_size": config.max_batch_size, "max_wait_s": config.max_wait_ms / 1000,
-                   "max_queue": config.max_queue}
+                   "max_queue": config.max_queue, "cost": request_cost(predictor)}
         self.batcher: Batcher = (Batcher(self.run_batch, answer, **options) if model_process is None else
                                  ProcessBatcher(model_process, answer, run_inline=self.run_batch,
                                                 pack=_packer(predictor), **options))
+        self.guard = ConnectionGuard(head_timeout_s=config.head_timeout_s, body_timeout_s=config.body_timeout_s,
+                                     idle_timeout_s=config.idle_timeout_s, max_connections=config.max_connections)
         self.metrics = ServerMetrics(config.max_batch_size, lambda: self.batcher.queued_items,
-                                     lambda: self.in_flight)
+                                     lambda: self.in_flight, extra=[self.guard])
         self.batcher.metrics = self.metrics
         self.deadlines = Deadlines(config.timeout_s)
 
@@ -98,6 +104,24 @@ class Deadlines:
             asyncio.get_running_loop().call_later(self.every_s, self._sweep)
 
 
+# A text item costs about one unit plus one per this many characters (a tweet: about two units).
+CHARACTERS_PER_UNIT = 100
+
+
+def request_cost(predictor: Predictor) -> Callable[[Sequence[Any]], float]:
+    """The work a request's items are, in units of a short item: what decides whether it may run inline.
+
+    Example:
+        >>> import torch
+        >>> from torchwork.serve import TorchPredictor
+        >>> request_cost(TorchPredictor(torch.nn.Linear(4, 3), item_shape=(4,)))([[0.0] * 4] * 8)
+        8
+    """
+    if predictor.kind == "text":
+        return lambda items: len(items) + sum(map(len, items)) / CHARACTERS_PER_UNIT
+    return len
+
+
 def _packer(predictor: Predictor) -> Callable[[list[Any]], Any]:
     """How a batch travels to the model process: fixed-shape tensors as one array (a fast pickle)."""
     if predictor.kind != "tensor" or None in predictor.item_shape:
@@ -111,18 +135,19 @@ def _packer(predictor: Predictor) -> Callable[[list[Any]], Any]:
 
 
 def create_app(predictor: Predictor, config: ServeConfig | None = None,
-               model_process: ModelProcess | None = None) -> FastAPI:
+               model_process: ModelProcess | None = None, on_ready: Callable[[], None] | None = None) -> FastAPI:
     """Build the FastAPI app serving ``predictor``: schemas from its declared input, a dynamic batcher.
 
     ``model_process``: run batches there (a :class:`ProcessBatcher` on the event loop; what ``torchwork
     serve`` does by default) instead of on a thread of this process; ``predictor`` still declares the input
-    and answers lone requests of a fast model on the event loop.
+    and answers small lone requests of a fast model on the event loop. ``on_ready()`` is called once the
+    model is warmed up and requests are answered (``/readyz`` says 200).
     """
     config = config or ServeConfig()
     if not isinstance(predictor, Predictor):
         raise ConfigError(f"{predictor!r} is not a predictor: it needs kind, item_shape, dtype, labels and "
                           "predict_batch(items); build one with TorchPredictor or OnnxPredictor.")
-    state = _State(predictor, config, model_process)
+    state = _State(predictor, config, model_process, on_ready)
     limits = Limits(max_items=config.max_items, max_text_length=config.max_text_length)
     request_schema = request_model(predictor.kind, predictor.item_shape, predictor.dtype, limits)
     response_schema, error_schema = response_models(predictor.labels)
@@ -154,20 +179,38 @@ def create_app(predictor: Predictor, config: ServeConfig | None = None,
     async def predict(request: Request) -> Response:
         state.in_flight += 1
         started = time.perf_counter()
-        status = 500
+        status: int | None = 500
         try:
             response = await handle(request)
             status = response.status_code
             return response
+        except ClientDisconnect:  # the client's doing: nobody is there to answer
+            if request.scope.get("torchwork.body_timeout"):  # the connection guard answered 408 and closed
+                status = 408
+            else:
+                status = None
+                state.metrics.client_disconnects.inc()
+                client = request.client
+                logger.info("the client %s disconnected before sending its whole request body; not answered",
+                            f"{client.host}:{client.port}" if client else "")
+            return error(400, "the client disconnected")
         except Exception:  # never a bare 500 page: log it, answer JSON, keep serving
             logger.exception("unexpected error in POST /predict")
             return error(500, "internal error while answering this request; the server keeps serving")
         finally:
             state.in_flight -= 1
-            state.metrics.requests.inc(str(status))
-            state.metrics.latency.observe(time.perf_counter() - started)
+            if status is not None:
+                state.metrics.requests.inc(str(status))
+                state.metrics.latency.observe(time.perf_counter() - started)
 
     async def handle(request: Request) -> Response:
+        content_type = request.headers.get("content-type")
+        if content_type is None or content_type.partition(";")[0].strip().lower() != "application/json":
+            # A browser sends text/plain (or a form) cross-origin without asking first: refuse all but JSON.
+            return error(415, f"Content-Type {content_type!r} is not accepted: send the body as JSON with the "
+                              "header 'Content-Type: application/json'" if content_type is not None else
+                              "no Content-Type header: send the body as JSON with the header "
+                              "'Content-Type: application/json'")
         if not state.ready.is_set():
             return error(503, "the model is still warming up; retry shortly", retry_after=1)
         body = await _read_body(request, config.max_body_bytes)
@@ -192,7 +235,9 @@ def create_app(predictor: Predictor, config: ServeConfig | None = None,
 
     error_responses = {
         code: {"model": error_schema, "description": text}
-        for code, text in [(400, "bad request headers"), (413, "body larger than the server allows"),
+        for code, text in [(400, "bad request headers"), (408, "the request's head or body came too slowly"),
+                           (413, "body larger than the server allows"),
+                           (415, "the body is not declared as JSON (Content-Type: application/json)"),
                            (422, "invalid input; the message names the field"),
                            (503, "not ready, or the queue is full (see Retry-After)"),
                            (504, "not answered within the server's timeout")]}
@@ -272,3 +317,5 @@ def _warm_up(state: _State) -> None:
         logger.exception("warm-up failed; serving anyway, the first requests may be slow or fail")
     settle_heap()
     state.ready.set()
+    if state.on_ready is not None:
+        state.on_ready()

@@ -12,11 +12,13 @@ arriving concurrently, and it stops waiting as soon as they stop coming.
 
 Requests are handed to the worker once per event-loop pass, after every handler that was ready has
 submitted. A request that is alone in its pass, with the worker idle, runs right there on the event loop
-when the model answers one item fast (under ``inline_below_s``, 20 ms by default, measured as it serves):
-nobody else is waiting, so it pays no thread hand-off and answers as fast as a per-request server would. At
+when it is cheap: its cost (``cost(items)``, in units of a short item: the item count, plus the characters
+for text) times the measured time of one unit is under ``inline_below_s`` (20 ms by default). Nobody else
+is waiting, so it pays no thread hand-off and answers as fast as a per-request server would. At
 concurrency 1 on a 2-vCPU VM the hand-off cost 1.4x a naive server's latency for a 0.1 ms text model and
-1.6 ms on a 6 ms CNN (1.24x): waking the worker on the other, idle vCPU is slow. A slower model always runs
-on the worker, so that the event loop keeps answering health checks and accepting requests.
+1.6 ms on a 6 ms CNN (1.24x): waking the worker on the other, idle vCPU is slow. Anything dearer (a slow
+model, or 64 items of 10,000 characters) runs on the worker, so that the event loop keeps answering
+health checks and accepting requests: run inline, one such request held ``/healthz`` at 201 ms.
 
 If a batch fails, each request in it is run alone, so one bad request never fails the others. Results go
 back to the event loop with one ``call_soon_threadsafe`` per batch.
@@ -83,10 +85,12 @@ class Batcher:
 
     def __init__(self, run: Callable[[list[Any]], Sequence[Any]], encode: Callable[[Sequence[Any]], Answer],
                  *, max_batch_size: int = 32, max_wait_s: float = 0.002, max_queue: int = 1024,
-                 metrics: ServerMetrics | None = None, inline_below_s: float = 0.02) -> None:
+                 metrics: ServerMetrics | None = None, inline_below_s: float = 0.02,
+                 cost: Callable[[Sequence[Any]], float] = len) -> None:
         self._run, self._encode = run, encode
         self.inline_below_s = inline_below_s
-        self._lone_seconds = math.inf  # smoothed time to answer one item (unknown until measured)
+        self._cost = cost
+        self._unit_seconds = math.inf  # smoothed time per unit of cost of a lone item (unknown until measured)
         self.max_batch_size, self.max_wait_s, self.max_queue = max_batch_size, max_wait_s, max_queue
         self.metrics = metrics
         # A SimpleQueue hands a job over with one C-level lock; each counter below has a single writer
@@ -142,7 +146,8 @@ class Batcher:
         """On the event loop: run a lone request inline if the model is idle, else hand everything over."""
         self._flush_scheduled = False
         jobs, self._pending = self._pending, []
-        if len(jobs) == 1 and self._lone_seconds < self.inline_below_s and not self._stopping and self._idle():
+        if len(jobs) == 1 and not self._stopping and self.estimate(jobs[0].items) < self.inline_below_s \
+                and self._idle():
             try:
                 self._taken += len(jobs[0].items)
                 if not jobs[0].cancelled:
@@ -152,6 +157,10 @@ class Batcher:
             _deliver(jobs)
             return
         self._hand_over(jobs)
+
+    def estimate(self, items: Sequence[Any]) -> float:
+        """Seconds the model would take for ``items`` alone (infinite until one lone item was timed)."""
+        return self._unit_seconds * self._cost(items)
 
     def _idle(self) -> bool:
         """Nothing queued and the model free; if so, hold the model lock (released by the caller)."""
@@ -271,13 +280,14 @@ class Batcher:
             start += len(job.items)
         elapsed = time.perf_counter() - started
         if len(items) == 1:
-            self._time_lone(elapsed)
+            self._time_lone(elapsed, items)
         if self.metrics is not None:
             self.metrics.batch_seconds.observe(elapsed)
 
-    def _time_lone(self, elapsed: float) -> None:
-        """Smooth the time one lone item took (what decides whether lone requests run inline)."""
-        self._lone_seconds = elapsed if math.isinf(self._lone_seconds) else 0.7 * self._lone_seconds + 0.3 * elapsed
+    def _time_lone(self, elapsed: float, items: Sequence[Any]) -> None:
+        """Smooth the time per unit of cost one lone item took (what decides whether requests run inline)."""
+        unit = elapsed / max(self._cost(items), 1e-9)
+        self._unit_seconds = unit if math.isinf(self._unit_seconds) else 0.7 * self._unit_seconds + 0.3 * unit
 
     def _encode_safely(self, rows: Sequence[Any]) -> Answer:
         try:

@@ -19,6 +19,10 @@ class ServeConfig:
 
     ``max_wait_ms`` is an upper bound: the batcher waits only while requests keep arriving concurrently.
     ``threads`` is the model's compute threads (default: every CPU but one, left to the event loop).
+    Connections: a request's head must arrive within ``head_timeout_s`` of its first byte and its body
+    within ``body_timeout_s`` of its head (else 408 and the connection is closed), a connection with no
+    request in progress is closed after ``idle_timeout_s``, and past ``max_connections`` open at once a
+    new connection's request gets 503.
     """
 
     host: str = "127.0.0.1"
@@ -32,14 +36,20 @@ class ServeConfig:
     timeout_s: float = 30.0
     threads: int | None = None
     log_level: str = "warning"
+    head_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    idle_timeout_s: float = 5.0
+    max_connections: int = 1000
 
     def __post_init__(self) -> None:
         positive = {"max_batch_size": self.max_batch_size, "max_queue": self.max_queue,
                     "max_items": self.max_items, "max_text_length": self.max_text_length,
-                    "max_body_bytes": self.max_body_bytes, "timeout_s": self.timeout_s}
+                    "max_body_bytes": self.max_body_bytes, "timeout_s": self.timeout_s,
+                    "head_timeout_s": self.head_timeout_s, "body_timeout_s": self.body_timeout_s,
+                    "idle_timeout_s": self.idle_timeout_s, "max_connections": self.max_connections}
         for name, value in positive.items():
-            if value <= 0:
-                raise ConfigError(f"{name}={value} must be positive.")
+            if not value > 0 or value == float("inf"):  # NaN and infinity too
+                raise ConfigError(f"{name}={value} must be positive and finite.")
         if self.max_wait_ms < 0:
             raise ConfigError(f"max_wait_ms={self.max_wait_ms} must be 0 (never wait) or more.")
         if self.threads is not None and self.threads < 1:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Sequence
+from typing import Any
 
 
 def _number(value: float) -> str:
@@ -29,17 +30,19 @@ def _number(value: float) -> str:
 
 
 class Counter:
-    """A counter with one label (e.g. status code); ``inc(label)``."""
+    """A counter with one label (e.g. status code), ``inc(label)``; or with none, ``inc()``."""
 
-    def __init__(self, name: str, help_text: str, label: str) -> None:
+    def __init__(self, name: str, help_text: str, label: str | None = None) -> None:
         self.name, self.help, self.label = name, help_text, label
-        self.values: dict[str, int] = {}
+        self.values: dict[str, int] = {} if label else {"": 0}
 
-    def inc(self, value: str, amount: int = 1) -> None:
+    def inc(self, value: str = "", amount: int = 1) -> None:
         self.values[value] = self.values.get(value, 0) + amount
 
     def render(self) -> str:
         lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} counter"]
+        if self.label is None:
+            return "\n".join([*lines, f"{self.name} {self.values['']}"])
         lines += [f'{self.name}{{{self.label}="{key}"}} {count}' for key, count in sorted(self.values.items())]
         return "\n".join(lines)
 
@@ -80,11 +83,15 @@ class Histogram:
 
 
 class ServerMetrics:
-    """The metrics ``/metrics`` shows: requests by status, latency, batch sizes, queue depth."""
+    """The metrics ``/metrics`` shows: requests by status, latency, batch sizes, queue depth; and
+    ``extra``'s (e.g. the connection guard's), anything with a ``render()``."""
 
     def __init__(self, max_batch_size: int, queue_depth: Callable[[], float],
-                 in_flight: Callable[[], float]) -> None:
+                 in_flight: Callable[[], float], extra: Sequence[Any] = ()) -> None:
         self.requests = Counter("torchwork_requests_total", "HTTP requests to /predict by status code", "status")
+        self.client_disconnects = Counter("torchwork_client_disconnects_total", "requests to /predict whose "
+                                          "client disconnected before sending its whole body (not answered)")
+        self.extra = list(extra)
         self.latency = Histogram("torchwork_request_duration_seconds", "time to answer POST /predict",
                                  [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10])
         sizes, size = [], 1
@@ -99,6 +106,6 @@ class ServerMetrics:
         self.in_flight = Gauge("torchwork_requests_in_flight", "requests to /predict being answered", in_flight)
 
     def render(self) -> str:
-        parts = [self.requests, self.latency, self.batch_size, self.batch_seconds, self.queue_depth,
-                 self.in_flight]
+        parts = [self.requests, self.client_disconnects, self.latency, self.batch_size, self.batch_seconds,
+                 self.queue_depth, self.in_flight, *self.extra]
         return "\n".join(part.render() for part in parts) + "\n"

@@ -11,7 +11,10 @@ trivial endpoint: 0.17-0.19 ms).
 Batching is as in :class:`~torchwork.serve.batcher.Batcher`: when the child is free it takes everything
 queued (up to ``max_batch_size`` items); it waits for more, never longer than ``max_wait_s``, only while
 requests arrived during the previous batch and keep arriving. A lone request with the child idle runs
-inline on the event loop on this process's copy of the model when that is fast. If a batch fails, each
+inline on the event loop on this process's copy of the model when that is cheap (see
+:class:`~torchwork.serve.batcher.Batcher`); so does one that would otherwise wait behind a batch the child
+needs more than ``busy_inline_s`` (50 ms) more for, such as 64 items of 10,000 characters: a light
+request then waits for no large one. If a batch fails, each
 of its requests runs alone, so one bad request never fails the others. The child encodes the answers
 (:mod:`torchwork.serve.encoding`); this process only joins each request's bytes. If the child dies, the
 batch it was running answers 500 and a new child starts while requests queue.
@@ -50,9 +53,14 @@ class ProcessBatcher(Batcher):
 
     def __init__(self, process: ModelProcess, encode: Callable[[Sequence[Any]], Answer], *,
                  run_inline: Callable[[list[Any]], Sequence[Any]], pack: Callable[[list[Any]], Any] = list,
-                 **options: Any) -> None:
+                 busy_inline_s: float = 0.05, **options: Any) -> None:
         super().__init__(run_inline, encode, **options)  # the base class's run: only lone requests, here
         self.process, self._pack = process, pack
+        self.busy_inline_s = busy_inline_s
+        self._in_flight_cost = 0.0  # the cost of the batch in the child
+        # The child's seconds and cost units over recent batches, decaying: its time per unit of cost in a
+        # batch, weighted by cost, so a lone request's hand-off overhead does not make a batch look long.
+        self._child_seconds, self._child_units = 0.0, 0.0
         self._waiting: collections.deque[Job] = collections.deque()  # handed over, not sent yet
         self._alone: collections.deque[Job] = collections.deque()  # from a failed batch: each runs alone
         self._in_flight: list[Job] | None = None
@@ -74,8 +82,19 @@ class ProcessBatcher(Batcher):
         raise TypeError("a ProcessBatcher runs on the event loop: await open() there instead of start()")
 
     def _idle(self) -> bool:
-        return (self._connected and self._in_flight is None and not self._waiting and not self._alone
-                and self._model_lock.acquire(False))
+        """Nothing waits, and the child is free or busy for long with a batch; then hold the local model."""
+        if not self._connected or self._waiting or self._alone:
+            return False
+        if self._in_flight is not None and self._child_remaining() < self.busy_inline_s:
+            return False
+        return self._model_lock.acquire(False)
+
+    def _child_remaining(self) -> float:
+        """Seconds the batch in the child should still take (0 until a batch was timed)."""
+        if not self._child_units:
+            return 0.0
+        expected = self._child_seconds / self._child_units * self._in_flight_cost
+        return expected - (time.perf_counter() - self._sent_at)
 
     def _hand_over(self, jobs: list[Job]) -> None:
         self._waiting.extend(jobs)
@@ -145,6 +164,7 @@ class ProcessBatcher(Batcher):
             self._fail(jobs, f"the batch could not be prepared: {type(error).__name__}: {error}")
             return self._dispatch()
         self._in_flight, self._sent_at, self._arrivals_at_send = jobs, time.perf_counter(), self._submitted
+        self._in_flight_cost = self._cost(items)
         self.process.send(payload, self.max_batch_size)
 
     # ------------------------------------------------------------------ answers from the child
@@ -158,7 +178,7 @@ class ProcessBatcher(Batcher):
             for job in jobs:
                 job.answer = self._encode_safely(payload[start:start + len(job.items)])
                 start += len(job.items)
-            self._observe(size, elapsed)
+            self._observe(jobs, size, elapsed)
         elif len(jobs) > 1:  # find the request that fails; the others still get their answers
             self._alone.extend(jobs)
         elif jobs:
@@ -170,9 +190,11 @@ class ProcessBatcher(Batcher):
         self._concurrent = self._submitted > self._arrivals_at_send
         self._dispatch()
 
-    def _observe(self, size: int, elapsed: float) -> None:
+    def _observe(self, jobs: list[Job], size: int, elapsed: float) -> None:
+        self._child_seconds = 0.9 * self._child_seconds + elapsed
+        self._child_units = 0.9 * self._child_units + self._in_flight_cost
         if size == 1:
-            self._time_lone(elapsed)
+            self._time_lone(elapsed, jobs[0].items)
         if self.metrics is not None:
             for start in range(0, size, self.max_batch_size):
                 self.metrics.batch_size.observe(min(self.max_batch_size, size - start))

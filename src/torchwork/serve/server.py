@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import logging
 import socket
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torchwork.errors import ConfigError
@@ -47,27 +49,68 @@ def serve(predictor: Predictor, config: ServeConfig | None = None, model_process
           ) -> None:
     """Serve ``predictor`` over HTTP until SIGTERM/SIGINT, then finish in-flight requests and return.
 
-    Prints one line with the address once the socket is bound (``listening on http://HOST:PORT``).
+    Prints ``warming up`` once the socket is bound, then, once the model is warmed up and requests are
+    answered, ``ready: listening on http://HOST:PORT``: a request sent after that line gets its answer.
     ``model_process``: run batches in that child process (see :func:`torchwork.serve.create_app`).
     """
     import uvicorn
 
     from torchwork.serve.app import create_app
+    from torchwork.serve.connections import guarded_protocol
 
     config = config or ServeConfig()
     threads = configure_threads(config.threads)  # torch's; an OnnxPredictor fixed its own when built
-    app = create_app(predictor, config, model_process)
     sock = bind(config.host, config.port)
     host, port = sock.getsockname()[:2]
     url_host = f"[{host}]" if ":" in host else host
-    print(f"torchwork serve: {getattr(predictor, 'name', type(predictor).__name__)} ({predictor.kind}) "
-          f"listening on http://{url_host}:{port} (docs at /docs); batches of up to {config.max_batch_size}, "
-          f"wait at most {config.max_wait_ms:g} ms, {threads} model thread(s)"
-          + (" in a model process" if model_process is not None else ""), flush=True)
+    name = f"{getattr(predictor, 'name', type(predictor).__name__)} ({predictor.kind})"
+    where = " in a model process" if model_process is not None else ""
+
+    def ready() -> None:
+        print(f"torchwork serve: {name} ready: listening on http://{url_host}:{port} (docs at /docs); batches of "
+              f"up to {config.max_batch_size}, wait at most {config.max_wait_ms:g} ms, {threads} model "
+              f"thread(s){where}", flush=True)
+
+    app = create_app(predictor, config, model_process, on_ready=ready)
+    print(f"torchwork serve: {name} warming up{where}; the address follows once it answers", flush=True)
+    # The h11 protocol with the connection guard: head, body and idle bounds, and --max-connections.
     uv_config = uvicorn.Config(app, log_level=config.log_level, access_log=False, lifespan="on",
-                               timeout_graceful_shutdown=int(config.timeout_s) + 5, server_header=False)
+                               timeout_graceful_shutdown=int(config.timeout_s) + 5, server_header=False,
+                               http=guarded_protocol(app.state.torchwork.guard),
+                               timeout_keep_alive=config.idle_timeout_s)  # type: ignore[arg-type]
     # uvicorn installs its SIGTERM/SIGINT handlers: stop accepting, finish in-flight answers, run shutdown.
     uvicorn.Server(uv_config).run(sockets=[sock])
+
+
+def check_not_a_run_folder(folder: str) -> None:
+    """Say at once when ``folder`` is a training run folder (or a recipe's output) rather than an artifact,
+    and name the artifact inside it; reads two small files, imports nothing heavy.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> run = pathlib.Path(tempfile.mkdtemp())
+        >>> (run / "checkpoints").mkdir()
+        >>> check_not_a_run_folder(str(run))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        torchwork.errors.ConfigError: ... is a training run folder, not an exported artifact; ...
+    """
+    path = Path(folder)
+    manifest = path / "manifest.json"
+    if not path.is_dir() or not manifest.is_file() and not (path / "checkpoints").is_dir():
+        return
+    try:
+        if "torchwork_artifact" in json.loads(manifest.read_text()):
+            return
+    except (OSError, ValueError, TypeError):
+        pass
+    if not (path / "checkpoints").is_dir() and not (path / "artifact").is_dir():
+        return  # some other folder: the artifact loader says what is missing
+    inside = path / "artifact"
+    advice = (f"serve the artifact inside it: torchwork serve {inside}" if (inside / "manifest.json").is_file()
+              else "it holds no artifact/ yet: export one with torchwork export (or train with a recipe, which "
+                   "writes RUN/artifact/), then serve that folder")
+    raise ConfigError(f"{path} is a training run folder, not an exported artifact; {advice}.")
 
 
 def load_predictor(artifact: str, factory: str | None = None, variant: str | None = None) -> Predictor:
@@ -133,6 +176,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-nice", type=int, default=10, metavar="N",
                         help="the model process's CPU priority is N lower than the server's (0-19), so that "
                              "on busy cores the server reads requests and forms batches first (default: 10)")
+    parser.add_argument("--head-timeout-s", type=float, default=d.head_timeout_s,
+                        help="a request's head must arrive within this time of its first byte, else 408 and the "
+                             f"connection closes (default: {d.head_timeout_s:g})")
+    parser.add_argument("--body-timeout-s", type=float, default=d.body_timeout_s,
+                        help="a request's body must arrive within this time of its head, else 408 and the "
+                             f"connection closes (default: {d.body_timeout_s:g})")
+    parser.add_argument("--idle-timeout-s", type=float, default=d.idle_timeout_s,
+                        help="close a connection with no request in progress after this time, new or kept "
+                             f"alive (default: {d.idle_timeout_s:g})")
+    parser.add_argument("--max-connections", type=int, default=d.max_connections,
+                        help="connections open at once; a request on one more gets 503 "
+                             f"(default: {d.max_connections})")
     parser.add_argument("--log-level", default=d.log_level,
                         choices=["critical", "error", "warning", "info", "debug"], help="uvicorn's log level")
 
@@ -145,7 +200,11 @@ def cli_main(args: argparse.Namespace) -> int:
     config = ServeConfig(host=args.host, port=args.port, max_batch_size=args.max_batch_size,
                          max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, max_items=args.max_items,
                          max_text_length=args.max_text_length, max_body_bytes=args.max_body_bytes,
-                         timeout_s=args.timeout_s, threads=args.threads, log_level=args.log_level)
+                         timeout_s=args.timeout_s, threads=args.threads, log_level=args.log_level,
+                         head_timeout_s=args.head_timeout_s, body_timeout_s=args.body_timeout_s,
+                         idle_timeout_s=args.idle_timeout_s, max_connections=args.max_connections)
+    if args.factory is None:
+        check_not_a_run_folder(args.artifact)
     config.threads = configure_threads(config.threads)  # before the model exists: ONNX Runtime reads it
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

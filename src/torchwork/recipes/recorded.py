@@ -1,0 +1,56 @@
+"""What a resumed run recorded: a recipe continues with the decisions the run already made.
+
+``torchwork resume RUN`` runs the recipe again with ``TORCHWORK_RESUME=RUN``. A recipe's costly or
+timing-dependent steps before training (a baseline, a precision probe) must not run again and must not
+decide differently: the first run put their results in its trainer config, which the run's
+``manifest.json`` keeps. This reads them back as JSON data (never executed, never unpickled), and only when
+the run was recorded with the same settings.
+
+Example:
+    >>> import json, os, pathlib, tempfile
+    >>> run = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (run / "manifest.json").write_text(json.dumps({"config": {"epochs": 3, "precision_chosen": "32"}}))
+    >>> os.environ["TORCHWORK_RESUME"] = str(run)
+    >>> recorded_config({"epochs": 3})["precision_chosen"]
+    '32'
+    >>> recorded_config({"epochs": 4}) is None       # other settings: measure again
+    True
+    >>> del os.environ["TORCHWORK_RESUME"]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+
+def resumed_run() -> Path | None:
+    """The run folder being resumed (``TORCHWORK_RESUME``), or None."""
+    folder = os.environ.get("TORCHWORK_RESUME")
+    return Path(folder) if folder else None
+
+
+def recorded_config(settings: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The config the resumed run recorded, when its settings equal ``settings``; else None (and why)."""
+    run = resumed_run()
+    if run is None:
+        return None
+    path = run / "manifest.json"
+    try:
+        recorded = json.loads(path.read_text()).get("config")
+    except (OSError, ValueError, AttributeError) as error:
+        print(f"torchwork: cannot read what {path} recorded ({error}); measuring again.", file=sys.stderr)
+        return None
+    if not isinstance(recorded, dict):
+        return None
+    wanted = json.loads(json.dumps(dict(settings), default=str))  # tuples become lists, as in the manifest
+    changed = sorted(k for k in wanted if recorded.get(k) != wanted[k])
+    if changed:
+        print(f"torchwork: {run} was recorded with other settings ({', '.join(changed)}); measuring again.",
+              file=sys.stderr)
+        return None
+    return recorded
