@@ -65,13 +65,15 @@ class SentimentConfig:
     warmup: float = 0.1  # fraction of the steps with a linear warm-up, then linear decay to 0
     transformer_patience: int = 2
     transformer_max_length: int = 64  # tokens (tweets: 29 at the median, 81 at most)
+    transformer_train_rows: int = 0  # train the transformer on a stratified sample this size (0: all)
 
     def validate(self) -> None:
         check_settings(self, at_least={"epochs": 1, "batch_size": 1, "l2": 0, "min_freq": 1, "max_vocab": 2,
                                        "max_length": 1, "patience": 0, "threads": 0, "seed": 0,
                                        "transformer_train_layers": 1, "transformer_epochs": 1,
                                        "transformer_batch_size": 1, "transformer_patience": 1,
-                                       "transformer_max_length": 8, "warmup": 0},
+                                       "transformer_max_length": 8, "warmup": 0,
+                                       "transformer_train_rows": 0},
                        above={"lr": 0, "clip_grad_norm": 0, "transformer_lr": 0, "layer_decay": 0},
                        one_of={"precision": ("auto", "32", "bf16"), "model": MODELS,
                                "transformer_strategy": STRATEGIES},

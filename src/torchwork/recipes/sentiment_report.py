@@ -66,7 +66,11 @@ def write_report(path: Path, *, history: list[dict[str, Any]], metrics: dict[str
                  [[c, metrics["per_class"][c]["precision"], metrics["per_class"][c]["recall"],
                    metrics["per_class"][c]["f1"], baseline["per_class"][c]["f1"], metrics["per_class"][c]["support"]]
                   for c in classes])
-    report.image(parts.confusion_pair_png(metrics["confusion_matrix"], classes), "confusion matrix")
+    report.paragraph("Confusion matrix on the test split: counts (left) and normalised by true class (right: the "
+                     "share of each true class given each prediction, so that the rare class reads as clearly).",
+                     "note")
+    report.image(parts.confusion_pair_png(metrics["confusion_matrix"], classes), "confusion matrix, counts and "
+                 "normalised")
     if served.get("test_probabilities") is not None and test_texts is not None:
         labels = [classes.index(c) if isinstance(c, str) else int(c) for c in served.get("test_labels", [])] or None
         if labels:

@@ -61,13 +61,15 @@ class TokenTexts:
 def _bottom_module(model: Any, layers: int) -> Any:
     from torch import nn
 
-    class Bottom(nn.Module):  # the frozen prefix: embeddings and the first ``layers`` layers
+    class Bottom(nn.Module):  # the frozen prefix: embeddings and the first ``layers`` layers, and only those
         def __init__(self) -> None:
             super().__init__()
-            self.model = model
+            self.embeddings = model.encoder.embeddings
+            self.layers = nn.ModuleList(model.encoder.encoder.layer[:layers])
+            self.run_bottom = model.bottom  # a bound method: the top's weights are not registered here
 
         def forward(self, input_ids: Any, attention_mask: Any) -> Any:
-            return self.model.bottom(input_ids, attention_mask, layers=layers)
+            return self.run_bottom(input_ids, attention_mask, layers=layers)
 
     return Bottom()
 
@@ -205,7 +207,13 @@ def train_transformer(config: Any, train: Any, validation: Any, test: Any, class
     from torchwork.finetune import cache_features, freeze, param_groups
     from torchwork.finetune.minilm import MiniLMClassifier, MiniLMTop
     from torchwork.recipes.buckets import pad_batch, trim_cached
+    from torchwork.recipes.sentiment import _subset
 
+    if config.transformer_train_rows and config.transformer_train_rows < len(train):
+        full_size = len(train)
+        train = _subset(train, config.transformer_train_rows, config.seed)
+        say(f"the transformer trains on a stratified {len(train):,} of the {full_size:,} training tweets "
+            "(transformer_train_rows)")
     tokenizer = subword_tokenizer(config.transformer_max_length)
     data = {name: TokenTexts(split.texts, split.labels, tokenizer)
             for name, split in (("train", train), ("validation", validation), ("test", test))}
@@ -295,8 +303,6 @@ def train_transformer(config: Any, train: Any, validation: Any, test: Any, class
     test_probabilities = None
     # The train split's rows come from a stratified sample the size of the test split: the whole-model
     # forward over every training tweet would cost minutes on a CPU and say little more.
-    from torchwork.recipes.sentiment import _subset
-
     sample = _subset(train, len(test), config.seed)
     key = f"train ({len(sample):,} sampled)" if len(sample) < len(train) else "train"
     sampled = data.pop("train") if len(sample) == len(train) else TokenTexts(sample.texts, sample.labels, tokenizer)
