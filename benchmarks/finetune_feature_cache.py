@@ -55,7 +55,7 @@ def main() -> None:
         started = time.perf_counter()
         for inputs, target in data:
             loss = nn.functional.cross_entropy(forward(*inputs), target)
-            first = float(loss) if first is None else first
+            first = float(loss.detach()) if first is None else first
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -67,7 +67,8 @@ def main() -> None:
     model.load_state_dict(state)
 
     started = time.perf_counter()
-    cached = cache_features(Bottom(), list(batches()), progress=False)
+    items = [((tokens["input_ids"][i], tokens["attention_mask"][i]), labels[i]) for i in range(args.tweets)]
+    cached = cache_features(Bottom(), items, batch_size=32, progress=False)
     cache_s = time.perf_counter() - started
     top = MiniLMTop(model, start=split)
     loader = torch.utils.data.DataLoader(cached, batch_size=32, collate_fn=collate_cached)

@@ -122,3 +122,16 @@ def test_diff_explains_bad_inputs(tmp_path):
     junk.write_text("hello\n")
     done = run_cli("env", "diff", str(junk), str(CUSTOMER))
     assert done.returncode == 2 and "no 'name==version' lines" in done.stderr
+
+
+def _loaded(openmp):
+    return {"label": "x", "kind": "snapshot", "python": "3.11.7", "torch": "2.13.0+cpu", "build": "cpu",
+            "cuda": None, "platform": "Linux-x86_64", "openmp": openmp, "packages": {"torch": "2.13.0"}}
+
+
+def test_openmp_is_compared_by_runtime_not_by_which_vendored_copies_a_process_mapped():
+    # scikit-learn's wheel maps its own libgomp-<hash> once imported: the same runtime, another file name.
+    with_sklearn = _loaded(["libgomp-e985bcbb.so.1.0.0", "libgomp.so.1"])
+    assert diff_profiles(with_sklearn, _loaded(["libgomp.so.1"])) == []
+    [difference] = diff_profiles(_loaded(["libgomp.so.1", "libiomp5.so"]), _loaded(["libgomp.so.1"]))
+    assert difference.what == "OpenMP runtimes" and "Intel OpenMP" in difference.a

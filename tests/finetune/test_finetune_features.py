@@ -94,6 +94,16 @@ def test_tuple_features_of_different_lengths_are_padded_and_passed_as_arguments(
     assert history[0]["samples"] == 4
 
 
+def test_a_dataset_of_tuple_inputs_reaches_the_bottom_as_arguments():
+    class Bottom(nn.Module):
+        def forward(self, ids, mask):
+            return ids * mask
+
+    items = [((torch.full((3,), float(i)), torch.tensor([1.0, 1.0, 0.0])), i % 2) for i in range(5)]
+    cached = cache_features(Bottom(), items, batch_size=2, progress=False)
+    assert cached.features[4].tolist() == [4.0, 4.0, 0.0] and cached.targets.tolist() == [0, 1, 0, 1, 0]
+
+
 def test_a_trainable_bottom_or_a_shuffled_loader_is_refused():
     bottom, _ = parts()
     with pytest.raises(ConfigError, match="shuffle=False"):

@@ -51,6 +51,31 @@ def test_gradual_unfreezing_killed_mid_run_and_resumed_equals_the_uninterrupted_
     assert [h["train_loss"] for h in result["history"]] == [h["train_loss"] for h in uninterrupted["history"]]
 
 
+@pytest.fixture(scope="module")
+def uninterrupted_house_loader(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("house")
+    done = run_script(root / "runs", root / "final.pt", "--house-loader")
+    assert done.returncode == 0, done.stderr
+    return torch.load(root / "final.pt", weights_only=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("kill_at", "resumed_from"), [(8, "step 6, epoch 1, batch 0"), (10, "step 9, epoch 1, batch 3")])
+def test_resume_with_a_loader_that_owns_its_generator(tmp_path, uninterrupted_house_loader, kill_at, resumed_from):
+    # torchwork.data.loader shuffles with its own seeded generator: its state must survive the checkpoint
+    # written at the end of epoch 0 (else epoch 1 replays epoch 0's order), and a mid-epoch resume must
+    # leave it in step for the epochs after.
+    expected = uninterrupted_house_loader
+    runs, out = tmp_path / "runs", tmp_path / "final.pt"
+    assert run_script(runs, out, "--house-loader", "--kill-at", str(kill_at)).returncode == -signal.SIGKILL
+    resumed = run_script(runs, out, "--house-loader")
+    assert f"({resumed_from})" in resumed.stderr, resumed.stderr[-2000:]
+    result = torch.load(out, weights_only=True)
+    assert [h["train_loss"] for h in result["history"]] == [h["train_loss"] for h in expected["history"]]
+    for key, value in expected["model"].items():
+        assert torch.equal(result["model"][key], value), f"{key} differs after resume"
+
+
 def test_the_uninterrupted_run_unfroze_on_schedule(uninterrupted):
     assert all(uninterrupted["frozen"].values())  # everything trainable at the end
     assert len(uninterrupted["groups"]) == 8  # head, then blocks.1, then stem and blocks.0 (weights + no-decay)

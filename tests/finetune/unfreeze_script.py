@@ -1,10 +1,11 @@
 """Gradual unfreezing in a real subprocess, for the exact-resume test.
 
-Usage: python unfreeze_script.py RUN_DIR OUT_FILE [--kill-at STEP]
+Usage: python unfreeze_script.py RUN_DIR OUT_FILE [--kill-at STEP] [--house-loader]
 A small CNN with BatchNorm (conv stem, two blocks, head) starts with everything but the head frozen;
 block 1 is unfrozen at epoch 1 and the stem and block 0 at epoch 2, with layer-wise learning rates and a
 warm-up + decay LambdaLR. Checkpoints every 3 steps, resume="latest"; --kill-at sends SIGKILL to itself
-right after that optimizer step.
+right after that optimizer step. --house-loader shuffles with torchwork.data.loader (its own seeded
+generator) instead of the global RNG.
 """
 
 from __future__ import annotations
@@ -53,13 +54,19 @@ def main() -> None:
     parser.add_argument("run_dir")
     parser.add_argument("out")
     parser.add_argument("--kill-at", type=int)
+    parser.add_argument("--house-loader", action="store_true")
     args = parser.parse_args()
 
     torch.set_num_threads(1)
     seed_everything(7)
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(96, 1, 8, 8, generator=g), torch.randint(0, 3, (96,), generator=g)
-    train = DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True)  # shuffled by the global RNG (checkpointed)
+    if args.house_loader:
+        from torchwork.data import loader
+
+        train = loader(TensorDataset(x, y), 16, shuffle=True, seed=1, num_workers=0)
+    else:
+        train = DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True)  # shuffled by the global RNG
     model = Net()
     freeze(model, "stem", "blocks")
     plan = param_groups(model, lr=1e-2, layer_decay=0.5, head="head")

@@ -193,6 +193,8 @@ class Trainer:
         self._loss_terms: dict[str, Tensor] | None = None
         self._totals: dict[str, Any] = {}
         self._epoch_start_rng: dict[str, Any] | None = None
+        self._loader_generator: torch.Generator | None = None  # the train loader's own shuffling generator
+        self._resumed_loader_rng: Tensor | None = None  # its state from an end-of-epoch checkpoint
         self._checkpointing = False
 
     # ------------------------------------------------------------------ the step
@@ -456,7 +458,13 @@ class Trainer:
         from torchwork.runs.rng import capture_rng, restore_rng
 
         generator = getattr(loader, "generator", None)
+        self._loader_generator = generator if isinstance(generator, torch.Generator) else None
         if self.batch_in_epoch == 0:
+            if self._resumed_loader_rng is not None and self._loader_generator is not None:
+                # resumed at an epoch boundary: the loader's own generator continues where it was, so the
+                # next epoch's order is not the first epoch's again
+                self._loader_generator.set_state(self._resumed_loader_rng)
+            self._resumed_loader_rng = None
             self._totals = _new_totals(self.device)
             self._totals["skipped_at_start"] = self.skipped_steps
             if self.run_dir is not None:
@@ -466,6 +474,7 @@ class Trainer:
             return _Sized(iter(loader), length_or_none(loader))
         # Mid-epoch resume: replay the epoch's start, then skip what was trained. The skipped batches are
         # loaded, not just counted, so that workers' random augmentations stay in step too.
+        self._resumed_loader_rng = None  # the epoch-start state below puts the loader's generator in step
         if self._epoch_start_rng is None:
             raise CheckpointError("the checkpoint is mid-epoch but holds no epoch-start RNG state.")
         resumed_rng = capture_rng()
@@ -585,6 +594,8 @@ class Trainer:
 
         mid_epoch = self.batch_in_epoch > 0
         own = {"rng": capture_rng(), "epoch_start_rng": self._epoch_start_rng if mid_epoch else None,
+               "loader_rng": (self._loader_generator.get_state()
+                              if self._loader_generator is not None and not mid_epoch else None),
                "epoch_totals": dict(self._totals) if mid_epoch else None}
         per_rank = None
         if self.world.is_distributed:
@@ -630,6 +641,7 @@ class Trainer:
         self.epoch, self.batch_in_epoch = counters["epoch"], counters["batch_in_epoch"]
         own = self._own_rank_state(state)
         self._epoch_start_rng = own.get("epoch_start_rng")
+        self._resumed_loader_rng = own.get("loader_rng")
         if own.get("epoch_totals"):
             self._totals = move_to_device(dict(own["epoch_totals"]), self.device)
         self.history = list(state.get("history", []))

@@ -19,6 +19,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from torchwork.env.libraries import runtime_of
 from torchwork.env.lock import torch_index
 from torchwork.env.versions import build_family, major, major_minor
 
@@ -125,9 +126,12 @@ def _openmp(a: Profile, b: Profile) -> list[Difference]:
            "keep one runtime (do not set KMP_DUPLICATE_LIB_OK).")
     oa, ob = a.get("openmp"), b.get("openmp")
     if oa is not None and ob is not None:
-        if sorted(oa) == sorted(ob):
+        # Compare runtimes, not file names: which vendored copies are mapped depends on what the process had
+        # imported (scikit-learn's wheel brings its own libgomp-<hash>), a per-process fact, not a machine's.
+        ra, rb = _runtimes(oa), _runtimes(ob)
+        if ra == rb:
             return []
-        return [Difference(7, "OpenMP runtimes", ", ".join(oa) or "none", ", ".join(ob) or "none", why, fix)]
+        return [Difference(7, "OpenMP runtimes", ", ".join(ra) or "none", ", ".join(rb) or "none", why, fix)]
     # Lock files say nothing of what is loaded, but they list the packages that ship a runtime.
     pa = {n: v for n, v in a["packages"].items() if n in OPENMP_PACKAGES}
     pb = {n: v for n, v in b["packages"].items() if n in OPENMP_PACKAGES}
@@ -138,6 +142,10 @@ def _openmp(a: Profile, b: Profile) -> list[Difference]:
         return ", ".join(f"{n}=={v} ({OPENMP_PACKAGES[n]})" for n, v in sorted(packages.items())) or "none"
 
     return [Difference(7, "OpenMP runtime packages", listed(pa), listed(pb), why, fix)]
+
+
+def _runtimes(files: list[str]) -> list[str]:
+    return sorted({(runtime_of(name) or ("", name))[1] for name in files})
 
 
 def _one_side(a: Profile, b: Profile) -> list[Difference]:

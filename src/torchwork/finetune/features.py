@@ -119,7 +119,7 @@ def cache_features(bottom: Any, data: Iterable[Any], *, batch_size: int = 256, d
         raise ConfigError("cache_features needs the data in a fixed order: pass the dataset, or a DataLoader "
                           "with shuffle=False (shuffle the cached dataset instead).")
     loader = data if hasattr(data, "batch_size") and hasattr(data, "dataset") else \
-        torch.utils.data.DataLoader(data, batch_size=batch_size, shuffle=False)
+        torch.utils.data.DataLoader(data, batch_size=batch_size, shuffle=False, collate_fn=collate_cached)
     fingerprint = _fingerprint(modules, len(loader.dataset) if hasattr(loader, "dataset") else None)
     if path is not None and Path(path).is_file():
         cached = CachedFeatures.load(path)
@@ -137,6 +137,8 @@ def cache_features(bottom: Any, data: Iterable[Any], *, batch_size: int = 256, d
                 if not isinstance(batch, (tuple, list)) or len(batch) != 2:
                     raise ConfigError("cache_features needs (inputs, target) batches.")
                 inputs, target = batch
+                if isinstance(inputs, list):  # what default_collate makes of a tuple
+                    inputs = tuple(inputs)
                 output = call_model(bottom, move_to_device(inputs, target_device))
                 outputs.append(move_to_device(output, torch.device("cpu")))
                 targets.append(torch.as_tensor(target))

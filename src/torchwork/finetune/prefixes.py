@@ -1,8 +1,10 @@
-"""Finding the wrapper prefix between a file's keys and a model's keys by matching, not from a fixed list.
+"""Wrapper prefixes in state-dict keys, found by matching key lists, not from a fixed list (no torch needed).
 
-A ``module.`` (DDP/DataParallel), ``_orig_mod.`` (``torch.compile``), ``model.``/``bert.`` (a wrapper
-class), or any nesting of them, is found as the one prefix whose removal (from the file's keys) or
-addition (when the model is the wrapped one) makes the most keys match.
+A model wrapped by DDP/DataParallel saves ``module.*`` keys, a compiled one ``_orig_mod.*``, a training
+wrapper ``model.*``/``bert.*``, and wrappers nest (``module._orig_mod.*``). Rather than trying a fixed list,
+match the two key lists: the renaming ``file_prefix + k -> model_prefix + k`` that maps the most keys wins.
+The loader (:func:`torchwork.finetune.load_pretrained`) and the doctor (``state-dict-mismatch``, ``explain``)
+share this one matcher.
 
 Example:
     >>> discover_prefix(["module._orig_mod.fc.weight", "module._orig_mod.fc.bias"], ["fc.weight", "fc.bias"])
@@ -11,6 +13,10 @@ Example:
     ('', 'backbone.')
     >>> apply_prefix("module.fc.weight", ("module.", ""))
     'fc.weight'
+    >>> match_prefixes(["fc.weight", "fc.bias"], ["module._orig_mod.fc.weight", "module._orig_mod.fc.bias"])
+    ('module._orig_mod.', '', 2)
+    >>> describe_prefix("module._orig_mod.")
+    'a DataParallel/DistributedDataParallel wrapper, inside it torch.compile'
 """
 
 from __future__ import annotations
@@ -19,6 +25,65 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 Prefix = tuple[str, str]  # (stripped from the file's keys, added to them)
+
+_ORIGINS = {"module": "a DataParallel/DistributedDataParallel wrapper", "_orig_mod": "torch.compile",
+            "model": "a wrapper holding the network as `.model` (Lightning, EMA, HF)"}
+
+
+def _cuts(key: str) -> list[int]:
+    return [0] + [i + 1 for i, ch in enumerate(key) if ch == "."]
+
+
+def match_prefixes(model_keys: Iterable[str], checkpoint_keys: Iterable[str]) -> tuple[str, str, int]:
+    """(checkpoint prefix, model prefix, keys matched) of the renaming that matches the most keys.
+
+    Keys are matched by their tails at dot boundaries; a tail shared by many model keys ("weight") votes
+    for nothing on its own. Wrappers add or remove a prefix, so a pure strip or add (one side empty) is
+    preferred to a renaming between two layer names when it has at least half the evidence (a checkpoint
+    key votes with its longest tail the model knows, weighted by its length; short, truncated key lists
+    otherwise pair ``module.conv1.1.*`` with ``conv5.1.*``).
+
+    Example:
+        >>> match_prefixes(["model.fc.weight"], ["fc.weight"])
+        ('', 'model.', 1)
+    """
+    model_set, checkpoint_list = set(model_keys), list(checkpoint_keys)
+    by_tail: dict[str, list[str]] = {}
+    for key in model_set:
+        for cut in _cuts(key):
+            by_tail.setdefault(key[cut:], []).append(key[:cut])
+    votes: Counter[tuple[str, str]] = Counter()
+    for key in checkpoint_list:
+        for cut in _cuts(key):  # the longest tail the model knows: the most specific evidence
+            prefixes = by_tail.get(key[cut:])
+            if prefixes is None or len(prefixes) > 8:
+                continue
+            weight = key[cut:].count(".") + 1
+            for model_prefix in set(prefixes):
+                votes[(key[:cut], model_prefix)] += weight
+            break
+    if not votes:
+        return "", "", 0
+    def rank(item: tuple[tuple[str, str], int]) -> tuple[int, int]:
+        return item[1], -len(item[0][0])
+
+    best = max(votes.items(), key=rank)
+    pure = [item for item in votes.items() if not item[0][0] or not item[0][1]]
+    if pure and best[0][0] and best[0][1]:
+        best_pure = max(pure, key=rank)
+        if 2 * best_pure[1] >= best[1]:
+            best = best_pure
+    (ckpt_prefix, model_prefix), _ = best
+    count = sum(1 for key in checkpoint_list if key.startswith(ckpt_prefix)
+                and model_prefix + key[len(ckpt_prefix):] in model_set)
+    return ckpt_prefix, model_prefix, count
+
+
+def describe_prefix(prefix: str) -> str:
+    """What wrapped the model, from the parts of a key prefix."""
+    parts = [p for p in prefix.split(".") if p]
+    named = [_ORIGINS.get(p, f"a wrapping module's attribute '{p}'") for p in parts]
+    return ", inside it ".join(named) if named else "no wrapper"
 
 
 def apply_prefix(key: str, prefix: Prefix) -> str:
@@ -30,33 +95,12 @@ def apply_prefix(key: str, prefix: Prefix) -> str:
     return add + key
 
 
-def _splits(key: str) -> Iterable[tuple[str, str]]:
-    """``("a.", "b.c")``, ``("a.b.", "c")`` for ``"a.b.c"``: every prefix ending at a dot, and the rest."""
-    start = key.find(".")
-    while start != -1:
-        yield key[: start + 1], key[start + 1:]
-        start = key.find(".", start + 1)
-
-
 def discover_prefix(file_keys: Sequence[str], model_keys: Sequence[str]) -> Prefix:
     """The ``(strip, add)`` prefix pair that makes the most file keys name model keys (``("", "")``: none)."""
-    model_set, file_set = set(model_keys), set(file_keys)
-    votes: Counter[Prefix] = Counter()
-    for key in file_set:
-        for head, rest in _splits(key):
-            if rest in model_set:
-                votes[(head, "")] += 1
-    for key in model_set:
-        for head, rest in _splits(key):
-            if rest in file_set:
-                votes[("", head)] += 1
-    best, best_count = ("", ""), len(file_set & model_set)
-    for candidate, _ in votes.most_common(8):
-        count = sum(apply_prefix(k, candidate) in model_set for k in file_set)
-        shorter = len(candidate[0] + candidate[1]) < len(best[0] + best[1])
-        if count > best_count or (count == best_count and count and shorter and best != ("", "")):
-            best, best_count = candidate, count
-    return best
+    strip, add, count = match_prefixes(model_keys, file_keys)
+    if count <= len(set(file_keys) & set(model_keys)):
+        return "", ""
+    return strip, add
 
 
 def strip_given(key: str, prefixes: Sequence[str]) -> tuple[str, str]:
