@@ -226,7 +226,8 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
            quantize_ops: Sequence[str] = DEFAULT_OPS, torchscript_method: str = "trace", strict: bool = True,
            overwrite: bool = False, atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL,
            batch_sizes: Sequence[int] = (1, 3, 64), lengths: Sequence[int] | None = None,
-           tolerance: float = 0.01, verify_rounds: int = 20, threads: int | None = None) -> dict[str, Any]:
+           tolerance: float = 0.01, verify_rounds: int = 20, threads: int | None = None,
+           quantize_per_channel: bool = False) -> dict[str, Any]:
     """Export ``model`` to the artifact directory ``out_dir`` and check every format against eager.
 
     Args:
@@ -241,7 +242,8 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
         labels, softmax: postprocessing (class names; apply softmax to the first output).
         samples, targets: real held-out raw inputs and labels. They are bundled for ``verify``, give the
             probes real rows, and make ``export`` run ``verify`` and mark the variant to deploy.
-        quantize: ``"int8"`` adds ONNX Runtime dynamic INT8 of the ONNX variant (``quantize_ops``).
+        quantize: ``"int8"`` adds ONNX Runtime dynamic INT8 of the ONNX variant (``quantize_ops``;
+            ``quantize_per_channel``: a weight scale per output channel).
         torchscript_method: ``"trace"`` or ``"script"``.
         strict: raise when any format is refused (default); False writes the rest and reports ``ok: false``.
         overwrite: replace an existing artifact at ``out_dir`` (after the new one is complete).
@@ -277,7 +279,7 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
         report = _export_into(tmp, out, module, args, chosen, dynamic_batch, dynamic_length, preprocess,
                               input_names, output_names, labels, softmax, samples, targets, quantize,
                               tuple(quantize_ops), torchscript_method, strict, atol, rtol, batch_sizes,
-                              lengths, tolerance, verify_rounds, threads)
+                              lengths, tolerance, verify_rounds, threads, quantize_per_channel)
         _commit(tmp, out)
         return report
     finally:
@@ -292,7 +294,7 @@ def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], forma
                  labels: Sequence[str] | None, softmax: bool, samples: Any, targets: Any, quantize: str | None,
                  quantize_ops: tuple[str, ...], torchscript_method: str, strict: bool, atol: float, rtol: float,
                  batch_sizes: Sequence[int], lengths: Sequence[int] | None, tolerance: float,
-                 verify_rounds: int, threads: int | None) -> dict[str, Any]:
+                 verify_rounds: int, threads: int | None, per_channel: bool = False) -> dict[str, Any]:
     import torch
 
     dynamic = dynamic_spec(args, dynamic_batch, dynamic_length)
@@ -373,7 +375,7 @@ def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], forma
             variants[fmt]["method"] = torchscript_method
 
     if quantize:
-        _quantize_variant(tmp, variants, refused, parity, probes, eager_outputs, quantize_ops, threads)
+        _quantize_variant(tmp, variants, refused, parity, probes, eager_outputs, quantize_ops, threads, per_channel)
         if "Conv" in quantize_ops:
             advice.append(CONV_ADVICE)
 
@@ -438,13 +440,13 @@ def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], forma
 
 def _quantize_variant(tmp: Path, variants: dict[str, Any], refused: dict[str, str], parity: dict[str, Any],
                       probes: Sequence[Any], eager_outputs: Sequence[Any], ops: tuple[str, ...],
-                      threads: int | None) -> None:
+                      threads: int | None, per_channel: bool = False) -> None:
     if "onnx" not in variants:
         refused["onnx-int8"] = "INT8 quantization starts from the ONNX variant, which was refused."
         return
     target = tmp / art.VARIANT_FILES["onnx-int8"]
     try:
-        info = quantize_onnx(tmp / art.VARIANT_FILES["onnx"], target, ops)
+        info = quantize_onnx(tmp / art.VARIANT_FILES["onnx"], target, ops, per_channel)
         check = check_variant(art.open_runner(target, "onnx", threads), probes, eager_outputs, exact=False)
     except ExportError as error:
         refused["onnx-int8"] = str(error)
@@ -457,7 +459,8 @@ def _quantize_variant(tmp: Path, variants: dict[str, Any], refused: dict[str, st
         target.unlink(missing_ok=True)
         return
     variants["onnx-int8"] = {"file": target.name, "extra_files": [], "format": "onnx", "quantization": {
-        k: info[k] for k in ("method", "weight_type", "op_types", "nodes_quantized", "gemm_rewritten_as_matmul")}}
+        k: info[k] for k in ("method", "weight_type", "per_channel", "op_types", "nodes_quantized",
+                             "gemm_rewritten_as_matmul")}}
 
 
 def _remove(tmp: Path, variant: str) -> None:

