@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from torchwork.deploy import export, load_artifact
-from torchwork.deploy.exporters import onnx_summary
+from torchwork.deploy.formats import onnx_summary
 from torchwork.deploy.verification import interleaved_seconds
 
 torch.set_num_threads(1)

@@ -182,14 +182,15 @@ def items(model: str, n: int = 16) -> list[Any]:
 
 
 # ---------------------------------------------------------------- servers (child processes)
-def run_server(variant: str, model: str, folder: Path, max_batch_size: int, max_wait_ms: float) -> None:
+def run_server(variant: str, model: str, folder: Path, max_batch_size: int, max_wait_ms: float,
+               http: str = "httptools") -> None:
     import uvicorn
 
     from torchwork.serve import ServeConfig, configure_threads, serve
     from torchwork.serve.server import bind
 
     threads = configure_threads()
-    config = ServeConfig(port=0, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms, threads=threads)
+    config = ServeConfig(port=0, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms, threads=threads, http=http)
     if variant == "batched":
         serve(predictor(model, folder), config)
         return
@@ -232,8 +233,8 @@ def run_server(variant: str, model: str, folder: Path, max_batch_size: int, max_
     settle_heap()  # the collector tuned as in torchwork serve: the comparison is about batching, not GC
     sock = bind("127.0.0.1", 0)
     print(f"listening on http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
-    uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, server_header=False)).run(
-        sockets=[sock])
+    uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, server_header=False, http=http,
+                                  loop="asyncio")).run(sockets=[sock])
 
 
 def litserve_installed() -> bool:
@@ -251,7 +252,8 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, variant: str, model: str, folder: Path, max_batch_size: int, max_wait_ms: float) -> None:
+    def __init__(self, variant: str, model: str, folder: Path, max_batch_size: int, max_wait_ms: float,
+                 http: str = "httptools") -> None:
         self.variant = variant
         paths = [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
@@ -260,7 +262,7 @@ class Server:
         if variant == "litserve":  # LitServe wants its port up front
             command = [str(Path(__file__).parent / "servers" / "litserve_server.py"), "--port", str(free_port())]
         else:
-            command = [__file__, "--serve", variant]
+            command = [__file__, "--serve", variant, "--http", http]
         self.process = subprocess.Popen([sys.executable, *command, *options], stdout=subprocess.PIPE,
                                         stderr=subprocess.DEVNULL, env=env, start_new_session=True)
 
@@ -438,7 +440,7 @@ def bench_model(model: str, folder: Path, args: argparse.Namespace) -> dict[str,
     body_file = folder / f"{model}-bodies.json"
     body_file.write_text(json.dumps([json.dumps({"inputs": [item]}) for item in examples]))
     variants = (*VARIANTS, "litserve") if args.litserve else VARIANTS
-    servers = {v: Server(v, model, folder, args.max_batch_size, args.max_wait_ms) for v in variants}
+    servers = {v: Server(v, model, folder, args.max_batch_size, args.max_wait_ms, args.http) for v in variants}
     model_predictor = predictor(model, folder)
     runs: dict[int, dict[str, list[dict[str, Any]]]] = {
         c: {v: [] for v in (*variants, *(f"ceiling-{s}" for s in SERVED))} for c in args.concurrency}
@@ -532,6 +534,8 @@ def main() -> None:
     parser.add_argument("--no-litserve", dest="litserve", action="store_false",
                         help="skip LitServe even when it is importable")
     # internal: child processes
+    parser.add_argument("--http", choices=["h11", "httptools"], default="httptools",
+                        help="the HTTP parser of every server but LitServe (torchwork serve's --http)")
     parser.add_argument("--serve", choices=VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
@@ -544,7 +548,7 @@ def main() -> None:
         print(json.dumps(run_client(args.port, bodies, args.concurrency[0], args.seconds, args.warmup)))
         return
     if args.serve:
-        run_server(args.serve, args.model, Path(args.folder), args.max_batch_size, args.max_wait_ms)
+        run_server(args.serve, args.model, Path(args.folder), args.max_batch_size, args.max_wait_ms, args.http)
         return
     args.litserve = args.litserve and litserve_installed()
     if args.quick:
@@ -563,7 +567,7 @@ def main() -> None:
         "benchmark": "serve_load",
         "setup": {"cpus": os.cpu_count(), "model_threads": default_threads(), "rounds": args.rounds,
                   "seconds_per_run": args.seconds, "max_batch_size": args.max_batch_size,
-                  "max_wait_ms": args.max_wait_ms, "http": "uvicorn (h11, asyncio loop), FastAPI",
+                  "max_wait_ms": args.max_wait_ms, "http": f"uvicorn ({args.http}, asyncio loop), FastAPI",
                   "client": "raw asyncio HTTP/1.1 keep-alive, closed loop, 1 item per request, own process",
                   "litserve": _litserve_setup(args.litserve)},
         "models": results,

@@ -53,3 +53,11 @@ class ServeError(TorchworkError, RuntimeError):
 
 class DiskFullError(TorchworkError, OSError):
     """A file does not fit on its filesystem; the previous version of it is intact."""
+
+
+class ModelOutputError(TorchworkError, RuntimeError):
+    """A model returned outputs that do not match its inputs (another number of rows than items)."""
+
+
+class ModelProcessError(ServeError):
+    """The model process failed to start or died."""

@@ -77,7 +77,7 @@ def test_export_cli_from_a_checkpoint_in_a_subprocess(tmp_path, factory):
     assert "throughput b64" in done.stdout  # the factory gave held-out samples, so export verified them
     stored = load_weights(out)
     assert all(torch.equal(stored[k], weights[k]) for k in weights)
-    assert read_manifest(out)["postprocess"]["labels"][:2] == ["0", "1"]
+    assert read_manifest(out).postprocess.labels[:2] == ["0", "1"]
 
 
 def test_export_cli_from_a_factory_with_int8_as_json(tmp_path, factory, capsys):

@@ -43,7 +43,7 @@ def test_artifact_files_and_manifest_schema(artifact):
             "weights.safetensors", "examples.safetensors", "samples.safetensors", "parity.json",
             "verify.json"} <= names
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".")], "no temporary directory left behind"
-    manifest = read_manifest(out)
+    manifest = read_manifest(out).to_json()  # the typed manifest as written on disk
     assert manifest["inputs"] == [{"name": "input", "dtype": "float32", "shape": ["batch", 64]}]
     assert manifest["outputs"] == [{"name": "output", "dtype": "float32", "shape": ["batch", 10]}]
     assert {"torch", "onnx", "onnxruntime", "torchwork", "python"} <= set(manifest["versions"])
@@ -138,7 +138,7 @@ def test_existing_directory_is_not_overwritten_unless_asked(artifact, tmp_path):
     with pytest.raises(ConfigError, match="already exists"):
         export(model, x, copy, formats=("pt2",))
     report = export(model, x, copy, formats=("pt2",), overwrite=True)
-    assert report["ok"] and read_manifest(copy)["variants"].keys() == {"pt2"}
+    assert report["ok"] and read_manifest(copy).variants.keys() == {"pt2"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["copy"]
 
 
@@ -212,7 +212,7 @@ def test_pt2_archive_that_needs_pickle_is_refused(damaged):
             if info.filename.endswith("_weights_config.json"):
                 data = data.replace(b'"use_pickle": false', b'"use_pickle": true', 1)
             target.writestr(info, data)
-    from torchwork.deploy.artifact import sha256_of
+    from torchwork.deploy.trust import sha256_of
 
     _rewrite_manifest(damaged, lambda m: m["files"]["model.pt2"].update(bytes=path.stat().st_size,
                                                                        sha256=sha256_of(path)))
@@ -225,7 +225,7 @@ def test_static_batch_export_is_probed_and_verified_at_its_own_batch_size(tmp_pa
     out = tmp_path / "static"
     report = export(digits_mlp(), data["x_train"][:16], out, formats=("onnx",), dynamic_batch=False,
                     samples=data["x_test"].double().numpy(), targets=data["y_test"], verify_rounds=1, threads=1)
-    assert report["ok"] and read_manifest(out)["inputs"][0]["shape"] == [16, 64]
+    assert report["ok"] and read_manifest(out).inputs[0].shape == [16, 64]
     assert json.loads((out / "parity.json").read_text())["probes"] == ["batch 16"]
     verified = report["verify"]
     assert verified["timing_batches"] == {"latency": 16, "throughput": 16}

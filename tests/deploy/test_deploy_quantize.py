@@ -34,7 +34,7 @@ def _ops(path) -> collections.Counter:
 def test_int8_variant_quantizes_matmul_only_by_default(artifact):
     out, report = artifact
     assert report["ok"] and "onnx-int8" in report["variants"]
-    quantization = read_manifest(out)["variants"]["onnx-int8"]["quantization"]
+    quantization = read_manifest(out).variants["onnx-int8"].quantization
     assert quantization["op_types"] == ["MatMul"] and quantization["nodes_quantized"] >= 1
     ops = _ops(out / "model.int8.onnx")
     assert ops["MatMulInteger"] >= 1  # the linear head, exported as Gemm and rewritten as MatMul + Add
@@ -62,7 +62,7 @@ def test_accuracy_before_and_after_on_the_real_test_split(artifact):
         assert row["latency_ratio"] > 0 and row["throughput_b64_per_s"] > 0
     assert report["deploy"] in ("pt2", "onnx", "onnx-int8")
     assert "within 0.02" in report["deploy_rule"]
-    assert read_manifest(out)["deploy"] in ("pt2", "onnx", "onnx-int8")
+    assert read_manifest(out).deploy in ("pt2", "onnx", "onnx-int8")
 
 
 def test_a_quantized_variant_outside_the_tolerance_is_not_deployed(artifact, capsys):
@@ -122,7 +122,7 @@ def test_embedding_tables_quantize_as_int8_gathers(tmp_path):
         export(model, ids, tmp_path / "matmul", formats=("onnx",), quantize="int8")
     assert not (tmp_path / "matmul").exists()
     export(model, ids, tmp_path / "gather", formats=("onnx",), quantize="int8", quantize_ops=("Gather",))
-    quantization = read_manifest(tmp_path / "gather")["variants"]["onnx-int8"]["quantization"]
+    quantization = read_manifest(tmp_path / "gather").variants["onnx-int8"].quantization
     assert quantization["nodes_quantized"] == 1
     graph = onnx.load(str(tmp_path / "gather" / "model.int8.onnx")).graph
     eight_bit = {i.name for i in graph.initializer if i.data_type == onnx.TensorProto.UINT8 and list(i.dims) == [5_000, 8]}

@@ -109,7 +109,7 @@ def test_strict_false_writes_the_good_formats_and_says_ok_false(tmp_path):
             report = export(CondModel(), X, out, formats=("pt2", "onnx", "torchscript"), strict=False)
     assert report["ok"] is False and report["variants"] == ["pt2", "onnx"]
     manifest = read_manifest(out)
-    assert set(manifest["variants"]) == {"pt2", "onnx"} and "torchscript" in manifest["refused"]
+    assert set(manifest.variants) == {"pt2", "onnx"} and "torchscript" in manifest.refused
     assert not (out / "model.torchscript.pt").exists()
     assert json.loads((out / "parity.json").read_text())["formats"]["torchscript"]["ok"] is False
     with pytest.raises(ConfigError, match="refused at export"):

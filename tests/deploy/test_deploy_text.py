@@ -29,7 +29,7 @@ def artifact(tmp_path_factory):
 def test_manifest_has_dynamic_batch_and_length_and_the_preprocessor(artifact):
     out, report = artifact
     assert report["ok"], report["refused"]
-    manifest = read_manifest(out)
+    manifest = read_manifest(out).to_json()  # the typed manifest as written on disk
     assert manifest["inputs"] == [{"name": "ids", "dtype": "int64", "shape": ["batch", "length"]},
                                   {"name": "lengths", "dtype": "int64", "shape": ["batch"]}]
     assert manifest["preprocess"] == {"class": "torchwork.deploy.preprocess:TokenIdsPreprocessor",
@@ -132,6 +132,6 @@ def test_the_data_text_preprocessor_travels_in_the_artifact(tmp_path):
     out = tmp_path / "data_text"
     report = export(model, preprocess(data["train"][:8]), out, preprocess=preprocess, samples=data["test"],
                     targets=data["y_test"], verify_rounds=1, threads=1)
-    assert report["ok"] and read_manifest(out)["preprocess"]["class"] == "torchwork.data.text:TextPreprocessor"
+    assert report["ok"] and read_manifest(out).preprocess.class_spec == "torchwork.data.text:TextPreprocessor"
     texts = ["@someone I LOVE my self-driving car http://example.com", ""]
     torch.testing.assert_close(load_artifact(out)(texts), eager(model, *preprocess(texts)), atol=1e-5, rtol=1e-4)

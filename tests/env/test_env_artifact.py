@@ -13,8 +13,10 @@ import pytest
 import torch
 from env_helpers import child_env, run_cli
 
-from torchwork.deploy import artifact as art
 from torchwork.deploy import export
+from torchwork.deploy.manifest import EXAMPLE_OUTPUTS, MANIFEST, read_manifest
+from torchwork.deploy.tensors import load_tensors, save_tensors
+from torchwork.deploy.trust import file_table
 from torchwork.env.drift import warn_if_machine_differs
 from torchwork.env.replay import replay_artifact
 
@@ -35,17 +37,17 @@ def _copy(exported, tmp_path):
 
 
 def _edit_manifest(directory, change):
-    path = directory / art.MANIFEST
+    path = directory / MANIFEST
     manifest = json.loads(path.read_text())
     change(manifest)
     path.write_text(json.dumps(manifest))
 
 
 def test_export_records_the_snapshot_and_the_outputs_of_every_variant(exported):
-    manifest = art.read_manifest(exported)
+    manifest = read_manifest(exported).to_json()
     assert manifest["environment"]["torch"] == torch.__version__ and manifest["environment"]["packages"]
     assert manifest["example_outputs"]["variants"] == ["eager", "pt2", "onnx"]
-    recorded = art.load_tensors(exported / art.EXAMPLE_OUTPUTS)
+    recorded = load_tensors(exported / EXAMPLE_OUTPUTS)
     assert set(recorded) == {"eager.output_0", "pt2.output_0", "onnx.output_0"}
     assert recorded["eager.output_0"].shape == (5, 3)
 
@@ -61,11 +63,11 @@ def test_an_artifact_exported_here_passes_env_check_artifact(exported):
 @pytest.mark.slow  # a full `env check` in a subprocess: ~2.5 s quiet, more on a loaded machine
 def test_a_tampered_recorded_output_fails_even_with_a_consistent_file_table(exported, tmp_path):
     artifact = _copy(exported, tmp_path)
-    recorded = art.load_tensors(artifact / art.EXAMPLE_OUTPUTS)
+    recorded = load_tensors(artifact / EXAMPLE_OUTPUTS)
     recorded["onnx.output_0"][2, 1] += 0.01  # what the exporting machine "computed"
-    art.save_tensors(artifact / art.EXAMPLE_OUTPUTS, recorded)
+    save_tensors(artifact / EXAMPLE_OUTPUTS, recorded)
     # A forger who also rewrites the checksums: the replay itself must catch it.
-    _edit_manifest(artifact, lambda m: m.__setitem__("files", art.file_table(artifact)))
+    _edit_manifest(artifact, lambda m: m.__setitem__("files", file_table(artifact)))
     results = {r.name: r for r in replay_artifact(artifact)}
     assert results["artifact pt2 on its recorded inputs"].ok
     onnx = results["artifact onnx on its recorded inputs"]
@@ -76,9 +78,9 @@ def test_a_tampered_recorded_output_fails_even_with_a_consistent_file_table(expo
 
 def test_a_tampered_file_without_new_checksums_fails_as_damaged(exported, tmp_path):
     artifact = _copy(exported, tmp_path)
-    data = bytearray((artifact / art.EXAMPLE_OUTPUTS).read_bytes())
+    data = bytearray((artifact / EXAMPLE_OUTPUTS).read_bytes())
     data[-3] ^= 0x40
-    (artifact / art.EXAMPLE_OUTPUTS).write_bytes(bytes(data))
+    (artifact / EXAMPLE_OUTPUTS).write_bytes(bytes(data))
     [result] = replay_artifact(artifact)
     assert not result.ok and "SHA-256 differs" in result.detail
 

@@ -88,7 +88,7 @@ def test_a_text_artifact_is_served_from_its_manifest(text_artifact):
     predictor = predictor_from_artifact(text_artifact.path)
     assert isinstance(predictor, ArtifactPredictor)
     assert (predictor.kind, predictor.item_shape, predictor.labels) == ("text", (), text_artifact.classes)
-    assert predictor.variant == manifest["deploy"]  # verify chose it (INT8 or not: timing decides)
+    assert predictor.variant == manifest.deploy  # verify chose it (INT8 or not: timing decides)
     assert predictor.static_batch is None and predictor.output == "probabilities"  # softmax in the artifact
     tweets = text_artifact.tweets[:40]
     rows = np.asarray(predictor.predict_batch(tweets))
@@ -197,7 +197,7 @@ def test_a_static_batch_runs_in_full_chunks_for_any_number_of_items(tmp_path):
 
 def test_a_static_text_length_is_met_by_cutting_and_padding(tmp_path, text_artifact):
     model, pre = build_static_length_artifact(tmp_path / "static-length", text_artifact.tweets)
-    assert read_manifest(tmp_path / "static-length")["inputs"][0]["shape"] == ["batch", STATIC_LENGTH]
+    assert read_manifest(tmp_path / "static-length").inputs[0].shape == ["batch", STATIC_LENGTH]
     predictor = predictor_from_artifact(tmp_path / "static-length")
     texts = ["ok", "a much longer tweet than six tokens, so it is cut to its first six", *text_artifact.tweets[:6]]
     ids, lengths = pre(texts, max_length=STATIC_LENGTH)

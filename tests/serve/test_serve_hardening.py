@@ -25,9 +25,12 @@ BOUNDS = ("--head-timeout-s", "3", "--body-timeout-s", "2", "--idle-timeout-s", 
 GIVE_UP_S = 20  # a connection the server never closes fails the test after this long
 
 
-@pytest.fixture(scope="module")
-def guarded_server(models_dir: Path) -> Iterator[ServerProcess]:  # noqa: F811
-    server = ServerProcess(models_dir, "text_predictor", *BOUNDS)
+@pytest.fixture(scope="module", params=["h11", "httptools"])
+def guarded_server(request: pytest.FixtureRequest, models_dir: Path) -> Iterator[ServerProcess]:  # noqa: F811
+    """The guard over each HTTP parser torchwork serve runs on (--http)."""
+    if request.param == "httptools":
+        pytest.importorskip("httptools")
+    server = ServerProcess(models_dir, "text_predictor", *BOUNDS, "--http", request.param)
     try:
         yield server
     finally:

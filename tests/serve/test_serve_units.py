@@ -27,7 +27,7 @@ from serve_models import (
     text_predictor,
 )
 
-from torchwork.errors import ConfigError
+from torchwork.errors import ConfigError, ModelOutputError, ServeError
 from torchwork.serve import Batcher, OnnxPredictor, ServeConfig, TorchPredictor
 from torchwork.serve.encoding import answer, prediction_fragments
 from torchwork.serve.metrics import ServerMetrics
@@ -247,6 +247,28 @@ def test_a_failing_request_does_not_fail_its_batch_neighbours():
     assert bad[0] == 500 and b"ValueError: cannot take boom" in bad[1]
 
 
+def test_a_model_that_returns_another_number_of_rows_fails_only_its_request_and_a_batcher_must_start():
+    batcher = Batcher(lambda items: [0] * (len(items) + (items[0] == "extra")),
+                      lambda rows: (200, json.dumps(list(rows)).encode()), max_batch_size=8)
+    with pytest.raises(ServeError, match="not started"):
+        batcher.submit(["a"])
+
+    async def main():
+        batcher.start(asyncio.get_running_loop())
+        answers = await asyncio.gather(batcher.submit(["extra", "b"]), batcher.submit(["c"]))
+        batcher.stop()
+        return answers
+
+    bad, good = run_async(main())
+    assert good == (200, b"[0]")
+    assert bad[0] == 500 and b"ModelOutputError: the model returned 3 rows for 2 items" in bad[1]
+
+
+def test_the_http_parser_is_validated():
+    with pytest.raises(ConfigError, match="http='nginx': choose one of h11, httptools"):
+        ServeConfig(http="nginx")
+
+
 def test_full_queue_refuses_and_cancelled_jobs_never_run():
     gate = threading.Event()
     ran: list[int] = []
@@ -350,15 +372,16 @@ def test_answers_are_the_json_of_each_prediction(rows, with_labels):
                     for row in array]
     else:
         expected = [{"output": row.tolist()} for row in array]
-    assert status == 200 and body == json.dumps({"predictions": expected}).encode()
+    # The same JSON, value for value: re-written by json.dumps, -0.0 and every float's digits included.
+    assert status == 200 and json.dumps(json.loads(body)) == json.dumps({"predictions": expected})
 
 
 def test_outputs_of_the_wrong_shape_for_the_labels_are_refused():
-    with pytest.raises(ValueError, match=r"probabilities of shape \(2,\) for 3 labels"):
+    with pytest.raises(ModelOutputError, match=r"probabilities of shape \(2,\) for 3 labels"):
         prediction_fragments(LABELS)(np.zeros((4, 2)))
     ragged = [np.zeros(2), np.zeros(3)]  # outputs of free-dimension items need not stack
-    assert answer(prediction_fragments(None)(ragged)) == (200, b'{"predictions": [{"output": [0.0, 0.0]}, '
-                                                               b'{"output": [0.0, 0.0, 0.0]}]}')
+    assert answer(prediction_fragments(None)(ragged)) == (200, b'{"predictions":[{"output":[0.0,0.0]},'
+                                                               b'{"output":[0.0,0.0,0.0]}]}')
 
 
 def test_settle_heap_freezes_what_is_alive_and_makes_young_collections_rarer():

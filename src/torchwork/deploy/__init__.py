@@ -1,6 +1,6 @@
 """Deployment artifacts: export, verify parity, quantize.
 
-``export`` writes a self-contained artifact directory (see :mod:`torchwork.deploy.artifact` for the
+``export`` writes a self-contained artifact directory (see :mod:`torchwork.deploy.manifest` for the
 layout) and refuses any format that disagrees with eager at several batch sizes / lengths; ``verify``
 compares eager and every variant on real held-out inputs; ``load_artifact`` gives a callable that takes raw
 inputs (the bundled preprocessing included).
@@ -18,11 +18,13 @@ Example:
 from __future__ import annotations
 
 # None of these modules imports torch, onnx or onnxruntime at import time: they do it inside functions.
-from torchwork.deploy.artifact import Predictor, load_artifact, load_weights, read_manifest
-from torchwork.deploy.exporting import export
+from torchwork.deploy.contents import load_weights
+from torchwork.deploy.manifest import Manifest, read_manifest
+from torchwork.deploy.pipeline import export
 from torchwork.deploy.preprocess import TokenIdsPreprocessor
 from torchwork.deploy.quantize import torch_dynamic_int8
+from torchwork.deploy.runtime import LoadedArtifact, load_artifact
 from torchwork.deploy.verification import format_report, verify
 
-__all__ = ["Predictor", "TokenIdsPreprocessor", "export", "format_report", "load_artifact", "load_weights",
+__all__ = ["LoadedArtifact", "Manifest", "TokenIdsPreprocessor", "export", "format_report", "load_artifact", "load_weights",
            "read_manifest", "torch_dynamic_int8", "verify"]

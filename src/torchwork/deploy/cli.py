@@ -140,7 +140,7 @@ def load_checkpoint_weights(path: Path) -> dict[str, Any]:
 
 
 def cli_export(args: argparse.Namespace) -> int:
-    from torchwork.deploy.exporting import export
+    from torchwork.deploy.pipeline import export
     from torchwork.deploy.verification import format_report
 
     source = args.source

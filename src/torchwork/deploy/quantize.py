@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from torchwork.deploy.exporters import quiet
+from torchwork.deploy.formats import quiet
 from torchwork.errors import ConfigError, ExportError
 
 DEFAULT_OPS = ("MatMul",)

@@ -26,28 +26,14 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from torchwork.deploy import artifact as art
-from torchwork.deploy.checks import DEFAULT_ATOL, DEFAULT_RTOL, compare, first_line
 from torchwork.deploy.choice import MIN_PARITY_ROWS, MIN_TIMING_ROUNDS, choose_variant, spread
+from torchwork.deploy.contents import load_examples, load_preprocess, load_samples, weights_of
+from torchwork.deploy.manifest import Manifest, read_manifest, variant_format
+from torchwork.deploy.parity import DEFAULT_ATOL, DEFAULT_RTOL, compare, first_line
+from torchwork.deploy.runtime import Runner, load_pt2, open_runner, run_in_chunks, torch_runner
+from torchwork.deploy.tensors import as_input_tuple, check_inputs
+from torchwork.deploy.trust import safe_member
 from torchwork.errors import ConfigError, ExportError
-
-CHUNK = 256
-
-
-def _run_all(run: art.Runner, inputs: tuple[Any, ...], static_batch: int | None = None) -> list[Any]:
-    """Run in chunks of rows and join the outputs along dim 0.
-
-    A static-batch model gets chunks of exactly its batch size (the last one padded with repeated rows).
-    """
-    import torch
-
-    rows, chunk = inputs[0].shape[0], static_batch or CHUNK
-    parts = []
-    for start in range(0, rows, chunk):
-        index = torch.arange(start, start + chunk) if static_batch else torch.arange(start, min(start + chunk, rows))
-        outputs = run(tuple(t[index % rows] for t in inputs))
-        parts.append([o[: min(chunk, rows - start)] for o in outputs])
-    return [torch.cat([p[i] for p in parts]) for i in range(len(parts[0]))]
 
 
 def _rows(inputs: tuple[Any, ...], count: int) -> tuple[Any, ...]:
@@ -83,11 +69,11 @@ def interleaved_samples(calls: dict[str, Callable[[], Any]], rounds: int, repeat
     return samples
 
 
-def _reference_module(model: Any, root: Path, manifest: dict[str, Any]) -> Any:
+def _reference_module(model: Any, root: Path, manifest: Manifest) -> Any:
     """The user's module when it holds the artifact's weights, else a copy with them loaded."""
     import torch
 
-    weights = art.load_tensors(art.safe_member(root, manifest.get("weights", art.WEIGHTS), "weights"))
+    weights = weights_of(root, manifest)
     if any(t.device.type != "cpu" for t in [*model.parameters(), *model.buffers()]):
         model = copy.deepcopy(model).cpu()  # artifacts run on the CPU; compare like with like
     state = {k: v for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
@@ -97,17 +83,17 @@ def _reference_module(model: Any, root: Path, manifest: dict[str, Any]) -> Any:
     if missing or unexpected:
         raise ExportError(f"the model passed to verify does not match artifact {root}: weights the model lacks "
                           f"{missing[:5]}, model entries the artifact lacks {unexpected[:5]}. Pass an instance of "
-                          f"the exported architecture ({manifest.get('model', {}).get('class')}).")
+                          f"the exported architecture ({manifest.model.get('class')}).")
     reference = copy.deepcopy(model).cpu()
     reference.load_state_dict(weights)
     return reference
 
 
-def _pt2_reference(root: Path, manifest: dict[str, Any]) -> Any:
+def _pt2_reference(root: Path, manifest: Manifest) -> Any:
     import torch
 
-    program = art.load_pt2(art.safe_member(root, manifest["variants"]["pt2"]["file"], "variant 'pt2'"))
-    weights = art.load_tensors(art.safe_member(root, manifest.get("weights", art.WEIGHTS), "weights"))
+    program = load_pt2(safe_member(root, manifest.variants["pt2"].file, "variant 'pt2'"))
+    weights = weights_of(root, manifest)
     for name, value in program.state_dict.items():
         if name in weights and not torch.equal(value.detach().cpu(), weights[name]):
             raise ExportError(f"artifact {root}: the pt2 program's {name!r} differs from weights.safetensors, so "
@@ -115,23 +101,23 @@ def _pt2_reference(root: Path, manifest: dict[str, Any]) -> Any:
     return program.module()
 
 
-def _model_inputs(root: Path, manifest: dict[str, Any], preprocess: Any, inputs: Any,
+def _model_inputs(root: Path, manifest: Manifest, preprocess: Any, inputs: Any,
                   targets: Any) -> tuple[tuple[Any, ...], Any, str]:
     if inputs is not None:
         raw, source = inputs, "inputs passed to verify"
     else:
-        bundled = art.load_samples(root, manifest)
+        bundled = load_samples(root, manifest)
         if bundled is not None:
             raw, bundled_targets = bundled
             targets = bundled_targets if targets is None else targets
             source = "held-out samples bundled at export"
         else:
-            examples = art.load_examples(root, manifest)
+            examples = load_examples(root, manifest)
             return (examples, targets, "the export's example inputs (not held-out data: pass inputs= or "
                     "export with samples=)")
     if preprocess is not None:
         raw = preprocess(raw)
-    tensors = art.check_inputs(art.as_input_tuple(raw, "inputs"), manifest["inputs"], any_batch=True)
+    tensors = check_inputs(as_input_tuple(raw, "inputs"), manifest.inputs, any_batch=True)
     if targets is not None:
         import torch
 
@@ -162,12 +148,12 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
     import torch
 
     root = Path(artifact_dir)
-    manifest = art.read_manifest(root)
-    names = [n for n in manifest["variants"] if variants is None or n in variants]
-    if variants is not None and set(variants) - set(manifest["variants"]):
-        raise ConfigError(f"artifact {root} has no variant(s) {sorted(set(variants) - set(manifest['variants']))}; "
-                          f"it has {sorted(manifest['variants'])}.")
-    preprocess = art.load_preprocess(root, manifest, trust)
+    manifest = read_manifest(root)
+    names = [n for n in manifest.variants if variants is None or n in variants]
+    if variants is not None and set(variants) - set(manifest.variants):
+        raise ConfigError(f"artifact {root} has no variant(s) {sorted(set(variants) - set(manifest.variants))}; "
+                          f"it has {sorted(manifest.variants)}.")
+    preprocess = load_preprocess(root, manifest, trust)
     model_inputs, targets, source = _model_inputs(root, manifest, preprocess, inputs, targets)
     threads = threads or torch.get_num_threads()
     previous_threads = torch.get_num_threads()
@@ -178,19 +164,19 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
             modes = [m.training for m in model.modules()]
             reference_module = _reference_module(model, root, manifest).eval()
             reference_name, reference_label = "eager", "eager model passed to verify"
-        elif "pt2" in manifest["variants"]:
+        elif "pt2" in manifest.variants:
             reference_module = _pt2_reference(root, manifest)
             reference_name, reference_label = "pt2", "the artifact's pt2 program run eagerly by PyTorch"
         else:
             raise ExportError(f"artifact {root} has no pt2 program to serve as the eager reference. Verify it from "
                               "Python with verify(path, model=YourModel()), or re-export with 'pt2' in formats.")
-        runners: dict[str, art.Runner] = {reference_name: art.torch_runner(reference_module)}
+        runners: dict[str, Runner] = {reference_name: torch_runner(reference_module)}
         kinds = {reference_name: "reference"}
         for name in names:
             if name == reference_name:
                 continue
-            path = art.safe_member(root, manifest["variants"][name]["file"], f"variant {name!r}")
-            runners[name] = art.open_runner(path, art.variant_format(name), threads)
+            path = safe_member(root, manifest.variants[name].file, f"variant {name!r}")
+            runners[name] = open_runner(path, variant_format(name), threads)
             kinds[name] = "quantized" if name.endswith("int8") else "exact"
         if torch_ao:
             if model is None:
@@ -198,10 +184,9 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
                                   "model=.")
             from torchwork.deploy.quantize import torch_dynamic_int8
 
-            runners["torch-ao-int8"] = art.torch_runner(torch_dynamic_int8(reference_module))
+            runners["torch-ao-int8"] = torch_runner(torch_dynamic_int8(reference_module))
             kinds["torch-ao-int8"] = "comparison"
-        first_dim = manifest["inputs"][0]["shape"][0] if manifest["inputs"][0]["shape"] else None
-        static_batch = first_dim if isinstance(first_dim, int) else None
+        static_batch = manifest.static_batch
         report = _measure(runners, kinds, model_inputs, targets, atol, rtol, tolerance, rounds, static_batch)
     finally:
         torch.set_num_threads(previous_threads)
@@ -209,9 +194,9 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
             for module, mode in zip(model.modules(), modes):
                 module.training = mode
     for name, row in report["variants"].items():
-        if name in manifest["variants"]:
-            row["bytes"] = art.variant_bytes(manifest, name)
-    deploy, reasons = choose_variant({n: r for n, r in report["variants"].items() if n in manifest["variants"]},
+        if name in manifest.variants:
+            row["bytes"] = manifest.variant_bytes(name)
+    deploy, reasons = choose_variant({n: r for n, r in report["variants"].items() if n in manifest.variants},
                                      report.pop("timing_rounds"), int(model_inputs[0].shape[0]))
     for name, reason in reasons.items():
         report["variants"][name]["choice"] = reason
@@ -226,20 +211,20 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
                     f"real inputs, stays within {tolerance:g} of the reference's "
                     f"{'accuracy' if targets is not None else 'top-1 predictions'}, and is faster at batch 64 by "
                     f"more than the spread (IQR) of >= {MIN_TIMING_ROUNDS} timing rounds",
-        refused_at_export=manifest.get("refused", {}), advice=manifest.get("advice", []))
+        refused_at_export=manifest.refused, advice=manifest.advice)
     return report
 
 
-def _measure(runners: dict[str, art.Runner], kinds: dict[str, str], inputs: tuple[Any, ...], targets: Any,
+def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[Any, ...], targets: Any,
              atol: float, rtol: float, tolerance: float, rounds: int, static_batch: int | None) -> dict[str, Any]:
     reference_name = next(n for n, k in kinds.items() if k == "reference")
-    reference = _run_all(runners[reference_name], inputs, static_batch)
+    reference = run_in_chunks(runners[reference_name], inputs, static_batch)
     rows: dict[str, dict[str, Any]] = {}
-    working: dict[str, art.Runner] = {}
+    working: dict[str, Runner] = {}
     for name, run in runners.items():
         row: dict[str, Any] = {"kind": kinds[name]}
         try:
-            outputs = reference if name == reference_name else _run_all(run, inputs, static_batch)
+            outputs = reference if name == reference_name else run_in_chunks(run, inputs, static_batch)
         except Exception as error:
             row.update(ok=False, problem=f"failed on the held-out inputs: {first_line(error)}")
             rows[name] = row

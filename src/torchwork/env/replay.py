@@ -30,32 +30,35 @@ def replay_artifact(directory: str | os.PathLike[str]) -> list[CheckResult]:
 
     Raises :class:`~torchwork.errors.ExportError` when ``directory`` is not an artifact directory at all.
     """
-    from torchwork.deploy import artifact as art
+    from torchwork.deploy.contents import load_examples
+    from torchwork.deploy.manifest import MANIFEST, read_manifest, variant_format
+    from torchwork.deploy.runtime import open_runner
+    from torchwork.deploy.tensors import load_tensors
+    from torchwork.deploy.trust import safe_member
 
     root = Path(directory)
-    if not (root / art.MANIFEST).is_file():
-        raise ExportError(f"{root} is not an artifact directory (no {art.MANIFEST}); pass a directory written by "
+    if not (root / MANIFEST).is_file():
+        raise ExportError(f"{root} is not an artifact directory (no {MANIFEST}); pass a directory written by "
                           "`torchwork export`.")
     try:
-        manifest = art.read_manifest(root)  # every file's SHA-256 first: a tampered file fails here
-        entry = manifest.get("example_outputs")
+        manifest = read_manifest(root)  # every file's SHA-256 first: a tampered file fails here
+        entry = manifest.example_outputs
         if not isinstance(entry, dict):
             raise ExportError(f"artifact {root} records no example outputs (it was exported by an older "
                               "torchwork): re-export it to make it replayable.")
-        inputs = art.load_examples(root, manifest)
-        recorded = art.load_tensors(art.safe_member(root, entry.get("file"), "the example outputs entry"))
+        inputs = load_examples(root, manifest)
+        recorded = load_tensors(safe_member(root, entry.get("file"), "the example outputs entry"))
     except ExportError as error:
         return [CheckResult(f"artifact {root}", False, None, None, None, str(error))]
     results = []
-    for name, variant in manifest["variants"].items():
-        quantized = "quantization" in variant
+    for name, variant in manifest.variants.items():
+        quantized = variant.quantization is not None
         atol = max(float(entry.get("atol", 1e-4)), QUANTIZED_ATOL if quantized else 0.0)
         rtol = max(float(entry.get("rtol", 1e-3)), QUANTIZED_RTOL if quantized else 0.0)
         started = time.perf_counter()
         label = f"artifact {name} on its recorded inputs"
         try:
-            run = art.open_runner(art.safe_member(root, variant["file"], f"variant {name!r}"),
-                                  art.variant_format(name))
+            run = open_runner(safe_member(root, variant.file, f"variant {name!r}"), variant_format(name))
             outputs = run(inputs)
             expected = [recorded[key] for key in sorted(k for k in recorded if k.startswith(f"{name}.output_"))]
             if not expected:

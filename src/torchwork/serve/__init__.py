@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from torchwork.serve.artifact import ArtifactPredictor, predictor_from_artifact
 from torchwork.serve.batcher import Batcher
+from torchwork.serve.batching import BatchingRule
 from torchwork.serve.config import ServeConfig
 from torchwork.serve.model_process import ModelProcess
 from torchwork.serve.predictor import (
     ModelPredictor,
     OnnxPredictor,
-    Predictor,
+    ServedModel,
     TorchPredictor,
     configure_threads,
 )
@@ -31,7 +32,7 @@ from torchwork.serve.server import serve
 if TYPE_CHECKING:  # pragma: no cover
     from torchwork.serve.app import create_app
 
-__all__ = ["ArtifactPredictor", "Batcher", "ModelPredictor", "ModelProcess", "OnnxPredictor", "Predictor",
+__all__ = ["ArtifactPredictor", "Batcher", "BatchingRule", "ModelPredictor", "ModelProcess", "OnnxPredictor", "ServedModel",
            "ServeConfig", "TorchPredictor", "configure_threads", "create_app", "predictor_from_artifact", "serve"]
 
 

@@ -29,13 +29,14 @@ from starlette.requests import ClientDisconnect
 
 from torchwork.errors import ConfigError, QueueFullError
 from torchwork.serve.batcher import Batcher
+from torchwork.serve.batching import Batching
 from torchwork.serve.config import ServeConfig
 from torchwork.serve.connections import ConnectionGuard
 from torchwork.serve.encoding import answer, prediction_fragments
 from torchwork.serve.heap import settle_heap
 from torchwork.serve.metrics import ServerMetrics
 from torchwork.serve.model_process import ModelProcess
-from torchwork.serve.predictor import Predictor
+from torchwork.serve.predictor import ServedModel
 from torchwork.serve.process_batcher import ProcessBatcher
 from torchwork.serve.schemas import (
     Limits,
@@ -51,7 +52,7 @@ logger = logging.getLogger("torchwork.serve")
 
 
 class _State:
-    def __init__(self, predictor: Predictor, config: ServeConfig, model_process: ModelProcess | None,
+    def __init__(self, predictor: ServedModel, config: ServeConfig, model_process: ModelProcess | None,
                  on_ready: Callable[[], None] | None) -> None:
         self.predictor = predictor
         self.config = config
@@ -63,7 +64,7 @@ class _State:
         self.run_batch = lambda items: fragments(predictor.predict_batch(items))
         options = {"max_batch_size": config.max_batch_size, "max_wait_s": config.max_wait_ms / 1000,
                    "max_queue": config.max_queue, "cost": request_cost(predictor)}
-        self.batcher: Batcher = (Batcher(self.run_batch, answer, **options) if model_process is None else
+        self.batcher: Batching = (Batcher(self.run_batch, answer, **options) if model_process is None else
                                  ProcessBatcher(model_process, answer, run_inline=self.run_batch,
                                                 pack=_packer(predictor), **options))
         self.guard = ConnectionGuard(head_timeout_s=config.head_timeout_s, body_timeout_s=config.body_timeout_s,
@@ -108,7 +109,7 @@ class Deadlines:
 CHARACTERS_PER_UNIT = 100
 
 
-def request_cost(predictor: Predictor) -> Callable[[Sequence[Any]], float]:
+def request_cost(predictor: ServedModel) -> Callable[[Sequence[Any]], float]:
     """The work a request's items are, in units of a short item: what decides whether it may run inline.
 
     Example:
@@ -122,7 +123,7 @@ def request_cost(predictor: Predictor) -> Callable[[Sequence[Any]], float]:
     return len
 
 
-def _packer(predictor: Predictor) -> Callable[[list[Any]], Any]:
+def _packer(predictor: ServedModel) -> Callable[[list[Any]], Any]:
     """How a batch travels to the model process: fixed-shape tensors as one array (a fast pickle)."""
     if predictor.kind != "tensor" or None in predictor.item_shape:
         return list
@@ -134,7 +135,7 @@ def _packer(predictor: Predictor) -> Callable[[list[Any]], Any]:
     return lambda items: np.asarray(items, dtype=dtype)
 
 
-def create_app(predictor: Predictor, config: ServeConfig | None = None,
+def create_app(predictor: ServedModel, config: ServeConfig | None = None,
                model_process: ModelProcess | None = None, on_ready: Callable[[], None] | None = None) -> FastAPI:
     """Build the FastAPI app serving ``predictor``: schemas from its declared input, a dynamic batcher.
 
@@ -144,7 +145,7 @@ def create_app(predictor: Predictor, config: ServeConfig | None = None,
     model is warmed up and requests are answered (``/readyz`` says 200).
     """
     config = config or ServeConfig()
-    if not isinstance(predictor, Predictor):
+    if not isinstance(predictor, ServedModel):
         raise ConfigError(f"{predictor!r} is not a predictor: it needs kind, item_shape, dtype, labels and "
                           "predict_batch(items); build one with TorchPredictor or OnnxPredictor.")
     state = _State(predictor, config, model_process, on_ready)

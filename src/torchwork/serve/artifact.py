@@ -2,21 +2,21 @@
 
 ``torchwork serve ARTIFACT_DIR`` loads the artifact with :func:`torchwork.deploy.load_artifact` (every file's
 checksum checked, the variant the manifest marks to deploy, its bundled preprocessing and postprocessing)
-and wraps it in a :class:`~torchwork.serve.predictor.Predictor`:
+and wraps it in a :class:`~torchwork.serve.predictor.ServedModel`:
 
-- an artifact with a preprocessor (``manifest["preprocess"]``, e.g. ``torchwork.data.text:TextPreprocessor``)
+- an artifact with a preprocessor (``manifest.preprocess``, e.g. ``torchwork.data.text:TextPreprocessor``)
   is a **text** artifact: each item is a raw string, preprocessed on the server exactly as in
   ``load_artifact(dir)(texts)``;
 - an artifact without one is a **tensor** artifact with a single input: each item is a nested list of
-  numbers of the input's shape without its batch dimension (``manifest["inputs"][0]["shape"][1:]``; a named
+  numbers of the input's shape without its batch dimension (``manifest.inputs[0].shape[1:]``; a named
   dimension is free, a number is fixed and checked by the request schema, so another shape gets a 422
   naming the field) and its dtype;
-- ``manifest["postprocess"]["labels"]`` makes it a classifier: each prediction is the label and the
+- ``manifest.postprocess.labels`` makes it a classifier: each prediction is the label and the
   probability of every label (softmax applied by the artifact when ``postprocess.softmax`` says so, else
   here); without labels each prediction is the first output's row for that item.
 
-A model exported with a static batch size runs in chunks of exactly that size (the last one filled up with
-copies of its first row, whose outputs are dropped), so requests of any size are answered. A text model
+A model exported with a static batch size runs in chunks of exactly that size, as everywhere an artifact
+runs (:func:`torchwork.deploy.runtime.run_in_chunks`), so requests of any size are answered. A text model
 exported with a static length gets its token ids cut to it by the preprocessor and padded with its padding
 id.
 
@@ -42,7 +42,8 @@ from torchwork.serve.predictor import FLOAT_DTYPES, INT_DTYPES, ModelPredictor, 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
-    from torchwork.deploy import Predictor as ArtifactRunner
+    from torchwork.deploy.manifest import TensorSpec
+    from torchwork.deploy.runtime import LoadedArtifact
 
 _PROBE_TEXTS = ["probe", "a longer probe text, with punctuation!"]
 
@@ -54,26 +55,25 @@ class ArtifactPredictor(ModelPredictor):
     docstring); ``variant`` is the model file that runs (``"onnx-int8"``, ``"onnx"``, ``"pt2"``, ...).
     """
 
-    def __init__(self, artifact: ArtifactRunner, name: str | None = None) -> None:
+    def __init__(self, artifact: LoadedArtifact, name: str | None = None) -> None:
         manifest = artifact.manifest
         self.artifact = artifact
         self.variant: str = artifact.variant
-        self._schema: list[dict[str, Any]] = manifest["inputs"]
-        first_shape = self._schema[0]["shape"]
-        self.static_batch: int | None = first_shape[0] if first_shape and isinstance(first_shape[0], int) else None
+        self._schema: list[TensorSpec] = manifest.inputs
+        self.static_batch: int | None = artifact.static_batch
         labels = artifact.labels
         output = "probabilities" if artifact.softmax or labels is None else "logits"
         name = name or f"{Path(artifact.directory).name} [{artifact.variant}]"
         if artifact.preprocess is not None:
             # Static dims after the batch (a token-id length fixed at export) are met by cutting and padding.
-            self._max_length = min((s["shape"][1] for s in self._schema
-                                    if len(s["shape"]) > 1 and isinstance(s["shape"][1], int)), default=None)
+            self._max_length = min((s.shape[1] for s in self._schema
+                                    if len(s.shape) > 1 and isinstance(s.shape[1], int)), default=None)
             super().__init__(kind="text", preprocess=self._text_inputs, labels=labels, output=output, name=name)
             self._check_text_preprocessor()
         else:
             spec = self._tensor_spec(artifact)
-            shape = tuple(d if isinstance(d, int) else None for d in spec["shape"][1:])
-            super().__init__(kind="tensor", item_shape=shape, dtype=spec["dtype"], labels=labels, output=output,
+            shape = tuple(d if isinstance(d, int) else None for d in spec.shape[1:])
+            super().__init__(kind="tensor", item_shape=shape, dtype=spec.dtype, labels=labels, output=output,
                              name=name)
 
     def __repr__(self) -> str:
@@ -81,21 +81,21 @@ class ArtifactPredictor(ModelPredictor):
 
     # ------------------------------------------------------------------ inputs
     @staticmethod
-    def _tensor_spec(artifact: ArtifactRunner) -> dict[str, Any]:
-        schema = artifact.manifest["inputs"]
+    def _tensor_spec(artifact: LoadedArtifact) -> TensorSpec:
+        schema = artifact.manifest.inputs
         where = f"artifact {artifact.directory}"
         if len(schema) != 1:
             raise ConfigError(
-                f"{where}: the model takes {len(schema)} inputs {[s['name'] for s in schema]} and the artifact "
+                f"{where}: the model takes {len(schema)} inputs {[s.name for s in schema]} and the artifact "
                 "bundles no preprocessing, but an HTTP item is one nested list of numbers. Export it with a "
                 "preprocess= object that builds those inputs from one raw item, or serve your own predictor "
                 "with --factory module:function.")
         spec = schema[0]
-        if not spec["shape"]:
-            raise ConfigError(f"{where}: the input {spec['name']!r} is a scalar with no batch dimension; export "
+        if not spec.shape:
+            raise ConfigError(f"{where}: the input {spec.name!r} is a scalar with no batch dimension; export "
                               "the model with a batch dimension (dynamic_batch=True) to serve it.")
-        if spec["dtype"] not in FLOAT_DTYPES + INT_DTYPES:
-            raise ConfigError(f"{where}: the input {spec['name']!r} is {spec['dtype']}; the server takes items "
+        if spec.dtype not in FLOAT_DTYPES + INT_DTYPES:
+            raise ConfigError(f"{where}: the input {spec.name!r} is {spec.dtype}; the server takes items "
                               f"of {', '.join(FLOAT_DTYPES + INT_DTYPES)}. Serve it with --factory "
                               "module:function and convert the items there.")
         return spec
@@ -104,7 +104,7 @@ class ArtifactPredictor(ModelPredictor):
         """Raw texts -> the model's inputs, through the artifact's own preprocessor."""
         import torch
 
-        from torchwork.deploy.artifact import as_input_tuple
+        from torchwork.deploy.tensors import as_input_tuple
 
         preprocess = self.artifact.preprocess
         raw = preprocess(texts) if self._max_length is None else preprocess(texts, max_length=self._max_length)
@@ -112,8 +112,8 @@ class ArtifactPredictor(ModelPredictor):
         pad = getattr(preprocess, "pad_id", 0)
         for index, (tensor, spec) in enumerate(zip(tensors, self._schema)):
             widths = [(0, 0)] * tensor.ndim
-            for axis in range(1, min(tensor.ndim, len(spec["shape"]))):
-                size = spec["shape"][axis]
+            for axis in range(1, min(tensor.ndim, len(spec.shape))):
+                size = spec.shape[axis]
                 if isinstance(size, int) and tensor.shape[axis] < size:
                     widths[axis] = (0, size - tensor.shape[axis])
             if any(after for _, after in widths):
@@ -124,47 +124,21 @@ class ArtifactPredictor(ModelPredictor):
 
     def _check_text_preprocessor(self) -> None:
         """Fail at startup, not at the first request, when the preprocessor does not take strings."""
-        from torchwork.deploy.artifact import check_inputs
+        from torchwork.deploy.tensors import check_inputs
 
-        entry = self.artifact.manifest.get("preprocess") or {}
+        entry = self.artifact.manifest.preprocess
         try:
             check_inputs(self._text_inputs(list(_PROBE_TEXTS)), self._schema, any_batch=True)
         except Exception as error:
             raise ConfigError(
-                f"artifact {self.artifact.directory}: its preprocessor {entry.get('class')} does not turn a list "
+                f"artifact {self.artifact.directory}: its preprocessor {entry.class_spec if entry else None} does not turn a list "
                 f"of strings into the model's inputs ({type(error).__name__}: {error}). torchwork serve sends "
                 "raw texts to an artifact's preprocessor; serve other raw inputs with --factory "
                 "module:function.") from error
 
     # ------------------------------------------------------------------ the model
     def _forward(self, inputs: tuple[Any, ...]) -> np.ndarray:
-        import numpy as np
-        import torch
-
-        from torchwork.deploy.artifact import as_input_tuple
-
-        tensors = as_input_tuple(inputs, "inputs")
-        size = self.static_batch
-        if size is None:
-            return self._run(tensors)
-        rows = []
-        for start in range(0, int(tensors[0].shape[0]), size):
-            chunk = tuple(t[start:start + size] for t in tensors)
-            real = int(chunk[0].shape[0])
-            if real < size:  # fill the static batch up with copies of the first row, dropped below
-                chunk = tuple(torch.cat([t, t[:1].expand(size - real, *t.shape[1:])]) for t in chunk)
-            rows.append(self._run(chunk)[:real])
-        return rows[0] if len(rows) == 1 else np.concatenate(rows)
-
-    def _run(self, tensors: tuple[Any, ...]) -> np.ndarray:
-        """Checked model inputs -> the first output (postprocessed by the artifact) as an array."""
-        import torch
-
-        from torchwork.deploy.artifact import check_inputs
-
-        out = self.artifact.run(check_inputs(tensors, self._schema))
-        out = out[0] if isinstance(out, tuple) else out
-        return (out.float() if out.dtype == torch.bfloat16 else out).detach().numpy()
+        return self.artifact.rows(inputs)
 
 
 def predictor_from_artifact(directory: str | os.PathLike[str], variant: str | None = None, *,
@@ -176,15 +150,16 @@ def predictor_from_artifact(directory: str | os.PathLike[str], variant: str | No
     :class:`~torchwork.errors.ExportError` when the folder is not a complete, unmodified artifact.
     """
     try:
-        from torchwork.deploy.artifact import load_artifact, read_manifest
+        from torchwork.deploy.manifest import read_manifest
+        from torchwork.deploy.runtime import load_artifact
+        from torchwork.deploy.trust import in_torchwork
     except ImportError as error:  # pragma: no cover - a broken install
         raise ConfigError(f"serving an artifact needs torchwork.deploy, which cannot be imported here "
                           f"({error}); use --factory module:function to serve your own predictor.") from None
     folder = Path(directory)
     manifest = read_manifest(folder, check_files=False)  # load_artifact checks every file below
-    entry = manifest.get("preprocess")
-    spec = entry.get("class") if isinstance(entry, dict) else None
-    if isinstance(spec, str) and not (spec.startswith("torchwork.") or spec.startswith("torchwork:")):
+    spec = manifest.preprocess.class_spec if manifest.preprocess else None
+    if spec is not None and not in_torchwork(spec):
         raise ExportError(f"artifact {folder}: its preprocessor class {spec!r} is outside the torchwork "
                           "namespace. An artifact is untrusted data, so torchwork serve imports only torchwork "
                           "classes. If you trust it, serve it with --factory module:function returning "

@@ -3,7 +3,8 @@
 uvicorn bounds only the keep-alive wait after an answer (``timeout_keep_alive``): a socket that never sends,
 a client that sends a header line every few seconds (slowloris) or a body byte by byte holds its connection
 forever, and its ``limit_concurrency`` answers a plain-text 503 one connection early. So the server runs
-uvicorn's h11 protocol with a guard (:func:`guarded_protocol`) that tracks each connection's phase:
+uvicorn's httptools protocol (or, with ``--http h11``, its h11 one) with a guard (:func:`guarded_protocol`)
+that tracks each connection's phase:
 
 - ``idle``: no request in progress (just opened, or answered and kept alive): closed after ``idle_timeout_s``;
 - ``head``: the first bytes of a request came, its head is not complete: after ``head_timeout_s``, a 408
@@ -33,6 +34,7 @@ import logging
 import time
 from typing import Any
 
+from torchwork.errors import ConfigError
 from torchwork.serve.metrics import Counter, Gauge
 from torchwork.serve.schemas import error_body
 
@@ -100,29 +102,84 @@ def _timeout_answer(message: str) -> bytes:
             b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
 
 
-def guarded_protocol(guard: ConnectionGuard) -> type:
-    """uvicorn's h11 protocol with ``guard``'s bounds (pass it as ``uvicorn.Config(http=...)``)."""
-    import h11
-    from uvicorn.protocols.http.h11_impl import H11Protocol
+def guarded_protocol(guard: ConnectionGuard, http: str = "h11") -> type:
+    """uvicorn's ``http`` protocol (``"h11"`` or ``"httptools"``) with ``guard``'s bounds (pass it as
+    ``uvicorn.Config(http=...)``). Both follow a request through the same phases; only how a phase change
+    is seen differs (h11's state machine, or httptools' parser callbacks)."""
 
-    class GuardedH11Protocol(H11Protocol):
+    class Guarded:
+        """The guard's side of a connection, whatever parses its HTTP."""
+
         phase = IDLE
         since = 0.0
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
+            super().connection_made(transport)  # type: ignore[misc]
             self.since = time.monotonic()
-            if len(self.connections) > guard.max_connections:
+            if len(self.connections) > guard.max_connections:  # type: ignore[attr-defined]
                 self.app = guard.busy_app()
-            guard.add(self, self.loop)
+            guard.add(self, self.loop)  # type: ignore[attr-defined]
 
         def connection_lost(self, exc: Exception | None) -> None:
             guard.connections.discard(self)
-            super().connection_lost(exc)
+            super().connection_lost(exc)  # type: ignore[misc]
 
         def data_received(self, data: bytes) -> None:
             if self.phase is IDLE:  # the first bytes of a request
                 self.phase, self.since = HEAD, time.monotonic()
+            super().data_received(data)  # type: ignore[misc]
+
+        def expire(self) -> None:
+            transport, cycle = self.transport, self.cycle  # type: ignore[attr-defined]
+            if transport.is_closing():
+                return
+            bound = guard.bounds[self.phase]
+            client = self.client  # type: ignore[attr-defined]
+            if self.phase is IDLE:
+                guard.close("idle_timeout", client, f"no request for {bound:g} s (--idle-timeout-s)")
+            elif self.phase is HEAD:
+                guard.close("head_timeout", client, f"request head not complete after {bound:g} s")
+                transport.write(_timeout_answer(
+                    f"the request head did not arrive within {bound:g} s (the server's --head-timeout-s)"))
+            else:
+                guard.close("body_timeout", client, f"request body not complete after {bound:g} s")
+                if cycle is not None and not cycle.response_started:
+                    self.scope["torchwork.body_timeout"] = True  # type: ignore[attr-defined]  # a 408, not a disconnect
+                    transport.write(_timeout_answer(
+                        f"the request body did not arrive within {bound:g} s (the server's --body-timeout-s)"))
+            self.phase = ANSWERING
+            transport.close()
+
+    if http == "httptools":
+        try:
+            from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+        except ImportError:
+            raise ConfigError("--http httptools needs the httptools package: pip install httptools (or "
+                              "serve with --http h11).") from None
+
+        class GuardedHttpToolsProtocol(Guarded, HttpToolsProtocol):  # type: ignore[misc]
+            def on_headers_complete(self) -> None:
+                super().on_headers_complete()
+                if self.phase is HEAD:
+                    self.phase, self.since = BODY, time.monotonic()
+
+            def on_message_complete(self) -> None:
+                super().on_message_complete()
+                self.phase = ANSWERING
+
+            def on_response_complete(self) -> None:
+                super().on_response_complete()
+                if self.phase is ANSWERING and not self.pipeline:  # answered; kept alive for the next one
+                    self.phase, self.since = IDLE, time.monotonic()
+
+        return GuardedHttpToolsProtocol
+    if http != "h11":
+        raise ConfigError(f"http={http!r}: the connection guard runs on 'h11' or 'httptools'.")
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class GuardedH11Protocol(Guarded, H11Protocol):  # type: ignore[misc]
+        def data_received(self, data: bytes) -> None:
             super().data_received(data)
             self._follow()
 
@@ -141,24 +198,5 @@ def guarded_protocol(guard: ConnectionGuard) -> type:
                     self.phase, self.since = IDLE, time.monotonic()
             else:
                 self.phase = ANSWERING
-
-        def expire(self) -> None:
-            if self.transport.is_closing():
-                return
-            bound = guard.bounds[self.phase]
-            if self.phase is IDLE:
-                guard.close("idle_timeout", self.client, f"no request for {bound:g} s (--idle-timeout-s)")
-            elif self.phase is HEAD:
-                guard.close("head_timeout", self.client, f"request head not complete after {bound:g} s")
-                self.transport.write(_timeout_answer(
-                    f"the request head did not arrive within {bound:g} s (the server's --head-timeout-s)"))
-            else:
-                guard.close("body_timeout", self.client, f"request body not complete after {bound:g} s")
-                if self.cycle is not None and not self.cycle.response_started:
-                    self.scope["torchwork.body_timeout"] = True  # the handler counts a 408, not a disconnect
-                    self.transport.write(_timeout_answer(
-                        f"the request body did not arrive within {bound:g} s (the server's --body-timeout-s)"))
-            self.phase = ANSWERING
-            self.transport.close()
 
     return GuardedH11Protocol

@@ -34,15 +34,15 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from torchwork.errors import ConfigError, ServeError
+from torchwork.deploy.runtime import check_row_count
+from torchwork.errors import ConfigError, ModelProcessError
 
 logger = logging.getLogger("torchwork.serve")
 
 _LENGTH = struct.Struct("!Q")
 
 
-class ModelProcessError(ServeError):
-    """The model process failed to start or died."""
+__all__ = ["ModelProcess", "ModelProcessError"]  # ModelProcessError lives in torchwork.errors; kept here too
 
 
 class ModelProcess:
@@ -129,7 +129,7 @@ class ModelProcess:
             raise ModelProcessError(f"the model process could not build its predictor: {detail}")
 
     def predict_batch(self, items: Sequence[Any]) -> Any:
-        """Rows for ``items``, computed in the child (blocking); raise ``RuntimeError`` with the child's error
+        """Rows for ``items``, computed in the child (blocking); raise :class:`ModelProcessError` with the child's error
         if the model failed on them. A child that died is started again first."""
         with self._lock:
             if self._closed:
@@ -148,7 +148,7 @@ class ModelProcess:
                 raise ModelProcessError(f"the model process died while predicting (exit code {code}, "
                                         f"{type(error).__name__}); a new one starts with the next batch") from None
         if status == "error":
-            raise RuntimeError(detail)
+            raise ModelProcessError(f"the model failed in the model process: {detail}. Check the input or the model.")
         return detail
 
     # ------------------------------------------------------------------ on the server's event loop
@@ -161,7 +161,9 @@ class ModelProcess:
     def send(self, items: Any, chunk: int) -> None:
         """Queue a batch for the child (on the loop; never blocks): it runs ``items`` in chunks of ``chunk``
         and answers with one JSON fragment per item (:mod:`torchwork.serve.encoding`)."""
-        assert self._transport is not None, "connect() first"
+        if self._transport is None:
+            raise ModelProcessError("the model process is not connected to an event loop: await connect() first "
+                                    "(or use predict_batch() without one)")
         self._transport.write(_frame(("fragments", items, chunk)))
 
     def disconnect(self) -> None:
@@ -283,8 +285,7 @@ def _child_main(sock: socket.socket, build: Callable[..., Any], args: tuple[Any,
 def _predict_in_chunks(predictor: Any, items: Any, chunk: int | None) -> Any:
     if chunk is None or len(items) <= chunk:
         rows = predictor.predict_batch(items)
-        if len(rows) != len(items):
-            raise RuntimeError(f"the model returned {len(rows)} rows for {len(items)} items")
+        check_row_count(rows, len(items))
         return rows
     out: list[Any] = []
     for start in range(0, len(items), chunk):

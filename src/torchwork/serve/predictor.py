@@ -1,4 +1,5 @@
-"""What the server runs: a small predictor protocol, and predictors built from a torch module or an ONNX file.
+"""What the server runs: the :class:`ServedModel` protocol, and predictors built from a torch module or an ONNX
+file (an exported artifact's is :class:`~torchwork.serve.artifact.ArtifactPredictor`).
 
 A predictor turns a list of raw items (strings for a text model, nested lists of numbers for a tensor model)
 into one output row per item, preprocessing included. For a classifier (``labels`` set) each row holds the
@@ -21,7 +22,8 @@ import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from torchwork.errors import ConfigError
+from torchwork.deploy.runtime import check_row_count, softmax
+from torchwork.errors import ConfigError, ExportError
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -33,7 +35,7 @@ INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8")
 
 
 @runtime_checkable
-class Predictor(Protocol):
+class ServedModel(Protocol):
     """What the HTTP server needs from a model.
 
     - ``kind``: ``"text"`` (each item is a string) or ``"tensor"`` (each item a nested list of numbers);
@@ -168,10 +170,9 @@ class ModelPredictor:
         if not isinstance(inputs, (tuple, list)):
             inputs = (inputs,)
         out = self._forward(tuple(inputs))
-        if len(out) != len(items):
-            raise RuntimeError(f"{self.name} returned {len(out)} rows for {len(items)} items")
+        check_row_count(out, len(items), self.name)
         if self.labels is not None and self.output == "logits":
-            out = _softmax(out)
+            out = softmax(out)
         return out
 
     def _forward(self, inputs: tuple[Any, ...]) -> np.ndarray:
@@ -223,19 +224,12 @@ class OnnxPredictor(ModelPredictor):
 
     def __init__(self, model: str | os.PathLike[str] | bytes, *, threads: int | None = None,
                  **kwargs: Any) -> None:
-        import onnxruntime as ort
+        from torchwork.deploy.runtime import onnx_session
 
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or default_threads()
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        source = model if isinstance(model, bytes) else os.fspath(model)
         try:
-            self.session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
-        except Exception as error:  # onnxruntime raises its own untyped errors
-            where = "the given bytes" if isinstance(model, bytes) else source
-            raise ConfigError(f"ONNX Runtime could not load {where}: {error}. Export the model again "
-                              "(torch.onnx.export) and check the file is complete.") from error
+            self.session = onnx_session(model, threads or default_threads())
+        except ExportError as error:  # a file the caller named: a setting that cannot work
+            raise ConfigError(str(error)) from error
         self._inputs = self.session.get_inputs()
         first = self._inputs[0]
         kwargs.setdefault("item_shape", tuple(d if isinstance(d, int) else None for d in first.shape[1:]))
@@ -248,8 +242,9 @@ class OnnxPredictor(ModelPredictor):
         import numpy as np
 
         if len(inputs) != len(self._input_names):
-            raise RuntimeError(f"preprocessing gave {len(inputs)} inputs; the ONNX model takes "
-                               f"{len(self._input_names)}: {self._input_names}")
+            raise ConfigError(f"preprocessing gave {len(inputs)} inputs; the ONNX model takes "
+                              f"{len(self._input_names)}: {self._input_names}. Make preprocess= return one "
+                              "array per model input, in order.")
         feed = {}
         for name, dtype, value in zip(self._input_names, self._input_dtypes, inputs):
             array = value.numpy() if hasattr(value, "numpy") else value
@@ -266,13 +261,3 @@ def _numpy_dtype(dtype: str) -> Any:
     import numpy as np
 
     return np.float32 if dtype == "bfloat16" else np.dtype(dtype)
-
-
-def _softmax(logits: Any) -> Any:
-    import numpy as np
-
-    x = np.asarray(logits, dtype=np.float64)
-    with np.errstate(over="ignore", invalid="ignore"):
-        x = x - x.max(axis=-1, keepdims=True)
-        e = np.exp(x)
-        return e / e.sum(axis=-1, keepdims=True)

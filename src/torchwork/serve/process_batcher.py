@@ -8,14 +8,12 @@ it, and with the child encoding the answers, the server process spent 0.18-0.19 
 for the quickstart's text model at concurrency 64, against 0.238 ms with the thread (the HTTP ceiling's
 trivial endpoint: 0.17-0.19 ms).
 
-Batching is as in :class:`~torchwork.serve.batcher.Batcher`: when the child is free it takes everything
-queued (up to ``max_batch_size`` items); it waits for more, never longer than ``max_wait_s``, only while
-requests arrived during the previous batch and keep arriving. A lone request with the child idle runs
-inline on the event loop on this process's copy of the model when that is cheap (see
-:class:`~torchwork.serve.batcher.Batcher`); so does one that would otherwise wait behind a batch the child
-needs more than ``busy_inline_s`` (50 ms) more for, such as 64 items of 10,000 characters: a light
-request then waits for no large one. If a batch fails, each
-of its requests runs alone, so one bad request never fails the others. The child encodes the answers
+Batching follows the one rule of :class:`~torchwork.serve.batching.BatchingRule`, as the thread's
+:class:`~torchwork.serve.batcher.Batcher` does: this class holds one and only moves batches to the child
+and answers back. A lone request with the child idle runs inline on the event loop on this process's copy
+of the model when that is cheap; so does one that would otherwise wait behind a batch the child needs
+more than ``busy_inline_s`` (50 ms) more for, such as 64 items of 10,000 characters: a light request then
+waits for no large one. The child encodes the answers
 (:mod:`torchwork.serve.encoding`); this process only joins each request's bytes. If the child dies, the
 batch it was running answers 500 and a new child starts while requests queue.
 
@@ -35,26 +33,26 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from torchwork.serve.batcher import Batcher, Job, _deliver
+from torchwork.serve.batching import Batching, BatchingRule, Job, deliver
 from torchwork.serve.encoding import Answer
 from torchwork.serve.model_process import ModelProcess
-from torchwork.serve.schemas import error_body
 
 logger = logging.getLogger("torchwork.serve")
 
 
-class ProcessBatcher(Batcher):
+class ProcessBatcher(Batching):
     """Queue requests and run them in batches in ``process``, from the event loop.
 
     ``encode(fragments) -> (status, body)`` joins one request's fragments; ``run_inline(items) ->
     fragments`` runs a lone request here; ``pack(items)`` turns a batch's items into what is sent (one
-    array for fixed-shape tensors pickles far faster than nested lists).
+    array for fixed-shape tensors pickles far faster than nested lists). The other options are
+    :class:`~torchwork.serve.batching.BatchingRule`'s.
     """
 
     def __init__(self, process: ModelProcess, encode: Callable[[Sequence[Any]], Answer], *,
                  run_inline: Callable[[list[Any]], Sequence[Any]], pack: Callable[[list[Any]], Any] = list,
                  busy_inline_s: float = 0.05, **options: Any) -> None:
-        super().__init__(run_inline, encode, **options)  # the base class's run: only lone requests, here
+        self.rule = BatchingRule(run_inline, encode, **options)  # its run: only lone requests, here
         self.process, self._pack = process, pack
         self.busy_inline_s = busy_inline_s
         self._in_flight_cost = 0.0  # the cost of the batch in the child
@@ -74,12 +72,9 @@ class ProcessBatcher(Batcher):
 
     async def open(self) -> None:
         """Start answering: connect the (started) model process to the running loop."""
-        self._loop = asyncio.get_running_loop()
+        self.rule.attach(asyncio.get_running_loop(), self._hand_over, self._idle)
         await self.process.connect(self._on_answer, self._on_lost)
         self._connected = True
-
-    def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        raise TypeError("a ProcessBatcher runs on the event loop: await open() there instead of start()")
 
     def _idle(self) -> bool:
         """Nothing waits, and the child is free or busy for long with a batch; then hold the local model."""
@@ -87,7 +82,7 @@ class ProcessBatcher(Batcher):
             return False
         if self._in_flight is not None and self._child_remaining() < self.busy_inline_s:
             return False
-        return self._model_lock.acquire(False)
+        return self.rule.model_lock.acquire(False)
 
     def _child_remaining(self) -> float:
         """Seconds the batch in the child should still take (0 until a batch was timed)."""
@@ -103,6 +98,7 @@ class ProcessBatcher(Batcher):
     # ------------------------------------------------------------------ forming and sending batches
     def _dispatch(self, force: bool = False) -> None:
         """Send the next batch if the child is free and (unless ``force``) waiting would not fill it more."""
+        rule = self.rule
         if self._in_flight is not None or not self._connected:
             return
         while self._alone:
@@ -111,43 +107,41 @@ class ProcessBatcher(Batcher):
                 self._send([job], taken=True)
                 return
         while self._waiting and self._waiting[0].cancelled:
-            self._taken += len(self._waiting.popleft().items)
+            rule.taken += len(self._waiting.popleft().items)
         if not self._waiting:
-            if self._stopping:
+            if rule.stopping:
                 self._drained.set()
             return
         queued = 0
         for job in self._waiting:
             queued += len(job.items)
-            if queued >= self.max_batch_size:
+            if queued >= rule.max_batch_size:
                 break
-        if not force and not self._stopping and self._concurrent and queued < self.max_batch_size \
-                and self.max_wait_s > 0:
+        if not force and rule.should_wait(self._concurrent, queued):
             if self._timer is None:  # requests are arriving concurrently: collect more until they stop
-                self._deadline = time.monotonic() + self.max_wait_s
+                self._deadline = time.monotonic() + rule.max_wait_s
                 self._wait_for_more()
             return
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         jobs, size = [], 0
-        while self._waiting and (not jobs or size + len(self._waiting[0].items) <= self.max_batch_size):
+        while self._waiting and rule.fits(size, self._waiting[0]):
             job = self._waiting.popleft()
             if job.cancelled:
-                self._taken += len(job.items)
+                rule.taken += len(job.items)
                 continue
             jobs.append(job)
             size += len(job.items)
         self._send(jobs)
 
     def _wait_for_more(self) -> None:
-        """Until ``max_wait_s`` has passed or nothing new arrived for a few typical gaps; then send."""
+        """Until the rule says stop waiting; then send."""
         self._timer = None
+        until = self.rule.wait_until(self._deadline)
         now = time.monotonic()
-        patience = min(max(3 * self._gap, 0.0002), self.max_wait_s)
-        until = min(self._deadline, max(self._last_arrival, now) + patience)
         if until > now:
-            self._timer = self._loop.call_later(until - now, self._wait_for_more)  # type: ignore[union-attr]
+            self._timer = self.rule.loop.call_later(until - now, self._wait_for_more)  # type: ignore[union-attr]
         else:
             self._dispatch(force=True)
 
@@ -157,53 +151,42 @@ class ProcessBatcher(Batcher):
             return self._dispatch()
         items = [item for job in jobs for item in job.items]
         if not taken:
-            self._taken += len(items)
+            self.rule.taken += len(items)
         try:
             payload = self._pack(items)
         except Exception as error:  # validated items always pack; never leave the requests hanging
             self._fail(jobs, f"the batch could not be prepared: {type(error).__name__}: {error}")
             return self._dispatch()
-        self._in_flight, self._sent_at, self._arrivals_at_send = jobs, time.perf_counter(), self._submitted
-        self._in_flight_cost = self._cost(items)
-        self.process.send(payload, self.max_batch_size)
+        self._in_flight, self._sent_at, self._arrivals_at_send = jobs, time.perf_counter(), self.rule.submitted
+        self._in_flight_cost = self.rule.cost(items)
+        self.process.send(payload, self.rule.max_batch_size)
 
     # ------------------------------------------------------------------ answers from the child
     def _on_answer(self, message: tuple[str, Any]) -> None:
+        rule = self.rule
         jobs, self._in_flight = self._in_flight or [], None
         status, payload = message
         elapsed = time.perf_counter() - self._sent_at
         size = sum(len(job.items) for job in jobs)
-        if status == "ok" and len(payload) == size:
-            start = 0
-            for job in jobs:
-                job.answer = self._encode_safely(payload[start:start + len(job.items)])
-                start += len(job.items)
-            self._observe(jobs, size, elapsed)
+        if status == "ok" and len(payload) == size:  # the rows' count is checked in the child too
+            rule.answer(jobs, payload)
+            self._child_seconds = 0.9 * self._child_seconds + elapsed
+            self._child_units = 0.9 * self._child_units + self._in_flight_cost
+            rule.observe(jobs, size, elapsed)
         elif len(jobs) > 1:  # find the request that fails; the others still get their answers
             self._alone.extend(jobs)
         elif jobs:
             detail = payload if status != "ok" else f"{len(payload)} answers for {size} items"
             logger.error("the model failed on a request: %s", detail)
-            self._fail(jobs, f"the model failed on this request: {detail}. The server keeps serving; check "
-                             "the input or the model.")
-        _deliver(jobs)
-        self._concurrent = self._submitted > self._arrivals_at_send
+            rule.fail(jobs, f"the model failed on this request: {detail}. The server keeps serving; check "
+                            "the input or the model.")
+        deliver(jobs)
+        self._concurrent = rule.submitted > self._arrivals_at_send
         self._dispatch()
 
-    def _observe(self, jobs: list[Job], size: int, elapsed: float) -> None:
-        self._child_seconds = 0.9 * self._child_seconds + elapsed
-        self._child_units = 0.9 * self._child_units + self._in_flight_cost
-        if size == 1:
-            self._time_lone(elapsed, jobs[0].items)
-        if self.metrics is not None:
-            for start in range(0, size, self.max_batch_size):
-                self.metrics.batch_size.observe(min(self.max_batch_size, size - start))
-            self.metrics.batch_seconds.observe(elapsed)
-
     def _fail(self, jobs: list[Job], message: str, status: int = 500) -> None:
-        for job in jobs:
-            job.answer = (status, error_body(message))
-        _deliver(jobs)
+        self.rule.fail(jobs, message, status)
+        deliver(jobs)
 
     def _on_lost(self) -> None:
         """The child died (or was disconnected at shutdown): answer its batch, start a new one."""
@@ -212,13 +195,13 @@ class ProcessBatcher(Batcher):
         if jobs:
             self._fail(jobs, "the model process died while predicting this batch; a new one is starting. "
                              "Retry the request.")
-        if not self._stopping:
+        if not self.rule.stopping:
             self._restarting = asyncio.ensure_future(self._restart())  # held: the loop keeps only weak refs
 
     async def _restart(self) -> None:
-        while not self._stopping:
+        while not self.rule.stopping:
             try:
-                await self._loop.run_in_executor(None, self.process.restart)  # type: ignore[union-attr]
+                await self.rule.loop.run_in_executor(None, self.process.restart)  # type: ignore[union-attr]
                 await self.process.connect(self._on_answer, self._on_lost)
             except Exception:
                 logger.exception("could not start a new model process; trying again in 1 s")
@@ -231,9 +214,7 @@ class ProcessBatcher(Batcher):
     # ------------------------------------------------------------------ shutdown
     async def shutdown(self, timeout: float = 30.0) -> None:
         """Refuse new requests, finish everything queued, then end the model process."""
-        self._stopping = True
-        jobs, self._pending = self._pending, []
-        self._waiting.extend(jobs)
+        self._waiting.extend(self.rule.take_pending())
         self._dispatch(force=True)
         if self._in_flight is None and not self._waiting and not self._alone:
             self._drained.set()
@@ -247,6 +228,3 @@ class ProcessBatcher(Batcher):
         self._fail(left, "the server is shutting down; retry on another instance or later", 503)
         self.process.disconnect()
         await asyncio.get_running_loop().run_in_executor(None, self.process.close)
-
-    def stop(self, timeout: float | None = 30.0) -> None:
-        raise TypeError("a ProcessBatcher stops on the event loop: await shutdown() there instead of stop()")

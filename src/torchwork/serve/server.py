@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torchwork.errors import ConfigError
-from torchwork.serve.config import ServeConfig
-from torchwork.serve.predictor import Predictor, available_cpus, configure_threads
+from torchwork.serve.config import HTTP_PARSERS, ServeConfig
+from torchwork.serve.predictor import ServedModel, available_cpus, configure_threads
 
 if TYPE_CHECKING:  # pragma: no cover
     from torchwork.serve.model_process import ModelProcess
@@ -45,7 +45,7 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(predictor: Predictor, config: ServeConfig | None = None, model_process: ModelProcess | None = None
+def serve(predictor: ServedModel, config: ServeConfig | None = None, model_process: ModelProcess | None = None
           ) -> None:
     """Serve ``predictor`` over HTTP until SIGTERM/SIGINT, then finish in-flight requests and return.
 
@@ -73,10 +73,11 @@ def serve(predictor: Predictor, config: ServeConfig | None = None, model_process
 
     app = create_app(predictor, config, model_process, on_ready=ready)
     print(f"torchwork serve: {name} warming up{where}; the address follows once it answers", flush=True)
-    # The h11 protocol with the connection guard: head, body and idle bounds, and --max-connections.
+    # The HTTP protocol with the connection guard: head, body and idle bounds, and --max-connections. The
+    # loop is asyncio's even where uvloop is installed: measured, uvloop made the model-process mode slower.
     uv_config = uvicorn.Config(app, log_level=config.log_level, access_log=False, lifespan="on",
                                timeout_graceful_shutdown=int(config.timeout_s) + 5, server_header=False,
-                               http=guarded_protocol(app.state.torchwork.guard),
+                               http=guarded_protocol(app.state.torchwork.guard, config.http), loop="asyncio",
                                timeout_keep_alive=config.idle_timeout_s)  # type: ignore[arg-type]
     # uvicorn installs its SIGTERM/SIGINT handlers: stop accepting, finish in-flight answers, run shutdown.
     uvicorn.Server(uv_config).run(sockets=[sock])
@@ -113,7 +114,7 @@ def check_not_a_run_folder(folder: str) -> None:
     raise ConfigError(f"{path} is a training run folder, not an exported artifact; {advice}.")
 
 
-def load_predictor(artifact: str, factory: str | None = None, variant: str | None = None) -> Predictor:
+def load_predictor(artifact: str, factory: str | None = None, variant: str | None = None) -> ServedModel:
     """``factory`` ("module:function") called with ``artifact``, or the artifact's own predictor (running
     ``variant``, default the one its manifest marks to deploy)."""
     if factory is None:
@@ -132,7 +133,7 @@ def load_predictor(artifact: str, factory: str | None = None, variant: str | Non
         raise ConfigError(f"--factory {factory!r}: {error}. Check the module is importable (PYTHONPATH) "
                           "and defines the function.") from None
     predictor = function(artifact)
-    if not isinstance(predictor, Predictor):
+    if not isinstance(predictor, ServedModel):
         raise ConfigError(f"--factory {factory!r} returned {type(predictor).__name__}, not a predictor "
                           "(kind, item_shape, dtype, labels, predict_batch); return a TorchPredictor or "
                           "OnnxPredictor.")
@@ -141,7 +142,7 @@ def load_predictor(artifact: str, factory: str | None = None, variant: str | Non
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``torchwork serve`` flags (called by the CLI)."""
-    from torchwork.deploy.artifact import VARIANT_FILES  # the artifact format's module: no torch import
+    from torchwork.deploy.manifest import VARIANT_FILES  # the artifact format: no torch import
 
     d = ServeConfig()
     parser.add_argument("artifact", help="an exported artifact folder (see torchwork.deploy.export)")
@@ -188,6 +189,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-connections", type=int, default=d.max_connections,
                         help="connections open at once; a request on one more gets 503 "
                              f"(default: {d.max_connections})")
+    parser.add_argument("--http", choices=HTTP_PARSERS, default=d.http,
+                        help=f"the HTTP parser: httptools (C, in torchwork[serve]) or h11 (pure Python) "
+                             f"(default: {d.http})")
     parser.add_argument("--log-level", default=d.log_level,
                         choices=["critical", "error", "warning", "info", "debug"], help="uvicorn's log level")
 
@@ -202,7 +206,7 @@ def cli_main(args: argparse.Namespace) -> int:
                          max_text_length=args.max_text_length, max_body_bytes=args.max_body_bytes,
                          timeout_s=args.timeout_s, threads=args.threads, log_level=args.log_level,
                          head_timeout_s=args.head_timeout_s, body_timeout_s=args.body_timeout_s,
-                         idle_timeout_s=args.idle_timeout_s, max_connections=args.max_connections)
+                         idle_timeout_s=args.idle_timeout_s, max_connections=args.max_connections, http=args.http)
     if args.factory is None:
         check_not_a_run_folder(args.artifact)
     config.threads = configure_threads(config.threads)  # before the model exists: ONNX Runtime reads it

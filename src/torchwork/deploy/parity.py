@@ -7,7 +7,7 @@ keep only the branch the example took.
 
 Example:
     >>> import torch
-    >>> from torchwork.deploy.checks import compare
+    >>> from torchwork.deploy.parity import compare
     >>> compare([torch.ones(2, 3)], [torch.ones(2, 3) + 1e-6])["ok"]
     True
 """

@@ -26,13 +26,13 @@ import tempfile
 import time
 import warnings
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torchwork.deploy import artifact as art
 from torchwork.deploy.advice import graph_advice, model_advice
-from torchwork.deploy.checks import DEFAULT_ATOL, DEFAULT_RTOL, check_variant, make_probes
-from torchwork.deploy.exporters import (
+from torchwork.deploy.contents import save_samples
+from torchwork.deploy.formats import (
     TORCHSCRIPT_DEPRECATED,
     TRACE_EXPLANATION,
     export_onnx,
@@ -40,7 +40,29 @@ from torchwork.deploy.exporters import (
     export_torchscript,
     input_names_of,
 )
+from torchwork.deploy.manifest import (
+    EXAMPLE_OUTPUTS,
+    EXAMPLES,
+    FORMAT_VERSION,
+    FORMATS,
+    MANIFEST,
+    PARITY,
+    PREPROCESS_DIR,
+    VARIANT_FILES,
+    VERIFY,
+    WEIGHTS,
+    Manifest,
+    Postprocess,
+    PreprocessEntry,
+    TensorSpec,
+    Variant,
+    variant_format,
+)
+from torchwork.deploy.parity import DEFAULT_ATOL, DEFAULT_RTOL, check_variant, make_probes
 from torchwork.deploy.quantize import CONV_ADVICE, DEFAULT_OPS, quantize_onnx
+from torchwork.deploy.runtime import open_runner
+from torchwork.deploy.tensors import as_input_tuple, check_inputs, dtype_name, flatten_outputs, save_tensors
+from torchwork.deploy.trust import class_spec, file_table, resolve_class
 from torchwork.errors import ConfigError, ExportError
 from torchwork.files import current_umask, fsync_dir, write_json
 
@@ -51,9 +73,9 @@ def parse_formats(formats: str | Iterable[str]) -> list[str]:
     """``"onnx,pt2"`` or ``("onnx", "pt2")`` -> a checked, de-duplicated list."""
     items = formats.split(",") if isinstance(formats, str) else list(formats)
     chosen = list(dict.fromkeys(f.strip().lower() for f in items if f.strip()))
-    unknown = [f for f in chosen if f not in art.FORMATS]
+    unknown = [f for f in chosen if f not in FORMATS]
     if not chosen or unknown:
-        raise ConfigError(f"formats={formats!r}: choose from {', '.join(art.FORMATS)} (e.g. 'pt2,onnx').")
+        raise ConfigError(f"formats={formats!r}: choose from {', '.join(FORMATS)} (e.g. 'pt2,onnx').")
     return chosen
 
 
@@ -90,8 +112,8 @@ def widen(args: tuple[Any, ...], dynamic: Sequence[dict[int, str]]) -> tuple[Any
     return args
 
 
-def _schema(names: Sequence[str], tensors: Sequence[Any], dims: Sequence[dict[int, str]]) -> list[dict[str, Any]]:
-    return [{"name": n, "dtype": art.dtype_name(t.dtype), "shape": [d.get(i, s) for i, s in enumerate(t.shape)]}
+def _schema(names: Sequence[str], tensors: Sequence[Any], dims: Sequence[dict[int, str]]) -> list[TensorSpec]:
+    return [TensorSpec(n, dtype_name(t.dtype), [d.get(i, s) for i, s in enumerate(t.shape)])
             for n, t, d in zip(names, tensors, dims)]
 
 
@@ -136,18 +158,18 @@ def _environment() -> dict[str, Any]:
     return compact_snapshot()
 
 
-def _record_example_outputs(tmp: Path, module: Any, args: tuple[Any, ...], variants: dict[str, Any],
+def _record_example_outputs(tmp: Path, module: Any, args: tuple[Any, ...], variants: dict[str, Variant],
                             threads: int | None, atol: float, rtol: float) -> dict[str, Any]:
     """What eager and every variant return for the example inputs here, for ``torchwork env check --artifact``."""
     import torch
 
     with torch.no_grad():
-        recorded = {f"eager.output_{i}": t for i, t in enumerate(art.flatten_outputs(module(*args)))}
+        recorded = {f"eager.output_{i}": t for i, t in enumerate(flatten_outputs(module(*args)))}
     for name, variant in variants.items():
-        outputs = art.open_runner(tmp / variant["file"], art.variant_format(name), threads)(args)
+        outputs = open_runner(tmp / variant.file, variant_format(name), threads)(args)
         recorded.update({f"{name}.output_{i}": t for i, t in enumerate(outputs)})
-    art.save_tensors(tmp / art.EXAMPLE_OUTPUTS, recorded)
-    return {"file": art.EXAMPLE_OUTPUTS, "inputs": art.EXAMPLES, "variants": ["eager", *variants], "atol": atol,
+    save_tensors(tmp / EXAMPLE_OUTPUTS, recorded)
+    return {"file": EXAMPLE_OUTPUTS, "inputs": EXAMPLES, "variants": ["eager", *variants], "atol": atol,
             "rtol": rtol}
 
 
@@ -159,8 +181,8 @@ def _prepare_out_dir(out_dir: str | os.PathLike[str], overwrite: bool) -> Path:
         if not overwrite:
             raise ConfigError(f"{out} already exists and is not empty. Choose a new directory, or pass "
                               "overwrite=True (--overwrite) to replace it (only after the new export succeeds).")
-        if not (out / art.MANIFEST).is_file():
-            raise ConfigError(f"{out} is not a torchwork artifact (no {art.MANIFEST}); refusing to replace it.")
+        if not (out / MANIFEST).is_file():
+            raise ConfigError(f"{out} is not a torchwork artifact (no {MANIFEST}); refusing to replace it.")
     out.parent.mkdir(parents=True, exist_ok=True)
     return out
 
@@ -188,7 +210,7 @@ def _commit(tmp: Path, out: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _save_preprocess(preprocess: Any, tmp: Path, samples: Any) -> dict[str, Any]:
+def _save_preprocess(preprocess: Any, tmp: Path, samples: Any) -> PreprocessEntry:
     """Save the preprocessor, reload it the way load_artifact will, and check that both agree."""
     import torch
 
@@ -196,26 +218,24 @@ def _save_preprocess(preprocess: Any, tmp: Path, samples: Any) -> dict[str, Any]
     if not callable(save) or not callable(getattr(type(preprocess), "load", None)):
         raise ConfigError(f"preprocess must have save(directory) and a classmethod load(directory); "
                           f"{type(preprocess).__name__} does not.")
-    spec = art.class_spec(preprocess)
+    spec = class_spec(preprocess)
     module = spec.split(":")[0]
     if "<locals>" in spec or module == "__main__":
         raise ConfigError(f"preprocess class {spec} cannot be imported by name; define it in a module.")
-    directory = tmp / art.PREPROCESS_DIR
+    directory = tmp / PREPROCESS_DIR
     directory.mkdir()
     save(directory)
-    reloaded = art.resolve_class(spec, trust=(module.split(".")[0],)).load(directory)
+    reloaded = resolve_class(spec, trust=(module.split(".")[0],)).load(directory)
     if samples is not None:
         subset = samples[:64] if isinstance(samples, (list, tuple)) else samples
-        first = art.as_input_tuple(preprocess(subset), "preprocess(samples)")
-        second = art.as_input_tuple(reloaded(subset), "preprocess(samples)")
+        first = as_input_tuple(preprocess(subset), "preprocess(samples)")
+        second = as_input_tuple(reloaded(subset), "preprocess(samples)")
         if len(first) != len(second) or not all(torch.equal(a, b) for a, b in zip(first, second)):
             raise ExportError(f"the preprocessor {spec} does not round-trip: after save() and load() it turns the "
                               "same samples into different tensors, so the artifact would disagree with training. "
                               "Make save() write every setting that __call__ uses.")
-    entry = {"class": spec, "dir": art.PREPROCESS_DIR}
-    if not (module == "torchwork" or module.startswith("torchwork.")):
-        entry["trust_needed"] = module.split(".")[0]
-    return entry
+    outside = not (module == "torchwork" or module.startswith("torchwork."))
+    return PreprocessEntry(spec, PREPROCESS_DIR, trust_needed=module.split(".")[0] if outside else None)
 
 
 def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
@@ -267,8 +287,15 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
         raise ConfigError(f"batch_sizes={batch_sizes!r} must be positive integers.")
     if "torchscript" in chosen:
         warnings.warn(TORCHSCRIPT_DEPRECATED, FutureWarning, stacklevel=2)
-    args = art.as_input_tuple(example_inputs)
+    args = as_input_tuple(example_inputs)
     out = _prepare_out_dir(out_dir, overwrite)
+    plan = ExportPlan(formats=chosen, dynamic_batch=dynamic_batch, dynamic_length=dynamic_length,
+                      preprocess=preprocess, input_names=input_names, output_names=output_names, labels=labels,
+                      softmax=softmax, samples=samples, targets=targets, quantize=quantize,
+                      quantize_ops=tuple(quantize_ops), torchscript_method=torchscript_method, strict=strict,
+                      atol=atol, rtol=rtol, batch_sizes=[int(b) for b in batch_sizes], lengths=lengths,
+                      tolerance=tolerance, verify_rounds=verify_rounds, threads=threads,
+                      quantize_per_channel=quantize_per_channel)
 
     on_cpu = all(t.device.type == "cpu" for t in [*model.parameters(), *model.buffers()])
     module = model if on_cpu else copy.deepcopy(model).cpu()
@@ -276,10 +303,7 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
     module.eval()
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
     try:
-        report = _export_into(tmp, out, module, args, chosen, dynamic_batch, dynamic_length, preprocess,
-                              input_names, output_names, labels, softmax, samples, targets, quantize,
-                              tuple(quantize_ops), torchscript_method, strict, atol, rtol, batch_sizes,
-                              lengths, tolerance, verify_rounds, threads, quantize_per_channel)
+        report = _export_into(tmp, out, module, args, plan)
         _commit(tmp, out)
         return report
     finally:
@@ -288,25 +312,49 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], formats: list[str],
-                 dynamic_batch: bool, dynamic_length: bool | None, preprocess: Any,
-                 input_names: Sequence[str] | None, output_names: Sequence[str] | None,
-                 labels: Sequence[str] | None, softmax: bool, samples: Any, targets: Any, quantize: str | None,
-                 quantize_ops: tuple[str, ...], torchscript_method: str, strict: bool, atol: float, rtol: float,
-                 batch_sizes: Sequence[int], lengths: Sequence[int] | None, tolerance: float,
-                 verify_rounds: int, threads: int | None, per_channel: bool = False) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ExportPlan:
+    """What :func:`export` was asked to do, checked: the formats, the dynamic dims, what is bundled, the
+    parity tolerance and probes (see :func:`export` for each setting)."""
+
+    formats: list[str]
+    dynamic_batch: bool = True
+    dynamic_length: bool | None = None
+    preprocess: Any = None
+    input_names: Sequence[str] | None = None
+    output_names: Sequence[str] | None = None
+    labels: Sequence[str] | None = None
+    softmax: bool = False
+    samples: Any = None
+    targets: Any = None
+    quantize: str | None = None
+    quantize_ops: tuple[str, ...] = DEFAULT_OPS
+    torchscript_method: str = "trace"
+    strict: bool = True
+    atol: float = DEFAULT_ATOL
+    rtol: float = DEFAULT_RTOL
+    batch_sizes: Sequence[int] = (1, 3, 64)
+    lengths: Sequence[int] | None = None
+    tolerance: float = 0.01
+    verify_rounds: int = 20
+    threads: int | None = None
+    quantize_per_channel: bool = False
+
+
+def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], plan: ExportPlan) -> dict[str, Any]:
     import torch
 
-    dynamic = dynamic_spec(args, dynamic_batch, dynamic_length)
+    dynamic = dynamic_spec(args, plan.dynamic_batch, plan.dynamic_length)
     args = widen(args, dynamic)
     with torch.no_grad():
-        example_outputs = art.flatten_outputs(module(*args))
-    names = list(input_names or input_names_of(module, len(args)))
-    out_names = list(output_names or (["output"] if len(example_outputs) == 1
-                                      else [f"output_{i}" for i in range(len(example_outputs))]))
+        example_outputs = flatten_outputs(module(*args))
+    names = list(plan.input_names or input_names_of(module, len(args)))
+    out_names = list(plan.output_names or (["output"] if len(example_outputs) == 1
+                                           else [f"output_{i}" for i in range(len(example_outputs))]))
     if len(names) != len(args) or len(out_names) != len(example_outputs):
         raise ConfigError(f"{len(names)} input names for {len(args)} inputs, {len(out_names)} output names for "
                           f"{len(example_outputs)} outputs.")
+    labels = plan.labels
     if labels is not None and (example_outputs[0].ndim != 2 or example_outputs[0].shape[1] != len(labels)):
         raise ConfigError(f"{len(labels)} labels, but the first output has shape {list(example_outputs[0].shape)} "
                           "(expected (batch, number of labels)).")
@@ -314,35 +362,38 @@ def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], forma
     input_schema = _schema(names, args, dynamic)
 
     # Probes: real rows when held-out samples are given, else the example inputs.
+    preprocess, samples = plan.preprocess, plan.samples
     preprocess_entry = _save_preprocess(preprocess, tmp, samples) if preprocess is not None else None
     pool = args
     if samples is not None:
         subset = samples[:PROBE_POOL]
         raw = preprocess(subset) if preprocess is not None else subset
         try:
-            pool = art.check_inputs(art.as_input_tuple(raw, "samples"), input_schema, any_batch=True)
+            pool = check_inputs(as_input_tuple(raw, "samples"), input_schema, any_batch=True)
         except ConfigError as error:
             raise ConfigError(f"samples{' through preprocess' if preprocess is not None else ''} do not fit the "
                               f"example inputs: {error}") from error
     base_length = next((pool[i].shape[1] for i, e in enumerate(dynamic) if 1 in e), None)
+    lengths = plan.lengths
     if lengths is None and base_length is not None:
         lengths = (max(1, base_length // 2), base_length, 2 * base_length + 1)
-    sizes = [int(b) for b in batch_sizes] if dynamic_batch else [int(args[0].shape[0])]
+    sizes = list(plan.batch_sizes) if plan.dynamic_batch else [int(args[0].shape[0])]
     probes = make_probes(pool, dynamic, sizes, lengths or ())
     eager_outputs: list[Any] = []
     for probe in probes:
         try:
             with torch.no_grad():
-                eager_outputs.append(art.flatten_outputs(module(*probe.inputs)))
+                eager_outputs.append(flatten_outputs(module(*probe.inputs)))
         except Exception as error:
             eager_outputs.append(error)
 
-    variants: dict[str, dict[str, Any]] = {}
+    variants: dict[str, Variant] = {}
     refused: dict[str, str] = {}
-    parity: dict[str, Any] = {"probes": [p.label for p in probes], "atol": atol, "rtol": rtol, "formats": {}}
-    advice = model_advice(module, formats)
-    for fmt in formats:
-        path = tmp / art.VARIANT_FILES[fmt]
+    parity: dict[str, Any] = {"probes": [p.label for p in probes], "atol": plan.atol, "rtol": plan.rtol,
+                              "formats": {}}
+    advice = model_advice(module, plan.formats)
+    for fmt in plan.formats:
+        path = tmp / VARIANT_FILES[fmt]
         try:
             if fmt == "pt2":
                 info = export_pt2(module, args, path, names, dynamic)
@@ -350,16 +401,17 @@ def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], forma
                 info = export_onnx(module, args, path, names, out_names, dynamic)
                 advice += graph_advice(info["graph"]["ops"])
             else:
-                info = export_torchscript(module, args, path, torchscript_method)
+                info = export_torchscript(module, args, path, plan.torchscript_method)
                 advice.append(TORCHSCRIPT_DEPRECATED)
-            check = check_variant(art.open_runner(path, fmt, threads), probes, eager_outputs, atol=atol, rtol=rtol)
+            check = check_variant(open_runner(path, fmt, plan.threads), probes, eager_outputs, atol=plan.atol,
+                                  rtol=plan.rtol)
         except ExportError as error:
             refused[fmt] = str(error)
             parity["formats"][fmt] = {"ok": False, "export_error": str(error), "log": getattr(error, "log", [])}
             _remove(tmp, fmt)
             continue
         problems = info["problems"] + check["problems"]
-        if problems and fmt == "torchscript" and torchscript_method == "trace":
+        if problems and fmt == "torchscript" and plan.torchscript_method == "trace":
             problems.append(TRACE_EXPLANATION)
         parity["formats"][fmt] = {"ok": not problems, **check, "problems": problems,
                                   "export": {k: v for k, v in info.items() if k not in ("problems", "files")}}
@@ -367,61 +419,52 @@ def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], forma
             refused[fmt] = " ".join(problems)
             _remove(tmp, fmt)
             continue
-        variants[fmt] = {"file": path.name, "extra_files": [f for f in info["files"] if f != path.name],
-                         "format": fmt}
-        if fmt == "onnx":
-            variants[fmt]["opset"] = info["graph"]["opset"]
-        if fmt == "torchscript":
-            variants[fmt]["method"] = torchscript_method
+        variants[fmt] = Variant(path.name, fmt, [f for f in info["files"] if f != path.name],
+                                opset=info["graph"]["opset"] if fmt == "onnx" else None,
+                                method=plan.torchscript_method if fmt == "torchscript" else None)
 
-    if quantize:
-        _quantize_variant(tmp, variants, refused, parity, probes, eager_outputs, quantize_ops, threads, per_channel)
-        if "Conv" in quantize_ops:
+    if plan.quantize:
+        _quantize_variant(tmp, variants, refused, parity, probes, eager_outputs, plan.quantize_ops, plan.threads,
+                          plan.quantize_per_channel)
+        if "Conv" in plan.quantize_ops:
             advice.append(CONV_ADVICE)
 
-    manifest: dict[str, Any] = {
-        "torchwork_artifact": art.FORMAT_VERSION,
-        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "versions": _versions(),
-        "environment": _environment(),
-        "model": {"class": f"{type(module).__module__}.{type(module).__qualname__}",
-                  "parameters": sum(p.numel() for p in module.parameters())},
-        "inputs": input_schema,
-        "outputs": _schema(out_names, example_outputs, _output_dims(probes, eager_outputs) or [{}] * len(out_names)),
-        "variants": variants, "refused": refused, "deploy": None,
-        "weights": art.WEIGHTS, "examples": art.EXAMPLES, "samples": None,
-        "preprocess": preprocess_entry,
-        "postprocess": {"softmax": bool(softmax), "labels": list(labels) if labels is not None else None},
-        "advice": list(dict.fromkeys(advice)),
-        "reports": {"parity": art.PARITY},
-    }
-    art.save_tensors(tmp / art.WEIGHTS, {k: v for k, v in module.state_dict().items() if isinstance(v, torch.Tensor)})
-    art.save_tensors(tmp / art.EXAMPLES, {f"input_{i}": t for i, t in enumerate(args)})
+    manifest = Manifest(
+        format_version=FORMAT_VERSION, inputs=input_schema,
+        outputs=_schema(out_names, example_outputs, _output_dims(probes, eager_outputs) or [{}] * len(out_names)),
+        variants=variants, files={}, created_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        versions=_versions(), environment=_environment(),
+        model={"class": f"{type(module).__module__}.{type(module).__qualname__}",
+               "parameters": sum(p.numel() for p in module.parameters())},
+        refused=refused, preprocess=preprocess_entry,
+        postprocess=Postprocess(bool(plan.softmax), list(labels) if labels is not None else None),
+        advice=list(dict.fromkeys(advice)), reports={"parity": PARITY})
+    save_tensors(tmp / WEIGHTS, {k: v for k, v in module.state_dict().items() if isinstance(v, torch.Tensor)})
+    save_tensors(tmp / EXAMPLES, {f"input_{i}": t for i, t in enumerate(args)})
     if samples is not None:
-        manifest["samples"] = art.save_samples(tmp, samples, targets)
-    write_json(tmp / art.PARITY, parity)
+        manifest.samples = save_samples(tmp, samples, plan.targets)
+    write_json(tmp / PARITY, parity)
 
     verification = None
     if variants and samples is not None:
-        manifest["files"] = art.file_table(tmp)
-        write_json(tmp / art.MANIFEST, manifest)
+        _write_manifest(tmp, manifest)
         from torchwork.deploy.verification import verify
 
-        trust = (preprocess_entry["trust_needed"],) if "trust_needed" in (preprocess_entry or {}) else ()
-        verification = verify(tmp, model=module, threads=threads, rounds=verify_rounds, atol=atol, rtol=rtol,
-                              tolerance=tolerance, trust=trust)
+        trust = (preprocess_entry.trust_needed,) if preprocess_entry and preprocess_entry.trust_needed else ()
+        verification = verify(tmp, model=module, threads=plan.threads, rounds=plan.verify_rounds, atol=plan.atol,
+                              rtol=plan.rtol, tolerance=plan.tolerance, trust=trust)
         verification["artifact"] = str(out)
         for name, row in verification["variants"].items():
             if name in variants and not row["ok"]:
                 refused[name] = f"failed verification on the held-out samples: {row.get('problem')}"
                 del variants[name]
                 _remove(tmp, name)
-        manifest["deploy"] = verification["deploy"] if verification["deploy"] in variants else None
-        write_json(tmp / art.VERIFY, verification)
-        manifest["reports"]["verify"] = art.VERIFY
+        manifest.deploy = verification["deploy"] if verification["deploy"] in variants else None
+        write_json(tmp / VERIFY, verification)
+        manifest.reports["verify"] = VERIFY
 
     ok = not refused
-    if not variants or (strict and refused):
+    if not variants or (plan.strict and refused):
         reasons = "\n".join(f"  - {name}: {reason}" for name, reason in refused.items())
         hint = "" if not variants else "\nPass strict=False (--allow-failed) to write the artifact without them."
         error = ExportError(f"refused to write {out}: no silently wrong artifact.\n{reasons}{hint}")
@@ -430,24 +473,32 @@ def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], forma
     if refused:
         warnings.warn(f"artifact {out} written without {sorted(refused)}: " + "; ".join(
             f"{k}: {v}" for k, v in refused.items()), stacklevel=3)
-    manifest["example_outputs"] = _record_example_outputs(tmp, module, args, variants, threads, atol, rtol)
-    manifest["files"] = art.file_table(tmp)
-    write_json(tmp / art.MANIFEST, manifest)
+    manifest.example_outputs = _record_example_outputs(tmp, module, args, variants, plan.threads, plan.atol,
+                                                       plan.rtol)
+    _write_manifest(tmp, manifest)
     return {"ok": ok, "artifact": str(out), "variants": list(variants), "refused": refused,
-            "deploy": manifest["deploy"], "advice": manifest["advice"], "parity": parity,
+            "deploy": manifest.deploy, "advice": manifest.advice, "parity": parity,
             "verify": verification}
 
 
-def _quantize_variant(tmp: Path, variants: dict[str, Any], refused: dict[str, str], parity: dict[str, Any],
+def _write_manifest(tmp: Path, manifest: Manifest) -> None:
+    """The file table of everything written so far, then the manifest (validated as a reader will)."""
+    manifest.files = file_table(tmp)
+    data = manifest.to_json()
+    Manifest.from_json(data)  # what is written reads back: a field added here must be added to Manifest too
+    write_json(tmp / MANIFEST, data)
+
+
+def _quantize_variant(tmp: Path, variants: dict[str, Variant], refused: dict[str, str], parity: dict[str, Any],
                       probes: Sequence[Any], eager_outputs: Sequence[Any], ops: tuple[str, ...],
                       threads: int | None, per_channel: bool = False) -> None:
     if "onnx" not in variants:
         refused["onnx-int8"] = "INT8 quantization starts from the ONNX variant, which was refused."
         return
-    target = tmp / art.VARIANT_FILES["onnx-int8"]
+    target = tmp / VARIANT_FILES["onnx-int8"]
     try:
-        info = quantize_onnx(tmp / art.VARIANT_FILES["onnx"], target, ops, per_channel)
-        check = check_variant(art.open_runner(target, "onnx", threads), probes, eager_outputs, exact=False)
+        info = quantize_onnx(tmp / VARIANT_FILES["onnx"], target, ops, per_channel)
+        check = check_variant(open_runner(target, "onnx", threads), probes, eager_outputs, exact=False)
     except ExportError as error:
         refused["onnx-int8"] = str(error)
         parity["formats"]["onnx-int8"] = {"ok": False, "export_error": str(error)}
@@ -458,13 +509,13 @@ def _quantize_variant(tmp: Path, variants: dict[str, Any], refused: dict[str, st
         refused["onnx-int8"] = "; ".join(check["problems"])
         target.unlink(missing_ok=True)
         return
-    variants["onnx-int8"] = {"file": target.name, "extra_files": [], "format": "onnx", "quantization": {
+    variants["onnx-int8"] = Variant(target.name, "onnx", [], quantization={
         k: info[k] for k in ("method", "weight_type", "per_channel", "op_types", "nodes_quantized",
-                             "gemm_rewritten_as_matmul")}}
+                             "gemm_rewritten_as_matmul")})
 
 
 def _remove(tmp: Path, variant: str) -> None:
-    name = art.VARIANT_FILES[variant]
+    name = VARIANT_FILES[variant]
     for path in tmp.iterdir():
         if path.name == name or (variant == "onnx" and path.name.startswith(name + ".")):
             path.unlink()

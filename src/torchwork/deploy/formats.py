@@ -2,10 +2,10 @@
 
 Each exporter runs quietly (its prints, warnings and log lines go into a list kept for the report) and
 raises :class:`~torchwork.errors.ExportError` with the cause and a fix when the exporter itself fails.
-Whether the written file reproduces eager is decided afterwards by :mod:`torchwork.deploy.checks`.
+Whether the written file reproduces eager is decided afterwards by :mod:`torchwork.deploy.parity`.
 
 Example:
-    >>> from torchwork.deploy.exporters import explain_failure
+    >>> from torchwork.deploy.formats import explain_failure
     >>> "torch.where" in explain_failure("GuardOnDataDependentSymNode: Could not guard on data-dependent")
     True
 """
@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from torchwork.deploy.checks import first_line
+from torchwork.deploy.parity import first_line
 from torchwork.errors import ExportError
 
 _NOISY_LOGGERS = ("", "torch", "torch.onnx", "torch.export", "torch._dynamo", "torch.fx", "onnxscript", "onnx_ir")

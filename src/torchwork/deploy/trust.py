@@ -1,0 +1,163 @@
+"""What makes an artifact safe to read: every file is the one exported, nothing on disk is a command.
+
+An artifact is untrusted data. Reading one never unpickles anything (``.pt2`` archives that would are
+refused before ``torch.export.load`` sees them), never follows a path out of the directory, and never
+imports a module outside the ``torchwork.`` namespace (plus prefixes the caller passes in ``trust``).
+
+Example:
+    >>> import tempfile, pathlib
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> (root / "model.onnx").write_bytes(b"graph")
+    5
+    >>> file_table(root)["model.onnx"]["bytes"]
+    5
+    >>> safe_member(root, "../etc/passwd", "the file table")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    torchwork.errors.ExportError: artifact ...: the file table names the path '../etc/passwd', ...
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import io
+import json
+import os
+import re
+import zipfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from torchwork.errors import ExportError
+
+MANIFEST = "manifest.json"
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def sha256_of(path: str | os.PathLike[str]) -> str:
+    """The SHA-256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def file_table(root: Path) -> dict[str, dict[str, Any]]:
+    """``{relative path: {"bytes", "sha256"}}`` for every file under ``root`` except the manifest."""
+    table = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and path.name != MANIFEST:
+            table[path.relative_to(root).as_posix()] = {"bytes": path.stat().st_size, "sha256": sha256_of(path)}
+    return table
+
+
+def safe_member(root: Path, relative: Any, what: str) -> Path:
+    """``root / relative`` after checking that an (untrusted) manifest entry stays inside ``root``."""
+    if not isinstance(relative, str) or not relative or relative.startswith(("/", "\\")) or ".." in Path(
+            relative).parts:
+        raise ExportError(f"artifact {root}: {what} names the path {relative!r}, which is not a plain relative "
+                          "path inside the artifact. The manifest is damaged or forged: re-export the model.")
+    return root / relative
+
+
+def check_file_table(root: Path, files: Mapping[str, Any]) -> None:
+    """Every listed file exists with the recorded size and SHA-256."""
+    problems = []
+    for relative, meta in files.items():
+        path = safe_member(root, relative, "the file table")
+        if not isinstance(meta, dict):
+            problems.append(f"{relative}: no size / checksum recorded")
+        elif not path.is_file():
+            problems.append(f"{relative}: missing")
+        elif path.stat().st_size != meta.get("bytes"):
+            problems.append(f"{relative}: {path.stat().st_size} bytes, expected {meta.get('bytes')} "
+                            "(truncated or replaced)")
+        elif sha256_of(path) != meta.get("sha256"):
+            problems.append(f"{relative}: SHA-256 differs from the manifest (the file changed after export)")
+    if problems:
+        raise ExportError(f"artifact {root} is damaged: " + "; ".join(problems)
+                          + ". Re-export the model, or restore the directory from a copy.")
+
+
+def class_spec(obj: Any) -> str:
+    """``"module:Class"`` for an object's class."""
+    cls = type(obj)
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def in_torchwork(spec: Any) -> bool:
+    """Whether a ``"module:Class"`` name is inside the ``torchwork`` namespace (imports nothing)."""
+    return isinstance(spec, str) and (spec.startswith("torchwork.") or spec.startswith("torchwork:"))
+
+
+def resolve_class(spec: Any, trust: Iterable[str] = ()) -> type:
+    """Import ``"module:Class"`` only when the module is ``torchwork`` (or under a trusted prefix).
+
+    The manifest of an artifact is untrusted data: naming ``os:system`` there must not import anything.
+    """
+    allowed = ("torchwork", *trust)
+    if not isinstance(spec, str) or spec.count(":") != 1:
+        raise ExportError(f"preprocessor class {spec!r} is not of the form 'module:Class'.")
+    module_name, class_name = spec.split(":")
+    parts = module_name.split(".")
+    if not all(_IDENTIFIER.match(p) for p in parts) or not _IDENTIFIER.match(class_name):
+        raise ExportError(f"preprocessor class {spec!r} is not a plain 'package.module:Class' name.")
+    if not any(module_name == prefix or module_name.startswith(prefix + ".") for prefix in allowed):
+        raise ExportError(
+            f"the artifact names the preprocessor class {spec!r}, outside the torchwork namespace. An artifact "
+            "is untrusted data, so load_artifact imports only torchwork classes. If you wrote that class and "
+            f"trust this artifact, pass trust=({parts[0]!r},).")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ExportError(f"cannot import {module_name!r} for the preprocessor {spec!r}: {error}. Install the "
+                          "torchwork version the artifact was made with (see manifest 'versions').") from error
+    cls = getattr(module, class_name, None)
+    if not isinstance(cls, type) or not any(cls.__module__ == p or cls.__module__.startswith(p + ".")
+                                            for p in allowed):
+        raise ExportError(f"{spec!r} is not a class defined in an allowed namespace {allowed}.")
+    if not callable(getattr(cls, "load", None)):
+        raise ExportError(f"preprocessor class {spec!r} has no load(directory) classmethod.")
+    return cls
+
+
+def check_pt2_pickle_free(path: Path) -> None:
+    """Refuse a .pt2 archive that would make torch.export.load unpickle something.
+
+    torch.export.load unpickles weights / constants flagged ``use_pickle``, custom / opaque objects, legacy
+    archives, and falls back to ``weights_only=False`` for sample inputs. A plain exported model has none of
+    these, so an archive that has them is refused instead of loaded.
+    """
+    import torch
+    from torch.export.pt2_archive import constants as pt2
+
+    try:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError) as error:
+        raise ExportError(f"{path} is not a readable .pt2 archive ({error}). Re-export the model.") from error
+    with archive:
+        names = archive.namelist()
+        if not any(n.endswith("/" + pt2.ARCHIVE_FORMAT_PATH) or n == pt2.ARCHIVE_FORMAT_PATH for n in names):
+            raise ExportError(f"{path} is not a current-format .pt2 archive (no {pt2.ARCHIVE_FORMAT_PATH}); "
+                              "older archives load through pickle, so it is refused. Re-export the model.")
+        for name in names:
+            inner = name.split("/", 1)[1] if "/" in name else name
+            if inner.startswith((pt2.WEIGHTS_DIR, pt2.CONSTANTS_DIR)) and inner.endswith(".pt"):
+                raise ExportError(f"{path}: {name} is a pickled (legacy) weights file; refused.")
+            if inner.startswith((pt2.WEIGHTS_DIR, pt2.CONSTANTS_DIR)) and inner.endswith("_config.json"):
+                config = json.loads(archive.read(name)).get("config", {})
+                for fqn, meta in config.items():
+                    pickled = meta.get("use_pickle") or not str(meta.get("path_name", "")).startswith(
+                        (pt2.WEIGHT_FILENAME_PREFIX, pt2.TENSOR_CONSTANT_FILENAME_PREFIX))
+                    if pickled:
+                        raise ExportError(f"{path}: {fqn!r} is stored as a pickled object; loading it would run "
+                                          "pickle on untrusted data, so the archive is refused.")
+            if inner.startswith(pt2.SAMPLE_INPUTS_DIR) and inner.endswith(".pt"):
+                try:
+                    torch.load(io.BytesIO(archive.read(name)), weights_only=True)
+                except Exception as error:
+                    raise ExportError(f"{path}: the sample inputs ({name}) need full pickle to load; refused."
+                                      ) from error
