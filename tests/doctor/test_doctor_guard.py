@@ -151,3 +151,13 @@ def test_attach_guard_binds_the_trainer() -> None:
 def test_bad_option_is_a_config_error() -> None:
     with pytest.raises(ConfigError):
         Guard(check_every=0)
+
+
+def test_guard_sees_parameter_groups_added_mid_run() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model[0].parameters(), lr=0.1)
+    guard = Guard(model, optimizer, check_every=1, warn=False)
+    optimizer.add_param_group({"params": list(model[1].parameters())})  # unfrozen during training
+    model[1].weight.grad = torch.full_like(model[1].weight, 1e6)  # only the new group has gradients
+    guard.after_step(torch.tensor(1.0), batch_size=8)
+    assert [f.id for f in guard.findings] == ["exploding-gradients"]

@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from torchwork.data.text import TextCollate, TextPreprocessor
 from torchwork.errors import ConfigError, DataError
-from torchwork.runs.seeding import seed_worker  # noqa: F401  (re-exported: one seed, one place)
+from torchwork.seeding import seed_worker  # noqa: F401  (re-exported: one seed, one place)
 
 
 def available_cpus() -> int:

@@ -7,12 +7,17 @@ it costs a few microseconds per step: no hooks, no per-operation instrumentation
 happen in the engine, which zeroes gradients itself. Each new finding is emitted once as a
 :class:`DoctorWarning` and kept in ``guard.findings``.
 
-Two ways to attach it:
+Two ways to attach it, one path:
 
-* per step (exact, what ``Trainer(guard=True)`` does): call ``guard.after_step(loss, batch_size=...,
-  grad_norm=..., skipped=...)`` after each optimizer step, before the next ``zero_grad``;
-* as a plain callback (no engine change, coarser): ``Trainer(..., callbacks=[Guard()])`` checks at every
-  ``log_every_n_steps`` from the logged loss, grad_norm and scale.
+* in your own loop: call ``guard.after_step(loss, batch_size=..., grad_norm=..., skipped=...)`` after
+  each optimizer step, before the next ``zero_grad``;
+* as a callback (what ``Trainer(guard=True)`` does, or ``callbacks=[Guard()]``): the Trainer's
+  ``on_step_end`` hands it the step's loss, grad norm, skip flag and smallest micro-batch as they are
+  (tensors), and it calls ``after_step``. Nothing is read from the device until the checks run together,
+  every ``check_every`` steps (the Trainer's ``log_every_n_steps`` by default, so that only logging steps
+  sync).
+
+Its detectors and thresholds are the doctor's (:mod:`torchwork.doctor.detectors`).
 
 Example:
     >>> import torch, warnings
@@ -31,7 +36,6 @@ Example:
 from __future__ import annotations
 
 import math
-import statistics
 import sys
 import warnings
 from typing import Any
@@ -39,6 +43,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from torchwork.doctor.detectors import GROWTH, MAX_GRAD_NORM, GradNormWatch, scale_collapse, total_grad_norm
 from torchwork.doctor.findings import Finding, Locator, display_path, format_report
 
 Tensor = torch.Tensor
@@ -58,26 +63,31 @@ class Guard:
         model, optimizer, scaler: what to watch (``attach_guard(trainer)`` or ``on_fit_start`` fills them).
         check_every: the checks run together every this many steps (one device sync at most); the step
             of a non-finite loss is still exact. The gradient norm is computed then, unless the loop
-            passes the norm it already has (e.g. from clipping).
+            passes the norm it already has (e.g. from clipping). Default: the Trainer's
+            ``log_every_n_steps`` when attached to one, else 20.
         max_grad_norm: a gradient norm above this is exploding whatever the start.
         growth: a gradient norm this many times its median over the first checks is exploding.
         warn: emit each new finding as a DoctorWarning.
     """
 
     def __init__(self, model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None, *,
-                 scaler: Any = None, check_every: int = 20, max_grad_norm: float = 1e5, growth: float = 1e3,
-                 warn: bool = True) -> None:
-        if check_every < 1:
+                 scaler: Any = None, check_every: int | None = None, max_grad_norm: float = MAX_GRAD_NORM,
+                 growth: float = GROWTH, warn: bool = True) -> None:
+        if check_every is not None and check_every < 1:
             from torchwork.errors import ConfigError
 
             raise ConfigError(f"Guard(check_every={check_every}): use an integer >= 1.")
-        self.check_every, self.max_grad_norm, self.growth, self.warn = check_every, max_grad_norm, growth, warn
+        self._check_every_given = check_every is not None
+        self.check_every = check_every if check_every is not None else 20
+        self.max_grad_norm, self.growth, self.warn = max_grad_norm, growth, warn
+        self._norms = GradNormWatch(max_grad_norm, growth)
+        self._min_scale: float | None = None
+        self._initial_scale: float | None = None
         self.findings: list[Finding] = []
         self._seen: set[str] = set()
         self._locator = Locator()
         self.steps = 0
         self.skipped = 0
-        self._early_norms: list[float] = []
         self._losses: list[Tensor | float] = []
         self.bind(model, optimizer, scaler)
 
@@ -88,9 +98,13 @@ class Guard:
         modules = list(model.modules()) if model is not None else []
         self._batchnorms = [m for m in modules if isinstance(m, _BATCHNORM)]
         self._stochastic = [m for m in modules if isinstance(m, _STOCHASTIC)]
-        self._params = ([p for g in optimizer.param_groups for p in g["params"]] if optimizer is not None
-                        else [p for p in model.parameters()] if model is not None else [])
         return self
+
+    def _params(self) -> list[Tensor]:
+        """Read at each check: parameter groups added to the optimizer mid-run (unfreezing) count too."""
+        if self.optimizer is not None:
+            return [p for group in self.optimizer.param_groups for p in group["params"]]
+        return list(self.model.parameters()) if self.model is not None else []
 
     # ------------------------------------------------------------------ reporting
     def _report(self, check_id: str, severity: str, message: str, fix: str) -> None:
@@ -178,36 +192,30 @@ class Guard:
 
     def _check_grad_norm(self, grad_norm: Tensor | float | None, step: int) -> None:
         if grad_norm is None:
-            grads = [p.grad for p in self._params if p.grad is not None and not p.grad.is_sparse]
-            if not grads:
+            grad_norm = total_grad_norm(self._params())
+            if grad_norm is None:
                 return
-            norms = torch._foreach_norm(grads)
-            grad_norm = torch.linalg.vector_norm(torch.stack(norms)) if len(norms) > 1 else norms[0]
         norm = float(grad_norm)
-        if math.isfinite(norm) and norm > 0 and len(self._early_norms) < 5:
-            self._early_norms.append(norm)
-        baseline = statistics.median(self._early_norms) if len(self._early_norms) >= 3 else None
-        if not math.isfinite(norm):
-            what = f"The gradient norm was {norm} at step {step}: some gradients are NaN/Inf."
-        elif norm > self.max_grad_norm:
-            what = f"The gradient norm reached {norm:.3g} at step {step}."
-        elif baseline and norm > self.growth * baseline and norm > 10:
-            what = f"The gradient norm grew to {norm:.3g} at step {step}, {norm / baseline:.0f}x its start."
-        else:
-            return
-        self._report("exploding-gradients", "warning", what,
-                     "Lower the learning rate, clip gradients (clip_grad_norm=1.0), normalise inputs/targets.")
+        what = self._norms.verdict(norm, step)
+        if not math.isfinite(norm) and "non-finite-loss" in self._seen:
+            return  # one cause, one finding (as the doctor's check): NaN gradients follow from the NaN loss
+        if what is not None:
+            self._report("exploding-gradients", "warning", what,
+                         "Lower the learning rate, clip gradients (clip_grad_norm=1.0), normalise inputs/targets.")
 
     def _check_scaler(self, step: int) -> None:
         scaler = self.scaler
-        if scaler is not None and scaler.is_enabled():
-            self._scaler_verdict(scaler.get_scale(), step, self.skipped)
-
-    def _scaler_verdict(self, scale: float, steps: int, skipped: int) -> None:
-        if scale < 1.0 or (steps >= 20 and skipped > steps / 2):
+        if scaler is None or not scaler.is_enabled():
+            return
+        scale = scaler.get_scale()
+        if self._initial_scale is None:
+            self._initial_scale = self._min_scale = scale
+        self._min_scale = min(self._min_scale, scale)
+        what = scale_collapse(self._min_scale, self._initial_scale, step, self.skipped)
+        if what is not None:
             self._report("amp-scale-collapse", "warning",
-                         f"GradScaler's scale is {scale:g} after {steps} steps and {skipped} steps were "
-                         "skipped for inf/NaN gradients: fp16 overflows at every step.",
+                         f"{what}: {self.skipped} of {step} steps were skipped for inf/NaN gradients, so fp16 "
+                         "overflows at every step.",
                          "Find the overflow (unnormalised data, summed losses, fp16-unsafe ops) or use bf16.")
 
     # ------------------------------------------------------------------ evaluation (own loops)
@@ -223,22 +231,22 @@ class Guard:
     def on_fit_start(self, trainer: Any) -> None:
         if self.model is None:
             self.bind(trainer.model, trainer.optimizer, getattr(trainer, "scaler", None))
+        if not self._check_every_given:
+            self.check_every = trainer.log_every_n_steps  # check on the steps that log (and sync) anyway
 
     def on_step_end(self, trainer: Any, logs: dict[str, Any]) -> None:
-        """Coarse checks from the logged values (used when the Guard is passed as a plain callback)."""
-        step = int(logs.get("step", self.steps))
-        if "loss" in logs:
-            self._check_losses([float(logs["loss"])], step)
-        if logs.get("grad_norm") is not None:
-            self._check_grad_norm(float(logs["grad_norm"]), step)
-        self._check_modes(step, None)
+        """The Trainer's per-step dispatch: the step's values as they are (tensors), see :meth:`after_step`.
+        Steps are counted as the Trainer counts them, so that checks fall on its logging steps (a resumed
+        run included) and findings name the step its logs show."""
+        if "step" in logs:
+            self.steps = int(logs["step"]) - 1
+        self.after_step(logs.get("loss"), batch_size=logs.get("batch_size"), grad_norm=logs.get("grad_norm"),
+                        skipped=bool(logs.get("skipped", False)))
 
     def on_epoch_end(self, trainer: Any, logs: dict[str, Any]) -> None:
-        """Check what is left of the epoch (per-step use), or the epoch's scaler figures (callback use)."""
+        """Check what is left of the epoch (the steps since the last check)."""
         if self._losses:
             self.flush()
-        elif self.scaler is not None and "scale" in logs:
-            self._scaler_verdict(float(logs["scale"]), int(logs.get("steps", 0)), int(logs.get("skipped_steps", 0)))
 
 
 def _caller_level() -> int:
@@ -250,11 +258,8 @@ def _caller_level() -> int:
 
 
 def attach_guard(trainer: Any, **options: Any) -> Guard:
-    """A :class:`Guard` bound to a Trainer's model, optimizer and scaler.
-
-    The engine then calls, after each optimizer step of ``_run_window`` (before the next zero_grad)::
-
-        guard.after_step(window_loss, batch_size=smallest_micro_batch, grad_norm=self._last_grad_norm,
-                         skipped=not stepped)
-    """
+    """A :class:`Guard` bound to a Trainer's model, optimizer and scaler, checking every
+    ``log_every_n_steps`` steps unless ``check_every`` is given. The Trainer hands it each step through
+    ``on_step_end`` (``fit``) or directly (``Trainer.step``)."""
+    options.setdefault("check_every", getattr(trainer, "log_every_n_steps", None))
     return Guard(trainer.model, trainer.optimizer, scaler=getattr(trainer, "scaler", None), **options)

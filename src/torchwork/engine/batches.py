@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from torchwork.data.lengths import length_or_none  # noqa: F401  (re-exported)
 from torchwork.errors import BatchError
 
 
@@ -41,14 +42,6 @@ def split_error(batch: Any) -> BatchError:
         f"cannot split the batch into (inputs, targets): got {describe(batch)}. Make the Dataset return "
         "(inputs, target) pairs, or pass step_fn=lambda model, batch: loss to Trainer to compute the loss "
         "from the batch yourself.")
-
-
-def length_or_none(obj: Any) -> int | None:
-    """``len(obj)``, or None for iterables without a length (generators, iterable datasets)."""
-    try:
-        return len(obj)
-    except TypeError:
-        return None
 
 
 def call_model(model: Callable[..., Any], inputs: Any) -> Any:

@@ -31,6 +31,9 @@ _ALIASES = {
 }
 
 
+NO_CONTEXT = contextlib.nullcontext()  # stateless and reusable: one per step would be a call more
+
+
 @dataclass
 class PrecisionPlan:
     """The resolved precision: ``name`` is "32", "bf16" or "fp16"."""
@@ -43,8 +46,31 @@ class PrecisionPlan:
     def autocast(self) -> Any:
         """The autocast context for a forward pass (a no-op context in fp32)."""
         if self.dtype is None:
-            return contextlib.nullcontext()
+            return NO_CONTEXT
         return torch.autocast(self.device_type, dtype=self.dtype)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """``loss.backward()``; fp16: of the loss times the scale, so that small gradients do not underflow."""
+        if self.scaler is None:
+            loss.backward()
+        else:
+            self.scaler.scale(loss).backward()
+
+    def unscale(self, optimizer: torch.optim.Optimizer) -> None:
+        """fp16: divide the gradients by the scale (before clipping or reading them); else nothing."""
+        if self.scaler is not None:
+            self.scaler.unscale_(optimizer)
+
+    def step(self, optimizer: torch.optim.Optimizer) -> bool:
+        """``optimizer.step()``; fp16: skipped when the gradients hold inf/NaN, then the scale is updated.
+        Returns whether the optimizer stepped."""
+        if self.scaler is None:
+            optimizer.step()
+            return True
+        scale_before = self.scaler.get_scale()
+        self.scaler.step(optimizer)
+        self.scaler.update()
+        return self.scaler.get_scale() >= scale_before  # the scale only shrinks after a skipped step
 
 
 def resolve_precision(precision: str | int, device: torch.device, scaler_kwargs: dict | None = None,

@@ -16,13 +16,12 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import math
+import dataclasses
 import os
-import sys
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -31,9 +30,22 @@ from torchwork.distributed.env import World, world_from_env
 from torchwork.engine.batches import call_model, concat_outputs, inputs_of, length_or_none, split_error
 from torchwork.engine.callbacks import EarlyStopping
 from torchwork.engine.devices import batch_size_of, check_model_on, move_to_device, resolve_device
+from torchwork.engine.options import (
+    DistributedOptions,
+    EvaluationOptions,
+    LoggingOptions,
+    StepOptions,
+    group_keywords,
+)
 from torchwork.engine.precision import keep_in_fp32, resolve_precision
 from torchwork.engine.progress import ProgressBar
+from torchwork.engine.step import LocalSync, StepResult, StepSetup, optimizer_step
 from torchwork.errors import CheckpointError, ConfigError, LossError
+from torchwork.runs.options import RunOptions
+from torchwork.runs.resume import TrainingState
+
+if TYPE_CHECKING:
+    from torchwork.runs.manifest import RunDescription
 
 Tensor = torch.Tensor
 LossFn = Callable[[Any, Any], Any]
@@ -51,34 +63,20 @@ class Trainer:
             on ``plateau_monitor``).
         device: ``"auto"`` (cuda, then mps, then cpu) or any device name.
         precision: ``"32"``, ``"bf16"`` (autocast, no scaler) or ``"fp16"`` (autocast + GradScaler).
-        accumulate: micro-batches per optimizer step; the update equals one batch made of all of them.
-        clip_grad_norm: clip the total gradient norm to this value (on unscaled gradients).
-        clip_grad_value: clip each gradient element to ``[-v, v]``.
-        loss_weights: weights of the named losses when ``loss_fn`` returns a dict (missing names weigh 1).
         step_fn: ``step_fn(model, batch) -> loss`` replaces the ``(inputs, targets)`` convention.
-        metrics: ``{"name": fn(outputs, targets)}`` computed during evaluation (batch means).
-        epoch_metrics: ``{"name": fn(all_outputs, all_targets)}`` computed once over the whole evaluation
-            set, for metrics that are not batch means (macro-F1, AUC).
         callbacks: objects with ``on_fit_start``, ``on_step_end``, ``on_epoch_end``, ``on_fit_end``.
-        early_stopping: an :class:`EarlyStopping`, or a metric name to stop on (patience 3).
-        keep_fp32: submodule names or classes that run in fp32 under autocast.
-        log_every_n_steps: how often step metrics go to the loggers and ``on_step_end``.
-        progress: show progress (default True): a bar when stderr is a terminal, else a plain line every
-            ``progress_every_s`` seconds and at each epoch's end; False: nothing.
-        progress_every_s: seconds between plain progress lines (default: env TORCHWORK_PROGRESS_EVERY, else 30).
-        loggers: objects with ``log(metrics: dict, step: int)``.
-        run_dir: keep runs here: each ``fit`` makes ``run_dir/<UTC time>-<id>/`` with ``manifest.json``,
-            ``metrics.jsonl``, TensorBoard events and ``checkpoints/`` (nothing is written without it).
-        checkpoint_every_n_steps: also checkpoint mid-epoch every n optimizer steps (always at epoch end).
-        keep_checkpoints: how many step checkpoints to keep (``best.pt`` is kept besides).
-        checkpoint_monitor: ``(metric, "min"|"max")`` that picks ``best.pt`` (default: the early-stopping
-            metric, else ``val_loss``/``train_loss``).
-        config: the resolved configuration to record in the manifest.
-        tensorboard: write TensorBoard event files into the run folder.
-        distributed: run under torchrun as one DDP rank (default: when torchrun's WORLD_SIZE > 1).
-        distributed_timeout_s: how long a collective waits for a silent peer before failing.
-        distributed_debug: check that every rank runs the same collectives, and name the call site of
-            the first that differs (default: env TORCHWORK_DISTRIBUTED_DEBUG=1). Slower; for debugging.
+        step: :class:`~torchwork.engine.options.StepOptions`: accumulate, clip_grad_norm, clip_grad_value,
+            loss_weights, keep_fp32.
+        evaluation: :class:`~torchwork.engine.options.EvaluationOptions`: metrics, epoch_metrics,
+            early_stopping, plateau_monitor.
+        logging: :class:`~torchwork.engine.options.LoggingOptions`: log_every_n_steps, progress,
+            progress_every_s, loggers.
+        run: :class:`~torchwork.runs.options.RunOptions`: run_dir, checkpoint_every_n_steps,
+            keep_checkpoints, checkpoint_monitor, config, tensorboard.
+        distributed: :class:`~torchwork.engine.options.DistributedOptions` (enabled, timeout_s, debug), or
+            a bool: run under torchrun as one DDP rank (default: when torchrun's WORLD_SIZE > 1).
+        **keywords: any field of those groups by its name, flat as in earlier versions
+            (``accumulate=4``, ``run_dir="runs"``; ``distributed_timeout_s``, ``distributed_debug``).
         guard: run the doctor's cheap checks during training (non-finite loss, exploding gradients,
             BatchNorm on one sample, modes, fp16 scale collapse); findings warn once and are kept in
             ``trainer.guard.findings``.
@@ -86,45 +84,25 @@ class Trainer:
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn | None = None,
                  scheduler: Any = None, *, device: str | torch.device = "auto", precision: str = "32",
-                 accumulate: int = 1, clip_grad_norm: float | None = None,
-                 clip_grad_value: float | None = None, loss_weights: Mapping[str, float] | None = None,
-                 step_fn: StepFn | None = None, metrics: Mapping[str, Callable[[Any, Any], Any]] | None = None,
-                 epoch_metrics: Mapping[str, Callable[[Any, Any], Any]] | None = None,
-                 callbacks: Sequence[Any] = (), early_stopping: EarlyStopping | str | None = None,
-                 keep_fp32: Iterable[str | type] = (), log_every_n_steps: int = 50,
-                 progress: bool | None = None, progress_every_s: float | None = None,
-                 plateau_monitor: str = "val_loss",
-                 loggers: Sequence[Any] = (), run_dir: str | os.PathLike[str] | None = None,
-                 checkpoint_every_n_steps: int | None = None, keep_checkpoints: int = 3,
-                 checkpoint_monitor: tuple[str, str] | None = None, config: Mapping[str, Any] | None = None,
-                 tensorboard: bool = True, distributed: bool | None = None,
-                 distributed_timeout_s: float = 300.0, distributed_debug: bool | None = None,
-                 guard: bool = True) -> None:
+                 step_fn: StepFn | None = None, callbacks: Sequence[Any] = (), guard: bool = True,
+                 step: StepOptions | None = None, evaluation: EvaluationOptions | None = None,
+                 logging: LoggingOptions | None = None, run: RunOptions | None = None,
+                 distributed: DistributedOptions | bool | None = None, **keywords: Any) -> None:
         if not isinstance(model, nn.Module):
             raise ConfigError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
-        if isinstance(accumulate, bool) or not isinstance(accumulate, int) or accumulate < 1:
-            raise ConfigError(f"accumulate={accumulate!r}: it is the number of micro-batches per optimizer "
-                              "step and must be an integer >= 1 (1 means no accumulation).")
+        groups = group_keywords(keywords, step=step, evaluation=evaluation, logging=logging, run=run,
+                                distributed=distributed)
+        step, evaluation, logging, run = groups["step"], groups["evaluation"], groups["logging"], groups["run"]
+        self.options = groups  # every setting, by group, as given
         if loss_fn is None and step_fn is None:
             raise ConfigError("Trainer needs loss_fn(outputs, targets) or step_fn(model, batch) -> loss.")
-        for name, value in (("clip_grad_norm", clip_grad_norm), ("clip_grad_value", clip_grad_value)):
-            if value is not None and not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
-                raise ConfigError(f"{name}={value!r} must be a positive finite number (or None to not clip).")
-        if log_every_n_steps < 1:
-            raise ConfigError(f"log_every_n_steps={log_every_n_steps} must be >= 1.")
-        if checkpoint_every_n_steps is not None and (not isinstance(checkpoint_every_n_steps, int)
-                                                     or checkpoint_every_n_steps < 1):
-            raise ConfigError(f"checkpoint_every_n_steps={checkpoint_every_n_steps!r} must be an integer >= 1.")
-        if keep_checkpoints < 1:
-            raise ConfigError(f"keep_checkpoints={keep_checkpoints} must be >= 1.")
 
-        self.world = world_from_env() if distributed is not False else World()
+        distributed = groups["distributed"]
+        self.world = world_from_env() if distributed.enabled is not False else World()
         if self.world.is_distributed:
             from torchwork.distributed import setup as dist_setup
 
-            if distributed_debug is None:
-                distributed_debug = os.environ.get("TORCHWORK_DISTRIBUTED_DEBUG") == "1"
-            dist_setup.init_process_group(self.world, distributed_timeout_s, distributed_debug)
+            dist_setup.init_process_group(self.world, distributed.timeout_s, distributed.resolved_debug())
             if device == "auto" and torch.cuda.is_available():
                 device = f"cuda:{self.world.local_rank}"  # one GPU per process
         self.device = resolve_device(device)
@@ -140,37 +118,38 @@ class Trainer:
         self.optimizer = optimizer
         self._check_optimizer(model, optimizer)
         self.loss_fn, self.step_fn, self.scheduler = loss_fn, step_fn, scheduler
-        self.plateau_monitor = plateau_monitor
+        self.plateau_monitor = evaluation.plateau_monitor
         self._plateau = isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
         self.precision = resolve_precision(precision, self.device)
         self.scaler = self.precision.scaler
+        keep_fp32 = step.keep_fp32
         self._fp32_hooks = keep_in_fp32(model, keep_fp32, self.device.type) if keep_fp32 else []
-        self.accumulate = accumulate
-        self.clip_grad_norm, self.clip_grad_value = clip_grad_norm, clip_grad_value
-        self.loss_weights = dict(loss_weights) if loss_weights else None
-        self.metrics = dict(metrics or {})
-        self.epoch_metrics = dict(epoch_metrics or {})
+        self.accumulate = step.accumulate
+        self.clip_grad_norm, self.clip_grad_value = step.clip_grad_norm, step.clip_grad_value
+        self.loss_weights = step.loss_weights
+        self.metrics = dict(evaluation.metrics)
+        self.epoch_metrics = dict(evaluation.epoch_metrics)
+        early_stopping = evaluation.early_stopping
         if isinstance(early_stopping, str):
             mode = "min" if "loss" in early_stopping else "max"
             early_stopping = EarlyStopping(monitor=early_stopping, mode=mode)
         self.early_stopping = early_stopping
         self.callbacks = [*callbacks, *([early_stopping] if early_stopping is not None else [])]
-        self.loggers = list(loggers)
-        self.log_every_n_steps = log_every_n_steps
-        self.progress = progress
-        if progress_every_s is not None and not progress_every_s > 0:
-            raise ConfigError(f"progress_every_s={progress_every_s} must be > 0 seconds.")
-        self.progress_every_s = progress_every_s
+        self.loggers = list(logging.loggers)
+        self.log_every_n_steps = logging.log_every_n_steps
+        self.progress = logging.progress
+        self.progress_every_s = logging.progress_every_s
         self._epochs_total: int | None = None
         self._non_blocking = self.device.type == "cuda"
-        self.run_dir = run_dir
-        self.checkpoint_every_n_steps = checkpoint_every_n_steps
-        self.keep_checkpoints = keep_checkpoints
-        if checkpoint_monitor is None and early_stopping is not None:
-            checkpoint_monitor = (early_stopping.monitor, early_stopping.mode)
-        self.checkpoint_monitor = checkpoint_monitor
-        self.config = dict(config or {})
-        self.tensorboard = tensorboard
+        if run.checkpoint_monitor is None and early_stopping is not None:
+            run = dataclasses.replace(run, checkpoint_monitor=(early_stopping.monitor, early_stopping.mode))
+        self.run_options = run
+        self.run_dir = run.run_dir
+        self.checkpoint_every_n_steps = run.checkpoint_every_n_steps
+        self.keep_checkpoints = run.keep_checkpoints
+        self.checkpoint_monitor = run.checkpoint_monitor
+        self.config = dict(run.config)
+        self.tensorboard = run.tensorboard
         self.run_path = None  # set by fit() when run_dir is given
         self.guard = None
         if guard:
@@ -179,109 +158,89 @@ class Trainer:
             self.guard = attach_guard(self)
             self.callbacks.append(self.guard)  # its on_epoch_end checks the epoch's last partial window
         self._session = None
+        self._step = self._step_setup()
 
-        # Counters (saved in checkpoints): optimizer steps attempted, steps skipped by the scaler.
-        self.global_step = 0
-        self.skipped_steps = 0
-        self.epoch = 0
-        self.batch_in_epoch = 0  # micro-batches of the current epoch already trained on
+        # Where training is (counters, data position, RNG streams): saved in every checkpoint.
+        self.state = TrainingState()
         self.should_stop = False
-        self.history: list[dict[str, Any]] = []
         self._checked_first_batch = False
         self._train_modes: list[bool] | None = None
         self._last_grad_norm: Tensor | None = None
         self._loss_terms: dict[str, Tensor] | None = None
         self._totals: dict[str, Any] = {}
-        self._epoch_start_rng: dict[str, Any] | None = None
-        self._loader_generator: torch.Generator | None = None  # the train loader's own shuffling generator
-        self._resumed_loader_rng: Tensor | None = None  # its state from an end-of-epoch checkpoint
         self._checkpointing = False
 
-    # ------------------------------------------------------------------ the step
-    def _run_window(self, window: Sequence[Any]) -> tuple[Tensor, int]:
-        """One optimizer step over the micro-batches of ``window``; returns (detached loss, samples).
+    # ------------------------------------------------------------------ where training is (self.state)
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps attempted (``self.state.global_step``)."""
+        return self.state.global_step
 
-        The order is the whole point: zero_grad -> (autocast forward -> loss -> backward) per micro-batch
-        -> unscale -> clip -> optimizer step (skipped on inf/NaN under a scaler) -> scaler update ->
-        scheduler step.
-        """
-        optimizer, scaler = self.optimizer, self.scaler
-        # set_to_none frees the gradients instead of zero-filling them (less memory, no memset).
-        optimizer.zero_grad(set_to_none=True)
+    @global_step.setter
+    def global_step(self, value: int) -> None:
+        self.state.global_step = value
 
-        # Exact accumulation (Composer-style): weight each micro-batch by its share of the samples in the
-        # window, so a short last window averages over its own samples instead of getting 1/k each. Under
-        # DDP the share is of the samples on all ranks (DDP then averages over ranks, hence * world size).
-        accumulating = len(window) > 1
-        if accumulating:
-            counts = [self._samples_in(batch) for batch in window]
-            window_samples = sum(counts)
-            scale = 1.0 / window_samples
-            if self._ddp is not None:
-                scale = self.world.world_size / self._all_reduce_sum([window_samples])[0]
-        window_loss = None
-        last = len(window) - 1
-        for index, batch in enumerate(window):
-            weight = counts[index] * scale if accumulating else None
-            if self._ddp is not None and index < last:
-                with self._ddp.no_sync():  # all-reduce gradients once, after the window's last micro-batch
-                    loss, samples = self._micro_step(batch, weight)
-            else:
-                loss, samples = self._micro_step(batch, weight)
-            if accumulating:
-                window_loss = loss * counts[index] if window_loss is None else window_loss + loss * counts[index]
-            else:
-                window_loss, window_samples = loss, samples
-        if accumulating:
-            window_loss = window_loss / window_samples  # the local sample mean, for logging
+    @property
+    def skipped_steps(self) -> int:
+        """Optimizer steps a GradScaler skipped for inf/NaN gradients."""
+        return self.state.skipped_steps
 
-        if scaler is not None:
-            scaler.unscale_(optimizer)  # clip and log the true gradients, not the scaled ones
-        # Read from the optimizer at each step: groups added during training (gradual unfreezing) count too.
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        if self.clip_grad_norm is not None:
-            # Returns the norm measured before clipping: that is the one worth logging.
-            self._last_grad_norm = torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm)
-        if self.clip_grad_value is not None:
-            torch.nn.utils.clip_grad_value_(params, self.clip_grad_value)
+    @skipped_steps.setter
+    def skipped_steps(self, value: int) -> None:
+        self.state.skipped_steps = value
 
-        stepped = True
-        if scaler is None:
-            optimizer.step()
+    @property
+    def epoch(self) -> int:
+        """The current epoch (0-based)."""
+        return self.state.epoch
+
+    @epoch.setter
+    def epoch(self, value: int) -> None:
+        self.state.epoch = value
+
+    @property
+    def batch_in_epoch(self) -> int:
+        """Micro-batches of the current epoch already trained on."""
+        return self.state.batch_in_epoch
+
+    @batch_in_epoch.setter
+    def batch_in_epoch(self, value: int) -> None:
+        self.state.batch_in_epoch = value
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """The per-epoch metrics so far."""
+        return self.state.history
+
+    @history.setter
+    def history(self, value: list[dict[str, Any]]) -> None:
+        self.state.history = value
+
+    # ------------------------------------------------------------------ the step (engine/step.py)
+    def _step_setup(self) -> StepSetup:
+        if self._ddp is not None:
+            from torchwork.distributed.sync import DDPSync
+
+            sync: Any = DDPSync(self._ddp, self.world, self.device)
         else:
-            scale_before = scaler.get_scale()
-            scaler.step(optimizer)  # skipped when unscale_ found inf/NaN gradients
-            scaler.update()
-            stepped = scaler.get_scale() >= scale_before  # the scale only shrinks after a skipped step
-            if not stepped:
-                self.skipped_steps += 1
-        if self.scheduler is not None and stepped and not self._plateau:
-            self.scheduler.step()  # counts optimizer steps, never micro-batches
-        self.global_step += 1
-        if self.guard is not None:
-            self.guard.after_step(window_loss, batch_size=min(counts) if accumulating else window_samples,
-                                  grad_norm=self._last_grad_norm, skipped=not stepped)
-        return window_loss, window_samples
+            sync = LocalSync()
+        return StepSetup(self.optimizer, self.precision, sync, self._forward_loss, self._samples_in,
+                         self.clip_grad_norm, self.clip_grad_value, None if self._plateau else self.scheduler)
 
-    def _micro_step(self, batch: Any, weight: float | None) -> tuple[Tensor, int]:
-        """Forward (under autocast) -> loss -> backward for one micro-batch; returns (detached loss, samples)."""
-        if self.precision.dtype is None:
-            loss, samples = self._forward_loss(batch)
-        else:
-            with torch.autocast(self.precision.device_type, dtype=self.precision.dtype):
-                loss, samples = self._forward_loss(batch)
-        weighted = loss if weight is None else loss * weight
-        # fp16: multiply the loss by the scale so that small gradients do not underflow to zero.
-        if self.scaler is None:
-            weighted.backward()
-        else:
-            self.scaler.scale(weighted).backward()
-        return loss.detach(), samples
+    def _run_window(self, window: Sequence[Any]) -> StepResult:
+        """One optimizer step over the micro-batches of ``window`` (:func:`optimizer_step`), counted."""
+        result = optimizer_step(self._step, window)
+        self._last_grad_norm = result.grad_norm
+        state = self.state
+        if not result.stepped:
+            state.skipped_steps += 1
+        state.global_step += 1
+        return result
 
     def _forward_loss(self, batch: Any) -> tuple[Tensor, int]:
         """Forward pass and loss for one micro-batch: returns (loss, number of samples)."""
         if not self._checked_first_batch:
-            self._check_batch(batch)
+            self._check_batch(batch)  # once: what the loader yields has the shape the step expects
         if self.step_fn is not None:
             batch = move_to_device(batch, self.device)
             loss = self.step_fn(self._train_model, batch)
@@ -360,8 +319,39 @@ class Trainer:
         """
         if not batches:
             raise ConfigError("trainer.step() needs at least one batch.")
-        loss, _ = self._run_window(batches)
-        return loss
+        result = self._run_window(batches)
+        if self.guard is not None:  # a user's own loop gets the guard's per-step checks, not fit's callbacks
+            self.guard.on_step_end(self, self._step_logs_of(result))
+        return result.loss
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write a checkpoint of everything :meth:`state_dict` holds to ``path``: atomically, with its
+        SHA-256 checksum beside it, in the format of ``fit``'s checkpoints (``fit(resume=path)`` continues
+        from it). Under DDP every rank calls it (a collective) and rank 0 writes.
+
+        Example:
+            >>> import tempfile, pathlib, torch
+            >>> from torch import nn
+            >>> from torchwork import Trainer
+            >>> model = nn.Linear(4, 1)
+            >>> trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.MSELoss(), device="cpu")
+            >>> _ = trainer.step((torch.randn(8, 4), torch.randn(8, 1)))
+            >>> path = pathlib.Path(tempfile.mkdtemp()) / "mine.pt"
+            >>> trainer.save(path); trainer.load(path); trainer.global_step
+            1
+        """
+        from torchwork.runs.checkpoint import save_checkpoint
+
+        state = self.state_dict()
+        if self.world.is_rank_zero:
+            save_checkpoint(state, path)
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """Continue from a checkpoint written by :meth:`save` or by ``fit``: its checksum is verified and it
+        is read with ``torch.load(weights_only=True)`` (nothing in it is executed)."""
+        from torchwork.runs.checkpoint import load_checkpoint
+
+        self.load_state_dict(load_checkpoint(path, map_location=self.device))
 
     # ------------------------------------------------------------------ the loop
     def fit(self, train_loader: Iterable[Any], val_loader: Iterable[Any] | None = None,
@@ -379,7 +369,7 @@ class Trainer:
         self._epochs_total = epochs
         if self.world.is_distributed:
             from torchwork.distributed.setup import check_same_length, shard_loader
-            from torchwork.runs.seeding import current_seed
+            from torchwork.seeding import current_seed
 
             seed = current_seed()["seed"] or 0
             train_loader = shard_loader(train_loader, self.world, train=True, seed=seed)
@@ -432,7 +422,8 @@ class Trainer:
             if self.world.is_rank_zero:
                 from torchwork.runs.session import RunSession
 
-                self._session, state = RunSession.open(self, train_loader, val_loader, epochs, resume)
+                self._session, state = RunSession.open(self.run_options, self._description(), train_loader,
+                                                       val_loader, epochs, resume, self.device)
                 self.run_path = self._session.path
         elif resume not in (None, "latest") and self.world.is_rank_zero:
             from torchwork.runs.checkpoint import load_checkpoint
@@ -453,42 +444,22 @@ class Trainer:
                 state = move_to_device(state, self.device)
         return state
 
+    def _description(self) -> RunDescription:
+        """What the manifest records about this training."""
+        from torchwork.runs.manifest import RunDescription
+
+        return RunDescription(self.model, self.optimizer, self.scheduler, {
+            "precision": self.precision.name, "accumulate": self.accumulate,
+            "clip_grad_norm": self.clip_grad_norm, "clip_grad_value": self.clip_grad_value,
+            "loss_weights": self.loss_weights, "device": str(self.device),
+            "checkpoint_every_n_steps": self.checkpoint_every_n_steps, "keep_checkpoints": self.keep_checkpoints})
+
     def _epoch_batches(self, loader: Iterable[Any]) -> Iterable[Any]:
         """The epoch's batch iterator, positioned after the batches a resumed checkpoint already trained."""
-        from torchwork.runs.rng import capture_rng, restore_rng
-
-        generator = getattr(loader, "generator", None)
-        self._loader_generator = generator if isinstance(generator, torch.Generator) else None
-        if self.batch_in_epoch == 0:
-            if self._resumed_loader_rng is not None and self._loader_generator is not None:
-                # resumed at an epoch boundary: the loader's own generator continues where it was, so the
-                # next epoch's order is not the first epoch's again
-                self._loader_generator.set_state(self._resumed_loader_rng)
-            self._resumed_loader_rng = None
+        if self.state.batch_in_epoch == 0:
             self._totals = _new_totals(self.device)
-            self._totals["skipped_at_start"] = self.skipped_steps
-            if self.run_dir is not None:
-                # Iterating a shuffling DataLoader draws its order (and its workers' seeds) from these.
-                self._epoch_start_rng = {"torch": torch.get_rng_state(),
-                                         "loader": generator.get_state() if generator is not None else None}
-            return _Sized(iter(loader), length_or_none(loader))
-        # Mid-epoch resume: replay the epoch's start, then skip what was trained. The skipped batches are
-        # loaded, not just counted, so that workers' random augmentations stay in step too.
-        self._resumed_loader_rng = None  # the epoch-start state below puts the loader's generator in step
-        if self._epoch_start_rng is None:
-            raise CheckpointError("the checkpoint is mid-epoch but holds no epoch-start RNG state.")
-        resumed_rng = capture_rng()
-        torch.set_rng_state(self._epoch_start_rng["torch"])
-        if generator is not None and self._epoch_start_rng["loader"] is not None:
-            generator.set_state(self._epoch_start_rng["loader"])
-        iterator = iter(loader)
-        for skipped in range(self.batch_in_epoch):
-            if next(iterator, _END) is _END:
-                raise CheckpointError(f"the checkpoint was taken after batch {self.batch_in_epoch} of epoch "
-                                      f"{self.epoch}, but the loader now has only {skipped}. Resume with the "
-                                      "same dataset and batch size.")
-        restore_rng(resumed_rng)
-        return iterator
+            self._totals["skipped_at_start"] = self.state.skipped_steps
+        return self.state.epoch_batches(loader, remember_epoch_start=self.run_dir is not None)
 
     def _train_epoch(self, batches: Iterable[Any]) -> dict[str, Any]:
         started = time.perf_counter()
@@ -501,9 +472,11 @@ class Trainer:
         bar = ProgressBar(windows_total, enabled=self.progress if self.world.is_rank_zero else False,
                           epoch=self.epoch, epochs=self._epochs_total, every_s=self.progress_every_s)
         show_bar = bar.enabled
+        state = self.state
         for window in _windows(batches, self.accumulate):
-            loss, samples = self._run_window(window)
-            self.batch_in_epoch += len(window)
+            result = self._run_window(window)
+            loss, samples = result.loss, result.samples
+            state.batch_in_epoch += len(window)
             totals["loss_sum"] += loss * samples
             totals["samples"] += samples
             totals["steps"] += 1
@@ -515,16 +488,15 @@ class Trainer:
                 totals["norm_sum"] += self._last_grad_norm
             if show_bar:
                 bar.update(samples, loss)  # read (a device sync) only when a line is drawn
-            if self.loggers and self.global_step % self.log_every_n_steps == 0:
+            if self.loggers and state.global_step % self.log_every_n_steps == 0:
                 logs = self._step_logs(loss)
                 for logger in self.loggers:
                     logger.log(logs, self.global_step)
             if on_step:
-                # every step; the loss stays a tensor so that a callback costs no device sync unless it asks
-                step_logs = {"step": self.global_step, "epoch": self.epoch, "loss": loss}
+                step_logs = self._step_logs_of(result)
                 for callback in on_step:
                     callback(self, step_logs)
-            if checkpoint_every and self.global_step % checkpoint_every == 0:
+            if checkpoint_every and state.global_step % checkpoint_every == 0:
                 totals["elapsed"] += time.perf_counter() - started
                 started = time.perf_counter()
                 self._save_checkpoint()
@@ -551,6 +523,13 @@ class Trainer:
             logs.update(skipped_steps=self.skipped_steps - totals["skipped_at_start"],
                         scale=self.scaler.get_scale())
         return logs
+
+    def _step_logs_of(self, result: StepResult) -> dict[str, Any]:
+        """What ``on_step_end`` gets at every step: tensors stay tensors, so that a callback (the guard
+        included) costs no device sync unless it reads them."""
+        state = self.state
+        return {"step": state.global_step, "epoch": state.epoch, "loss": result.loss,
+                "grad_norm": result.grad_norm, "skipped": not result.stepped, "batch_size": result.smallest}
 
     def _step_logs(self, loss: Tensor) -> dict[str, Any]:
         logs: dict[str, Any] = {"step": self.global_step, "epoch": self.epoch, "loss": float(loss),
@@ -590,13 +569,8 @@ class Trainer:
         """Everything needed to continue training exactly: weights, optimizer, scheduler, scaler, every
         RNG stream, the data position, counters, history and callback state."""
         from torchwork.runs.checkpoint import FORMAT_VERSION, clean_state_dict, unwrap_model
-        from torchwork.runs.rng import capture_rng
 
-        mid_epoch = self.batch_in_epoch > 0
-        own = {"rng": capture_rng(), "epoch_start_rng": self._epoch_start_rng if mid_epoch else None,
-               "loader_rng": (self._loader_generator.get_state()
-                              if self._loader_generator is not None and not mid_epoch else None),
-               "epoch_totals": dict(self._totals) if mid_epoch else None}
+        own = self.state.rank_state(self._totals)
         per_rank = None
         if self.world.is_distributed:
             from torchwork.distributed.setup import gather_object
@@ -610,8 +584,7 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
-            "counters": {"global_step": self.global_step, "skipped_steps": self.skipped_steps,
-                         "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch},
+            "counters": self.state.counters(),
             **own,
             "history": list(self.history),
             "callbacks": [c.state_dict() if hasattr(c, "state_dict") else None for c in self.callbacks],
@@ -620,7 +593,6 @@ class Trainer:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what :meth:`state_dict` saved (every RNG stream included)."""
         from torchwork.runs.checkpoint import clean_state_dict, unwrap_model
-        from torchwork.runs.rng import restore_rng
 
         try:
             unwrap_model(self.model).load_state_dict(clean_state_dict(state["model"]))
@@ -636,36 +608,9 @@ class Trainer:
             self.scheduler.load_state_dict(state["scheduler"])
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
-        counters = state["counters"]
-        self.global_step, self.skipped_steps = counters["global_step"], counters["skipped_steps"]
-        self.epoch, self.batch_in_epoch = counters["epoch"], counters["batch_in_epoch"]
-        own = self._own_rank_state(state)
-        self._epoch_start_rng = own.get("epoch_start_rng")
-        self._resumed_loader_rng = own.get("loader_rng")
+        own = self.state.restore(state, self.world.rank, self.world.world_size)  # RNG streams last
         if own.get("epoch_totals"):
             self._totals = move_to_device(dict(own["epoch_totals"]), self.device)
-        self.history = list(state.get("history", []))
-        restore_rng(own["rng"])
-
-    def _own_rank_state(self, state: Mapping[str, Any]) -> Mapping[str, Any]:
-        """This rank's RNG and data-position state from a checkpoint, checking the world size."""
-        saved_world = state.get("world_size", 1)
-        if saved_world != self.world.world_size:
-            if state["counters"]["batch_in_epoch"] > 0:
-                raise CheckpointError(
-                    f"this checkpoint was written mid-epoch by {saved_world} process(es) and this run has "
-                    f"{self.world.world_size}: the data each rank had already seen cannot be mapped onto a "
-                    "different number of ranks. Resume with the same world size, or from an end-of-epoch "
-                    "checkpoint (those work at any world size: weights, optimizer and schedule carry over; "
-                    "the next epochs' per-rank shuffles follow the new world size).")
-            if self.world.is_rank_zero:
-                print(f"torchwork: resuming a {saved_world}-process checkpoint with {self.world.world_size} "
-                      "process(es): weights, optimizer and schedule carry over exactly; data order and random "
-                      "streams from here on follow the new world size.", file=sys.stderr)
-        per_rank = state.get("per_rank")
-        if per_rank:
-            return per_rank[self.world.rank % len(per_rank)]
-        return state
 
     # ------------------------------------------------------------------ modes
     def _capture_train_modes(self) -> None:
@@ -783,7 +728,7 @@ class Trainer:
                           "is intended.", stacklevel=3)
 
     def explain(self) -> str:
-        """The exact order of one training step for the current settings (also printed)."""
+        """The exact order of one training step for the current settings, as text (``print`` it)."""
         p, k = self.precision, self.accumulate
         lines = [f"One optimizer step on {self.device} (precision={p.name}, accumulate={k}):"]
         n = 1
@@ -819,12 +764,8 @@ class Trainer:
             lines.append(f"  once per epoch: scheduler.step({self.plateau_monitor})")
         lines.append(f"  every {self.log_every_n_steps} steps: log loss, lr"
                      + (", grad_norm" if self.clip_grad_norm else "") + (", scale" if self.scaler else ""))
-        text = "\n".join(lines)
-        print(text)
-        return text
+        return "\n".join(lines)
 
-
-_END = object()
 
 
 def keep_frozen_norms_in_eval(model: nn.Module) -> list[str]:
@@ -847,21 +788,6 @@ def keep_frozen_norms_in_eval(model: nn.Module) -> list[str]:
                 module.eval()
                 names.append(name)
     return names
-
-
-class _Sized:
-    """An iterator that still knows the loader's length (for the progress bar)."""
-
-    def __init__(self, iterator: Any, length: int | None) -> None:
-        self.iterator, self.length = iterator, length
-
-    def __iter__(self) -> Any:
-        return self.iterator
-
-    def __len__(self) -> int:
-        if self.length is None:
-            raise TypeError("length unknown")
-        return self.length
 
 
 def _new_totals(device: torch.device) -> dict[str, Any]:

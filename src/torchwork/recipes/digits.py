@@ -53,7 +53,7 @@ def run(epochs: int = 8, seed: int = 0, batch_size: int = 64, verbose: bool = Tr
                       metrics={"accuracy": accuracy},
                       early_stopping=EarlyStopping("val_accuracy", mode="max", patience=3))
     if verbose:
-        trainer.explain()
+        print(trainer.explain())
     started = time.perf_counter()
     history = trainer.fit(train, val, epochs=epochs)
     seconds = time.perf_counter() - started

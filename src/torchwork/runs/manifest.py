@@ -14,11 +14,12 @@ import platform
 import socket
 import subprocess
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from torchwork.engine.batches import length_or_none
+from torchwork.data.lengths import length_or_none
 from torchwork.env.report import compact_snapshot
 
 
@@ -53,14 +54,25 @@ def _hyperparameters(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     return {"class": type(optimizer).__name__, "defaults": dict(optimizer.defaults), "param_groups": groups}
 
 
-def build_manifest(trainer: Any, train_loader: Any, val_loader: Any, epochs: int,
-                   config: dict[str, Any] | None) -> dict[str, Any]:
-    """The manifest of a run of ``trainer`` (see the README for every field)."""
-    from torchwork.runs.checkpoint import unwrap_model
-    from torchwork.runs.seeding import current_seed
+@dataclass
+class RunDescription:
+    """What trains, as the manifest records it: ``training`` holds the resolved step settings
+    (precision, accumulate, clipping, loss weights, device, checkpointing)."""
 
-    model = unwrap_model(trainer.model)
-    scheduler = trainer.scheduler
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    training: dict[str, Any]
+
+
+def build_manifest(description: RunDescription, train_loader: Any, val_loader: Any, epochs: int,
+                   config: dict[str, Any] | None) -> dict[str, Any]:
+    """The manifest of a run (see the README for every field)."""
+    from torchwork.runs.checkpoint import unwrap_model
+    from torchwork.seeding import current_seed
+
+    model = unwrap_model(description.model)
+    scheduler = description.scheduler
     cuda = torch.version.cuda if torch.cuda.is_available() else None
     return {
         "torchwork_version": __import__("torchwork").__version__,
@@ -69,15 +81,11 @@ def build_manifest(trainer: Any, train_loader: Any, val_loader: Any, epochs: int
         "data": {"train_size": _dataset_size(train_loader),
                  "validation_size": _dataset_size(val_loader) if val_loader is not None else None,
                  "train_batches": length_or_none(train_loader)},
-        "optimizer": _hyperparameters(trainer.optimizer),
+        "optimizer": _hyperparameters(description.optimizer),
         "scheduler": ({"class": type(scheduler).__name__,
                        "state": {k: v for k, v in scheduler.state_dict().items()
                                  if isinstance(v, (int, float, str, bool, list))}} if scheduler else None),
-        "training": {"epochs": epochs, "precision": trainer.precision.name, "accumulate": trainer.accumulate,
-                     "clip_grad_norm": trainer.clip_grad_norm, "clip_grad_value": trainer.clip_grad_value,
-                     "loss_weights": trainer.loss_weights, "device": str(trainer.device),
-                     "checkpoint_every_n_steps": trainer.checkpoint_every_n_steps,
-                     "keep_checkpoints": trainer.keep_checkpoints},
+        "training": {"epochs": epochs, **description.training},
         "config": config or {},
         "command": {"argv": list(sys.argv), "executable": sys.executable, "cwd": os.getcwd()},
         "git": git_state(),

@@ -1,65 +1,6 @@
-"""Seed every random number generator a training run touches.
+"""Moved to :mod:`torchwork.seeding` (data and the engine seed too, and neither imports runs); kept so that
+``torchwork.runs.seeding`` imports keep working."""
 
-Example:
-    >>> import random, torch
-    >>> from torchwork.runs.seeding import seed_everything
-    >>> _ = seed_everything(7); a = (random.random(), torch.rand(1).item())
-    >>> _ = seed_everything(7); b = (random.random(), torch.rand(1).item())
-    >>> a == b
-    True
-"""
+from torchwork.seeding import current_seed, seed_everything, seed_worker
 
-from __future__ import annotations
-
-import os
-import random
-import sys
-
-_seed: int | None = None
-_deterministic = False
-
-
-def seed_everything(seed: int, deterministic: bool = False) -> int:
-    """Seed Python, NumPy and torch (CPU and every CUDA device); DataLoader workers follow from torch.
-
-    Each DataLoader iterator draws its workers' base seed from torch's global generator, so seeding
-    torch seeds the workers too; :func:`seed_worker` also seeds NumPy and ``random`` inside each worker.
-    ``deterministic=True`` also makes cuDNN and every op that has one choose a deterministic algorithm
-    (and raise for those that have none). That costs some speed, so it is off by default.
-    """
-    import numpy as np
-    import torch
-
-    global _seed, _deterministic
-    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
-        from torchwork.errors import ConfigError
-        raise ConfigError(f"seed={seed!r} must be an integer in [0, 2**63).")
-    random.seed(seed)
-    np.random.seed(seed % 2**32)  # NumPy's legacy seeding accepts 32 bits only
-    torch.manual_seed(seed)  # seeds the CPU and every CUDA device
-    os.environ["PYTHONHASHSEED"] = str(seed)  # for subprocesses; this process's hash seed is already fixed
-    if deterministic:
-        # cuBLAS needs a fixed workspace to be deterministic (CUDA >= 10.2)
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.backends.cudnn.deterministic = True
-        torch.backends.cudnn.benchmark = False
-        torch.use_deterministic_algorithms(True)
-        print("torchwork: deterministic algorithms on: runs are repeatable, at some cost in speed "
-              "(cuDNN autotuning off, some CUDA kernels slower).", file=sys.stderr)
-    _seed, _deterministic = seed, deterministic
-    return seed
-
-
-def seed_worker(worker_id: int) -> None:
-    """``worker_init_fn`` for DataLoader: derive NumPy and ``random`` seeds from the worker's torch seed."""
-    import numpy as np
-    import torch
-
-    worker_seed = torch.initial_seed() % 2**32
-    np.random.seed(worker_seed)
-    random.seed(worker_seed)
-
-
-def current_seed() -> dict[str, object]:
-    """What :func:`seed_everything` set in this process (for the manifest)."""
-    return {"seed": _seed, "deterministic": _deterministic}
+__all__ = ["current_seed", "seed_everything", "seed_worker"]

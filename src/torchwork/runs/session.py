@@ -1,8 +1,8 @@
 """A run as the Trainer sees it: the folder, its manifest, loggers and checkpoints, and resuming one.
 
-The Trainer calls :meth:`RunSession.open` at the start of ``fit`` and the session calls back into
-``trainer.state_dict()`` / ``trainer.load_state_dict()``; nothing here runs per step unless a checkpoint
-is due.
+The Trainer calls :meth:`RunSession.open` at the start of ``fit`` with its typed :class:`RunOptions` and
+a :class:`RunDescription` of what trains; it gets back the checkpoint to resume from, and hands each
+checkpoint to :meth:`RunSession.save`. Nothing here knows the Trainer or runs per step.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from torchwork.files import write_json
 from torchwork.runs.checkpoint import CheckpointManager, load_checkpoint, remove_leftovers
 from torchwork.runs.folder import is_run_folder, latest_run, new_run_folder
 from torchwork.runs.loggers import JsonlLogger, TensorBoardLogger
-from torchwork.runs.manifest import build_manifest, format_summary
+from torchwork.runs.manifest import RunDescription, build_manifest, format_summary
+from torchwork.runs.options import RunOptions
 
 
 def find_resume_checkpoint(resume: str | Path, run_dir: str | Path | None) -> tuple[Path | None, Path | None]:
@@ -55,24 +56,25 @@ class RunSession:
         self.path, self.manager, self.loggers = path, manager, loggers
 
     @classmethod
-    def open(cls, trainer: Any, train_loader: Any, val_loader: Any, epochs: int,
-             resume: str | Path | None) -> tuple[RunSession, dict[str, Any] | None]:
-        """Create (or, when resuming, reopen) the run folder; returns the session and the checkpoint."""
+    def open(cls, options: RunOptions, description: RunDescription, train_loader: Any, val_loader: Any,
+             epochs: int, resume: str | Path | None, device: Any) -> tuple[RunSession, dict[str, Any] | None]:
+        """Create (or, when resuming, reopen) the run folder; returns the session and the checkpoint
+        (loaded onto ``device``)."""
         run, checkpoint = (None, None)
         if resume is not None:
-            run, checkpoint = find_resume_checkpoint(resume, trainer.run_dir)
+            run, checkpoint = find_resume_checkpoint(resume, options.run_dir)
             if run is not None:
                 _remove_leftovers(run)
             if run is not None and checkpoint is None:
                 print(f"torchwork: {run} has no checkpoint yet: starting a new run.", file=sys.stderr)
                 run = None
-        state = load_checkpoint(checkpoint, map_location=trainer.device) if checkpoint else None
+        state = load_checkpoint(checkpoint, map_location=device) if checkpoint else None
         if run is None:
-            run = new_run_folder(trainer.run_dir)
+            run = new_run_folder(options.run_dir)
         resume_step = state["counters"]["global_step"] if state else None
         manifest_path = run / "manifest.json"
         if state is None or not manifest_path.exists():
-            manifest = build_manifest(trainer, train_loader, val_loader, epochs, trainer.config)
+            manifest = build_manifest(description, train_loader, val_loader, epochs, options.config)
             manifest["started"] = _now()
             manifest["resumes"] = []
         else:
@@ -86,14 +88,14 @@ class RunSession:
             print(f"torchwork: resuming {run} from {checkpoint.name} (step {resume_step}, epoch "
                   f"{state['counters']['epoch']}, batch {state['counters']['batch_in_epoch']}).",
                   file=sys.stderr)
-        monitor, mode = trainer.checkpoint_monitor or ("val_loss" if val_loader is not None else "train_loss",
+        monitor, mode = options.checkpoint_monitor or ("val_loss" if val_loader is not None else "train_loss",
                                                        "min")
-        manager = CheckpointManager(run / "checkpoints", keep=trainer.keep_checkpoints, monitor=monitor,
+        manager = CheckpointManager(run / "checkpoints", keep=options.keep_checkpoints, monitor=monitor,
                                     mode=mode)
         if state is not None:
             manager.best_value = state.get("best_value")
         loggers = [JsonlLogger(run / "metrics.jsonl", resume_step=resume_step)]
-        if trainer.tensorboard:
+        if options.tensorboard:
             loggers.append(TensorBoardLogger(run / "tensorboard", resume_step=resume_step))
         return cls(run, manager, loggers), state
 

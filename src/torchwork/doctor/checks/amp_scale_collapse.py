@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from torchwork.doctor.checks import Check
+from torchwork.doctor.detectors import scale_collapse  # the guard's detector and thresholds
 
 
 class _ScalerStats:
@@ -21,8 +22,6 @@ class _ScalerStats:
 class AmpScaleCollapse(Check):
     id = "amp-scale-collapse"
     severity = "warning"
-    min_scale = 1.0  # below 1 the scaler shrinks gradients instead of protecting them
-    max_skipped = 0.5
 
     def __init__(self, session: Any) -> None:
         super().__init__(session)
@@ -55,12 +54,8 @@ class AmpScaleCollapse(Check):
 
     def finish(self) -> None:
         for stats in self.scalers.values():
-            skipped = stats.skipped / stats.updates if stats.updates else 0.0
-            if stats.minimum < self.min_scale:
-                what = f"GradScaler's scale collapsed from {stats.initial:g} to {stats.minimum:g}"
-            elif stats.updates >= 10 and skipped > self.max_skipped:
-                what = "GradScaler skipped most optimizer steps"
-            else:
+            what = scale_collapse(stats.minimum, stats.initial, stats.updates, stats.skipped)
+            if what is None:
                 continue
             self.report(
                 f"{what}: {stats.skipped} of {stats.updates} steps found inf/NaN gradients and were skipped. "

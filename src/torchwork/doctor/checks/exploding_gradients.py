@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import math
-import statistics
 from typing import Any
 
 import torch
 
 from torchwork.doctor.checks import Check
+from torchwork.doctor.detectors import GradNormWatch, total_grad_norm
 
 
 def grad_norm(optimizer: torch.optim.Optimizer) -> float:
     """Total L2 norm of the optimizer's gradients (one fused norm per tensor, one sync)."""
-    grads = [p.grad for group in optimizer.param_groups for p in group["params"]
-             if p.grad is not None and not p.grad.is_sparse]
-    if not grads:
-        return 0.0
-    norms = torch._foreach_norm(grads) if hasattr(torch, "_foreach_norm") else [g.norm() for g in grads]
-    return float(torch.linalg.vector_norm(torch.stack([n.float().to(norms[0].device) for n in norms])))
+    norm = total_grad_norm([p for group in optimizer.param_groups for p in group["params"]])
+    return 0.0 if norm is None else float(norm)
 
 
 class ExplodingGradients(Check):
@@ -26,12 +22,10 @@ class ExplodingGradients(Check):
 
     id = "exploding-gradients"
     severity = "warning"
-    ratio = 1e3  # growth over the first steps' median that counts as exploding
-    absolute = 1e5  # a total norm this large is exploding whatever the start
 
     def __init__(self, session: Any) -> None:
         super().__init__(session)
-        self.early: list[float] = []
+        self.watch = GradNormWatch()  # the guard's detector and thresholds
         self.done = False
 
     def on_step_pre(self, optimizer: Any) -> None:
@@ -39,20 +33,8 @@ class ExplodingGradients(Check):
             return
         norm = grad_norm(optimizer)
         step = self.session.optimizer_steps + 1
-        if len(self.early) < 5 and math.isfinite(norm) and norm > 0:
-            self.early.append(norm)
-        baseline = statistics.median(self.early) if self.early else None
-        if not math.isfinite(norm):
-            if self._same_cause_as_the_loss(step):
-                return
-            what = f"The gradient norm was {norm} at optimizer step {step}: some gradients are NaN/Inf."
-        elif norm > self.absolute:
-            what = f"The gradient norm reached {norm:.3g} at optimizer step {step}"
-            what += f" (typical at the start: {baseline:.3g})." if baseline else "."
-        elif baseline and len(self.early) >= 3 and norm > self.ratio * baseline and norm > 10:
-            what = (f"The gradient norm grew to {norm:.3g} at optimizer step {step}, {norm / baseline:.0f}x its "
-                    f"value at the start ({baseline:.3g}).")
-        else:
+        what = self.watch.verdict(norm, step, unit="optimizer step")
+        if what is None or (not math.isfinite(norm) and self._same_cause_as_the_loss(step)):
             return
         self.done = True
         self.report(what + " Updates this large throw the weights far away; the loss usually turns NaN next.",

@@ -1,0 +1,158 @@
+"""The Trainer's settings, grouped by what they are about; each group validates itself when built.
+
+``Trainer(model, optimizer, loss_fn, step=StepOptions(accumulate=4, clip_grad_norm=1.0),
+logging=LoggingOptions(log_every_n_steps=10), run=RunOptions("runs"))``. The flat keywords of earlier
+versions (``accumulate=4``, ``run_dir="runs"``, ...) still work: :func:`group_keywords` sorts them into
+their groups.
+
+Example:
+    >>> from torchwork.engine.options import StepOptions, group_keywords
+    >>> groups = group_keywords({"accumulate": 4, "log_every_n_steps": 10})
+    >>> groups["step"].accumulate, groups["logging"].log_every_n_steps, groups["run"].run_dir
+    (4, 10, None)
+    >>> StepOptions(accumulate=0)
+    Traceback (most recent call last):
+    ...
+    torchwork.errors.ConfigError: accumulate=0: it is the number of micro-batches per optimizer step and must be an integer >= 1 (1 means no accumulation).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from torchwork.errors import ConfigError
+from torchwork.runs.options import RunOptions
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    """How one optimizer step is made.
+
+    Args:
+        accumulate: micro-batches per optimizer step; the update equals one batch made of all of them.
+        clip_grad_norm: clip the total gradient norm to this value (on unscaled gradients).
+        clip_grad_value: clip each gradient element to ``[-v, v]``.
+        loss_weights: weights of the named losses when ``loss_fn`` returns a dict (missing names weigh 1).
+        keep_fp32: submodule names or classes that run in fp32 under autocast.
+    """
+
+    accumulate: int = 1
+    clip_grad_norm: float | None = None
+    clip_grad_value: float | None = None
+    loss_weights: Mapping[str, float] | None = None
+    keep_fp32: Iterable[str | type] = ()
+
+    def __post_init__(self) -> None:
+        k = self.accumulate
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ConfigError(f"accumulate={k!r}: it is the number of micro-batches per optimizer "
+                              "step and must be an integer >= 1 (1 means no accumulation).")
+        for name in ("clip_grad_norm", "clip_grad_value"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
+                raise ConfigError(f"{name}={value!r} must be a positive finite number (or None to not clip).")
+        object.__setattr__(self, "loss_weights", dict(self.loss_weights) if self.loss_weights else None)
+        object.__setattr__(self, "keep_fp32", tuple(self.keep_fp32))
+
+
+@dataclass(frozen=True)
+class EvaluationOptions:
+    """What evaluation measures and what the epoch's end decides on.
+
+    Args:
+        metrics: ``{"name": fn(outputs, targets)}`` computed during evaluation (batch means).
+        epoch_metrics: ``{"name": fn(all_outputs, all_targets)}`` computed once over the whole evaluation
+            set, for metrics that are not batch means (macro-F1, AUC).
+        early_stopping: an :class:`~torchwork.engine.callbacks.EarlyStopping`, or a metric name to stop on
+            (patience 3).
+        plateau_monitor: the metric a ReduceLROnPlateau scheduler steps on, once per epoch.
+    """
+
+    metrics: Mapping[str, Callable[[Any, Any], Any]] = field(default_factory=dict)
+    epoch_metrics: Mapping[str, Callable[[Any, Any], Any]] = field(default_factory=dict)
+    early_stopping: Any = None
+    plateau_monitor: str = "val_loss"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "metrics", dict(self.metrics or {}))
+        object.__setattr__(self, "epoch_metrics", dict(self.epoch_metrics or {}))
+
+
+@dataclass(frozen=True)
+class LoggingOptions:
+    """What training reports while it runs.
+
+    Args:
+        log_every_n_steps: how often step metrics go to the loggers (and the guard checks).
+        progress: show progress (default True): a bar when stderr is a terminal, else a plain line every
+            ``progress_every_s`` seconds and at each epoch's end; False: nothing.
+        progress_every_s: seconds between plain progress lines (default: env TORCHWORK_PROGRESS_EVERY, else 30).
+        loggers: objects with ``log(metrics: dict, step: int)``.
+    """
+
+    log_every_n_steps: int = 50
+    progress: bool | None = None
+    progress_every_s: float | None = None
+    loggers: Sequence[Any] = ()
+
+    def __post_init__(self) -> None:
+        if self.log_every_n_steps < 1:
+            raise ConfigError(f"log_every_n_steps={self.log_every_n_steps} must be >= 1.")
+        if self.progress_every_s is not None and not self.progress_every_s > 0:
+            raise ConfigError(f"progress_every_s={self.progress_every_s} must be > 0 seconds.")
+        object.__setattr__(self, "loggers", tuple(self.loggers))
+
+
+@dataclass(frozen=True)
+class DistributedOptions:
+    """Running as one DDP rank under torchrun.
+
+    Args:
+        enabled: run as one rank (default: when torchrun's WORLD_SIZE > 1; False: never).
+        timeout_s: how long a collective waits for a silent peer before failing.
+        debug: check that every rank runs the same collectives, and name the call site of the first that
+            differs (default: env TORCHWORK_DISTRIBUTED_DEBUG=1). Slower; for debugging.
+    """
+
+    enabled: bool | None = None
+    timeout_s: float = 300.0
+    debug: bool | None = None
+
+    def resolved_debug(self) -> bool:
+        return self.debug if self.debug is not None else os.environ.get("TORCHWORK_DISTRIBUTED_DEBUG") == "1"
+
+
+# flat keyword of earlier versions -> (group, field)
+_GROUPS: dict[str, type] = {"step": StepOptions, "evaluation": EvaluationOptions, "logging": LoggingOptions,
+                            "run": RunOptions, "distributed": DistributedOptions}
+_FLAT = {f.name: (group, f.name) for group, cls in _GROUPS.items() if group != "distributed"
+         for f in dataclasses.fields(cls)}
+_FLAT.update(distributed_timeout_s=("distributed", "timeout_s"), distributed_debug=("distributed", "debug"))
+
+
+def group_keywords(keywords: Mapping[str, Any], **given: Any) -> dict[str, Any]:
+    """The option groups from ``given`` group objects and flat ``keywords`` (which may not repeat a group
+    that was given). ``distributed`` may be a bool (whether to run as a rank)."""
+    distributed = given.get("distributed")
+    if distributed is None or isinstance(distributed, bool):
+        given["distributed"] = None
+        flat_distributed = {"enabled": distributed}
+    else:
+        flat_distributed = {}
+    per_group: dict[str, dict[str, Any]] = {group: {} for group in _GROUPS}
+    per_group["distributed"].update(flat_distributed)
+    for name, value in keywords.items():
+        if name not in _FLAT:
+            raise TypeError(f"Trainer() got an unexpected keyword argument {name!r}")
+        group, field_name = _FLAT[name]
+        if given.get(group) is not None:
+            raise ConfigError(f"{name}= and {group}= both given: put {field_name} into the "
+                              f"{_GROUPS[group].__name__} passed as {group}=.")
+        per_group[group][field_name] = value
+    return {group: given.get(group) if given.get(group) is not None else cls(**per_group[group])
+            for group, cls in _GROUPS.items()}
