@@ -20,7 +20,10 @@ fitted on the real training tweets) exported by ``torchwork.deploy.export`` and 
 ``torchwork serve DIR`` does, fed real test tweets: HTTP-bound; ``cnn``, a CNN over 28x28 Fashion-MNIST
 images from Debian's dataset-fashion-mnist, random weights, with a wide fully connected head: its batch-1
 forward takes about 6 ms and batching pays; ``cnn-mid``, the same with a head half as wide (about 2 ms),
-whose model ceiling is of the order of the HTTP ceiling.
+whose model ceiling is of the order of the HTTP ceiling; ``transformer``, the quickstart's
+``--model transformer`` artifact (MiniLM, ONNX, the tokenizer inside), its variant to deploy: pass the one a
+quickstart run wrote with ``--transformer-artifact runs/<run>/artifact``, else one is exported here from the
+pretrained MiniLM with an untrained head (speed does not depend on the head's weights), INT8 served.
 
 Prints one JSON object: per model and concurrency the median over rounds of throughput (req/s), p50/p99
 latency (ms), errors, server CPU ms per request (its child processes included), mean batch size; for each
@@ -96,6 +99,23 @@ def build_text_artifact(folder: Path) -> None:
            preprocess=preprocessor, labels=list(dataset.classes), softmax=True, verify_rounds=2)
 
 
+def build_transformer_artifact(folder: Path) -> None:
+    """MiniLM with a new (untrained) head, exported as the quickstart does: ONNX + INT8, tokenizer bundled."""
+    import torch
+
+    from torchwork.data import load_dataset
+    from torchwork.deploy import export
+    from torchwork.finetune.minilm import MiniLMClassifier
+    from torchwork.recipes.sentiment_transformer import subword_tokenizer
+
+    torch.manual_seed(0)
+    dataset = load_dataset("tweets", seed=0)
+    tokenizer = subword_tokenizer(64)
+    export(MiniLMClassifier(classes=len(dataset.classes)).eval(), tokenizer(list(dataset.train.texts[:8])),
+           folder / "transformer-artifact", formats=("onnx",), preprocess=tokenizer, labels=list(dataset.classes),
+           softmax=True, quantize="int8", strict=False, input_names=("input_ids", "attention_mask"))
+
+
 def build(folder: Path, models: list[str]) -> None:
     """The text artifact; CNN weights, and ONNX exports (dynamic batch) for the ``-onnx`` CNNs asked for."""
     import torch
@@ -103,6 +123,8 @@ def build(folder: Path, models: list[str]) -> None:
     torch.set_num_threads(1)
     if any(model.startswith("text") for model in models):
         build_text_artifact(folder)
+    if "transformer" in models and not (folder / "transformer-artifact").exists():
+        build_transformer_artifact(folder)
     for model in {m.removesuffix("-onnx") for m in models} & set(CNN_HIDDEN):
         torch.manual_seed(0)
         torch.save(fashion_cnn(CNN_HIDDEN[model]).state_dict(), folder / f"{model}.pt")
@@ -128,6 +150,10 @@ def predictor(model: str, folder: Path) -> Any:
 
     if model.startswith("text"):
         return predictor_from_artifact(folder / "text-artifact", "onnx" if model.endswith("-onnx") else None)
+    if model == "transformer":
+        manifest = json.loads((folder / "transformer-artifact" / "manifest.json").read_text())
+        return predictor_from_artifact(folder / "transformer-artifact",
+                                       "onnx-int8" if "onnx-int8" in manifest["variants"] else None)
     spec = {"item_shape": (1, 28, 28), "labels": [f"class{i}" for i in range(10)]}
     if model.endswith("-onnx"):
         return OnnxPredictor(folder / f"{model}.onnx", name=model, **spec)
@@ -136,7 +162,7 @@ def predictor(model: str, folder: Path) -> Any:
 
 def items(model: str, n: int = 16) -> list[Any]:
     """Real inputs: test-split tweets for text, Fashion-MNIST test images (scaled to 0..1) for the CNN."""
-    if model.startswith("text"):
+    if model.startswith("text") or model == "transformer":
         import random
 
         from torchwork.data import load_dataset
@@ -498,8 +524,11 @@ def main() -> None:
     parser.add_argument("--ceiling-seconds", type=float, default=0.4)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--models", nargs="+", default=["text", "cnn", "cnn-mid"],
-                        choices=["text", *CNN_HIDDEN, "text-onnx", *(f"{m}-onnx" for m in CNN_HIDDEN)],
+                        choices=["text", *CNN_HIDDEN, "text-onnx", *(f"{m}-onnx" for m in CNN_HIDDEN),
+                                 "transformer"],
                         help="which models (the -onnx ones run on ONNX Runtime); default: text cnn cnn-mid")
+    parser.add_argument("--transformer-artifact", type=Path,
+                        help="the artifact of a quickstart --model transformer run (default: export one here)")
     parser.add_argument("--max-batch-size", type=int, default=32, help="torchwork serve's default (32)")
     parser.add_argument("--max-wait-ms", type=float, default=2.0)
     parser.add_argument("--no-litserve", dest="litserve", action="store_false",
@@ -528,6 +557,8 @@ def main() -> None:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="serve-load-") as tmp:
         folder = Path(tmp)
+        if args.transformer_artifact:
+            (folder / "transformer-artifact").symlink_to(args.transformer_artifact.resolve())
         build(folder, args.models)
         results = {model: bench_model(model, folder, args) for model in args.models}
     from torchwork.serve.predictor import default_threads

@@ -151,6 +151,10 @@ def _quickstart_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recipe", default="sentiment", help="sentiment (default) or fashion")
     parser.add_argument("--serve", action="store_true", help="also start the server and send a few real requests")
     parser.add_argument("--quick", action="store_true", help="a small subset and fewer epochs (a first look)")
+    parser.add_argument("--model", action="append", dest="set", type=lambda name: f"model={name}",
+                        metavar="{ngram,transformer}",
+                        help="sentiment: the model to serve: ngram (default, minutes) or transformer (MiniLM "
+                             "fine-tuned; the n-gram model is trained too, for comparison)")
     parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a recipe setting")
     parser.add_argument("--pretrained", action="append_const", dest="set", const="pretrained=true",
                         help="fashion: also fine-tune pretrained EfficientNet-Lite0 (frozen backbone) and compare")

@@ -129,3 +129,19 @@ def test_embedding_tables_quantize_as_int8_gathers(tmp_path):
     assert [n.op_type for n in graph.node if eight_bit.intersection(n.input)] == ["Gather"]
     quantized = load_artifact(tmp_path / "gather", "onnx-int8", threads=1)(ids)
     torch.testing.assert_close(torch.as_tensor(quantized), model(ids).detach(), atol=0.05, rtol=0.05)
+
+
+def test_per_channel_weights_get_one_scale_per_output_column(tmp_path):
+    from torchwork.deploy.quantize import quantize_onnx
+
+    out = tmp_path / "mlp"
+    export(digits_mlp(), digits()["x_train"][:8], out, formats=("onnx",))
+    info = {}
+    for per_channel in (False, True):
+        target = tmp_path / f"int8-{per_channel}.onnx"
+        info[per_channel] = quantize_onnx(out / "model.onnx", target, per_channel=per_channel)
+        scales = [init for init in onnx.load(str(target)).graph.initializer if init.name.endswith("_scale")]
+        widest = max(int(np.prod(init.dims)) if init.dims else 1 for init in scales)
+        assert (widest > 1) == per_channel, [list(s.dims) for s in scales]
+    assert info[True]["per_channel"] and not info[False]["per_channel"]
+    assert info[True]["nodes_quantized"] == info[False]["nodes_quantized"] >= 1

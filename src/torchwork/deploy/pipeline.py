@@ -246,7 +246,8 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
            quantize_ops: Sequence[str] = DEFAULT_OPS, torchscript_method: str = "trace", strict: bool = True,
            overwrite: bool = False, atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL,
            batch_sizes: Sequence[int] = (1, 3, 64), lengths: Sequence[int] | None = None,
-           tolerance: float = 0.01, verify_rounds: int = 20, threads: int | None = None) -> dict[str, Any]:
+           tolerance: float = 0.01, verify_rounds: int = 20, threads: int | None = None,
+           quantize_per_channel: bool = False) -> dict[str, Any]:
     """Export ``model`` to the artifact directory ``out_dir`` and check every format against eager.
 
     Args:
@@ -261,7 +262,8 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
         labels, softmax: postprocessing (class names; apply softmax to the first output).
         samples, targets: real held-out raw inputs and labels. They are bundled for ``verify``, give the
             probes real rows, and make ``export`` run ``verify`` and mark the variant to deploy.
-        quantize: ``"int8"`` adds ONNX Runtime dynamic INT8 of the ONNX variant (``quantize_ops``).
+        quantize: ``"int8"`` adds ONNX Runtime dynamic INT8 of the ONNX variant (``quantize_ops``;
+            ``quantize_per_channel``: a weight scale per output channel).
         torchscript_method: ``"trace"`` or ``"script"``.
         strict: raise when any format is refused (default); False writes the rest and reports ``ok: false``.
         overwrite: replace an existing artifact at ``out_dir`` (after the new one is complete).
@@ -292,7 +294,8 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
                       softmax=softmax, samples=samples, targets=targets, quantize=quantize,
                       quantize_ops=tuple(quantize_ops), torchscript_method=torchscript_method, strict=strict,
                       atol=atol, rtol=rtol, batch_sizes=[int(b) for b in batch_sizes], lengths=lengths,
-                      tolerance=tolerance, verify_rounds=verify_rounds, threads=threads)
+                      tolerance=tolerance, verify_rounds=verify_rounds, threads=threads,
+                      quantize_per_channel=quantize_per_channel)
 
     on_cpu = all(t.device.type == "cpu" for t in [*model.parameters(), *model.buffers()])
     module = model if on_cpu else copy.deepcopy(model).cpu()
@@ -335,6 +338,7 @@ class ExportPlan:
     tolerance: float = 0.01
     verify_rounds: int = 20
     threads: int | None = None
+    quantize_per_channel: bool = False
 
 
 def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], plan: ExportPlan) -> dict[str, Any]:
@@ -420,7 +424,8 @@ def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], plan:
                                 method=plan.torchscript_method if fmt == "torchscript" else None)
 
     if plan.quantize:
-        _quantize_variant(tmp, variants, refused, parity, probes, eager_outputs, plan.quantize_ops, plan.threads)
+        _quantize_variant(tmp, variants, refused, parity, probes, eager_outputs, plan.quantize_ops, plan.threads,
+                          plan.quantize_per_channel)
         if "Conv" in plan.quantize_ops:
             advice.append(CONV_ADVICE)
 
@@ -486,13 +491,13 @@ def _write_manifest(tmp: Path, manifest: Manifest) -> None:
 
 def _quantize_variant(tmp: Path, variants: dict[str, Variant], refused: dict[str, str], parity: dict[str, Any],
                       probes: Sequence[Any], eager_outputs: Sequence[Any], ops: tuple[str, ...],
-                      threads: int | None) -> None:
+                      threads: int | None, per_channel: bool = False) -> None:
     if "onnx" not in variants:
         refused["onnx-int8"] = "INT8 quantization starts from the ONNX variant, which was refused."
         return
     target = tmp / VARIANT_FILES["onnx-int8"]
     try:
-        info = quantize_onnx(tmp / VARIANT_FILES["onnx"], target, ops)
+        info = quantize_onnx(tmp / VARIANT_FILES["onnx"], target, ops, per_channel)
         check = check_variant(open_runner(target, "onnx", threads), probes, eager_outputs, exact=False)
     except ExportError as error:
         refused["onnx-int8"] = str(error)
@@ -505,7 +510,8 @@ def _quantize_variant(tmp: Path, variants: dict[str, Variant], refused: dict[str
         target.unlink(missing_ok=True)
         return
     variants["onnx-int8"] = Variant(target.name, "onnx", [], quantization={
-        k: info[k] for k in ("method", "weight_type", "op_types", "nodes_quantized", "gemm_rewritten_as_matmul")})
+        k: info[k] for k in ("method", "weight_type", "per_channel", "op_types", "nodes_quantized",
+                             "gemm_rewritten_as_matmul")})
 
 
 def _remove(tmp: Path, variant: str) -> None:

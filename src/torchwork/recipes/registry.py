@@ -65,6 +65,9 @@ def quickstart_main(args: argparse.Namespace) -> int:
     if args.quick:
         assignments = [*QUICK.get(args.recipe, []), *assignments]
     name, config = resolve(args.recipe, assignments)
+    extra = QUICK.get(f"{name}:{getattr(config, 'model', '')}", []) if args.quick else []
+    if extra:  # the model's own quick settings, still overridden by the user's
+        name, config = resolve(args.recipe, [*QUICK.get(args.recipe, []), *extra, *(args.set or [])])
     run_recipe(name, config, serve=args.serve)
     return 0
 
@@ -89,4 +92,5 @@ def train_main(args: argparse.Namespace) -> int:
 QUICK: dict[str, list[str]] = {
     "sentiment": ["subset=3000", "epochs=8", "batch_size=64"],
     "fashion": ["subset=6000", "epochs=1"],
+    "sentiment:transformer": ["subset=1000", "transformer_epochs=2"],
 }

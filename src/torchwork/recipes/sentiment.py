@@ -24,8 +24,11 @@ import time
 from typing import Any
 
 from torchwork.recipes.config import EXPORT_FORMATS, check_settings
+from torchwork.recipes.sentiment_transformer import STRATEGIES
 
 MIN_SUBSET = 200  # rows per split: about 35 of the rarest class (positive, ~18%)
+
+MODELS = ("ngram", "transformer")
 
 
 @dataclasses.dataclass
@@ -49,14 +52,37 @@ class SentimentConfig:
     export_formats: tuple[str, ...] = ("pt2", "onnx")
     quantize: bool = True
     threads: int = 0  # torch threads (0: all CPUs)
+    # The model to serve: "ngram" (above, minutes) or "transformer" (MiniLM fine-tuned, below; the n-gram
+    # model is then trained too, for the side-by-side comparison).
+    model: str = "ngram"
+    device: str = "auto"  # the transformer's device: auto (cuda, then mps, then cpu) or a device name
+    transformer_strategy: str = "auto"  # auto (measured) | cached (top layers on cached features) | full
+    transformer_train_layers: int = 2  # with the cached strategy: the top layers that train
+    transformer_epochs: int = 4
+    transformer_batch_size: int = 32
+    transformer_lr: float = 2e-4  # the head's; each layer below gets layer_decay times the one above
+    layer_decay: float = 0.8
+    warmup: float = 0.1  # fraction of the steps with a linear warm-up, then linear decay to 0
+    transformer_patience: int = 2
+    transformer_max_length: int = 64  # tokens (tweets: 29 at the median, 81 at most)
+    transformer_train_rows: int = 0  # train the transformer on a stratified sample this size (0: all)
 
     def validate(self) -> None:
         check_settings(self, at_least={"epochs": 1, "batch_size": 1, "l2": 0, "min_freq": 1, "max_vocab": 3,
-                                       "max_length": 1, "patience": 0, "threads": 0, "seed": 0},
-                       above={"lr": 0, "clip_grad_norm": 0}, one_of={"precision": ("auto", "32", "bf16")},
+                                       "max_length": 1, "patience": 0, "threads": 0, "seed": 0,
+                                       "transformer_train_layers": 1, "transformer_epochs": 1,
+                                       "transformer_batch_size": 1, "transformer_patience": 1,
+                                       "transformer_max_length": 8, "warmup": 0,
+                                       "transformer_train_rows": 0},
+                       above={"lr": 0, "clip_grad_norm": 0, "transformer_lr": 0, "layer_decay": 0},
+                       one_of={"precision": ("auto", "32", "bf16"), "model": MODELS,
+                               "transformer_strategy": STRATEGIES},
                        some_of={"export_formats": EXPORT_FORMATS},
                        zero_or_at_least={"subset": (MIN_SUBSET, "fewer rows per split leave too few tweets of "
                                                     "the rarest class, positive, to train on and to score")})
+        from torchwork.recipes.sentiment_transformer import validate_settings
+
+        validate_settings(self)  # the upper bounds
 
 
 def say(text: str = "") -> None:
@@ -179,7 +205,9 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
 
     say("\n== 2. Baseline: TF-IDF + logistic regression")
     recorded = recorded_choices(config, classes)  # resuming: what the run already measured and chose
+    baseline_started = time.perf_counter()
     baseline = recorded["baseline"] if recorded else tfidf_baseline(train, test, classes)
+    baseline_seconds = time.perf_counter() - baseline_started
     say(f"baseline test accuracy {baseline['accuracy']:.4f}, macro-F1 {baseline['macro_f1']:.4f}"
         + (" (recorded by the run being resumed)" if recorded else ""))
 
@@ -234,34 +262,38 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
     say(f"model macro-F1 {metrics['macro_f1']:.4f} vs baseline {baseline['macro_f1']:.4f}: "
         + ("the model beats the baseline" if beat else "the baseline is still better"))
 
-    say("\n== 5. Export, INT8 quantization, verification on the test split")
-    from torchwork.deploy import export, format_report
+    models = {"baseline": _scores(baseline, baseline_seconds), "ngram": _scores(metrics, training_seconds)}
+    if config.model == "transformer":
+        from torchwork.recipes.sentiment_transformer import transformer_sections
 
-    artifact = run_path / "artifact"
-    example = preprocessor(train.texts[:8])
-    report = export(model, example, artifact, formats=config.export_formats, preprocess=preprocessor,
-                    labels=classes, softmax=True, samples=list(test.texts), targets=list(test.labels),
-                    quantize="int8" if config.quantize else None, overwrite=True,
-                    quantize_ops=("Gather",))  # the model is n-gram weight tables: no MatMul to quantize
-    say(format_report(report["verify"]))
-    say(f"variant to deploy: {report['deploy']}")
-
+        served = transformer_sections(config, train, validation, test, classes, run_path, models)
+    else:
+        served = _export_ngram(config, model, preprocessor, train, test, classes, run_path)
+        served.update(name="ngram", metrics=metrics, history=history, precision=precision,
+                      training_seconds=training_seconds, test_probabilities=probabilities.tolist())
+    served["test_labels"] = list(test.labels)
+    artifact = served["artifact"]
     summary = {
-        "test": {"accuracy": metrics["accuracy"], "macro_f1": metrics["macro_f1"]},
+        "test": {"accuracy": served["metrics"]["accuracy"], "macro_f1": served["metrics"]["macro_f1"]},
         "baseline": {"accuracy": baseline["accuracy"], "macro_f1": baseline["macro_f1"]},
         "artifact": str(artifact),
         "report": str(run_path / "report.html"),
-        "deploy_variant": report["deploy"],
-        "precision": precision,
-        "epochs_run": len(history),
-        "training_seconds": round(training_seconds, 1),
+        "model": served["name"],
+        "deploy_variant": served["verify_report"]["deploy"],
+        "precision": served["precision"],
+        "epochs_run": len(served["history"]),
+        "training_seconds": round(served["training_seconds"], 1),
         "seconds": round(time.perf_counter() - started, 1),
+        "models": models,
+        **({"speed": served["speed"]} if served.get("speed") else {}),
     }
     from torchwork.recipes.sentiment_report import write_report
 
-    write_report(run_path / "report.html", history=history, metrics=metrics, baseline=baseline,
-                 verification=report["verify"], artifact=artifact, run_path=run_path, summary=summary,
-                 guard=trainer.guard, cleaning=dataset.cleaning)
+    write_report(run_path / "report.html", history=served["history"], metrics=served["metrics"], baseline=baseline,
+                 verification=served["verify_report"]["verify"], artifact=artifact, run_path=run_path,
+                 summary=summary, guard=trainer.guard, cleaning=dataset.cleaning, served=served,
+                 sizes={"train": len(train), "validation": len(validation), "test": len(test)},
+                 test_texts=list(test.texts))
     from torchwork.files import write_json
 
     write_json(run_path / "summary.json", summary)
@@ -275,6 +307,26 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
     say(f"summary: {run_path / 'summary.json'}")
     say(f"serve it: torchwork serve {artifact}")
     return summary
+
+
+def _scores(metrics: dict[str, Any], seconds: float) -> dict[str, Any]:
+    return {"accuracy": metrics["accuracy"], "macro_f1": metrics["macro_f1"], "training_seconds": round(seconds, 1)}
+
+
+def _export_ngram(config: SentimentConfig, model: Any, preprocessor: Any, train: Any, test: Any,
+                  classes: list[str], run_path: Any) -> dict[str, Any]:
+    say("\n== 5. Export, INT8 quantization, verification on the test split")
+    from torchwork.deploy import export, format_report
+
+    artifact = run_path / "artifact"
+    example = preprocessor(train.texts[:8])
+    report = export(model, example, artifact, formats=config.export_formats, preprocess=preprocessor,
+                    labels=classes, softmax=True, samples=list(test.texts), targets=list(test.labels),
+                    quantize="int8" if config.quantize else None, overwrite=True,
+                    quantize_ops=("Gather",))  # the model is n-gram weight tables: no MatMul to quantize
+    say(format_report(report["verify"]))
+    say(f"variant to deploy: {report['deploy']}")
+    return {"artifact": artifact, "verify_report": report}
 
 
 def cli_main(args: Any) -> int:

@@ -1,5 +1,7 @@
-"""The sentiment recipe's ``report.html``: curves, confusion matrix, per-class F1 against the baseline,
-latency / throughput / size per artifact variant, the manifest and the guard's findings."""
+"""The sentiment recipe's ``report.html``: a header (model, device, precision, training time, data sizes),
+the three models side by side, rows per split and class, curves and the learning rate with the best epoch,
+the confusion matrix in counts and normalised, per-class F1 against the baseline, misclassified tweets,
+latency / throughput / size per artifact variant, the guard's findings and the manifest as a table."""
 
 from __future__ import annotations
 
@@ -8,13 +10,23 @@ from pathlib import Path
 from typing import Any
 
 from torchwork.report.html import Report
-from torchwork.report.plots import confusion_png, curves_png, grouped_bars_png
+from torchwork.report.plots import curves_png, grouped_bars_png
 
 
 def write_report(path: Path, *, history: list[dict[str, Any]], metrics: dict[str, Any], baseline: dict[str, Any],
                  verification: dict[str, Any] | None, artifact: Path, run_path: Path, summary: dict[str, Any],
-                 guard: Any = None, cleaning: Any = None) -> Path:
+                 guard: Any = None, cleaning: Any = None, served: dict[str, Any] | None = None,
+                 sizes: dict[str, int] | None = None, test_texts: list[str] | None = None,
+                 seeds: list[dict[str, Any]] | None = None) -> Path:
+    from torchwork.recipes import sentiment_report_parts as parts
+
+    served = served or {}
     report = Report("Sentiment analysis of airline tweets: torchwork quickstart")
+    data = ", ".join(f"{n} {v:,}" for n, v in (sizes or {}).items())
+    report.paragraph(f"Served model: {served.get('name', 'ngram')}; device {served.get('device') or 'cpu'}; "
+                     f"precision {summary.get('precision')}; training {summary.get('training_seconds')} s "
+                     f"(whole run {summary.get('seconds')} s); data: {data or '-'} tweets."
+                     + (f" Training strategy: {served['strategy']}." if served.get("strategy") else ""), "note")
     better = metrics["macro_f1"] >= baseline["macro_f1"]
     report.paragraph(f"Test macro-F1 {metrics['macro_f1']:.4f} against the TF-IDF baseline's "
                      f"{baseline['macro_f1']:.4f}: " + ("the model wins." if better else "the baseline wins."),
@@ -24,9 +36,25 @@ def write_report(path: Path, *, history: list[dict[str, Any]], metrics: dict[str
                   ["TF-IDF + logistic regression", baseline["accuracy"], baseline["macro_f1"],
                    baseline["weighted_f1"]]])
 
+    models = summary.get("models") or {}
+    if models:
+        report.table("The models side by side (test split)", ["model", "accuracy", "macro-F1", "training (s)"],
+                     [[n, m["accuracy"], m["macro_f1"], m["training_seconds"]] for n, m in models.items()])
+    report.table("Served model: rows per split and class", ["split", "class", "precision", "recall", "F1", "support"],
+                 parts.split_rows(served.get("splits") or {"test": metrics}))
+    if seeds:
+        report.table("Spread over seeds (measured)", sorted(seeds[0]), [[r[k] for k in sorted(r)] for r in seeds])
+
     report.heading("Training curves")
     report.image(curves_png(history, ["train_loss", "val_loss"], "loss"), "loss curves")
     report.image(curves_png(history, ["val_macro_f1"], "validation macro-F1"), "validation macro-F1")
+    best = served.get("best") or {}
+    if served.get("lr_steps"):
+        steps_per_epoch = max(1, round(len(served["lr_steps"]) / max(1, len(history))))
+        report.image(parts.lr_curve_png(served["lr_steps"], steps_per_epoch, best.get("step"),
+                                        [h.get("val_macro_f1") for h in history]), "learning rate and best epoch")
+        report.paragraph(f"Best checkpoint: validation macro-F1 {best.get('value', 0):.4f} after epoch "
+                         f"{best.get('epoch')} (step {best.get('step')}); warm-up then linear decay.", "note")
 
     report.heading("Per-class results")
     classes = metrics["classes"]
@@ -38,7 +66,17 @@ def write_report(path: Path, *, history: list[dict[str, Any]], metrics: dict[str
                  [[c, metrics["per_class"][c]["precision"], metrics["per_class"][c]["recall"],
                    metrics["per_class"][c]["f1"], baseline["per_class"][c]["f1"], metrics["per_class"][c]["support"]]
                   for c in classes])
-    report.image(confusion_png(metrics["confusion_matrix"], classes), "confusion matrix")
+    report.paragraph("Confusion matrix on the test split: counts (left) and normalised by true class (right: the "
+                     "share of each true class given each prediction, so that the rare class reads as clearly).",
+                     "note")
+    report.image(parts.confusion_pair_png(metrics["confusion_matrix"], classes), "confusion matrix, counts and "
+                 "normalised")
+    if served.get("test_probabilities") is not None and test_texts is not None:
+        labels = [classes.index(c) if isinstance(c, str) else int(c) for c in served.get("test_labels", [])] or None
+        if labels:
+            report.table("A dozen misclassified test tweets (the most confident mistakes)",
+                         ["tweet", "true", "predicted", "probabilities"],
+                         parts.misclassified(test_texts, labels, served["test_probabilities"], classes))
 
     if verification:
         report.heading("Artifact variants (test split)")
@@ -72,7 +110,8 @@ def write_report(path: Path, *, history: list[dict[str, Any]], metrics: dict[str
     report.code(summary)
     report.heading("Run manifest")
     manifest_path = run_path / "manifest.json"
-    report.code(json.loads(manifest_path.read_text()) if manifest_path.exists() else {})
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    report.table(None, ["entry", "value"], parts.manifest_rows(manifest))
     return report.write(path)
 
 

@@ -1,0 +1,89 @@
+"""A subword tokenizer for artifacts: texts -> ``(input_ids, attention_mask)``, read with ``tokenizers``.
+
+It carries a Hugging Face ``tokenizer.json`` (WordPiece for BERT / MiniLM) into the artifact and reads it
+back at serve time with the small ``tokenizers`` library alone: serving never imports ``transformers``.
+Texts are truncated at ``max_length`` tokens and padded to the longest text of the call (not to a fixed
+length), so a batch of short tweets costs what short tweets cost. It has the artifact preprocessor
+interface: ``save(directory)`` (JSON files only), the classmethod ``load(directory)`` and ``__call__``.
+
+Example:
+    >>> from torchwork.finetune.minilm import minilm_folder
+    >>> pre = SubwordTokenizer.from_file(minilm_folder() / "tokenizer.json", max_length=64)
+    >>> ids, mask = pre(["the flight was late", "great crew"])
+    >>> ids.shape, mask.tolist()[1]
+    (torch.Size([2, 6]), [1, 1, 1, 1, 0, 0])
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from torchwork.errors import ConfigError
+
+TOKENIZER_FILE = "tokenizer.json"
+SETTINGS_FILE = "subword.json"
+
+
+class SubwordTokenizer:
+    """``tokenizers.Tokenizer`` + truncation at ``max_length`` + padding to the longest text of each call."""
+
+    def __init__(self, tokenizer_json: str, max_length: int = 128) -> None:
+        from tokenizers import Tokenizer
+
+        if not isinstance(max_length, int) or max_length < 2:
+            raise ConfigError(f"max_length={max_length!r}: use an integer >= 2 (special tokens included).")
+        try:
+            tokenizer = Tokenizer.from_str(tokenizer_json)
+        except Exception as error:
+            raise ConfigError(f"not a tokenizers tokenizer.json: {error}") from None
+        padding = tokenizer.padding or {}
+        tokenizer.enable_truncation(max_length=max_length)
+        tokenizer.enable_padding(pad_id=padding.get("pad_id", 0), pad_token=padding.get("pad_token", "[PAD]"))
+        self.tokenizer_json, self.max_length, self.tokenizer = tokenizer_json, max_length, tokenizer
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str], max_length: int = 128) -> SubwordTokenizer:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"{path} does not exist: pass a tokenizer.json file.")
+        return cls(path.read_text(encoding="utf-8"), max_length)
+
+    def __call__(self, texts: Sequence[str] | str) -> tuple[Any, Any]:
+        import torch
+
+        if isinstance(texts, str):
+            texts = [texts]
+        bad = next((t for t in texts if not isinstance(t, str)), None)
+        if bad is not None:
+            raise ConfigError(f"SubwordTokenizer takes texts, got a {type(bad).__name__}.")
+        if not texts:
+            raise ConfigError("SubwordTokenizer got no texts.")
+        encodings = self.tokenizer.encode_batch(list(texts))
+        return (torch.tensor([e.ids for e in encodings], dtype=torch.long),
+                torch.tensor([e.attention_mask for e in encodings], dtype=torch.long))
+
+    def lengths(self, texts: Sequence[str]) -> list[int]:
+        """Tokens per text (special tokens included, after truncation), to bucket texts by length."""
+        return [sum(e.attention_mask) for e in self.tokenizer.encode_batch(list(texts))]
+
+    def save(self, directory: str | os.PathLike[str]) -> None:
+        from torchwork.files import atomic_write, write_json
+
+        with atomic_write(Path(directory) / TOKENIZER_FILE, "w") as handle:
+            handle.write(self.tokenizer_json)
+        write_json(Path(directory) / SETTINGS_FILE, {"max_length": self.max_length, "tokenizer": TOKENIZER_FILE})
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str]) -> SubwordTokenizer:
+        directory = Path(directory)
+        try:
+            settings = json.loads((directory / SETTINGS_FILE).read_text(encoding="utf-8"))
+            text = (directory / TOKENIZER_FILE).read_text(encoding="utf-8")
+        except (OSError, ValueError) as error:
+            raise ConfigError(f"{directory} does not hold a SubwordTokenizer ({SETTINGS_FILE} and "
+                              f"{TOKENIZER_FILE}): {error}") from None
+        return cls(text, int(settings.get("max_length", 128)))

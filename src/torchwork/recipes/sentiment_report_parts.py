@@ -1,0 +1,109 @@
+"""Parts of the sentiment report: the learning-rate curve with the best epoch, the confusion matrix in
+counts and normalised by true class, misclassified tweets, per-split rows, the manifest as a table.
+
+Example:
+    >>> manifest_rows({"versions": {"torch": "2.13.0"}, "files": {"a.onnx": {"bytes": 10}}, "seed": 0})
+    [['versions.torch', '2.13.0'], ['files', '1 file(s): a.onnx'], ['seed', '0']]
+    >>> normalised([[3, 1], [0, 0]])
+    [[0.75, 0.25], [0.0, 0.0]]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from torchwork.report.plots import _figure, _png
+
+MAX_CELL = 160  # characters of one manifest value in the table
+
+
+def normalised(matrix: Sequence[Sequence[int]]) -> list[list[float]]:
+    """Each row divided by its total (the share of each true class predicted as each class)."""
+    return [[round(v / sum(row), 4) if sum(row) else 0.0 for v in row] for row in matrix]
+
+
+def confusion_pair_png(matrix: Sequence[Sequence[int]], classes: Sequence[str]) -> bytes:
+    """Counts and row-normalised shares side by side (rows: true class, columns: predicted)."""
+    import numpy as np
+
+    fig, axes = _figure(9.2, 4.0)
+    fig.clf()
+    for index, (data, title, fmt) in enumerate(((np.asarray(matrix), "counts", "{:d}"),
+                                                (np.asarray(normalised(matrix)), "normalised by true class",
+                                                 "{:.2f}"))):
+        ax = fig.add_subplot(1, 2, index + 1)
+        ax.imshow(data, cmap="Blues", vmin=0)
+        ax.set_xticks(range(len(classes)), classes, rotation=30)
+        ax.set_yticks(range(len(classes)), classes)
+        ax.set_xlabel("predicted")
+        ax.set_ylabel("true")
+        ax.set_title(title)
+        for i in range(data.shape[0]):
+            for j in range(data.shape[1]):
+                ax.text(j, i, fmt.format(data[i, j].item()), ha="center", va="center",
+                        color="white" if data[i, j] > data.max() / 2 else "black")
+    return _png(fig)
+
+
+def lr_curve_png(lrs: Sequence[float], steps_per_epoch: int, best_step: int | None,
+                 val_f1: Sequence[float] = ()) -> bytes:
+    """The learning rate at every step, the epochs' validation macro-F1, and the best checkpoint marked."""
+    fig, ax = _figure(7.0, 3.4)
+    ax.plot(range(len(lrs)), lrs, label="learning rate (head)", color="tab:blue")
+    ax.set_xlabel("step")
+    ax.set_ylabel("learning rate")
+    ax.grid(alpha=0.3)
+    if best_step is not None:
+        ax.axvline(best_step, color="tab:red", linestyle="--", label=f"best checkpoint (step {best_step})")
+    if val_f1:
+        right = ax.twinx()
+        right.plot([steps_per_epoch * (i + 1) for i in range(len(val_f1))], val_f1, marker="o",
+                   color="tab:green", label="validation macro-F1")
+        right.set_ylabel("validation macro-F1")
+        right.legend(loc="lower right")
+    ax.legend(loc="upper right")
+    return _png(fig)
+
+
+def misclassified(texts: Sequence[str], labels: Sequence[int], probabilities: Sequence[Sequence[float]],
+                  classes: Sequence[str], count: int = 12) -> list[list[Any]]:
+    """The ``count`` most confidently wrong test tweets: text, true class, predicted, probabilities."""
+    wrong = []
+    for text, label, probs in zip(texts, labels, probabilities):
+        predicted = max(range(len(probs)), key=lambda i: probs[i])
+        if predicted != int(label):
+            wrong.append((probs[predicted], text, int(label), predicted, probs))
+    wrong.sort(key=lambda row: -row[0])
+    return [[text, classes[label], classes[predicted], " ".join(f"{c} {p:.2f}" for c, p in zip(classes, probs))]
+            for _, text, label, predicted, probs in wrong[:count]]
+
+
+def split_rows(splits: Mapping[str, Mapping[str, Any]]) -> list[list[Any]]:
+    """One row per split and class (precision, recall, F1, support), then the split's macro row."""
+    rows = []
+    for split, metrics in splits.items():
+        for name in metrics["classes"]:
+            cell = metrics["per_class"][name]
+            rows.append([split, name, cell["precision"], cell["recall"], cell["f1"], cell["support"]])
+        rows.append([split, "all (accuracy / macro-F1)", metrics["accuracy"], "", metrics["macro_f1"],
+                     sum(metrics["per_class"][c]["support"] for c in metrics["classes"])])
+    return rows
+
+
+def manifest_rows(manifest: Mapping[str, Any], prefix: str = "") -> list[list[str]]:
+    """A run manifest as ``[dotted key, value]`` rows; long lists and file tables summarised."""
+    rows: list[list[str]] = []
+    for key, value in manifest.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and key == "files":
+            rows.append([name, f"{len(value)} file(s): " + ", ".join(sorted(value))[:MAX_CELL]])
+        elif isinstance(value, Mapping) and value:
+            rows.extend(manifest_rows(value, name + "."))
+        elif isinstance(value, (list, tuple)):
+            text = ", ".join(str(v) for v in value)
+            rows.append([name, text if len(text) <= MAX_CELL else text[:MAX_CELL] + f"... ({len(value)} items)"])
+        else:
+            text = str(value)
+            rows.append([name, text if len(text) <= MAX_CELL else text[:MAX_CELL] + "..."])
+    return rows

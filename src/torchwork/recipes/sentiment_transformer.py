@@ -1,0 +1,423 @@
+"""The sentiment recipe's transformer: all-MiniLM-L6-v2 fine-tuned on the tweets, exported, INT8, served.
+
+What :func:`train_transformer` does, in order:
+
+1. tokenizes with the MiniLM WordPiece tokenizer (``tokenizers``; the same object is bundled in the
+   artifact), and batches by length (:mod:`torchwork.recipes.buckets`);
+2. chooses how to train by measurement (:func:`choose_strategy`): a few real training steps of the whole
+   model against the frozen-bottom option (the bottom's forward once, then steps of the top on cached
+   features); whole fine-tuning is used unless its estimated time is over twice the cached option's and
+   over five minutes, which is what happens on a CPU (``device="auto"`` on a GPU fine-tunes it whole);
+3. trains with the Trainer: class-weighted loss, gradient clipping, linear warm-up then linear decay,
+   layer-wise learning rates (:func:`torchwork.finetune.param_groups`), early stopping on validation
+   macro-F1, best checkpoint kept;
+4. evaluates the whole model on every split, exports it to ONNX with the tokenizer, quantizes MatMul to
+   INT8 and verifies every variant on the whole test split, then measures eager against INT8 at batch 32
+   and 1 (:func:`speed_ratios`).
+
+Example (trains a model, so not run here):
+    from torchwork.recipes.sentiment import SentimentConfig, run
+    run(SentimentConfig(model="transformer"))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from torchwork.errors import ConfigError
+
+STRATEGIES = ("auto", "cached", "full")
+FULL_BUDGET_S = 300.0  # whole fine-tuning is always affordable under this estimate
+FULL_OVER_CACHED = 2.0  # ... and otherwise while it costs at most this many times the cached option
+
+
+def say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+class TokenTexts:
+    """A map-style dataset of ``(token ids without padding, label)`` from texts and a SubwordTokenizer."""
+
+    def __init__(self, texts: Sequence[str], labels: Sequence[int], tokenizer: Any) -> None:
+        encodings = tokenizer.tokenizer.encode_batch(list(texts))
+        self.ids = [e.ids[:sum(e.attention_mask)] for e in encodings]
+        self.labels = [int(label) for label in labels]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, index: int) -> tuple[list[int], int]:
+        return self.ids[index], self.labels[index]
+
+    @property
+    def lengths(self) -> list[int]:
+        return [len(ids) for ids in self.ids]
+
+
+def _bottom_module(model: Any, layers: int) -> Any:
+    from torch import nn
+
+    class Bottom(nn.Module):  # the frozen prefix: embeddings and the first ``layers`` layers, and only those
+        def __init__(self) -> None:
+            super().__init__()
+            self.embeddings = model.encoder.embeddings
+            self.layers = nn.ModuleList(model.encoder.encoder.layer[:layers])
+            self.run_bottom = model.bottom  # a bound method: the top's weights are not registered here
+
+        def forward(self, input_ids: Any, attention_mask: Any) -> Any:
+            return self.run_bottom(input_ids, attention_mask, layers=layers)
+
+    return Bottom()
+
+
+def _time_steps(model: Any, inputs: tuple[Any, ...], target: Any, loss_fn: Any, steps: int) -> float:
+    """Median seconds of a training step (forward, backward, AdamW step) on ``inputs``."""
+    import torch
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=1e-9)  # a negligible step: the weights barely move
+    times = []
+    for index in range(steps + 1):
+        start = time.perf_counter()
+        loss = loss_fn(model(*inputs), target)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if index:  # the first step warms up
+            times.append(time.perf_counter() - start)
+    optimizer.zero_grad(set_to_none=True)
+    return sorted(times)[len(times) // 2]
+
+
+def choose_strategy(requested: str, model: Any, batch: tuple[tuple[Any, Any], Any], *, train_layers: int,
+                    steps_per_epoch: int, epochs: int, cache_batches: int, loss_fn: Any, device: Any,
+                    steps: int = 3) -> tuple[str, dict[str, Any]]:
+    """``("full" | "cached", timing)``: whole fine-tuning, or the top ``train_layers`` on cached features.
+
+    Both options are timed on ``batch`` (a real, typical-length batch) on ``device``, and their training time
+    estimated: full = step x steps_per_epoch x epochs; cached = bottom forward x cache_batches + top step
+    x steps_per_epoch x epochs.
+    """
+    import torch
+
+    from torchwork.finetune import freeze, unfreeze
+    from torchwork.finetune.minilm import MiniLMTop
+
+    if requested not in STRATEGIES:
+        raise ConfigError(f"transformer_strategy={requested!r}: choose from {', '.join(STRATEGIES)}.")
+    if requested != "auto":
+        return requested, {"reason": "as configured"}
+    (ids, mask), target = batch
+    ids, mask, target = ids.to(device), mask.to(device), target.to(device)
+    split = model.num_layers - train_layers
+    model.to(device).train()
+    unfreeze(model)
+    full_step = _time_steps(model, (ids, mask), target, loss_fn, steps)
+    freeze(model, "encoder.embeddings", *[f"encoder.encoder.layer.{i}" for i in range(split)])
+    bottom = _bottom_module(model, split)
+    with torch.inference_mode():
+        start = time.perf_counter()
+        for _ in range(steps):
+            hidden, _ = bottom(ids, mask)
+        bottom_s = (time.perf_counter() - start) / steps
+    top_step = _time_steps(MiniLMTop(model, split), (hidden.clone(), mask), target, loss_fn, steps)
+    unfreeze(model)
+    full_total = full_step * steps_per_epoch * epochs
+    cached_total = bottom_s * cache_batches + top_step * steps_per_epoch * epochs
+    chosen = "full" if full_total <= max(FULL_OVER_CACHED * cached_total, FULL_BUDGET_S) else "cached"
+    timing = {"device": str(device), "step_s_full": round(full_step, 4), "step_s_top": round(top_step, 4),
+              "bottom_forward_s": round(bottom_s, 4), "estimate_s_full": round(full_total, 1),
+              "estimate_s_cached": round(cached_total, 1), "train_layers": train_layers,
+              "rule": f"full unless its estimate is over {FULL_OVER_CACHED:g}x the cached one and over "
+                      f"{FULL_BUDGET_S:g} s"}
+    return chosen, timing
+
+
+def warmup_decay(total_steps: int, warmup: float) -> Any:
+    """The lr multiplier of step ``s``: linear warm-up over ``warmup`` of the steps, then linear decay to 0.
+
+    >>> f = warmup_decay(10, 0.2)
+    >>> [round(f(s), 2) for s in (0, 1, 2, 6, 10)]
+    [0.5, 1.0, 1.0, 0.5, 0.0]
+    """
+    warm = max(1, round(total_steps * warmup))
+
+    def factor(step: int) -> float:
+        if step < warm:
+            return (step + 1) / warm
+        return max(0.0, (total_steps - step) / max(1, total_steps - warm))
+
+    return factor
+
+
+@dataclasses.dataclass
+class TransformerResult:
+    model: Any
+    strategy: str
+    timing: dict[str, Any]
+    precision: str
+    history: list[dict[str, Any]]
+    lr_steps: list[float]  # the head's lr at every step run
+    best: dict[str, Any]
+    training_seconds: float
+    cache_seconds: float
+    run_path: Path
+    splits: dict[str, dict[str, Any]]  # split -> classification metrics
+    test_probabilities: Any
+
+
+def _loader(data: Any, lengths: Sequence[int], batch_size: int, shuffle: bool, seed: int, collate: Any) -> Any:
+    import torch
+
+    from torchwork.recipes.buckets import LengthBuckets
+
+    return torch.utils.data.DataLoader(data, batch_sampler=LengthBuckets(lengths, batch_size, shuffle=shuffle,
+                                                                         seed=seed), collate_fn=collate)
+
+
+def predict_probabilities(model: Any, data: TokenTexts, batch_size: int = 64, device: Any = "cpu") -> Any:
+    """Softmax probabilities of ``model`` over ``data`` in the data's order (batched by length)."""
+    import torch
+
+    from torchwork.recipes.buckets import LengthBuckets, pad_batch
+
+    model.eval()
+    out = torch.empty((len(data), model.classifier.out_features))
+    with torch.inference_mode():
+        for batch in LengthBuckets(data.lengths, batch_size, shuffle=False):
+            (ids, mask), _ = pad_batch([data[i] for i in batch])
+            out[batch] = model(ids.to(device), mask.to(device)).float().softmax(dim=-1).cpu()
+    return out
+
+
+def train_transformer(config: Any, train: Any, validation: Any, test: Any, classes: list[str],
+                      run_dir: Path) -> TransformerResult:
+    """Fine-tune MiniLM on the splits (see the module docstring); the run folder is under ``run_dir``."""
+    import torch
+    from torch import nn
+
+    from torchwork import EarlyStopping, Trainer
+    from torchwork.data import class_weights, classification_metrics
+    from torchwork.engine.devices import resolve_device
+    from torchwork.engine.metrics import macro_f1
+    from torchwork.finetune import cache_features, freeze, param_groups
+    from torchwork.finetune.minilm import MiniLMClassifier, MiniLMTop
+    from torchwork.recipes.buckets import pad_batch, trim_cached
+    from torchwork.recipes.sentiment import _subset
+
+    if config.transformer_train_rows and config.transformer_train_rows < len(train):
+        full_size = len(train)
+        train = _subset(train, config.transformer_train_rows, config.seed)
+        say(f"the transformer trains on a stratified {len(train):,} of the {full_size:,} training tweets "
+            "(transformer_train_rows)")
+    tokenizer = subword_tokenizer(config.transformer_max_length)
+    data = {name: TokenTexts(split.texts, split.labels, tokenizer)
+            for name, split in (("train", train), ("validation", validation), ("test", test))}
+    model = MiniLMClassifier(classes=len(classes))
+    say(f"MiniLM (all-MiniLM-L6-v2): {sum(p.numel() for p in model.parameters()):,} parameters, every "
+        "encoder weight loaded, the classification head new")
+    device = resolve_device(config.device)
+    loss_fn = nn.CrossEntropyLoss(weight=class_weights(train.labels).to(device))
+    size = config.transformer_batch_size
+    steps_per_epoch = -(-len(train) // size)
+    first = [b for _, b in zip(range(9), _loader(data["train"], data["train"].lengths, size, True, config.seed,
+                                                  pad_batch))]
+    probe = sorted(first, key=lambda b: b[0][0].shape[1])[len(first) // 2]  # a batch of median length
+    strategy, timing = choose_strategy(
+        config.transformer_strategy, model, probe, train_layers=config.transformer_train_layers,
+        steps_per_epoch=steps_per_epoch, epochs=config.transformer_epochs,
+        cache_batches=steps_per_epoch + -(-len(validation) // 64), loss_fn=loss_fn, device=device)
+    model.to("cpu")
+    if timing.get("reason"):
+        say(f"strategy: {strategy} (as configured)")
+    else:
+        say(f"strategy: {strategy}: measured on {timing['device']} at batch {size}: a whole-model step "
+            f"{timing['step_s_full']:.3f} s, a top-{config.transformer_train_layers} step on cached features "
+            f"{timing['step_s_top']:.3f} s plus the bottom's forward {timing['bottom_forward_s']:.3f} s per batch "
+            f"once; estimated training {timing['estimate_s_full']:.0f} s whole vs {timing['estimate_s_cached']:.0f} s "
+            f"cached ({timing['rule']})")
+
+    cache_seconds = 0.0
+    if strategy == "cached":
+        split_at = model.num_layers - config.transformer_train_layers
+        freeze(model, "encoder.embeddings", *[f"encoder.encoder.layer.{i}" for i in range(split_at)])
+        bottom = _bottom_module(model, split_at)
+        started = time.perf_counter()
+        cached = {}
+        for name in ("train", "validation"):
+            ordered = _loader(data[name], data[name].lengths, 64, False, config.seed, pad_batch)
+            cached[name] = cache_features(bottom, ordered, device=str(device), desc=f"caching {name} features")
+        cache_seconds = time.perf_counter() - started
+        say(f"cached layer-{split_at} features of {len(train) + len(validation):,} tweets in {cache_seconds:.0f} s")
+        trained: Any = MiniLMTop(model, split_at)
+        lengths = {n: c.features[1].sum(dim=1).tolist() for n, c in cached.items()}
+        train_loader = _loader(cached["train"], lengths["train"], size, True, config.seed, trim_cached)
+        val_loader = _loader(cached["validation"], lengths["validation"], 128, False, config.seed, trim_cached)
+        head = "model.classifier"
+    else:
+        trained = model
+        train_loader = _loader(data["train"], data["train"].lengths, size, True, config.seed, pad_batch)
+        val_loader = _loader(data["validation"], data["validation"].lengths, 128, False, config.seed, pad_batch)
+        head = "classifier"
+
+    from torchwork.recipes.sentiment import choose_precision
+
+    precision, precision_timing = choose_precision(config.precision if device.type == "cpu" else "32", trained,
+                                                   next(iter(train_loader)), loss_fn, steps=4)
+    say(f"precision: {precision}" + (f" (measured training step: fp32 {precision_timing['step_ms_32']} ms, bf16 "
+                                      f"{precision_timing['step_ms_bf16']} ms; bf16 autocast only when >= 10% "
+                                      "faster)" if precision_timing else " (as configured)"))
+    groups = param_groups(trained, lr=config.transformer_lr, layer_decay=config.layer_decay, head=head,
+                          weight_decay=0.01)
+    say(str(groups))
+    optimizer = torch.optim.AdamW(groups)
+    total_steps = config.transformer_epochs * len(train_loader)
+    factor = warmup_decay(total_steps, config.warmup)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    trainer = Trainer(trained, optimizer, loss_fn, scheduler, device=device, precision=precision,
+                      clip_grad_norm=config.clip_grad_norm, epoch_metrics={"macro_f1": macro_f1},
+                      early_stopping=EarlyStopping("val_macro_f1", mode="max", patience=config.transformer_patience),
+                      run_dir=run_dir, config={**dataclasses.asdict(config), "strategy": strategy,
+                                               "strategy_timing": timing,
+                                               "precision_chosen": precision, "precision_timing": precision_timing})
+    started = time.perf_counter()
+    history = trainer.fit(train_loader, val_loader, epochs=config.transformer_epochs)
+    training_seconds = time.perf_counter() - started + cache_seconds
+    run_path = trainer.run_path
+    best = torch.load(run_path / "checkpoints" / "best.pt", weights_only=True)
+    trained.load_state_dict(best["model"])
+    import json
+
+    best_info = json.loads((run_path / "checkpoints" / "best.json").read_text())
+    best_info["epoch"] = int(round(best_info["step"] / max(1, len(train_loader))))
+    say(f"best checkpoint: val macro-F1 {best_info['value']:.4f} after epoch {best_info['epoch']} "
+        f"(step {best_info['step']})")
+    model.to("cpu").eval()
+    lr_steps = [config.transformer_lr * factor(s) for s in range(trainer.global_step)]
+
+    splits = {}
+    test_probabilities = None
+    # The train split's rows come from a stratified sample the size of the test split: the whole-model
+    # forward over every training tweet would cost minutes on a CPU and say little more.
+    sample = _subset(train, len(test), config.seed)
+    key = f"train ({len(sample):,} sampled)" if len(sample) < len(train) else "train"
+    sampled = data.pop("train") if len(sample) == len(train) else TokenTexts(sample.texts, sample.labels, tokenizer)
+    data = {key: sampled, **data}
+    for name in list(data):
+        probabilities = predict_probabilities(model, data[name])
+        splits[name] = classification_metrics(data[name].labels, probabilities.argmax(dim=-1).numpy(), classes)
+        if name == "test":
+            test_probabilities = probabilities
+    return TransformerResult(model, strategy, timing, precision, history, lr_steps, best_info, training_seconds,
+                             cache_seconds, run_path, splits, test_probabilities)
+
+
+def subword_tokenizer(max_length: int) -> Any:
+    """MiniLM's WordPiece tokenizer as an artifact preprocessor."""
+    from torchwork.deploy.wordpiece import SubwordTokenizer
+    from torchwork.finetune.minilm import minilm_folder
+
+    return SubwordTokenizer.from_file(minilm_folder() / "tokenizer.json", max_length=max_length)
+
+
+def export_transformer(model: Any, config: Any, artifact: Path, train: Any, test: Any,
+                       classes: list[str]) -> dict[str, Any]:
+    """ONNX + INT8 (MatMul) with the tokenizer bundled, every variant verified on the whole test split."""
+    from torchwork.deploy import export
+
+    tokenizer = subword_tokenizer(config.transformer_max_length)
+    return export(model.eval(), tokenizer(list(train.texts[:8])), artifact, formats=("onnx",), preprocess=tokenizer,
+                  labels=classes, softmax=True, samples=list(test.texts), targets=list(test.labels),
+                  quantize="int8" if config.quantize else None, overwrite=True, strict=False,
+                  input_names=("input_ids", "attention_mask"), verify_rounds=5,
+                  quantize_per_channel=True)  # per-tensor scales: 92.7% agreement, per-channel 97.3% here
+
+
+def speed_ratios(artifact: Path, model: Any, texts: Sequence[str], rounds: int = 5,
+                 batch_sizes: Sequence[int] = (1, 32)) -> dict[str, Any]:
+    """Eager vs the INT8 variant, interleaved: median items per second at each batch size (real texts)."""
+    import torch
+
+    from torchwork.deploy import load_artifact
+
+    int8 = load_artifact(artifact, "onnx-int8")
+    tokenizer = int8.preprocess
+    model.eval()
+
+    def eager(inputs: tuple[Any, ...]) -> Any:
+        with torch.inference_mode():
+            return model(*inputs)
+
+    result: dict[str, Any] = {}
+    for size in batch_sizes:
+        batches = [tokenizer(list(texts[i:i + size])) for i in range(0, min(len(texts), size * rounds), size)]
+        times: dict[str, list[float]] = {"eager": [], "onnx-int8": []}
+        for runner in (eager, int8.run):  # warm-up
+            runner(batches[0])
+        for inputs in batches:
+            for name, runner in (("eager", eager), ("onnx-int8", int8.run)):
+                start = time.perf_counter()
+                runner(inputs)
+                times[name].append(time.perf_counter() - start)
+        median = {n: sorted(t)[len(t) // 2] for n, t in times.items()}
+        result[f"batch_{size}"] = {"eager_per_s": round(size / median["eager"], 1),
+                                   "int8_per_s": round(size / median["onnx-int8"], 1),
+                                   "int8_speedup": round(median["eager"] / median["onnx-int8"], 2)}
+    return result
+
+
+def validate_settings(config: Any) -> None:
+    """The upper bounds of a SentimentConfig's transformer settings (``check_settings`` has the lower ones)."""
+    problems = [text for bad, text in (
+        (config.transformer_train_layers > 6, f"transformer_train_layers={config.transformer_train_layers}: "
+                                              "MiniLM has 6 layers; train 1 to 6 of them"),
+        (config.layer_decay > 1, f"layer_decay={config.layer_decay}: use a number in (0, 1]"),
+        (config.warmup >= 1, f"warmup={config.warmup}: the warm-up is a fraction of the steps, in [0, 1)"),
+        (config.transformer_max_length > 512, f"transformer_max_length={config.transformer_max_length}: "
+                                              "MiniLM has 512 positions"),
+        (not isinstance(config.device, str) or not config.device, f"device={config.device!r}: use auto, cpu, "
+                                                                  "cuda or cuda:N")) if bad]
+    if problems:
+        raise ConfigError("; ".join(problems) + ".")
+
+
+def transformer_sections(config: Any, train: Any, validation: Any, test: Any, classes: list[str], run_path: Path,
+                         models: dict[str, Any]) -> dict[str, Any]:
+    """The quickstart's transformer steps (printed as sections 5 and 6); returns what the summary and the
+    report need about the served model, and adds it to ``models``."""
+    from torchwork.data import format_metrics
+    from torchwork.deploy import format_report
+
+    say("\n== 5. Transformer: all-MiniLM-L6-v2 fine-tuned on the tweets")
+    result = train_transformer(config, train, validation, test, classes, run_path / "transformer")
+    metrics = result.splits["test"]
+    say(format_metrics(metrics))
+    ngram = models["ngram"]["macro_f1"]
+    say(f"transformer test macro-F1 {metrics['macro_f1']:.4f} vs n-gram {ngram:.4f} "
+        f"({100 * (metrics['macro_f1'] - ngram):+.1f} points) vs baseline {models['baseline']['macro_f1']:.4f}")
+    models["transformer"] = {"accuracy": metrics["accuracy"], "macro_f1": metrics["macro_f1"],
+                             "training_seconds": round(result.training_seconds, 1)}
+
+    say("\n== 6. Export to ONNX with the tokenizer, INT8 MatMul, verification on the whole test split")
+    artifact = run_path / "artifact"
+    report = export_transformer(result.model, config, artifact, train, test, classes)
+    if report.get("verify"):
+        say(format_report(report["verify"]))
+    for name, reason in report["refused"].items():
+        say(f"refused {name}: {reason}")
+    say(f"variant to deploy: {report['deploy']}")
+    speed = {}
+    if "onnx-int8" in report["variants"]:
+        speed = speed_ratios(artifact, result.model, list(test.texts))
+        say("INT8 against eager (median items/s, interleaved, real test tweets): " + "; ".join(
+            f"{k.replace('_', ' ')}: eager {v['eager_per_s']}/s, INT8 {v['int8_per_s']}/s "
+            f"({v['int8_speedup']}x)" for k, v in speed.items()))
+    return {"name": "transformer", "artifact": artifact, "verify_report": report, "metrics": metrics,
+            "history": result.history, "precision": result.precision, "training_seconds": result.training_seconds,
+            "speed": speed, "splits": result.splits, "lr_steps": result.lr_steps, "best": result.best,
+            "strategy": result.strategy, "strategy_timing": result.timing,
+            "test_probabilities": result.test_probabilities.tolist(), "device": result.timing.get("device", "")}

@@ -1,0 +1,160 @@
+"""The quickstart's transformer: length buckets, the tokenizer artifact preprocessor, settings, the report parts,
+and (slow) a shortened ``quickstart --model transformer`` on the real MiniLM weights end to end: every file,
+the artifact served by a real server process that never imports transformers, the report in Chromium."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from torchwork.errors import ConfigError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "inspect"))
+from chromium_page import CHROMIUM, render_in_chromium  # noqa: E402
+
+
+def test_length_buckets_cover_every_index_once_with_similar_lengths_and_reshuffle():
+    from torchwork.recipes.buckets import LengthBuckets
+
+    lengths = [(i * 37) % 50 + 3 for i in range(200)]
+    buckets = LengthBuckets(lengths, batch_size=16, shuffle=True, seed=1)
+    first, second = list(buckets), list(buckets)
+    for epoch in (first, second):
+        assert sorted(i for batch in epoch for i in batch) == list(range(200)) and len(epoch) == len(buckets) == 13
+        spread = max(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in epoch)
+        assert spread <= 5  # random batches of 16 from 3..52 would spread ~40
+    assert first != second  # another order (and other neighbours) every epoch
+    assert list(LengthBuckets(lengths, 16, shuffle=True, seed=1)) == first  # seeded
+    with pytest.raises(ConfigError, match="no lengths"):
+        LengthBuckets([], 4)
+
+
+def test_pad_and_trim_drop_unused_padding():
+    from torchwork.recipes.buckets import pad_batch, trim_cached
+
+    (ids, mask), labels = pad_batch([([101, 5, 6, 102], 1), ([101, 102], 0)])
+    assert ids.shape == (2, 4) and mask.sum(dim=1).tolist() == [4, 2] and labels.tolist() == [1, 0]
+    hidden = torch.randn(10, 8)
+    short = torch.tensor([1, 1, 1, 0, 0, 0, 0, 0, 0, 0])
+    (h, m), t = trim_cached([((hidden, short), torch.tensor(2)), ((hidden, short[[1, 0, 2, 3, 4, 5, 6, 7, 8, 9]]),
+                                                                   torch.tensor(0))])
+    assert h.shape == (2, 3, 8) and m.shape == (2, 3) and t.tolist() == [2, 0]
+    assert torch.equal(h[0], hidden[:3])
+
+
+def test_subword_tokenizer_round_trips_and_refuses_bad_input(tmp_path):
+    from torchwork.deploy.wordpiece import SubwordTokenizer
+    from torchwork.finetune.minilm import minilm_folder, minilm_tokenizer
+
+    texts = ["@united the flight was late AGAIN", "great crew!", "x " * 100]
+    tokenizer = SubwordTokenizer.from_file(minilm_folder() / "tokenizer.json", max_length=32)
+    ids, mask = tokenizer(texts)
+    assert ids.shape == (3, 32) and mask[1].sum() < 8  # truncated at 32, padded to the longest only
+    reference = minilm_tokenizer(max_length=32)(texts)  # the fine-tuning package's tokenizer agrees
+    assert torch.equal(ids, reference["input_ids"]) and torch.equal(mask, reference["attention_mask"])
+    tokenizer.save(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["subword.json", "tokenizer.json"]
+    again = SubwordTokenizer.load(tmp_path)
+    assert again.max_length == 32 and all(torch.equal(a, b) for a, b in zip(again(texts), (ids, mask)))
+    with pytest.raises(ConfigError, match="takes texts"):
+        tokenizer(["fine", 3])
+    with pytest.raises(ConfigError, match="max_length"):
+        SubwordTokenizer(tokenizer.tokenizer_json, max_length=1)
+    with pytest.raises(ConfigError, match="does not hold a SubwordTokenizer"):
+        SubwordTokenizer.load(tmp_path / "missing")
+
+
+@pytest.mark.parametrize("setting, message", [
+    ({"model": "bert"}, "model='bert': use ngram, transformer"),
+    ({"transformer_train_layers": "7"}, "MiniLM has 6 layers"),
+    ({"transformer_strategy": "fast"}, "transformer_strategy='fast'"),
+    ({"warmup": "1"}, "warm-up is a fraction"),
+    ({"transformer_lr": "0"}, "transformer_lr=0.0: must be > 0"),
+])
+def test_transformer_settings_are_checked_before_any_work(setting, message):
+    from torchwork.recipes.config import apply_overrides
+    from torchwork.recipes.sentiment import SentimentConfig
+
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        apply_overrides(SentimentConfig(), setting)
+
+
+def test_report_parts_misclassified_and_split_rows():
+    from torchwork.recipes.sentiment_report_parts import misclassified, split_rows
+
+    rows = misclassified(["a", "b", "c"], [0, 1, 2], [[0.9, 0.1, 0.0], [0.7, 0.2, 0.1], [0.1, 0.3, 0.6]],
+                         ["neg", "neu", "pos"])
+    assert rows == [["b", "neu", "neg", "neg 0.70 neu 0.20 pos 0.10"]]
+    metrics = {"classes": ["a"], "accuracy": 0.5, "macro_f1": 0.4,
+               "per_class": {"a": {"precision": 0.5, "recall": 0.5, "f1": 0.4, "support": 4}}}
+    assert split_rows({"test": metrics}) == [["test", "a", 0.5, 0.5, 0.4, 4],
+                                             ["test", "all (accuracy / macro-F1)", 0.5, "", 0.4, 4]]
+
+
+@pytest.fixture(scope="module")
+def transformer_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    runs = tmp_path_factory.mktemp("transformer") / "runs"
+    settings = [f"run_dir={runs}", "subset=200", "epochs=1", "threads=2", "precision=32", "transformer_epochs=1",
+                "transformer_strategy=cached", "transformer_train_layers=1", "transformer_max_length=40"]
+    done = subprocess.run([sys.executable, "-m", "torchwork.cli", "quickstart", "--model", "transformer",
+                           *[a for s in settings for a in ("--set", s)]],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (run,) = list(runs.iterdir())
+    return done, run
+
+
+@pytest.mark.slow
+def test_transformer_quickstart_produces_every_file(transformer_run):
+    done, run = transformer_run
+    (transformer_run_dir,) = list((run / "transformer").iterdir())
+    for name in ("manifest.json", "report.html", "summary.json", "artifact/manifest.json",
+                 "artifact/preprocess/tokenizer.json", "artifact/model.onnx"):
+        assert (run / name).is_file(), name
+    assert (transformer_run_dir / "checkpoints" / "best.pt").is_file()
+    summary = json.loads((run / "summary.json").read_text())
+    assert set(summary) >= {"test", "baseline", "artifact", "report", "models"} and summary["model"] == "transformer"
+    assert set(summary["models"]) == {"baseline", "ngram", "transformer"}
+    for scores in summary["models"].values():
+        assert set(scores) == {"accuracy", "macro_f1", "training_seconds"} and 0 < scores["macro_f1"] <= 1
+    assert summary["test"]["macro_f1"] == summary["models"]["transformer"]["macro_f1"]
+    manifest = json.loads((run / "artifact" / "manifest.json").read_text())
+    assert manifest["preprocess"]["class"] == "torchwork.deploy.wordpiece:SubwordTokenizer"
+    assert [i["name"] for i in manifest["inputs"]] == ["input_ids", "attention_mask"]
+    assert "onnx-int8" in manifest["variants"] or "onnx-int8" in manifest["refused"]
+    assert "strategy: cached (as configured)" in done.stdout and "cached layer-5 features" in done.stdout
+    html = (run / "report.html").read_text()
+    for section in ("The models side by side", "rows per split and class", "misclassified test tweets",
+                    "normalised", "Served model: transformer"):
+        assert section in html, section
+    assert html.count("data:image/png;base64,") >= 5  # loss, F1, lr with the best epoch, bars, confusion pair
+
+
+@pytest.mark.slow
+def test_served_transformer_answers_without_importing_transformers(transformer_run, monkeypatch):
+    from torchwork.recipes.serve_demo import local_server
+
+    _, run = transformer_run
+    monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")  # the server logs every module it imports to stderr
+    with local_server(run / "artifact", threads=1) as server:
+        answers = server.predict(["@united thank you, the crew was wonderful!", "my bag is lost AGAIN"])
+        imports = server.output()
+    assert [set(a) >= {"label", "probabilities"} for a in answers] == [True, True]
+    assert all(a["label"] in ("negative", "neutral", "positive") for a in answers)
+    assert abs(sum(answers[0]["probabilities"].values()) - 1) < 1e-4
+    modules = {line.rsplit("|", 1)[-1].strip() for line in imports.splitlines() if line.startswith("import time:")}
+    assert "tokenizers" in modules and "onnxruntime" in modules  # the log is real
+    assert not {m for m in modules if m == "transformers" or m.startswith("transformers.")}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make installs it as root)")
+def test_transformer_report_renders_in_headless_chromium(transformer_run, tmp_path):
+    _, run = transformer_run
+    screenshot, errors = render_in_chromium(run / "report.html", tmp_path, height=2400)
+    assert screenshot.stat().st_size > 20_000 and not errors, errors
