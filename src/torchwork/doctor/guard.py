@@ -175,7 +175,11 @@ class Guard:
         tensors = [t for t in losses if isinstance(t, Tensor)]
         values: list[float]
         if len(tensors) == len(losses):
-            stacked = torch.stack([t.reshape(-1)[:1].float() for t in tensors]).reshape(-1)
+            if {t.ndim for t in tensors} == {0}:  # the engine's case: no per-loss reshaping to pay for
+                stacked = torch.stack(tensors)
+            else:
+                stacked = torch.stack([t.reshape(-1)[:1] for t in tensors])
+            stacked = stacked.float().reshape(-1)
             if bool(torch.isfinite(stacked).all()):
                 return
             values = stacked.tolist()

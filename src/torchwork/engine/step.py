@@ -89,11 +89,17 @@ def optimizer_step(setup: StepSetup, window: Sequence[Any]) -> StepResult:
     counts = [setup.samples_in(batch) for batch in window] if accumulating else None
     scale = setup.sync.sample_scale(sum(counts)) if counts else 1.0
     window_loss = None
+    # fp32 on one process has no context to enter; entering no-op ones would cost 4 Python calls a step
+    plain = precision.dtype is None and type(setup.sync) is LocalSync
     for index, batch in enumerate(window):
-        with setup.sync.micro_batch(final=index == len(window) - 1):  # DDP all-reduces on the last one
-            with precision.autocast():
-                loss, samples = setup.loss_of(batch)
+        if plain:
+            loss, samples = setup.loss_of(batch)
             precision.backward(loss if counts is None else loss * (counts[index] * scale))
+        else:
+            with setup.sync.micro_batch(final=index == len(window) - 1):  # DDP all-reduces on the last one
+                with precision.autocast():
+                    loss, samples = setup.loss_of(batch)
+                precision.backward(loss if counts is None else loss * (counts[index] * scale))
         loss = loss.detach()
         if counts is None:
             window_loss = loss
@@ -105,13 +111,14 @@ def optimizer_step(setup: StepSetup, window: Sequence[Any]) -> StepResult:
         window_loss = window_loss / samples  # the local sample mean, for logging
 
     precision.unscale(optimizer)  # clip and log the true gradients, not the scaled ones
-    # Read from the optimizer at each step: groups added during training (gradual unfreezing) count too.
-    params = [p for group in optimizer.param_groups for p in group["params"]]
     grad_norm = None
-    if setup.clip_grad_norm is not None:  # returns the norm before clipping: the one worth logging
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, setup.clip_grad_norm)
-    if setup.clip_grad_value is not None:
-        torch.nn.utils.clip_grad_value_(params, setup.clip_grad_value)
+    if setup.clip_grad_norm is not None or setup.clip_grad_value is not None:
+        # Read from the optimizer at each step: groups added during training (gradual unfreezing) count too.
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        if setup.clip_grad_norm is not None:  # returns the norm before clipping: the one worth logging
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, setup.clip_grad_norm)
+        if setup.clip_grad_value is not None:
+            torch.nn.utils.clip_grad_value_(params, setup.clip_grad_value)
     stepped = precision.step(optimizer)  # fp16: skipped when the gradients hold inf/NaN
     if stepped and setup.scheduler is not None:
         setup.scheduler.step()  # counts optimizer steps, never micro-batches

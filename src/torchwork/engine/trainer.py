@@ -252,18 +252,23 @@ class Trainer:
             samples = batch_size_of(batch) or 1
         else:
             inputs, targets = batch
+            device = self.device
+            # A tensor already there is not moved: each .to() call costs a GIL release and re-acquire
             if isinstance(inputs, Tensor):
-                inputs = inputs.to(self.device, non_blocking=self._non_blocking)
+                if inputs.device != device:
+                    inputs = inputs.to(device, non_blocking=self._non_blocking)
             else:
-                inputs = move_to_device(inputs, self.device)
+                inputs = move_to_device(inputs, device)
             if isinstance(targets, Tensor):
-                targets = targets.to(self.device, non_blocking=self._non_blocking)
+                if targets.device != device:
+                    targets = targets.to(device, non_blocking=self._non_blocking)
                 samples = targets.shape[0] if targets.ndim else 1
             else:
                 targets = move_to_device(targets, self.device)
                 samples = batch_size_of(targets) or batch_size_of(inputs) or 1
             assert self.loss_fn is not None  # __init__ requires it when there is no step_fn
-            loss = self.loss_fn(call_model(self._train_model, inputs), targets)
+            model = self._train_model
+            loss = self.loss_fn(model(inputs) if type(inputs) is Tensor else call_model(model, inputs), targets)
         if type(loss) is not Tensor or loss.ndim != 0:
             loss = self._combine_loss(loss)
         if not loss.requires_grad:
@@ -478,23 +483,23 @@ class Trainer:
         bar = ProgressBar(windows_total, enabled=self.progress if self.world.is_rank_zero else False,
                           epoch=self.epoch, epochs=self._epochs_total, every_s=self.progress_every_s)
         show_bar = bar.enabled
-        state = self.state
+        state, loggers, loss_sum = self.state, self.loggers, totals["loss_sum"]
         for window in _windows(batches, self.accumulate):
             result = self._run_window(window)
             loss, samples = result.loss, result.samples
             state.batch_in_epoch += len(window)
-            totals["loss_sum"] += loss * samples
+            loss_sum.add_(loss, alpha=samples)  # one op, not a product and a sum
             totals["samples"] += samples
             totals["steps"] += 1
             if self._loss_terms is not None:
                 terms = totals["terms"]
                 for name, value in self._loss_terms.items():
                     terms[name] = terms.get(name, 0) + value * samples
-            if self._last_grad_norm is not None:
-                totals["norm_sum"] += self._last_grad_norm
+            if result.grad_norm is not None:
+                totals["norm_sum"] += result.grad_norm
             if show_bar:
                 bar.update(samples, loss)  # read (a device sync) only when a line is drawn
-            if self.loggers and state.global_step % self.log_every_n_steps == 0:
+            if loggers and state.global_step % self.log_every_n_steps == 0:
                 logs = self._step_logs(loss)
                 for logger in self.loggers:
                     logger.log(logs, self.global_step)
@@ -806,9 +811,11 @@ def _new_totals(device: torch.device) -> dict[str, Any]:
 def _windows(loader: Iterable[Any], size: int) -> Iterable[Sequence[Any]]:
     """Group batches into accumulation windows of ``size``; the last window of an epoch may be shorter."""
     if size == 1:
-        for batch in loader:
-            yield (batch,)
-        return
+        return zip(loader)  # 1-tuples from C: no Python frame per step
+    return _grouped(loader, size)
+
+
+def _grouped(loader: Iterable[Any], size: int) -> Iterable[Sequence[Any]]:
     window: list[Any] = []
     for batch in loader:
         window.append(batch)
