@@ -59,15 +59,19 @@ logger = logging.getLogger("torchwork.serve")
 class Job:
     """One queued request: await it for its answer; ``cancel()`` it if nobody will wait any longer."""
 
-    __slots__ = ("items", "future", "cancelled", "answer")
+    __slots__ = ("items", "future", "cancelled", "answer", "rule")
 
-    def __init__(self, items: Sequence[Any], future: asyncio.Future[Answer]) -> None:
+    def __init__(self, items: Sequence[Any], future: asyncio.Future[Answer], rule: BatchingRule | None = None,
+                 ) -> None:
         self.items = items
         self.future = future
         self.cancelled = False
         self.answer: Answer | None = None
+        self.rule = rule
 
     def __await__(self) -> Generator[Any, None, Answer]:
+        if self.rule is not None:
+            self.rule.flush_if_alone()
         return self.future.__await__()
 
     def cancel(self) -> None:
@@ -107,7 +111,7 @@ class BatchingRule:
         self.gap = 0.0  # smoothed time between arrivals
         self.stopping = False
         self.pending: list[Job] = []  # submitted during this event-loop pass, not handed over yet
-        self._flush_scheduled = False
+        self._flush_handle: asyncio.Handle | None = None  # the pass's scheduled flush, until it runs
         self.model_lock = threading.Lock()  # the local model runs on one thread at a time
         self.loop: asyncio.AbstractEventLoop | None = None
         self._hand_over: Callable[[list[Job]], None] = self.run_now
@@ -136,20 +140,29 @@ class BatchingRule:
         queued = self.submitted - self.taken
         if queued and queued + len(items) > self.max_queue:
             raise QueueFullError(f"the queue holds {queued} items (--max-queue {self.max_queue}); retry later")
-        job = Job(items, self.loop.create_future())
+        job = Job(items, self.loop.create_future(), self)
         now = time.monotonic()
         self.gap = 0.8 * self.gap + 0.2 * min(now - self.last_arrival, 1.0)
         self.last_arrival = now
         self.submitted += len(items)
         self.pending.append(job)
-        if not self._flush_scheduled:  # after the handlers that are ready in this pass have submitted
-            self._flush_scheduled = True
-            self.loop.call_soon(self._flush)
+        if self._flush_handle is None:  # after the handlers that are ready in this pass have submitted
+            self._flush_handle = self.loop.call_soon(self.flush)
         return job
 
-    def _flush(self) -> None:
+    def flush_if_alone(self) -> None:
+        """As a handler starts to wait: if the scheduled flush is the only callback left in this loop pass
+        (asyncio's ready queue), no other handler can submit before it, so flush now. A lone request then
+        costs no loop passes to be flushed and to wake its handler (2 x 15-30 us at concurrency 1)."""
+        handle = self._flush_handle
+        ready = getattr(self.loop, "_ready", None)  # asyncio's; another loop keeps the scheduled flush
+        if handle is not None and ready is not None and len(ready) == 1 and ready[0] is handle:
+            handle.cancel()
+            self.flush()
+
+    def flush(self) -> None:
         """Run a lone cheap request inline if the model is idle, else hand everything over."""
-        self._flush_scheduled = False
+        self._flush_handle = None
         jobs, self.pending = self.pending, []
         if len(jobs) == 1 and not self.stopping and self.estimate(jobs[0].items) < self.inline_below_s \
                 and self._idle():
