@@ -61,6 +61,7 @@ from torchwork.deploy.manifest import (
 from torchwork.deploy.parity import DEFAULT_ATOL, DEFAULT_RTOL, check_variant, make_probes
 from torchwork.deploy.quantize import CONV_ADVICE, DEFAULT_OPS, quantize_onnx
 from torchwork.deploy.runtime import open_runner
+from torchwork.deploy.smoothing import check_alpha
 from torchwork.deploy.tensors import as_input_tuple, check_inputs, dtype_name, flatten_outputs, save_tensors
 from torchwork.deploy.trust import class_spec, file_table, resolve_class
 from torchwork.errors import ConfigError, ExportError
@@ -247,7 +248,8 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
            overwrite: bool = False, atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL,
            batch_sizes: Sequence[int] = (1, 3, 64), lengths: Sequence[int] | None = None,
            tolerance: float = 0.01, verify_rounds: int = 20, threads: int | None = None,
-           quantize_per_channel: bool = False) -> dict[str, Any]:
+           quantize_per_channel: bool = False, quantize_smoothing: float | None = None,
+           calibration: Any = None) -> dict[str, Any]:
     """Export ``model`` to the artifact directory ``out_dir`` and check every format against eager.
 
     Args:
@@ -263,7 +265,10 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
         samples, targets: real held-out raw inputs and labels. They are bundled for ``verify``, give the
             probes real rows, and make ``export`` run ``verify`` and mark the variant to deploy.
         quantize: ``"int8"`` adds ONNX Runtime dynamic INT8 of the ONNX variant (``quantize_ops``;
-            ``quantize_per_channel``: a weight scale per output channel).
+            ``quantize_per_channel``: a weight scale per output channel; ``quantize_smoothing``: SmoothQuant's
+            alpha, see :mod:`torchwork.deploy.smoothing`, with scales from ``calibration``).
+        calibration: real raw inputs (through ``preprocess``) whose activations set the smoothing scales:
+            training or validation rows, never the held-out ``samples`` that verify the result.
         torchscript_method: ``"trace"`` or ``"script"``.
         strict: raise when any format is refused (default); False writes the rest and reports ``ok: false``.
         overwrite: replace an existing artifact at ``out_dir`` (after the new one is complete).
@@ -281,6 +286,11 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
         raise ConfigError(f"quantize={quantize!r}: the supported value is 'int8' (ONNX Runtime dynamic).")
     if quantize and "onnx" not in chosen:
         raise ConfigError("quantize='int8' quantizes the ONNX variant: add 'onnx' to formats.")
+    if quantize_smoothing is not None:
+        check_alpha(quantize_smoothing)
+        if calibration is None or not len(calibration):
+            raise ConfigError("quantize_smoothing needs calibration= (real training or validation inputs) to "
+                              "measure the activations' ranges on.")
     if torchscript_method not in ("trace", "script"):
         raise ConfigError(f"torchscript_method={torchscript_method!r}: choose 'trace' or 'script'.")
     if any(int(b) < 1 for b in batch_sizes) or not batch_sizes:
@@ -295,7 +305,8 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
                       quantize_ops=tuple(quantize_ops), torchscript_method=torchscript_method, strict=strict,
                       atol=atol, rtol=rtol, batch_sizes=[int(b) for b in batch_sizes], lengths=lengths,
                       tolerance=tolerance, verify_rounds=verify_rounds, threads=threads,
-                      quantize_per_channel=quantize_per_channel)
+                      quantize_per_channel=quantize_per_channel, quantize_smoothing=quantize_smoothing,
+                      calibration=calibration)
 
     on_cpu = all(t.device.type == "cpu" for t in [*model.parameters(), *model.buffers()])
     module = model if on_cpu else copy.deepcopy(model).cpu()
@@ -339,6 +350,8 @@ class ExportPlan:
     verify_rounds: int = 20
     threads: int | None = None
     quantize_per_channel: bool = False
+    quantize_smoothing: float | None = None
+    calibration: Any = None
 
 
 def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], plan: ExportPlan) -> dict[str, Any]:
@@ -424,8 +437,9 @@ def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], plan:
                                 method=plan.torchscript_method if fmt == "torchscript" else None)
 
     if plan.quantize:
+        feeds = _calibration_feeds(plan, names, input_schema) if plan.quantize_smoothing is not None else []
         _quantize_variant(tmp, variants, refused, parity, probes, eager_outputs, plan.quantize_ops, plan.threads,
-                          plan.quantize_per_channel)
+                          plan.quantize_per_channel, plan.quantize_smoothing, feeds)
         if "Conv" in plan.quantize_ops:
             advice.append(CONV_ADVICE)
 
@@ -491,13 +505,14 @@ def _write_manifest(tmp: Path, manifest: Manifest) -> None:
 
 def _quantize_variant(tmp: Path, variants: dict[str, Variant], refused: dict[str, str], parity: dict[str, Any],
                       probes: Sequence[Any], eager_outputs: Sequence[Any], ops: tuple[str, ...],
-                      threads: int | None, per_channel: bool = False) -> None:
+                      threads: int | None, per_channel: bool = False, smoothing: float | None = None,
+                      calibration: Sequence[dict[str, Any]] = ()) -> None:
     if "onnx" not in variants:
         refused["onnx-int8"] = "INT8 quantization starts from the ONNX variant, which was refused."
         return
     target = tmp / VARIANT_FILES["onnx-int8"]
     try:
-        info = quantize_onnx(tmp / VARIANT_FILES["onnx"], target, ops, per_channel)
+        info = quantize_onnx(tmp / VARIANT_FILES["onnx"], target, ops, per_channel, smoothing, calibration)
         check = check_variant(open_runner(target, "onnx", threads), probes, eager_outputs, exact=False)
     except ExportError as error:
         refused["onnx-int8"] = str(error)
@@ -511,7 +526,25 @@ def _quantize_variant(tmp: Path, variants: dict[str, Variant], refused: dict[str
         return
     variants["onnx-int8"] = Variant(target.name, "onnx", [], quantization={
         k: info[k] for k in ("method", "weight_type", "per_channel", "op_types", "nodes_quantized",
-                             "gemm_rewritten_as_matmul")})
+                             "gemm_rewritten_as_matmul", "smoothing")})
+
+
+CALIBRATION_BATCH = 64
+
+
+def _calibration_feeds(plan: ExportPlan, names: Sequence[str], input_schema: Any) -> list[dict[str, Any]]:
+    """The calibration rows as ONNX feeds, in batches of :data:`CALIBRATION_BATCH` (each padded on its own)."""
+    raw = plan.calibration
+    feeds = []
+    for start in range(0, len(raw), CALIBRATION_BATCH):
+        chunk = raw[start:start + CALIBRATION_BATCH]
+        inputs = plan.preprocess(chunk) if plan.preprocess is not None else chunk
+        try:
+            tensors = check_inputs(as_input_tuple(inputs, "calibration"), input_schema, any_batch=True)
+        except ConfigError as error:
+            raise ConfigError(f"calibration inputs do not fit the example inputs: {error}") from error
+        feeds.append({name: tensor.numpy() for name, tensor in zip(names, tensors)})
+    return feeds
 
 
 def _remove(tmp: Path, variant: str) -> None:

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import collections
 import warnings
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from torchwork.deploy.formats import quiet
+from torchwork.deploy.smoothing import check_alpha, smooth_matmuls
 from torchwork.errors import ConfigError, ExportError
 
 DEFAULT_OPS = ("MatMul",)
@@ -74,11 +76,14 @@ def gemm_to_matmul(model: Any) -> int:
 
 
 def quantize_onnx(source: Path, target: Path, op_types: tuple[str, ...] = DEFAULT_OPS,
-                  per_channel: bool = False) -> dict[str, Any]:
+                  per_channel: bool = False, smoothing: float | None = None,
+                  calibration: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """Dynamic INT8 quantization of an ONNX file (weights INT8, activations quantized per call).
 
     ``per_channel``: one weight scale per output column instead of one per tensor. On the fine-tuned MiniLM
     it raised top-1 agreement with the float graph from 92.7% to 97.3% (600 test tweets).
+    ``smoothing``: SmoothQuant's alpha (:mod:`torchwork.deploy.smoothing`), with scales measured on
+    ``calibration`` (feeds: input name -> array); None: no smoothing.
     """
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -86,9 +91,15 @@ def quantize_onnx(source: Path, target: Path, op_types: tuple[str, ...] = DEFAUL
     unknown = set(op_types) - set(SUPPORTED_OPS)
     if not op_types or unknown:
         raise ConfigError(f"quantize_ops={op_types!r}: choose from {SUPPORTED_OPS} (default {DEFAULT_OPS}).")
+    if smoothing is not None:
+        check_alpha(smoothing)
+        if not calibration:
+            raise ConfigError("INT8 smoothing needs calibration inputs: pass calibration= (real inputs, not the "
+                              "held-out samples), or smoothing=None.")
     model = onnx.load(str(source))  # pulls the external weights in
     before = collections.Counter(node.op_type for node in model.graph.node)
     rewritten = gemm_to_matmul(model) if "MatMul" in op_types else 0
+    smoothed = smooth_matmuls(model, calibration, smoothing) if smoothing is not None else 0
     log: list[str] = []
     try:
         with quiet(log):  # it logs "consider pre-processing" to the root logger on every call
@@ -102,6 +113,8 @@ def quantize_onnx(source: Path, target: Path, op_types: tuple[str, ...] = DEFAUL
     quantized = _nodes_on_integer_weights(quantized_model)
     info = {"method": "onnxruntime.quantization.quantize_dynamic", "weight_type": "QInt8", "per_channel": per_channel,
             "op_types": list(op_types), "gemm_rewritten_as_matmul": rewritten, "nodes_quantized": quantized,
+            "smoothing": None if smoothing is None else {"alpha": smoothing, "matmuls": smoothed,
+                                                         "calibration_batches": len(calibration)},
             "ops_before": dict(sorted(before.items())), "ops_after": dict(sorted(after.items()))}
     if quantized == 0:
         target.unlink(missing_ok=True)

@@ -1,0 +1,99 @@
+"""INT8 smoothing (SmoothQuant) on an ONNX graph: exact in float, less INT8 error where activations have
+outlier channels, recorded in the manifest, and refused without calibration."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from torch import nn
+
+from torchwork.deploy import export, read_manifest
+from torchwork.deploy.quantize import gemm_to_matmul, quantize_onnx
+from torchwork.deploy.smoothing import smooth_matmuls
+from torchwork.errors import ConfigError
+
+FEATURES = 32
+
+
+class OutlierMLP(nn.Module):
+    """A LayerNorm'd MLP whose normalised activations carry a few huge channels, as a transformer's do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.norm = nn.LayerNorm(FEATURES)
+        with torch.no_grad():
+            self.norm.weight[:3] = 40.0  # three outlier channels, 40x the others
+        self.up, self.down = nn.Linear(FEATURES, 4 * FEATURES), nn.Linear(4 * FEATURES, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
+
+
+def _inputs(seed: int, rows: int = 256) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=(rows, 8, FEATURES)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    out = tmp_path_factory.mktemp("outlier") / "mlp"
+    export(OutlierMLP().eval(), torch.from_numpy(_inputs(0, 4)), out, formats=("onnx",), input_names=("x",))
+    return out / "model.onnx"
+
+
+def _run(model_or_path, x: np.ndarray) -> np.ndarray:
+    source = model_or_path.SerializeToString() if isinstance(model_or_path, onnx.ModelProto) else str(model_or_path)
+    return ort.InferenceSession(source, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+def test_smoothing_leaves_the_float_graph_computing_the_same(exported):
+    model = onnx.load(str(exported))
+    gemm_to_matmul(model)
+    smoothed = smooth_matmuls(model, [{"x": _inputs(1)}], alpha=0.8)
+    ops = [node.op_type for node in model.graph.node]
+    assert smoothed == 2 and ops.count("Mul") >= 2  # one division before each constant-weight MatMul
+    x = _inputs(2)
+    np.testing.assert_allclose(_run(model, x), _run(exported, x), rtol=1e-4, atol=1e-4)
+
+
+def test_smoothing_lowers_the_int8_error_on_outlier_channels(exported, tmp_path):
+    x = _inputs(3)
+    reference = _run(exported, x)
+    errors = {}
+    for alpha in (None, 0.8):
+        target = tmp_path / f"int8-{alpha}.onnx"
+        info = quantize_onnx(exported, target, per_channel=True, smoothing=alpha,
+                             calibration=[{"x": _inputs(4)}] if alpha else ())
+        errors[alpha] = float(np.abs(_run(target, x) - reference).mean())
+        assert (info["smoothing"] is None) == (alpha is None)
+    assert info["smoothing"] == {"alpha": 0.8, "matmuls": 2, "calibration_batches": 1}
+    assert errors[0.8] < 0.5 * errors[None], errors  # the outliers no longer set the one activation scale
+
+
+def test_export_records_the_smoothing_and_calibrates_on_its_own_rows(tmp_path):
+    out = tmp_path / "artifact"
+    samples, calibration = torch.from_numpy(_inputs(5, 64)), torch.from_numpy(_inputs(6, 96))
+    report = export(OutlierMLP().eval(), samples[:4], out, formats=("onnx",), input_names=("x",), quantize="int8",
+                    quantize_per_channel=True, quantize_smoothing=0.8, calibration=calibration, strict=False)
+    assert "onnx-int8" in report["variants"], report
+    smoothing = read_manifest(out).variants["onnx-int8"].quantization["smoothing"]
+    assert smoothing == {"alpha": 0.8, "matmuls": 2, "calibration_batches": 2}  # 96 rows in batches of 64
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1.5, math.nan, -0.2])
+def test_a_smoothing_alpha_out_of_range_is_refused_before_any_work(tmp_path, alpha):
+    with pytest.raises(ConfigError, match="alpha"):
+        export(OutlierMLP(), torch.from_numpy(_inputs(0, 4)), tmp_path / "a", formats=("onnx",), quantize="int8",
+               quantize_smoothing=alpha, calibration=torch.from_numpy(_inputs(1, 8)))
+    assert not (tmp_path / "a").exists()
+
+
+def test_smoothing_without_calibration_says_what_to_pass(tmp_path):
+    with pytest.raises(ConfigError, match="calibration="):
+        export(OutlierMLP(), torch.from_numpy(_inputs(0, 4)), tmp_path / "a", formats=("onnx",), quantize="int8",
+               quantize_smoothing=0.8)
