@@ -347,6 +347,40 @@ def test_a_lone_request_runs_on_the_event_loop_once_the_model_is_known_to_be_fas
     assert on_loop == [False, True, True, False] and sizes == [1, 1, 1, 2]
 
 
+def test_a_lone_inline_request_is_answered_without_another_loop_pass():
+    import selectors
+
+    class CountingSelector(selectors.DefaultSelector):  # each event-loop pass polls once
+        polls = 0
+
+        def select(self, timeout=None):
+            CountingSelector.polls += 1
+            return super().select(timeout)
+
+    batcher = Batcher(lambda items: items, lambda rows: (200, b"ok"), max_batch_size=8, inline_below_s=0.005)
+
+    async def main():
+        batcher.start(asyncio.get_running_loop())
+        await batcher.submit([0])  # timed on the worker: now the model is known to be fast
+        await asyncio.sleep(0.05)  # the worker's last wake-ups have arrived: each request is alone in its pass
+        polls = []
+        for i in range(3):
+            before = CountingSelector.polls
+            assert await batcher.submit([i]) == (200, b"ok")
+            polls.append(CountingSelector.polls - before)
+        both = asyncio.gather(batcher.submit([7]), batcher.submit([8]))  # one pass: still batched together
+        assert await both == [(200, b"ok"), (200, b"ok")]
+        batcher.stop()
+        return polls
+
+    loop = asyncio.SelectorEventLoop(CountingSelector())
+    try:
+        # before, each lone request took two passes: one to flush it, one to wake its handler
+        assert loop.run_until_complete(asyncio.wait_for(main(), 30)) == [0, 0, 0]
+    finally:
+        loop.close()
+
+
 def test_a_slow_model_always_runs_on_the_worker():
     on_loop, sizes = _threads_running(0.02)  # 20 ms per call: over inline_below_s, the loop must stay free
     assert on_loop == [False, False, False, False] and sizes == [1, 1, 1, 2]
