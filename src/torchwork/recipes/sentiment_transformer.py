@@ -180,18 +180,25 @@ def _loader(data: Any, lengths: Sequence[int], batch_size: int, shuffle: bool, s
                                                                          seed=seed), collate_fn=collate)
 
 
-def predict_probabilities(model: Any, data: TokenTexts, batch_size: int = 64, device: Any = "cpu") -> Any:
-    """Softmax probabilities of ``model`` over ``data`` in the data's order (batched by length)."""
+def predict_probabilities(model: Any, data: TokenTexts, batch_size: int = 64, device: Any = "cpu",
+                          desc: str = "predicting") -> Any:
+    """Softmax probabilities of ``model`` over ``data`` in the data's order (batched by length), with a
+    progress line: the whole model over thousands of tweets takes minutes on a CPU."""
     import torch
 
+    from torchwork.engine.progress import ProgressBar
     from torchwork.recipes.buckets import LengthBuckets, pad_batch
 
     model.eval()
     out = torch.empty((len(data), model.classifier.out_features))
+    batches = LengthBuckets(data.lengths, batch_size, shuffle=False)
+    bar = ProgressBar(len(batches), desc=desc)
     with torch.inference_mode():
-        for batch in LengthBuckets(data.lengths, batch_size, shuffle=False):
+        for batch in batches:
             (ids, mask), _ = pad_batch([data[i] for i in batch])
             out[batch] = model(ids.to(device), mask.to(device)).float().softmax(dim=-1).cpu()
+            bar.update(len(batch))
+    bar.close()
     return out
 
 
@@ -309,7 +316,7 @@ def train_transformer(config: Any, train: Any, validation: Any, test: Any, class
     sampled = data.pop("train") if len(sample) == len(train) else TokenTexts(sample.texts, sample.labels, tokenizer)
     data = {key: sampled, **data}
     for name in list(data):
-        probabilities = predict_probabilities(model, data[name])
+        probabilities = predict_probabilities(model, data[name], desc=f"predicting {name}")
         splits[name] = classification_metrics(data[name].labels, probabilities.argmax(dim=-1).numpy(), classes)
         if name == "test":
             test_probabilities = probabilities
