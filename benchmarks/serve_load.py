@@ -183,7 +183,7 @@ def items(model: str, n: int = 16) -> list[Any]:
 
 # ---------------------------------------------------------------- servers (child processes)
 def run_server(variant: str, model: str, folder: Path, max_batch_size: int, max_wait_ms: float,
-               http: str = "httptools") -> None:
+               http: str = "httptools", model_nice: int = 10) -> None:
     import uvicorn
 
     from torchwork.serve import ServeConfig, configure_threads, serve
@@ -197,7 +197,8 @@ def run_server(variant: str, model: str, folder: Path, max_batch_size: int, max_
     if variant == "batched-process":
         from torchwork.serve import ModelProcess
 
-        serve(predictor(model, folder), config, ModelProcess(predictor, model, folder, threads=threads))
+        serve(predictor(model, folder), config, ModelProcess(predictor, model, folder, threads=threads,
+                                                             nice=model_nice))
         return
     from fastapi import FastAPI, Request, Response
     from pydantic import ValidationError
@@ -253,7 +254,7 @@ def free_port() -> int:
 
 class Server:
     def __init__(self, variant: str, model: str, folder: Path, max_batch_size: int, max_wait_ms: float,
-                 http: str = "httptools") -> None:
+                 http: str = "httptools", model_nice: int = 10) -> None:
         self.variant = variant
         paths = [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
@@ -262,7 +263,7 @@ class Server:
         if variant == "litserve":  # LitServe wants its port up front
             command = [str(Path(__file__).parent / "servers" / "litserve_server.py"), "--port", str(free_port())]
         else:
-            command = [__file__, "--serve", variant, "--http", http]
+            command = [__file__, "--serve", variant, "--http", http, "--model-nice", str(model_nice)]
         self.process = subprocess.Popen([sys.executable, *command, *options], stdout=subprocess.PIPE,
                                         stderr=subprocess.DEVNULL, env=env, start_new_session=True)
 
@@ -440,7 +441,8 @@ def bench_model(model: str, folder: Path, args: argparse.Namespace) -> dict[str,
     body_file = folder / f"{model}-bodies.json"
     body_file.write_text(json.dumps([json.dumps({"inputs": [item]}) for item in examples]))
     variants = (*VARIANTS, "litserve") if args.litserve else VARIANTS
-    servers = {v: Server(v, model, folder, args.max_batch_size, args.max_wait_ms, args.http) for v in variants}
+    servers = {v: Server(v, model, folder, args.max_batch_size, args.max_wait_ms, args.http, args.model_nice)
+               for v in variants}
     model_predictor = predictor(model, folder)
     runs: dict[int, dict[str, list[dict[str, Any]]]] = {
         c: {v: [] for v in (*variants, *(f"ceiling-{s}" for s in SERVED))} for c in args.concurrency}
@@ -534,6 +536,8 @@ def main() -> None:
     parser.add_argument("--no-litserve", dest="litserve", action="store_false",
                         help="skip LitServe even when it is importable")
     # internal: child processes
+    parser.add_argument("--model-nice", type=int, default=10,
+                        help="torchwork serve's model process niceness (its --model-nice; default 10)")
     parser.add_argument("--http", choices=["h11", "httptools"], default="httptools",
                         help="the HTTP parser of every server but LitServe (torchwork serve's --http)")
     parser.add_argument("--serve", choices=VARIANTS, help=argparse.SUPPRESS)
@@ -548,7 +552,8 @@ def main() -> None:
         print(json.dumps(run_client(args.port, bodies, args.concurrency[0], args.seconds, args.warmup)))
         return
     if args.serve:
-        run_server(args.serve, args.model, Path(args.folder), args.max_batch_size, args.max_wait_ms, args.http)
+        run_server(args.serve, args.model, Path(args.folder), args.max_batch_size, args.max_wait_ms, args.http,
+                   args.model_nice)
         return
     args.litserve = args.litserve and litserve_installed()
     if args.quick:
