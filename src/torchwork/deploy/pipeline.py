@@ -379,13 +379,9 @@ def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], plan:
     preprocess_entry = _save_preprocess(preprocess, tmp, samples) if preprocess is not None else None
     pool = args
     if samples is not None:
-        subset = samples[:PROBE_POOL]
-        raw = preprocess(subset) if preprocess is not None else subset
-        try:
-            pool = check_inputs(as_input_tuple(raw, "samples"), input_schema, any_batch=True)
-        except ConfigError as error:
-            raise ConfigError(f"samples{' through preprocess' if preprocess is not None else ''} do not fit the "
-                              f"example inputs: {error}") from error
+        pool = _model_inputs(samples[:PROBE_POOL], preprocess, input_schema, "samples")
+    # checked here, before any format is exported: rows that do not fit fail the export at once
+    calibration = _calibration_feeds(plan, names, input_schema) if plan.quantize and plan.quantize_smoothing else []
     base_length = next((pool[i].shape[1] for i, e in enumerate(dynamic) if 1 in e), None)
     lengths = plan.lengths
     if lengths is None and base_length is not None:
@@ -437,9 +433,8 @@ def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], plan:
                                 method=plan.torchscript_method if fmt == "torchscript" else None)
 
     if plan.quantize:
-        feeds = _calibration_feeds(plan, names, input_schema) if plan.quantize_smoothing is not None else []
         _quantize_variant(tmp, variants, refused, parity, probes, eager_outputs, plan.quantize_ops, plan.threads,
-                          plan.quantize_per_channel, plan.quantize_smoothing, feeds)
+                          plan.quantize_per_channel, plan.quantize_smoothing, calibration)
         if "Conv" in plan.quantize_ops:
             advice.append(CONV_ADVICE)
 
@@ -532,19 +527,23 @@ def _quantize_variant(tmp: Path, variants: dict[str, Variant], refused: dict[str
 CALIBRATION_BATCH = 64
 
 
+def _model_inputs(raw: Any, preprocess: Any, input_schema: Any, what: str) -> tuple[Any, ...]:
+    """Raw rows (through ``preprocess``, when there is one) as the model's checked input tensors."""
+    inputs = preprocess(raw) if preprocess is not None else raw
+    try:
+        return check_inputs(as_input_tuple(inputs, what), input_schema, any_batch=True)
+    except ConfigError as error:
+        raise ConfigError(f"{what}{' through preprocess' if preprocess is not None else ''} do not fit the "
+                          f"example inputs: {error}") from error
+
+
 def _calibration_feeds(plan: ExportPlan, names: Sequence[str], input_schema: Any) -> list[dict[str, Any]]:
     """The calibration rows as ONNX feeds, in batches of :data:`CALIBRATION_BATCH` (each padded on its own)."""
     raw = plan.calibration
-    feeds = []
-    for start in range(0, len(raw), CALIBRATION_BATCH):
-        chunk = raw[start:start + CALIBRATION_BATCH]
-        inputs = plan.preprocess(chunk) if plan.preprocess is not None else chunk
-        try:
-            tensors = check_inputs(as_input_tuple(inputs, "calibration"), input_schema, any_batch=True)
-        except ConfigError as error:
-            raise ConfigError(f"calibration inputs do not fit the example inputs: {error}") from error
-        feeds.append({name: tensor.numpy() for name, tensor in zip(names, tensors)})
-    return feeds
+    return [{name: tensor.numpy() for name, tensor in
+             zip(names, _model_inputs(raw[start:start + CALIBRATION_BATCH], plan.preprocess, input_schema,
+                                      "calibration"))}
+            for start in range(0, len(raw), CALIBRATION_BATCH)]
 
 
 def _remove(tmp: Path, variant: str) -> None:

@@ -264,7 +264,7 @@ class Trainer:
                     targets = targets.to(device, non_blocking=self._non_blocking)
                 samples = targets.shape[0] if targets.ndim else 1
             else:
-                targets = move_to_device(targets, self.device)
+                targets = move_to_device(targets, device)
                 samples = batch_size_of(targets) or batch_size_of(inputs) or 1
             assert self.loss_fn is not None  # __init__ requires it when there is no step_fn
             model = self._train_model
@@ -501,7 +501,7 @@ class Trainer:
                 bar.update(samples, loss)  # read (a device sync) only when a line is drawn
             if loggers and state.global_step % self.log_every_n_steps == 0:
                 logs = self._step_logs(loss)
-                for logger in self.loggers:
+                for logger in loggers:
                     logger.log(logs, self.global_step)
             if on_step:
                 step_logs = self._step_logs_of(result)

@@ -147,7 +147,7 @@ class BatchingRule:
         self.submitted += len(items)
         self.pending.append(job)
         if self._flush_handle is None:  # after the handlers that are ready in this pass have submitted
-            self._flush_handle = self.loop.call_soon(self.flush)
+            self._flush_handle = self.loop.call_soon(self._flush)
         return job
 
     def flush_if_alone(self) -> None:
@@ -159,9 +159,9 @@ class BatchingRule:
         # (a flush cancelled here before stays queued until the next pass: it does not count)
         if handle is not None and ready is not None and all(h is handle or h.cancelled() for h in ready):
             handle.cancel()
-            self.flush()
+            self._flush()
 
-    def flush(self) -> None:
+    def _flush(self) -> None:
         """Run a lone cheap request inline if the model is idle, else hand everything over."""
         self._flush_handle = None
         jobs, self.pending = self.pending, []
