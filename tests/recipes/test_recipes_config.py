@@ -157,3 +157,17 @@ def test_the_demo_refuses_bad_settings_before_any_work(argv, message, capsys):
     assert main(["demo", *argv]) == 2
     err = capsys.readouterr()
     assert f"torchwork: error: {message}" in err.err and err.out == ""
+
+
+def test_the_quickstart_runs_the_transformer_unless_told_otherwise():
+    from torchwork.recipes.registry import quickstart_config
+
+    assert quickstart_config("sentiment")[1].model == "transformer"
+    assert resolve("sentiment")[1].model == "ngram"  # torchwork train keeps the recipe's fast default
+    _, quick = quickstart_config("sentiment", quick=True)
+    assert (quick.model, quick.subset, quick.transformer_epochs) == ("transformer", 1000, 2)
+    _, ngram = quickstart_config("sentiment", ["model=ngram"], quick=True)
+    assert (ngram.model, ngram.subset, ngram.transformer_epochs) == ("ngram", 3000, 4)
+    _, mine = quickstart_config("sentiment", ["subset=500"], quick=True)
+    assert (mine.model, mine.subset) == ("transformer", 500)  # the user's settings win
+    assert quickstart_config("fashion")[0] == "fashion"

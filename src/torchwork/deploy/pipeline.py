@@ -249,7 +249,7 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
            batch_sizes: Sequence[int] = (1, 3, 64), lengths: Sequence[int] | None = None,
            tolerance: float = 0.01, verify_rounds: int = 20, threads: int | None = None,
            quantize_per_channel: bool = False, quantize_smoothing: float | None = None,
-           calibration: Any = None) -> dict[str, Any]:
+           calibration: Any = None, quantize_attention_mask: str | None = None) -> dict[str, Any]:
     """Export ``model`` to the artifact directory ``out_dir`` and check every format against eager.
 
     Args:
@@ -266,7 +266,9 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
             probes real rows, and make ``export`` run ``verify`` and mark the variant to deploy.
         quantize: ``"int8"`` adds ONNX Runtime dynamic INT8 of the ONNX variant (``quantize_ops``;
             ``quantize_per_channel``: a weight scale per output channel; ``quantize_smoothing``: SmoothQuant's
-            alpha, see :mod:`torchwork.deploy.smoothing`, with scales from ``calibration``).
+            alpha, see :mod:`torchwork.deploy.smoothing`, with scales from ``calibration``;
+            ``quantize_attention_mask``: a transformer's 2-D padding-mask input, whose attention is then fused
+            for ONNX Runtime and quantized whole, see :mod:`torchwork.deploy.fusion`).
         calibration: real raw inputs (through ``preprocess``) whose activations set the smoothing scales:
             training or validation rows, never the held-out ``samples`` that verify the result.
         torchscript_method: ``"trace"`` or ``"script"``.
@@ -286,6 +288,8 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
         raise ConfigError(f"quantize={quantize!r}: the supported value is 'int8' (ONNX Runtime dynamic).")
     if quantize and "onnx" not in chosen:
         raise ConfigError("quantize='int8' quantizes the ONNX variant: add 'onnx' to formats.")
+    if quantize_attention_mask is not None and not quantize:
+        raise ConfigError("quantize_attention_mask fuses attention for INT8: pass quantize='int8' with it.")
     if quantize_smoothing is not None:
         check_alpha(quantize_smoothing)
         if calibration is None or not len(calibration):
@@ -306,7 +310,7 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
                       atol=atol, rtol=rtol, batch_sizes=[int(b) for b in batch_sizes], lengths=lengths,
                       tolerance=tolerance, verify_rounds=verify_rounds, threads=threads,
                       quantize_per_channel=quantize_per_channel, quantize_smoothing=quantize_smoothing,
-                      calibration=calibration)
+                      calibration=calibration, quantize_attention_mask=quantize_attention_mask)
 
     on_cpu = all(t.device.type == "cpu" for t in [*model.parameters(), *model.buffers()])
     module = model if on_cpu else copy.deepcopy(model).cpu()
@@ -352,6 +356,7 @@ class ExportPlan:
     quantize_per_channel: bool = False
     quantize_smoothing: float | None = None
     calibration: Any = None
+    quantize_attention_mask: str | None = None
 
 
 def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], plan: ExportPlan) -> dict[str, Any]:
@@ -367,6 +372,9 @@ def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], plan:
     if len(names) != len(args) or len(out_names) != len(example_outputs):
         raise ConfigError(f"{len(names)} input names for {len(args)} inputs, {len(out_names)} output names for "
                           f"{len(example_outputs)} outputs.")
+    if plan.quantize_attention_mask is not None and plan.quantize_attention_mask not in names:
+        raise ConfigError(f"quantize_attention_mask={plan.quantize_attention_mask!r} is not one of the model's "
+                          f"inputs {names}: name the 2-D padding-mask input (see input_names).")
     labels = plan.labels
     if labels is not None and (example_outputs[0].ndim != 2 or example_outputs[0].shape[1] != len(labels)):
         raise ConfigError(f"{len(labels)} labels, but the first output has shape {list(example_outputs[0].shape)} "
@@ -433,8 +441,7 @@ def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], plan:
                                 method=plan.torchscript_method if fmt == "torchscript" else None)
 
     if plan.quantize:
-        _quantize_variant(tmp, variants, refused, parity, probes, eager_outputs, plan.quantize_ops, plan.threads,
-                          plan.quantize_per_channel, plan.quantize_smoothing, calibration)
+        _quantize_variant(tmp, variants, refused, parity, probes, eager_outputs, plan, names, calibration)
         if "Conv" in plan.quantize_ops:
             advice.append(CONV_ADVICE)
 
@@ -499,16 +506,18 @@ def _write_manifest(tmp: Path, manifest: Manifest) -> None:
 
 
 def _quantize_variant(tmp: Path, variants: dict[str, Variant], refused: dict[str, str], parity: dict[str, Any],
-                      probes: Sequence[Any], eager_outputs: Sequence[Any], ops: tuple[str, ...],
-                      threads: int | None, per_channel: bool = False, smoothing: float | None = None,
+                      probes: Sequence[Any], eager_outputs: Sequence[Any], plan: ExportPlan, names: Sequence[str],
                       calibration: Sequence[dict[str, Any]] = ()) -> None:
     if "onnx" not in variants:
         refused["onnx-int8"] = "INT8 quantization starts from the ONNX variant, which was refused."
         return
     target = tmp / VARIANT_FILES["onnx-int8"]
+    feeds = [{name: tensor.numpy() for name, tensor in zip(names, probe.inputs)} for probe in probes]
     try:
-        info = quantize_onnx(tmp / VARIANT_FILES["onnx"], target, ops, per_channel, smoothing, calibration)
-        check = check_variant(open_runner(target, "onnx", threads), probes, eager_outputs, exact=False)
+        info = quantize_onnx(tmp / VARIANT_FILES["onnx"], target, plan.quantize_ops, plan.quantize_per_channel,
+                             plan.quantize_smoothing, calibration, attention_mask=plan.quantize_attention_mask,
+                             check_feeds=feeds)
+        check = check_variant(open_runner(target, "onnx", plan.threads), probes, eager_outputs, exact=False)
     except ExportError as error:
         refused["onnx-int8"] = str(error)
         parity["formats"]["onnx-int8"] = {"ok": False, "export_error": str(error)}
@@ -521,7 +530,7 @@ def _quantize_variant(tmp: Path, variants: dict[str, Variant], refused: dict[str
         return
     variants["onnx-int8"] = Variant(target.name, "onnx", [], quantization={
         k: info[k] for k in ("method", "weight_type", "per_channel", "op_types", "nodes_quantized",
-                             "gemm_rewritten_as_matmul", "smoothing")})
+                             "gemm_rewritten_as_matmul", "smoothing", "attention_fusion")})
 
 
 CALIBRATION_BATCH = 64

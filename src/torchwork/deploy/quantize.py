@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from torchwork.deploy.formats import quiet
+from torchwork.deploy.fusion import fuse_attention, fused_matches
 from torchwork.deploy.smoothing import check_alpha, smooth_matmuls
 from torchwork.errors import ConfigError, ExportError
 
@@ -77,13 +78,18 @@ def gemm_to_matmul(model: Any) -> int:
 
 def quantize_onnx(source: Path, target: Path, op_types: tuple[str, ...] = DEFAULT_OPS,
                   per_channel: bool = False, smoothing: float | None = None,
-                  calibration: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+                  calibration: Sequence[Mapping[str, Any]] = (), attention_mask: str | None = None,
+                  check_feeds: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """Dynamic INT8 quantization of an ONNX file (weights INT8, activations quantized per call).
 
     ``per_channel``: one weight scale per output column instead of one per tensor. On the fine-tuned MiniLM
     it raised top-1 agreement with the float graph from 92.7% to 97.3% (600 test tweets).
     ``smoothing``: SmoothQuant's alpha (:mod:`torchwork.deploy.smoothing`), with scales measured on
     ``calibration`` (feeds: input name -> array); None: no smoothing.
+    ``attention_mask``: the name of a transformer's 2-D padding-mask input: its attention is first fused for
+    ONNX Runtime and quantized as ``QAttention`` (:mod:`torchwork.deploy.fusion`), kept only if the fused float
+    graph matches the exported one on ``check_feeds``; otherwise the plain graph is quantized and the report
+    says why.
     """
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -98,6 +104,11 @@ def quantize_onnx(source: Path, target: Path, op_types: tuple[str, ...] = DEFAUL
                               "held-out samples), or smoothing=None.")
     model = onnx.load(str(source))  # pulls the external weights in
     before = collections.Counter(node.op_type for node in model.graph.node)
+    fusion = None
+    if attention_mask is not None:
+        model, fusion = _fused_or_plain(model, attention_mask, check_feeds)
+        if fusion["applied"] and "Attention" not in op_types:
+            op_types = (*op_types, "Attention")
     rewritten = gemm_to_matmul(model) if "MatMul" in op_types else 0
     smoothed = smooth_matmuls(model, calibration, smoothing) if smoothing is not None else 0
     log: list[str] = []
@@ -115,6 +126,7 @@ def quantize_onnx(source: Path, target: Path, op_types: tuple[str, ...] = DEFAUL
             "op_types": list(op_types), "gemm_rewritten_as_matmul": rewritten, "nodes_quantized": quantized,
             "smoothing": None if smoothing is None else {"alpha": smoothing, "matmuls": smoothed,
                                                          "calibration_batches": len(calibration)},
+            "attention_fusion": fusion,
             "ops_before": dict(sorted(before.items())), "ops_after": dict(sorted(after.items()))}
     if quantized == 0:
         target.unlink(missing_ok=True)
@@ -122,6 +134,18 @@ def quantize_onnx(source: Path, target: Path, op_types: tuple[str, ...] = DEFAUL
                           f"(its operators: {dict(before)}): there is no constant-weight operator of those types. "
                           "Leave the model in float, or choose other op types.")
     return info
+
+
+def _fused_or_plain(model: Any, attention_mask: str, check_feeds: Sequence[Mapping[str, Any]]) -> tuple[Any, dict]:
+    """The attention-fused graph when it computes what ``model`` does on ``check_feeds``, else ``model``."""
+    try:
+        fused, counts = fuse_attention(model, attention_mask)
+        problem = fused_matches(model, fused, check_feeds)
+    except ExportError as error:
+        problem, counts = str(error), {}
+    if problem is not None:
+        return model, {"applied": False, "reason": f"{problem}; the unfused graph was quantized"}
+    return fused, {"applied": True, **counts, "checked_on": len(check_feeds)}
 
 
 def _nodes_on_integer_weights(model: Any) -> int:
