@@ -315,7 +315,8 @@ def train_transformer(config: Any, train: Any, validation: Any, test: Any, class
     # forward over every training tweet would cost minutes on a CPU and say little more.
     sample = _subset(train, len(test), config.seed)
     key = f"train ({len(sample):,} sampled)" if len(sample) < len(train) else "train"
-    sampled = data.pop("train") if len(sample) == len(train) else TokenTexts(sample.texts, sample.labels, tokenizer)
+    whole = data.pop("train")  # (it was predicted whole as well, a minute more, before this was popped)
+    sampled = whole if len(sample) == len(train) else TokenTexts(sample.texts, sample.labels, tokenizer)
     data = {key: sampled, **data}
     for name in list(data):
         probabilities = predict_probabilities(model, data[name], desc=f"predicting {name}")
