@@ -23,7 +23,6 @@ Example (trains a model, so not run here):
 from __future__ import annotations
 
 import dataclasses
-import functools
 import statistics
 import time
 from collections.abc import Sequence
@@ -351,16 +350,16 @@ def export_transformer(model: Any, config: Any, artifact: Path, train: Any, test
 
 
 def speed_ratios(artifact: Path, model: Any, texts: Sequence[str], rounds: int = 5,
-                 batch_sizes: Sequence[int] = (1, 32), batches: int = 8) -> dict[str, Any]:
+                 batch_sizes: Sequence[int] = (1, 32), batches: int = 8, settle: float = 0.3) -> dict[str, Any]:
     """Eager vs the INT8 variant: median items per second at each batch size, on real texts.
 
-    Each round times ``batches`` calls of one, then of the other (the order rotating): ONNX Runtime's threads
-    spin for a moment after a call, and an eager call timed right after one ran up to 4x slower at batch 1.
+    Each round times ``batches`` calls of one, then of the other (the order rotating), ``settle`` seconds
+    after the other's last call: ONNX Runtime's threads spin for a while after a call (and OpenMP's after
+    torch's), and an eager call timed right after an ONNX Runtime one ran up to 6x slower at batch 1.
     """
     import torch
 
     from torchwork.deploy import load_artifact
-    from torchwork.deploy.verification import interleaved_samples
 
     int8 = load_artifact(artifact, "onnx-int8")
     tokenizer = int8.preprocess
@@ -370,22 +369,25 @@ def speed_ratios(artifact: Path, model: Any, texts: Sequence[str], rounds: int =
         with torch.inference_mode():
             return model(*inputs)
 
+    runners = {"eager": eager, "onnx-int8": int8.run}
     result: dict[str, Any] = {}
     for size in batch_sizes:
         block = [tokenizer(list(texts[i:i + size])) for i in range(0, min(len(texts), size * batches), size)]
-        calls: dict[str, Any] = {name: functools.partial(_run_all, run, block)
-                                 for name, run in (("eager", eager), ("onnx-int8", int8.run))}
-        samples = interleaved_samples(calls, rounds, warmup=1)
-        median = {name: statistics.median(values) / len(block) for name, values in samples.items()}
+        for run in runners.values():  # warm-up
+            run(block[0])
+        seconds: dict[str, list[float]] = {name: [] for name in runners}
+        for round_index in range(rounds):
+            for name in list(runners)[round_index % 2:] + list(runners)[:round_index % 2]:
+                time.sleep(settle)
+                started = time.perf_counter()
+                for inputs in block:
+                    runners[name](inputs)
+                seconds[name].append((time.perf_counter() - started) / len(block))
+        median = {name: statistics.median(values) for name, values in seconds.items()}
         result[f"batch_{size}"] = {"eager_per_s": round(size / median["eager"], 1),
                                    "int8_per_s": round(size / median["onnx-int8"], 1),
                                    "int8_speedup": round(median["eager"] / median["onnx-int8"], 2)}
     return result
-
-
-def _run_all(run: Any, batches: Sequence[Any]) -> None:
-    for batch in batches:
-        run(batch)
 
 
 def validate_settings(config: Any) -> None:
