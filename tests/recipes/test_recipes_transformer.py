@@ -160,3 +160,33 @@ def test_transformer_report_renders_in_headless_chromium(transformer_run, tmp_pa
     _, run = transformer_run
     screenshot, errors = render_in_chromium(run / "report.html", tmp_path, height=2400)
     assert screenshot.stat().st_size > 20_000 and not errors, errors
+
+
+def test_seed_rows_gather_the_runs_beside_this_one_with_the_same_settings(tmp_path):
+    import dataclasses
+
+    from torchwork.recipes.sentiment import SentimentConfig
+    from torchwork.recipes.sentiment_report_parts import seed_rows
+
+    def run(name: str, seed: int, macro_f1: float, **changed) -> None:
+        folder = tmp_path / name
+        folder.mkdir()
+        config = {**dataclasses.asdict(dataclasses.replace(SentimentConfig(seed=seed), **changed)),
+                  "precision_chosen": "32"}
+        config["export_formats"] = list(config["export_formats"])
+        (folder / "manifest.json").write_text(json.dumps({"config": config}))
+        (folder / "summary.json").write_text(json.dumps({"models": {"ngram": {"macro_f1": macro_f1 - 0.04},
+                                                                    "transformer": {"macro_f1": macro_f1}}}))
+
+    run("a", 1, 0.7865, run_dir="elsewhere")
+    run("b", 2, 0.7800, threads=1)
+    run("c", 3, 0.5, subset=200)  # other settings: not the same experiment
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "manifest.json").write_text("{not json")  # a broken run is skipped
+    (tmp_path / "current").mkdir()
+    config = dataclasses.asdict(SentimentConfig(seed=0))
+    models = {"ngram": {"macro_f1": 0.7409}, "transformer": {"macro_f1": 0.7893}}
+    rows = seed_rows(tmp_path, tmp_path / "current", config, models)
+    assert [r["seed"] for r in rows] == [0, 1, 2, "max - min"]
+    assert rows[-1] == {"seed": "max - min", "ngram macro-F1": 0.0065, "transformer macro-F1": 0.0093}
+    assert seed_rows(tmp_path, tmp_path / "current", {**config, "epochs": 3}, models) == []  # one seed only

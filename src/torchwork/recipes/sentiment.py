@@ -289,12 +289,14 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
         **({"speed": served["speed"]} if served.get("speed") else {}),
     }
     from torchwork.recipes.sentiment_report import write_report
+    from torchwork.recipes.sentiment_report_parts import seed_rows
 
     write_report(run_path / "report.html", history=served["history"], metrics=served["metrics"], baseline=baseline,
                  verification=served["verify_report"]["verify"], artifact=artifact, run_path=run_path,
                  summary=summary, guard=trainer.guard, cleaning=dataset.cleaning, served=served,
                  sizes={"train": len(train), "validation": len(validation), "test": len(test)},
-                 test_texts=list(test.texts))
+                 test_texts=list(test.texts),
+                 seeds=seed_rows(run_path.parent, run_path, dataclasses.asdict(config), models))
     from torchwork.files import write_json
 
     write_json(run_path / "summary.json", summary)

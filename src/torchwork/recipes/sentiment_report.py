@@ -42,8 +42,9 @@ def write_report(path: Path, *, history: list[dict[str, Any]], metrics: dict[str
                      [[n, m["accuracy"], m["macro_f1"], m["training_seconds"]] for n, m in models.items()])
     report.table("Served model: rows per split and class", ["split", "class", "precision", "recall", "F1", "support"],
                  parts.split_rows(served.get("splits") or {"test": metrics}))
-    if seeds:
-        report.table("Spread over seeds (measured)", sorted(seeds[0]), [[r[k] for k in sorted(r)] for r in seeds])
+    if seeds:  # parts.seed_rows: the same settings with other seeds in this run folder's parent
+        report.table("Spread over seeds (measured: the runs beside this one with the same settings)",
+                     list(seeds[0]), [list(r.values()) for r in seeds])
 
     report.heading("Training curves")
     report.image(curves_png(history, ["train_loss", "val_loss"], "loss"), "loss curves")

@@ -11,6 +11,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from torchwork.report.plots import _figure, _png
@@ -107,3 +108,37 @@ def manifest_rows(manifest: Mapping[str, Any], prefix: str = "") -> list[list[st
             text = str(value)
             rows.append([name, text if len(text) <= MAX_CELL else text[:MAX_CELL] + "..."])
     return rows
+
+
+SEED_FREE = ("seed", "run_dir", "threads")  # settings that may differ between runs of one seed sweep
+
+
+def seed_rows(run_root: Path, current: Path, settings: Mapping[str, Any],
+              models: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The test macro-F1 of each model in every run under ``run_root`` made with the same ``settings`` but
+    another seed (read from the runs' ``manifest.json`` and ``summary.json``, as data), this run's included,
+    then a ``max - min`` row; [] unless two seeds or more were measured."""
+    import json
+
+    def row(seed: Any, scores: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        return {"seed": seed, **{f"{name} macro-F1": s.get("macro_f1") for name, s in scores.items()}}
+
+    # as a manifest holds them (tuples become lists)
+    same = json.loads(json.dumps({k: v for k, v in settings.items() if k not in SEED_FREE}, default=str))
+    rows = {settings.get("seed"): row(settings.get("seed"), models)}
+    for folder in sorted(p for p in Path(run_root).iterdir() if p.is_dir() and p != current):
+        try:
+            config = json.loads((folder / "manifest.json").read_text())["config"]
+            scores = json.loads((folder / "summary.json").read_text())["models"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not a finished run of this recipe
+        if isinstance(config, dict) and isinstance(scores, dict) and config.get("seed") not in rows \
+                and all(config.get(k) == v for k, v in same.items()):
+            rows[config["seed"]] = row(config["seed"], scores)
+    if len(rows) < 2:
+        return []
+    ordered = sorted(rows.values(), key=lambda r: r["seed"])
+    columns = [c for c in ordered[0] if c != "seed" and all(isinstance(r.get(c), float) for r in ordered)]
+    spread = {"seed": "max - min", **{c: round(max(r[c] for r in ordered) - min(r[c] for r in ordered), 4)
+                                      for c in columns}}
+    return [{c: r.get(c) for c in ("seed", *columns)} for r in ordered] + [spread]
