@@ -77,6 +77,8 @@ def test_subword_tokenizer_round_trips_and_refuses_bad_input(tmp_path):
     ({"transformer_lr": "0"}, "transformer_lr=0.0: must be > 0"),
     ({"int8_smoothing": "1.5"}, "int8_smoothing=1.5: SmoothQuant's alpha, in (0, 1], or 0 for none"),
     ({"int8_smoothing": "-0.1"}, "int8_smoothing=-0.1"),
+    ({"int8_fallback_agreement": "1.01"}, "int8_fallback_agreement=1.01: a share in (0, 1], or 0 for no float"),
+    ({"int8_fallback_agreement": "nan"}, "int8_fallback_agreement"),
 ])
 def test_transformer_settings_are_checked_before_any_work(setting, message):
     from torchwork.recipes.config import apply_overrides

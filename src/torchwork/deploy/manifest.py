@@ -164,16 +164,25 @@ class Variant(_Record):
     opset: int | None = field(default=None, metadata={"omit_none": True})
     method: str | None = field(default=None, metadata={"omit_none": True})
     quantization: dict[str, Any] | None = field(default=None, metadata={"omit_none": True})
+    # {"variant": "onnx", "margin": m, ...}: rows whose top-2 probability margin is <= m are answered by that
+    # variant instead (torchwork.deploy.fallback)
+    fallback: dict[str, Any] | None = field(default=None, metadata={"omit_none": True})
     _where = "a variant"
 
     @classmethod
     def _check(cls, name: str, value: Any, where: str) -> Any:
         kinds: dict[str, Any] = {"file": str, "format": str, "extra_files": list, "opset": int, "method": str,
-                                 "quantization": dict}
+                                 "quantization": dict, "fallback": dict}
         value = _expect(value, kinds[name], f"{where}'s {name}")
         if name == "extra_files":
             for item in value:
                 _expect(item, str, f"an extra file of {where}")
+        if name == "fallback":
+            _expect(value.get("variant"), str, f"{where}'s fallback variant")
+            margin = _expect(value.get("margin"), (int, float), f"{where}'s fallback margin")
+            if isinstance(margin, bool) or not 0 <= margin <= 1:  # also refuses NaN
+                raise ExportError(f"{MANIFEST}: {where}'s fallback margin {margin!r} must be a probability "
+                                  "margin in [0, 1]; export the artifact again.")
         return value
 
     @property

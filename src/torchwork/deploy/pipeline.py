@@ -32,6 +32,7 @@ from typing import Any
 
 from torchwork.deploy.advice import graph_advice, model_advice
 from torchwork.deploy.contents import save_samples
+from torchwork.deploy.fallback import check_agreement, measure_margin
 from torchwork.deploy.formats import (
     TORCHSCRIPT_DEPRECATED,
     TRACE_EXPLANATION,
@@ -249,7 +250,8 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
            batch_sizes: Sequence[int] = (1, 3, 64), lengths: Sequence[int] | None = None,
            tolerance: float = 0.01, verify_rounds: int = 20, threads: int | None = None,
            quantize_per_channel: bool = False, quantize_smoothing: float | None = None,
-           calibration: Any = None, quantize_attention_mask: str | None = None) -> dict[str, Any]:
+           calibration: Any = None, quantize_attention_mask: str | None = None,
+           quantize_fallback_agreement: float | None = None) -> dict[str, Any]:
     """Export ``model`` to the artifact directory ``out_dir`` and check every format against eager.
 
     Args:
@@ -268,7 +270,10 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
             ``quantize_per_channel``: a weight scale per output channel; ``quantize_smoothing``: SmoothQuant's
             alpha, see :mod:`torchwork.deploy.smoothing`, with scales from ``calibration``;
             ``quantize_attention_mask``: a transformer's 2-D padding-mask input, whose attention is then fused
-            for ONNX Runtime and quantized whole, see :mod:`torchwork.deploy.fusion`).
+            for ONNX Runtime and quantized whole, see :mod:`torchwork.deploy.fusion`;
+            ``quantize_fallback_agreement``: a classifier's INT8 answers the rows it is unsure of with the
+            float ONNX variant, the margin chosen so that this share of the ``calibration`` rows get float's
+            answer, see :mod:`torchwork.deploy.fallback`).
         calibration: real raw inputs (through ``preprocess``) whose activations set the smoothing scales:
             training or validation rows, never the held-out ``samples`` that verify the result.
         torchscript_method: ``"trace"`` or ``"script"``.
@@ -290,6 +295,14 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
         raise ConfigError("quantize='int8' quantizes the ONNX variant: add 'onnx' to formats.")
     if quantize_attention_mask is not None and not quantize:
         raise ConfigError("quantize_attention_mask fuses attention for INT8: pass quantize='int8' with it.")
+    if quantize_fallback_agreement is not None:
+        check_agreement(quantize_fallback_agreement)
+        problem = ("it needs quantize='int8'" if not quantize else "it needs calibration= (training or validation "
+                   "rows)" if calibration is None or not len(calibration) else "it needs a dynamic batch size"
+                   if not dynamic_batch else "it is for classifiers: pass labels= or softmax=True"
+                   if labels is None and not softmax else None)
+        if problem:
+            raise ConfigError(f"quantize_fallback_agreement={quantize_fallback_agreement}: {problem}.")
     if quantize_smoothing is not None:
         check_alpha(quantize_smoothing)
         if calibration is None or not len(calibration):
@@ -310,7 +323,8 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
                       atol=atol, rtol=rtol, batch_sizes=[int(b) for b in batch_sizes], lengths=lengths,
                       tolerance=tolerance, verify_rounds=verify_rounds, threads=threads,
                       quantize_per_channel=quantize_per_channel, quantize_smoothing=quantize_smoothing,
-                      calibration=calibration, quantize_attention_mask=quantize_attention_mask)
+                      calibration=calibration, quantize_attention_mask=quantize_attention_mask,
+                      quantize_fallback_agreement=quantize_fallback_agreement)
 
     on_cpu = all(t.device.type == "cpu" for t in [*model.parameters(), *model.buffers()])
     module = model if on_cpu else copy.deepcopy(model).cpu()
@@ -357,6 +371,7 @@ class ExportPlan:
     quantize_smoothing: float | None = None
     calibration: Any = None
     quantize_attention_mask: str | None = None
+    quantize_fallback_agreement: float | None = None
 
 
 def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], plan: ExportPlan) -> dict[str, Any]:
@@ -389,7 +404,8 @@ def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], plan:
     if samples is not None:
         pool = _model_inputs(samples[:PROBE_POOL], preprocess, input_schema, "samples")
     # checked here, before any format is exported: rows that do not fit fail the export at once
-    calibration = _calibration_feeds(plan, names, input_schema) if plan.quantize and plan.quantize_smoothing else []
+    calibration = (_calibration_feeds(plan, names, input_schema) if plan.quantize and (
+        plan.quantize_smoothing or plan.quantize_fallback_agreement) else [])
     base_length = next((pool[i].shape[1] for i, e in enumerate(dynamic) if 1 in e), None)
     lengths = plan.lengths
     if lengths is None and base_length is not None:
@@ -528,9 +544,16 @@ def _quantize_variant(tmp: Path, variants: dict[str, Variant], refused: dict[str
         refused["onnx-int8"] = "; ".join(check["problems"])
         target.unlink(missing_ok=True)
         return
+    fallback = None
+    if plan.quantize_fallback_agreement is not None:
+        fallback = {"variant": "onnx", **measure_margin(tmp / VARIANT_FILES["onnx"], target, calibration,
+                                                        plan.quantize_fallback_agreement, plan.threads),
+                    "agreement_asked": plan.quantize_fallback_agreement}
+        parity["formats"]["onnx-int8"]["fallback"] = fallback
     variants["onnx-int8"] = Variant(target.name, "onnx", [], quantization={
         k: info[k] for k in ("method", "weight_type", "per_channel", "op_types", "nodes_quantized",
-                             "gemm_rewritten_as_matmul", "smoothing", "attention_fusion")})
+                             "gemm_rewritten_as_matmul", "smoothing", "attention_fusion")},
+        fallback=fallback if fallback and fallback["margin"] is not None else None)
 
 
 CALIBRATION_BATCH = 64

@@ -255,6 +255,24 @@ def load_artifact(directory: str | os.PathLike[str], variant: str | None = None,
         refused = manifest.refused.get(variant)
         raise ConfigError(f"artifact {root} has no {variant!r} variant"
                           + (f" (refused at export: {refused})" if refused else "") + f"; it has {available}.")
-    path = safe_member(root, manifest.variants[variant].file, f"variant {variant!r}")
-    runner = open_runner(path, variant_format(variant), threads)
+    runner = variant_runner(root, manifest, variant, threads)
     return LoadedArtifact(root, manifest, variant, runner, load_preprocess(root, manifest, trust))
+
+
+def variant_runner(root: Path, manifest: Manifest, variant: str, threads: int | None = None) -> Runner:
+    """The runner of one variant of an artifact: its model file, and the float fallback it records
+    (:mod:`torchwork.deploy.fallback`) when it has one."""
+    from torchwork.deploy.fallback import fallback_runner
+
+    entry = manifest.variants[variant]
+    runner = open_runner(safe_member(root, entry.file, f"variant {variant!r}"), variant_format(variant), threads)
+    if entry.fallback is None:
+        return runner
+    other = entry.fallback["variant"]
+    if other == variant or other not in manifest.variants or manifest.static_batch:
+        raise ExportError(f"artifact {root}: variant {variant!r} falls back to {other!r}, which "
+                          + ("is itself" if other == variant else "needs a dynamic batch size" if other in
+                             manifest.variants else "the artifact does not hold") + "; export it again.")
+    exact = open_runner(safe_member(root, manifest.variants[other].file, f"variant {other!r}"),
+                        variant_format(other), threads)
+    return fallback_runner(runner, exact, float(entry.fallback["margin"]))

@@ -29,9 +29,9 @@ from typing import Any
 
 from torchwork.deploy.choice import MIN_PARITY_ROWS, MIN_TIMING_ROUNDS, choose_variant, spread
 from torchwork.deploy.contents import load_examples, load_preprocess, load_samples, weights_of
-from torchwork.deploy.manifest import Manifest, read_manifest, variant_format
+from torchwork.deploy.manifest import Manifest, read_manifest
 from torchwork.deploy.parity import DEFAULT_ATOL, DEFAULT_RTOL, compare, first_line
-from torchwork.deploy.runtime import Runner, load_pt2, open_runner, run_in_chunks, torch_runner
+from torchwork.deploy.runtime import Runner, load_pt2, run_in_chunks, torch_runner, variant_runner
 from torchwork.deploy.tensors import as_input_tuple, check_inputs
 from torchwork.deploy.trust import safe_member
 from torchwork.errors import ConfigError, ExportError
@@ -176,8 +176,7 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
         for name in names:
             if name == reference_name:
                 continue
-            path = safe_member(root, manifest.variants[name].file, f"variant {name!r}")
-            runners[name] = open_runner(path, variant_format(name), threads)
+            runners[name] = variant_runner(root, manifest, name, threads)
             kinds[name] = "quantized" if name.endswith("int8") else "exact"
         if torch_ao:
             if model is None:

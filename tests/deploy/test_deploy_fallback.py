@@ -1,0 +1,121 @@
+"""INT8 with a float fallback (torchwork.deploy.fallback): the margin chosen on calibration rows, recorded on
+the variant, applied wherever the artifact runs, and refused where it cannot work."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from torchwork.deploy import export, load_artifact, read_manifest
+from torchwork.deploy.fallback import choose_margin, fallback_runner, margins
+from torchwork.errors import ConfigError, ExportError
+
+FEATURES = 32
+
+
+class CloseCallMLP(nn.Module):
+    """A LayerNorm'd MLP with outlier channels (INT8 error) and three classes that are often close."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.norm = nn.LayerNorm(FEATURES)
+        with torch.no_grad():
+            self.norm.weight[:3] = 40.0
+        self.up, self.down = nn.Linear(FEATURES, 4 * FEATURES), nn.Linear(4 * FEATURES, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
+
+
+def _rows(seed: int, count: int) -> torch.Tensor:
+    return torch.from_numpy(np.random.default_rng(seed).normal(size=(count, FEATURES)).astype(np.float32))
+
+
+def test_choose_margin_covers_the_flips_it_must_and_no_more():
+    rng = np.random.default_rng(0)
+    exact = rng.normal(size=(1000, 3))
+    quantized = exact + rng.normal(scale=0.3, size=exact.shape)
+    flips = exact.argmax(-1) != quantized.argmax(-1)
+    assert 0.05 < flips.mean() < 0.5
+    chosen = choose_margin(exact, quantized, agreement=0.99)
+    assert chosen["agreement_without"] == pytest.approx(1 - flips.mean())
+    assert chosen["agreement_with"] >= 0.99
+    rerun = margins(quantized) <= chosen["margin"]
+    assert 1 - (flips & ~rerun).mean() == pytest.approx(chosen["agreement_with"])
+    assert chosen["rows_rerun"] == pytest.approx(rerun.mean())
+    smaller = margins(quantized) <= np.nextafter(chosen["margin"], 0)  # any smaller margin misses the goal
+    assert 1 - (flips & ~smaller).mean() < 0.99
+    assert choose_margin(exact, exact, agreement=1.0)["margin"] is None
+    with pytest.raises(ConfigError, match=r"must be in \(0, 1\]"):
+        choose_margin(exact, quantized, agreement=float("nan"))
+
+
+def test_fallback_runner_answers_again_only_the_unsure_rows():
+    logits = torch.tensor([[3.0, 0.0, 0.0], [0.1, 0.0, 0.0], [0.0, 0.0, 5.0]])
+    calls = []
+
+    def exact(inputs):
+        calls.append(inputs[0].tolist())
+        return [torch.full((len(inputs[0]), 3), 7.0)]
+
+    run = fallback_runner(lambda inputs: [logits.clone()], exact, margin=0.2)
+    out = run([torch.tensor([10, 11, 12])])[0]
+    assert calls == [[11]]  # only row 1 (margin about 0.03) went to the exact runner
+    assert out[1].tolist() == [7.0, 7.0, 7.0] and torch.equal(out[[0, 2]], logits[[0, 2]])
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fallback") / "mlp"
+    export(CloseCallMLP().eval(), _rows(0, 4), out, formats=("onnx",), input_names=("x",), labels=["a", "b", "c"],
+           softmax=True, quantize="int8", quantize_fallback_agreement=1.0, calibration=_rows(1, 512))
+    return out
+
+
+def test_export_records_the_margin_and_every_runner_applies_it(artifact):
+    manifest = read_manifest(artifact)
+    fallback = manifest.variants["onnx-int8"].fallback
+    assert fallback["variant"] == "onnx" and 0 < fallback["margin"] <= 1
+    assert fallback["agreement_without"] < 1.0 and fallback["agreement_with"] == 1.0
+    assert fallback["calibration_rows"] == 512 and 0 < fallback["rows_rerun"] < 0.5
+    x = _rows(1, 512)  # the calibration rows, in the export's batches of 64: float's answer on every one
+    int8, exact = load_artifact(artifact, "onnx-int8"), load_artifact(artifact, "onnx")
+    answers = [int8(x[i:i + 64]).argmax(-1) for i in range(0, 512, 64)]
+    assert torch.equal(torch.cat(answers), exact(x).argmax(-1))
+    rows = load_artifact(artifact, "onnx-int8").rows((x[:64],))  # what torchwork serve runs
+    assert np.array_equal(rows.argmax(-1), exact(x[:64]).argmax(-1).numpy())
+
+
+def test_a_damaged_fallback_is_refused_when_read(artifact, tmp_path):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(artifact, copy)
+    data = json.loads((copy / "manifest.json").read_text())
+    data["variants"]["onnx-int8"]["fallback"]["margin"] = 2.5
+    (copy / "manifest.json").write_text(json.dumps(data))
+    with pytest.raises(ExportError, match="fallback margin 2.5 must be a probability margin"):
+        read_manifest(copy)
+    data["variants"]["onnx-int8"]["fallback"].update(margin=0.1, variant="pt2")
+    (copy / "manifest.json").write_text(json.dumps(data))
+    with pytest.raises(ExportError, match="falls back to 'pt2', which the artifact does not hold"):
+        load_artifact(copy, "onnx-int8")
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"quantize": None}, "it needs quantize='int8'"),
+    ({"calibration": None}, "it needs calibration="),
+    ({"labels": None, "softmax": False}, "it is for classifiers"),
+    ({"quantize_fallback_agreement": 1.5}, r"must be in \(0, 1\]"),
+])
+def test_the_fallback_settings_are_checked_before_any_work(tmp_path, settings, message):
+    kwargs = {"formats": ("onnx",), "input_names": ("x",), "labels": ["a", "b", "c"], "softmax": True,
+              "quantize": "int8", "quantize_fallback_agreement": 0.99, "calibration": _rows(1, 64), **settings}
+    with pytest.raises(ConfigError, match=message):
+        export(CloseCallMLP().eval(), _rows(0, 4), tmp_path / "a", **kwargs)
+    assert not (tmp_path / "a").exists()
