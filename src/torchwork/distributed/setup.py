@@ -22,6 +22,8 @@ from torchwork.distributed.env import World, world_from_env
 # DistributedError lived here before torchwork.errors held every error class: the old import path still works.
 from torchwork.errors import DistributedError as DistributedError
 
+BARRIER_AT_EXIT_S = 10.0
+
 
 def init_process_group(world: World, timeout_s: float = 300.0, debug: bool = False) -> None:
     """Initialise the default process group from torchrun's environment (a no-op when it exists)."""
@@ -182,6 +184,15 @@ def user_call_site(frames: list[traceback.FrameSummary]) -> str | None:
 
 def destroy() -> None:
     if dist.is_available() and dist.is_initialized():
+        try:
+            # Every rank reaches this point before any tears down: a rank that closed its connections while a
+            # peer's gloo thread still finished a collective aborted that peer in std::terminate (seen once
+            # in a full test run, after this exit handler was added). Bounded: a rank that exits on an error
+            # while its peers wait in another collective waits 10 s here, not the group's timeout.
+            if dist.get_world_size() > 1 and dist.get_backend() == "gloo":
+                dist.monitored_barrier(timeout=datetime.timedelta(seconds=BARRIER_AT_EXIT_S))
+        except Exception:  # a peer that never came: tear down all the same
+            pass
         try:
             dist.destroy_process_group()
         except Exception as error:  # pragma: no cover - teardown of a broken group
