@@ -142,3 +142,22 @@ def eager(model: nn.Module, *inputs: torch.Tensor) -> torch.Tensor:
     finally:
         for module, mode in zip(model.modules(), modes):
             module.training = mode
+
+
+FEATURES = 32
+
+
+class OutlierMLP(nn.Module):
+    """A LayerNorm'd MLP whose normalised activations carry a few huge channels, as a transformer's do
+    (INT8 error to smooth away, or, with three close classes, answers for a float fallback to correct)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.norm = nn.LayerNorm(FEATURES)
+        with torch.no_grad():
+            self.norm.weight[:3] = 40.0  # three outlier channels, 40x the others
+        self.up, self.down = nn.Linear(FEATURES, 4 * FEATURES), nn.Linear(4 * FEATURES, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.nn.functional.gelu(self.up(self.norm(x))))

@@ -8,28 +8,11 @@ import json
 import numpy as np
 import pytest
 import torch
-from torch import nn
+from deploy_helpers import FEATURES, OutlierMLP
 
 from torchwork.deploy import export, load_artifact, read_manifest
 from torchwork.deploy.fallback import choose_margin, fallback_runner, margins
 from torchwork.errors import ConfigError, ExportError
-
-FEATURES = 32
-
-
-class CloseCallMLP(nn.Module):
-    """A LayerNorm'd MLP with outlier channels (INT8 error) and three classes that are often close."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.norm = nn.LayerNorm(FEATURES)
-        with torch.no_grad():
-            self.norm.weight[:3] = 40.0
-        self.up, self.down = nn.Linear(FEATURES, 4 * FEATURES), nn.Linear(4 * FEATURES, 3)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
 
 
 def _rows(seed: int, count: int) -> torch.Tensor:
@@ -72,7 +55,7 @@ def test_fallback_runner_answers_again_only_the_unsure_rows():
 @pytest.fixture(scope="module")
 def artifact(tmp_path_factory):
     out = tmp_path_factory.mktemp("fallback") / "mlp"
-    export(CloseCallMLP().eval(), _rows(0, 4), out, formats=("onnx",), input_names=("x",), labels=["a", "b", "c"],
+    export(OutlierMLP().eval(), _rows(0, 4), out, formats=("onnx",), input_names=("x",), labels=["a", "b", "c"],
            softmax=True, quantize="int8", quantize_fallback_agreement=1.0, calibration=_rows(1, 512))
     return out
 
@@ -117,5 +100,5 @@ def test_the_fallback_settings_are_checked_before_any_work(tmp_path, settings, m
     kwargs = {"formats": ("onnx",), "input_names": ("x",), "labels": ["a", "b", "c"], "softmax": True,
               "quantize": "int8", "quantize_fallback_agreement": 0.99, "calibration": _rows(1, 64), **settings}
     with pytest.raises(ConfigError, match=message):
-        export(CloseCallMLP().eval(), _rows(0, 4), tmp_path / "a", **kwargs)
+        export(OutlierMLP().eval(), _rows(0, 4), tmp_path / "a", **kwargs)
     assert not (tmp_path / "a").exists()

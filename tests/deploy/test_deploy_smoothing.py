@@ -10,29 +10,12 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
-from torch import nn
+from deploy_helpers import FEATURES, OutlierMLP
 
 from torchwork.deploy import export, read_manifest
 from torchwork.deploy.quantize import gemm_to_matmul, quantize_onnx
 from torchwork.deploy.smoothing import smooth_matmuls
 from torchwork.errors import ConfigError
-
-FEATURES = 32
-
-
-class OutlierMLP(nn.Module):
-    """A LayerNorm'd MLP whose normalised activations carry a few huge channels, as a transformer's do."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.norm = nn.LayerNorm(FEATURES)
-        with torch.no_grad():
-            self.norm.weight[:3] = 40.0  # three outlier channels, 40x the others
-        self.up, self.down = nn.Linear(FEATURES, 4 * FEATURES), nn.Linear(4 * FEATURES, 3)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
 
 
 def _inputs(seed: int, rows: int = 256) -> np.ndarray:

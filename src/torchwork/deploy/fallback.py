@@ -26,9 +26,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from torchwork.deploy.runtime import Runner, onnx_session, softmax
 from torchwork.errors import ConfigError
-
-Runner = Any  # runtime.Runner: inputs -> list of output tensors
 
 
 def check_agreement(agreement: float) -> float:
@@ -43,8 +42,6 @@ def check_agreement(agreement: float) -> float:
 def margins(logits: Any) -> Any:
     """The top-2 probability margin of each row (softmax over the last axis), as a numpy array."""
     import numpy as np
-
-    from torchwork.deploy.runtime import softmax
 
     top = np.sort(softmax(np.asarray(logits)), axis=-1)
     return top[:, -1] - top[:, -2]
@@ -95,8 +92,6 @@ def measure_margin(exact_path: Any, quantized_path: Any, feeds: Sequence[dict[st
                    threads: int | None = None) -> dict[str, Any]:
     """:func:`choose_margin` on two ONNX files' first outputs over the calibration ``feeds``."""
     import numpy as np
-
-    from torchwork.deploy.runtime import onnx_session
 
     exact, quantized = onnx_session(exact_path, threads), onnx_session(quantized_path, threads)
     first = [np.concatenate([session.run(None, dict(feed))[0] for feed in feeds]) for session in (exact, quantized)]

@@ -528,7 +528,8 @@ def _quantize_variant(tmp: Path, variants: dict[str, Variant], refused: dict[str
         refused["onnx-int8"] = "INT8 quantization starts from the ONNX variant, which was refused."
         return
     target = tmp / VARIANT_FILES["onnx-int8"]
-    feeds = [{name: tensor.numpy() for name, tensor in zip(names, probe.inputs)} for probe in probes]
+    feeds = ([{name: tensor.numpy() for name, tensor in zip(names, probe.inputs)} for probe in probes]
+             if plan.quantize_attention_mask is not None else [])  # what the fused graph is checked on
     try:
         info = quantize_onnx(tmp / VARIANT_FILES["onnx"], target, plan.quantize_ops, plan.quantize_per_channel,
                              plan.quantize_smoothing, calibration, attention_mask=plan.quantize_attention_mask,

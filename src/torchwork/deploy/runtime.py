@@ -262,17 +262,18 @@ def load_artifact(directory: str | os.PathLike[str], variant: str | None = None,
 def variant_runner(root: Path, manifest: Manifest, variant: str, threads: int | None = None) -> Runner:
     """The runner of one variant of an artifact: its model file, and the float fallback it records
     (:mod:`torchwork.deploy.fallback`) when it has one."""
-    from torchwork.deploy.fallback import fallback_runner
+    from torchwork.deploy.fallback import fallback_runner  # it imports this module
 
     entry = manifest.variants[variant]
     runner = open_runner(safe_member(root, entry.file, f"variant {variant!r}"), variant_format(variant), threads)
     if entry.fallback is None:
         return runner
     other = entry.fallback["variant"]
-    if other == variant or other not in manifest.variants or manifest.static_batch:
-        raise ExportError(f"artifact {root}: variant {variant!r} falls back to {other!r}, which "
-                          + ("is itself" if other == variant else "needs a dynamic batch size" if other in
-                             manifest.variants else "the artifact does not hold") + "; export it again.")
+    problem = ("is itself" if other == variant else "the artifact does not hold" if other not in manifest.variants
+               else "needs a dynamic batch size" if manifest.static_batch else None)
+    if problem:
+        raise ExportError(f"artifact {root}: variant {variant!r} falls back to {other!r}, which {problem}; "
+                          "export it again.")
     exact = open_runner(safe_member(root, manifest.variants[other].file, f"variant {other!r}"),
                         variant_format(other), threads)
     return fallback_runner(runner, exact, float(entry.fallback["margin"]))

@@ -317,7 +317,7 @@ def train_transformer(config: Any, train: Any, validation: Any, test: Any, class
     # forward over every training tweet would cost minutes on a CPU and say little more.
     sample = _subset(train, len(test), config.seed)
     key = f"train ({len(sample):,} sampled)" if len(sample) < len(train) else "train"
-    whole = data.pop("train")  # (it was predicted whole as well, a minute more, before this was popped)
+    whole = data.pop("train")
     sampled = whole if len(sample) == len(train) else TokenTexts(sample.texts, sample.labels, tokenizer)
     data = {key: sampled, **data}
     for name in list(data):
@@ -442,10 +442,8 @@ def transformer_sections(config: Any, train: Any, validation: Any, test: Any, cl
     say(f"variant to deploy: {report['deploy']}")
     speed = {}
     if "onnx-int8" in report["variants"]:
-        from torchwork.deploy import read_manifest
-
-        fallback = read_manifest(artifact).variants["onnx-int8"].fallback
-        if fallback:
+        fallback = report["parity"]["formats"]["onnx-int8"].get("fallback")
+        if fallback and fallback["margin"] is not None:
             say(f"INT8 float fallback: rows with a top-2 margin <= {fallback['margin']:.3f} are answered by float "
                 f"ONNX ({100 * fallback['rows_rerun']:.1f}% of {fallback['calibration_rows']:,} validation tweets; "
                 f"agreement with float there {100 * fallback['agreement_without']:.2f}% -> "
