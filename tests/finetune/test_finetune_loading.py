@@ -185,3 +185,61 @@ def test_a_torchwork_checkpoint_and_bad_sources(tmp_path):
         load_pretrained(Net(), tmp_path / "empty")
     with pytest.raises(CheckpointError, match="not a valid regex"):
         load_pretrained(Net(), source.state_dict(), rename={"(": "x"})
+
+
+# ---------------------------------------------------------------------------------------------- hostile files
+def deep_model() -> nn.Module:
+    return nn.Sequential(*[nn.Linear(4, 4) for _ in range(100)])  # 200 tensors
+
+
+@pytest.mark.slow
+def test_a_million_unmatched_keys_are_reported_in_bounded_time(within):
+    shared = torch.zeros(4, 4)
+    state = {f"stray.{i}.kernel": shared for i in range(1_000_000)}  # every one the shape of a missing key
+    with within(60):
+        report = load_pretrained(deep_model(), state, strict=False)
+    assert len(report.unexpected) == 1_000_000 and len(report.missing) == 200 and report.loaded == []
+    assert len(report.suggestions) == 50  # capped: the first 50 missing keys
+    assert report.suggestions["0.weight"].startswith("'stray.0.kernel' (same shape (4, 4), same position)")
+    with within(60):
+        text = report.table()
+    assert "... and 999992 more" in text
+
+
+def test_an_absurdly_long_key_is_refused_at_once(within):
+    model = deep_model()
+    state = dict(model.state_dict())
+    state["a." * 300_000 + "weight"] = torch.zeros(4, 4)  # a 600 KB key of 300,000 parts
+    with within(10), pytest.raises(CheckpointError, match=r"key of 600006 characters .*longest a model key"):
+        load_pretrained(deep_model(), state, strict=False)
+
+
+@pytest.mark.parametrize(("bad", "what"), [(float("nan"), "NaN"), (float("inf"), "inf"), (-float("inf"), "inf")])
+def test_non_finite_weights_are_refused_before_the_model_is_touched(bad, what):
+    source = trained_net()
+    state = dict(source.state_dict())
+    state["fc.weight"] = state["fc.weight"].clone()
+    state["fc.weight"][1, 2] = bad
+    state["head.bias"] = torch.full_like(state["head.bias"], bad)
+    model = Net()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(CheckpointError, match=rf"2 tensor\(s\) hold NaN or inf.*fc.weight \(1 {what} of 32\)"
+                                              rf".*head.bias \(2 {what} of 2\).*allow_nonfinite=True"):
+        load_pretrained(model, state)
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    report = load_pretrained(model, state, allow_nonfinite=True)  # asked for: loaded, and said so
+    assert report.problems == 0 and "fc.weight" in report.notes[0] and "NaN or inf" in report.notes[0]
+    assert torch.equal(model.fc.weight.isnan() | model.fc.weight.isinf(), state["fc.weight"].isnan()
+                       | state["fc.weight"].isinf())
+    report.verify(model)
+
+
+def test_complex_weights_are_refused_not_cut_to_their_real_part():
+    source = trained_net()
+    state = dict(source.state_dict())
+    state["fc.weight"] = torch.complex(state["fc.weight"], torch.ones_like(state["fc.weight"]))
+    model = Net()
+    before = model.fc.weight.detach().clone()
+    with pytest.raises(CheckpointError, match=r"fc.weight: complex64 in the file, float32 in the model"):
+        load_pretrained(model, state)
+    assert torch.equal(model.fc.weight, before)
