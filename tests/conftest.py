@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 
@@ -23,10 +24,10 @@ def _within(seconds: float) -> Iterator[None]:
     def expired(signum: int, frame: object) -> None:
         raise TimeoutError(f"the block ran past its {seconds:g} s bound")
 
+    faulthandler.dump_traceback_later(seconds * 4 + 30, exit=True, file=sys.__stderr__)
     previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    faulthandler.dump_traceback_later(seconds * 4 + 30, exit=True)
     try:
+        signal.setitimer(signal.ITIMER_REAL, seconds)
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)

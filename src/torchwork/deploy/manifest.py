@@ -345,9 +345,9 @@ def read_manifest(directory: str | os.PathLike[str], check_files: bool = True) -
                           f"{MAX_MANIFEST_BYTES} a manifest can need; it is damaged or forged: re-export the model.")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ExportError(f"artifact {root}: {MANIFEST} is not valid JSON ({error}). The file is damaged: "
-                          "re-export the model or restore the directory from a copy.") from error
+    except (ValueError, RecursionError) as error:  # bad JSON or UTF-8, a 5000-digit number, absurd nesting
+        raise ExportError(f"artifact {root}: {MANIFEST} is not valid JSON ({str(error)[:200]}). The file is "
+                          "damaged: re-export the model or restore the directory from a copy.") from None
     try:
         manifest = Manifest.from_json(data)
     except ExportError as error:
