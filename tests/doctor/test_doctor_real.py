@@ -1,13 +1,18 @@
-"""The doctor on code nobody here wrote (issue 21): tests/doctor/real/.
+"""The doctor on the practices and mistakes of real code (issues 21 and 33): tests/doctor/real/.
 
-* ``real/correct/``: correct training scripts reproduced from public repositories (pytorch/examples,
-  minGPT, nanoGPT, timm, pytorch/tutorials): the doctor must say nothing at all, not even a note.
-* ``real/bugs/``: real users' bugs from GitHub issues, reproduced faithfully: exactly the findings marked
+Every script is written here; its docstring cites the repository or thread whose *pattern* it exercises
+(never its code) and lists the practices or the mistake it reproduces.
+
+* ``real/correct/``: correct training scripts with the practices of public projects (pytorch/examples,
+  minGPT, nanoGPT, timm, pytorch/tutorials), traps that are not bugs included: the doctor must say nothing
+  at all, not even a note.
+* ``real/bugs/``: reproductions of real users' bugs from GitHub issues: exactly the findings marked
   ``# expect: <check-id>`` on the culprit line, nothing else.
-* ``real/errors.json``: real error texts as users pasted them into issues: each explained by the right
-  family, with the right fix (``fix`` must appear in the fix or the detail, ``not`` must not).
+* ``real/errors.json``: PyTorch's own error texts as users pasted them into issues (their prose and paths
+  trimmed): each explained by the right family, with the right fix (``fix`` must appear in the fix or the
+  detail, ``not`` must not).
 
-Every file cites its source at the top. All scripts run through the doctor in one real subprocess.
+All scripts run through the doctor in one real subprocess.
 """
 
 from __future__ import annotations
@@ -40,6 +45,31 @@ print(json.dumps(results))
 """
 
 
+# The verdicts of the corpus this one replaced (issue 33): the rewritten scripts must keep every one of them.
+# bug script -> the check it must be found by (the copied script it replaces)
+KEPT_VERDICTS = {
+    "missing_zero_grad_single_layer": "missing-zero-grad",  # aihwkit_missing_zero_grad
+    "focal_loss_log_of_zero": "non-finite-loss",  # focal_loss_log_of_zero
+    "running_loss_keeps_graph": "graph-kept-alive",  # labelmodels_running_loss_keeps_graph
+    "compiled_checkpoint_prefix": "state-dict-mismatch",  # llms_from_scratch_compiled_checkpoint
+    "last_batch_of_one": "batchnorm-single-sample",  # nncf_last_batch_of_one
+    "eval_mode_not_restored": "train-mode",  # optuna_train_mode_not_restored
+    "filtered_load_keeps_nothing": "state-dict-mismatch",  # pidnet_filtered_load_keeps_nothing
+    "dataparallel_prefix_snapshot": "state-dict-mismatch",  # posenet_ddp_checkpoint_module_prefix
+    "gan_step_before_generator_backward": "inplace-saved",  # srgan_discriminator_step_before_generator_backward
+    "validation_without_eval": "eval-mode",  # udacity_validation_without_eval
+}
+# correct script -> the copied one it replaces (each silent before, each silent now)
+KEPT_SILENT = {
+    "char_gpt_accumulation": "nanogpt_train", "addition_gpt_trainer": "mingpt_adder",
+    "gan_bce_detached_fakes": "pt_dcgan", "cnn_resume_checkpoint": "pt_imagenet_resume",
+    "mnist_style_cnn": "pt_mnist", "poly_regression_manual_sgd": "pt_regression",
+    "reinforce_policy_gradient": "pt_reinforce", "sine_lstmcell_lbfgs": "pt_time_sequence_prediction",
+    "vae_reparam": "pt_vae", "lstm_lm_truncated_bptt": "pt_word_language_model",
+    "finetune_clean_prefixes": "timm_clean_state_dict_finetune", "digits_train_test_loops": "tutorial_optimization_digits",
+}
+
+
 def expected(script: Path) -> set[tuple[str, int]]:
     return {(m.group(1), number) for number, line in enumerate(script.read_text().splitlines(), start=1)
             if (m := MARK.search(line))}
@@ -54,16 +84,23 @@ def results() -> dict[str, dict]:
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
-def test_the_corpus_is_the_size_the_issue_asks_and_cites_its_sources() -> None:
+def test_the_corpus_is_the_size_the_issue_asks_and_cites_its_patterns() -> None:
     assert len(CORRECT) >= 10 and len(BUGS) >= 10 and len(ERRORS) >= 20
     for script in CORRECT + BUGS:
         head = script.read_text().split('"""')[1]
-        assert head.startswith(("Source: ", "Sources: ")), script.name
-        assert "github.com" in head or "commit " in head or "discuss.pytorch.org" in head, script.name
+        assert head.startswith(("Pattern: ", "Patterns: ")), script.name
+        assert "github.com" in head or "discuss.pytorch.org" in head, script.name
     for script in BUGS:
         assert expected(script), f"{script.name} marks no culprit line"
     for error in ERRORS:
         assert error["source"].startswith("https://github.com/"), error
+
+
+def test_the_rewritten_corpus_keeps_the_verdicts_of_the_one_it_replaced() -> None:
+    names = {script.stem: script for script in BUGS}
+    for stem, check in KEPT_VERDICTS.items():
+        assert {found for found, _ in expected(names[stem])} == {check}, stem
+    assert set(KEPT_SILENT) <= {script.stem for script in CORRECT}
 
 
 @pytest.mark.slow
