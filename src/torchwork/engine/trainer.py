@@ -371,11 +371,16 @@ class Trainer:
 
         ``resume``: ``"latest"`` continues the newest run under ``run_dir`` from its newest valid
         checkpoint (a no-op when there is none), a run folder or checkpoint path resumes from that.
-        The environment variable ``TORCHWORK_RESUME`` (set by ``torchwork resume``) overrides it.
+        A run that differs from this training (model, optimizer, schedule, config, data) is not resumed.
+        The environment variable ``TORCHWORK_RESUME`` (set by ``torchwork resume``) names the run to continue:
+        the first ``fit`` of the process continues it, a later one its own run nested in it
+        (:mod:`torchwork.runs.lineage`).
         """
         if epochs < 0:
             raise ConfigError(f"epochs={epochs} must be >= 0.")
-        resume = os.environ.get("TORCHWORK_RESUME") or resume
+        from torchwork.runs.lineage import resume_target
+
+        resume = resume_target(resume, self.run_dir) if self.world.is_rank_zero else resume
         self.should_stop = False
         self._epochs_total = epochs
         if self.world.is_distributed:
