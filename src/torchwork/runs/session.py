@@ -17,8 +17,8 @@ from torchwork.errors import CheckpointError
 from torchwork.files import write_json
 from torchwork.runs.checkpoint import CheckpointManager, load_checkpoint, remove_leftovers
 from torchwork.runs.folder import is_run_folder, latest_run, new_run_folder
-from torchwork.runs.loggers import JsonlLogger, TensorBoardLogger
 from torchwork.runs.lineage import register
+from torchwork.runs.loggers import JsonlLogger, TensorBoardLogger
 from torchwork.runs.manifest import RunDescription, build_manifest, format_summary
 from torchwork.runs.options import RunOptions
 from torchwork.runs.sameness import differences, extension_problem, shape_differences
