@@ -30,6 +30,7 @@ from torchwork.distributed.env import World, world_from_env
 from torchwork.engine.batches import call_model, concat_outputs, inputs_of, length_or_none, split_error
 from torchwork.engine.callbacks import EarlyStopping
 from torchwork.engine.devices import batch_size_of, check_model_on, move_to_device, resolve_device
+from torchwork.engine.interrupt import InterruptFlag, TrainingInterrupted
 from torchwork.engine.options import (
     DistributedOptions,
     EvaluationOptions,
@@ -174,6 +175,7 @@ class Trainer:
         self._loss_terms: dict[str, Tensor] | None = None
         self._totals: dict[str, Any] = {}
         self._checkpointing = False
+        self._interrupt = InterruptFlag()
 
     # ------------------------------------------------------------------ where training is (self.state)
     @property
@@ -403,15 +405,8 @@ class Trainer:
             for callback in self.callbacks:
                 if hasattr(callback, "on_fit_start"):
                     callback.on_fit_start(self)
-            while self.epoch < epochs and not self.should_stop:
-                set_epoch = getattr(getattr(train_loader, "sampler", None), "set_epoch", None)
-                if callable(set_epoch):
-                    set_epoch(self.epoch)  # DistributedSampler reshuffles only when told the epoch
-                self._restore_train_modes()
-                logs = self._train_epoch(self._epoch_batches(train_loader))
-                if val_loader is not None:
-                    logs.update(self.evaluate(val_loader, prefix="val_"))
-                self._end_epoch(logs)
+            with self._interrupt.installed(enabled=not self.world.is_distributed):
+                self._fit_epochs(train_loader, val_loader, epochs)
             for callback in self.callbacks:
                 if hasattr(callback, "on_fit_end"):
                     callback.on_fit_end(self)
@@ -429,6 +424,28 @@ class Trainer:
                 self._session.close()
                 self._session = None
         return self.history
+
+    def _fit_epochs(self, train_loader: Any, val_loader: Any, epochs: int) -> None:
+        while self.epoch < epochs and not self.should_stop:
+            if self._interrupt.raised:  # Ctrl-C during an evaluation: the epoch's checkpoint is written
+                raise TrainingInterrupted(self.global_step, self.run_path if self._checkpointing else None)
+            for sampler in (getattr(train_loader, "sampler", None), getattr(train_loader, "batch_sampler", None)):
+                set_epoch = getattr(sampler, "set_epoch", None)
+                if callable(set_epoch):
+                    set_epoch(self.epoch)  # DistributedSampler reshuffles only when told the epoch
+            self._restore_train_modes()
+            logs = self._train_epoch(self._epoch_batches(train_loader))
+            if val_loader is not None:
+                logs.update(self.evaluate(val_loader, prefix="val_"))
+            self._end_epoch(logs)
+
+    def _stop_interrupted(self) -> None:
+        """Ctrl-C: checkpoint the step just finished (when keeping a run) and stop with one line."""
+        run = None
+        if self._checkpointing:
+            self._save_checkpoint()
+            run = self.run_path
+        raise TrainingInterrupted(self.global_step, run)
 
     def _open_run(self, train_loader: Any, val_loader: Any, epochs: int, resume: Any) -> dict[str, Any] | None:
         """Open the run folder (rank 0 only) and load the checkpoint to resume from, if any."""
@@ -516,6 +533,10 @@ class Trainer:
                 totals["elapsed"] += time.perf_counter() - started
                 started = time.perf_counter()
                 self._save_checkpoint()
+            if self._interrupt.raised:
+                totals["elapsed"] += time.perf_counter() - started
+                bar.close()
+                self._stop_interrupted()
         bar.close()
         totals["elapsed"] += time.perf_counter() - started
         steps = totals["steps"]
