@@ -356,15 +356,43 @@ class Trainer:
         from torchwork.runs.checkpoint import save_checkpoint
 
         state = self.state_dict()
+        problem = None
         if self.world.is_rank_zero:
-            save_checkpoint(state, path)
+            try:
+                save_checkpoint(state, path)
+            except CheckpointError as error:
+                problem = error
+        if self.world.is_distributed:
+            from torchwork.distributed.setup import broadcast_object
+
+            # every rank waits for rank 0's write (a load right after a save finds the file), and fails with it
+            message = broadcast_object(str(problem) if problem is not None else None)
+            if message is not None and problem is None:
+                raise CheckpointError(f"rank 0 could not write {path}: {message}")
+        if problem is not None:
+            raise problem
 
     def load(self, path: str | os.PathLike[str]) -> None:
         """Continue from a checkpoint written by :meth:`save` or by ``fit``: its checksum is verified and it
-        is read with ``torch.load(weights_only=True)`` (nothing in it is executed)."""
+        is read with ``torch.load(weights_only=True)`` (nothing in it is executed). Under DDP every rank
+        calls it: rank 0 reads the file and sends it to the others (no shared filesystem needed)."""
         from torchwork.runs.checkpoint import load_checkpoint
 
-        self.load_state_dict(load_checkpoint(path, map_location=self.device))
+        if not self.world.is_distributed:
+            self.load_state_dict(load_checkpoint(path, map_location=self.device))
+            return
+        from torchwork.distributed.setup import broadcast_object
+
+        state, message = None, None
+        if self.world.is_rank_zero:
+            try:
+                state = load_checkpoint(path, map_location="cpu")
+            except CheckpointError as error:
+                message = str(error)
+        state, message = broadcast_object((state, message))
+        if message is not None:
+            raise CheckpointError(message if self.world.is_rank_zero else f"rank 0 could not load {path}: {message}")
+        self.load_state_dict(move_to_device(state, self.device))
 
     # ------------------------------------------------------------------ the loop
     def fit(self, train_loader: Iterable[Any], val_loader: Iterable[Any] | None = None,
