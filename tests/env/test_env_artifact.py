@@ -15,10 +15,10 @@ from env_helpers import child_env, run_cli
 
 from torchwork.deploy import export
 from torchwork.deploy.manifest import EXAMPLE_OUTPUTS, MANIFEST, read_manifest
+from torchwork.deploy.replay import replay_artifact
 from torchwork.deploy.tensors import load_tensors, save_tensors
 from torchwork.deploy.trust import file_table
 from torchwork.env.drift import warn_if_machine_differs
-from torchwork.env.replay import replay_artifact
 
 
 @pytest.fixture(scope="module")

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 # None of these modules imports torch, onnx or onnxruntime at import time: they do it inside functions.
 from torchwork.deploy.contents import load_weights
+from torchwork.deploy.loaded import LoadedArtifact, load_artifact
 from torchwork.deploy.manifest import Manifest, read_manifest
 from torchwork.deploy.pipeline import export
 from torchwork.deploy.preprocess import TokenIdsPreprocessor
 from torchwork.deploy.quantize import torch_dynamic_int8
-from torchwork.deploy.runtime import LoadedArtifact, load_artifact
+from torchwork.deploy.replay import replay_artifact
 from torchwork.deploy.verification import format_report, verify
 
 __all__ = ["LoadedArtifact", "Manifest", "TokenIdsPreprocessor", "export", "format_report", "load_artifact", "load_weights",
-           "read_manifest", "torch_dynamic_int8", "verify"]
+           "read_manifest", "replay_artifact", "torch_dynamic_int8", "verify"]

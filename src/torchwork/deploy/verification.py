@@ -29,9 +29,10 @@ from typing import Any
 
 from torchwork.deploy.choice import MIN_PARITY_ROWS, MIN_TIMING_ROUNDS, choose_variant, spread
 from torchwork.deploy.contents import load_examples, load_preprocess, load_samples, weights_of
+from torchwork.deploy.loaded import variant_runner
 from torchwork.deploy.manifest import Manifest, read_manifest
 from torchwork.deploy.parity import DEFAULT_ATOL, DEFAULT_RTOL, compare, first_line
-from torchwork.deploy.runtime import Runner, load_pt2, run_in_chunks, torch_runner, variant_runner
+from torchwork.deploy.runtime import Runner, load_pt2, run_in_chunks, torch_runner
 from torchwork.deploy.tensors import as_input_tuple, check_inputs
 from torchwork.deploy.trust import safe_member
 from torchwork.errors import ConfigError, ExportError

@@ -26,7 +26,7 @@ _originals: dict[str, Any] = {}
 
 
 def _call_site() -> str:
-    from torchwork.distributed.setup import user_call_site
+    from torchwork.distributed.frames import user_call_site
 
     return user_call_site(traceback.extract_stack()[:-2]) or "<unknown>"
 

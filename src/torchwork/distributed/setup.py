@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import atexit
 import datetime
-import os
 import sys
 import traceback
 from typing import Any
@@ -18,6 +17,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sampler
 
 from torchwork.distributed.env import World, world_from_env
+from torchwork.distributed.frames import user_call_site
 
 # DistributedError lived here before torchwork.errors held every error class: the old import path still works.
 from torchwork.errors import DistributedError as DistributedError
@@ -168,18 +168,6 @@ def explain_collective_error(error: BaseException) -> DistributedError | None:
         f"rank {rank}: {what}{where}. Every rank must call the same collectives in the same order: look for "
         f"a collective under an `if rank == ...` or a loop whose length differs between ranks. "
         f"PyTorch said: {text.splitlines()[0][:400]}")
-
-
-def user_call_site(frames: list[traceback.FrameSummary]) -> str | None:
-    """``file:line (code)`` of the innermost frame that is neither torch's nor torchwork's code."""
-    import torchwork
-
-    library_dirs = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, torchwork))
-    for frame in reversed(frames):
-        if frame.filename.startswith(library_dirs) or frame.filename.startswith("<"):
-            continue
-        return f"{frame.filename}:{frame.lineno} ({(frame.line or '').strip()})"
-    return None
 
 
 def destroy() -> None:

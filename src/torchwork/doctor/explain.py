@@ -139,7 +139,7 @@ def _keys(text: str, which: str) -> list[str]:
 
 def _prefix_detail(m: re.Match[str]) -> str | None:
     """Match the missing keys against the unexpected ones: which wrapper prefix, or none at all."""
-    from torchwork.finetune.prefixes import describe_prefix, match_prefixes
+    from torchwork.prefixes import describe_prefix, match_prefixes
 
     text = re.sub(r"\s*\n\s*", "", m.string)  # keys wrapped across lines as pasted
     missing, unexpected = _keys(text, "Missing"), _keys(text, "Unexpected")

@@ -22,6 +22,8 @@ import types
 from collections.abc import Iterable
 from typing import Any
 
+from torchwork.locations import display_path, format_where  # noqa: F401  (re-exported: the doctor's own modules use them)
+
 SEVERITIES = ("error", "warning", "info")
 
 
@@ -142,24 +144,6 @@ class Locator:
                 return self.is_user_file(filename)
             frame = frame.f_back
         return False
-
-
-def display_path(filename: str | None) -> str | None:
-    """A path relative to the working directory when it lies inside it, else as given."""
-    if filename is None or filename.startswith("<"):
-        return filename
-    try:
-        rel = os.path.relpath(filename)
-    except ValueError:
-        return filename
-    return filename if rel.startswith("..") else rel
-
-
-def format_where(where: tuple[str, int] | None, default: str = "an unknown line") -> str:
-    """'file:line' for a message (relative to the working directory when inside it)."""
-    if where is None:
-        return default
-    return f"{display_path(where[0])}:{where[1]}"
 
 
 # ---------------------------------------------------------------------------------------------- report

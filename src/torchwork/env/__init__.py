@@ -23,7 +23,6 @@ _LAZY: dict[str, str] = {
     "compact_snapshot": "torchwork.env.report",
     "format_report": "torchwork.env.report",
     "run_checks": "torchwork.env.checks",
-    "replay_artifact": "torchwork.env.replay",
     "lock_text": "torchwork.env.lock",
     "load_profile": "torchwork.env.sources",
     "diff_profiles": "torchwork.env.diff",
@@ -40,7 +39,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from torchwork.env.drift import warn_if_machine_differs  # noqa: F401
     from torchwork.env.libraries import runtime_libraries  # noqa: F401
     from torchwork.env.lock import lock_text  # noqa: F401
-    from torchwork.env.replay import replay_artifact  # noqa: F401
     from torchwork.env.report import compact_snapshot, format_report, snapshot  # noqa: F401
     from torchwork.env.sources import load_profile  # noqa: F401
 else:

@@ -17,7 +17,7 @@ def _check(args: argparse.Namespace) -> int:
 
     results = run_checks()
     if args.artifact:
-        from torchwork.env.replay import replay_artifact
+        from torchwork.deploy.replay import replay_artifact
 
         results += replay_artifact(args.artifact)
     failed = any(not r.ok for r in results)

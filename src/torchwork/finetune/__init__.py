@@ -20,7 +20,7 @@ _LAZY: dict[str, str] = {
     "load_pretrained": "torchwork.finetune.loading",
     "LoadReport": "torchwork.finetune.loading",
     "read_state_dict": "torchwork.finetune.sources",
-    "discover_prefix": "torchwork.finetune.prefixes",
+    "discover_prefix": "torchwork.prefixes",
     "freeze": "torchwork.finetune.freezing",
     "unfreeze": "torchwork.finetune.freezing",
     "trainable_parameters": "torchwork.finetune.freezing",
@@ -57,8 +57,8 @@ if TYPE_CHECKING:  # pragma: no cover
         minilm_folder,
         minilm_tokenizer,
     )
-    from torchwork.finetune.prefixes import discover_prefix  # noqa: F401
     from torchwork.finetune.sources import read_state_dict  # noqa: F401
     from torchwork.finetune.unfreezing import GradualUnfreezing  # noqa: F401
+    from torchwork.prefixes import discover_prefix  # noqa: F401
 else:
     __getattr__, __dir__ = lazy_attributes("torchwork.finetune", _LAZY, globals())

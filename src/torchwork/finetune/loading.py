@@ -1,6 +1,6 @@
 """``load_pretrained``: load what fits, say exactly what did not, and check values, not names.
 
-Keys are matched after the wrapper prefix is found (:mod:`torchwork.finetune.prefixes`) and the
+Keys are matched after the wrapper prefix is found (:mod:`torchwork.prefixes`) and the
 ``rename`` rules are applied; a tensor whose shape differs is never loaded. Parts named by ``new`` (a
 new head) start fresh. With ``strict=True`` anything else missing, unexpected or mismatched raises
 before the model is touched. Values are checked before anything is written: a tensor holding NaN or inf
@@ -33,8 +33,8 @@ from typing import Any
 from torchwork.errors import CheckpointError
 from torchwork.finetune._table import format_table
 from torchwork.finetune.names import matches
-from torchwork.finetune.prefixes import Prefix, apply_prefix, discover_prefix, strip_given
 from torchwork.finetune.sources import read_state_dict
+from torchwork.prefixes import Prefix, apply_prefix, discover_prefix, strip_given
 
 RenameRules = Mapping[str, "str | None"] | Sequence[tuple[str, "str | None"]]
 

@@ -98,7 +98,7 @@ def cli_main(args: argparse.Namespace) -> int:
 def graph_of_factory(spec: str, shapes: list[tuple[int, ...]], dtype: str, high: int) -> Any:
     import torch
 
-    from torchwork.deploy.cli import load_factory
+    from torchwork.deploy.factory import load_factory
     from torchwork.inspect.tracing import trace
 
     made = load_factory(spec)()

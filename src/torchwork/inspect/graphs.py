@@ -250,7 +250,7 @@ def _sequence(raw: Any) -> int:
 
 def _unreached(output: torch.Tensor, named: list[tuple[str, torch.nn.Parameter]],
                capture: Capture | None) -> dict[str, Reason]:
-    from torchwork.doctor.findings import format_where
+    from torchwork.locations import format_where
 
     reached = reached_leaves(output)
     cut_reach: list[tuple[str, Where | None, set[int]]] = []

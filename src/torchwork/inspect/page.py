@@ -20,7 +20,6 @@ import html
 import os
 from typing import TYPE_CHECKING
 
-from torchwork.doctor.findings import format_where
 from torchwork.inspect.render import (
     OPEN_LIMIT,
     block_totals,
@@ -30,6 +29,7 @@ from torchwork.inspect.render import (
     node_boxes,
     render_svg,
 )
+from torchwork.locations import format_where
 
 if TYPE_CHECKING:  # pragma: no cover
     from torchwork.inspect.graphs import Graph

@@ -35,6 +35,11 @@ from torch.overrides import TorchFunctionMode
 
 from torchwork.inspect.walk import CUT_LABELS, storage_key
 
+# torchwork/__init__.py, found from this file rather than by importing the package (a lower layer never
+# imports the public API above it).
+TORCHWORK_INIT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "__init__.py")
+
+
 ORIGIN_KEY = "torchwork_origin"  # node.metadata[ORIGIN_KEY] = (file, line, module)
 _MAX_EVENTS = 64
 _INPLACE_DUNDERS = frozenset({"__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__ipow__",
@@ -45,9 +50,7 @@ Where = tuple[str, int]
 
 
 def _library_dirs() -> tuple[str, ...]:
-    import torchwork
-
-    dirs = {os.path.dirname(os.path.realpath(torch.__file__)), os.path.dirname(os.path.realpath(torchwork.__file__))}
+    dirs = {os.path.dirname(os.path.realpath(torch.__file__)), os.path.dirname(os.path.realpath(TORCHWORK_INIT))}
     return tuple(d + os.sep for d in dirs)
 
 

@@ -19,7 +19,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from torchwork.doctor.findings import format_where
+from torchwork.locations import format_where
 
 if TYPE_CHECKING:  # pragma: no cover
     from torchwork.inspect.graphs import Graph

@@ -42,8 +42,8 @@ from torchwork.serve.predictor import FLOAT_DTYPES, INT_DTYPES, ModelPredictor, 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
+    from torchwork.deploy.loaded import LoadedArtifact
     from torchwork.deploy.manifest import TensorSpec
-    from torchwork.deploy.runtime import LoadedArtifact
 
 _PROBE_TEXTS = ["probe", "a longer probe text, with punctuation!"]
 
@@ -151,8 +151,8 @@ def predictor_from_artifact(directory: str | os.PathLike[str], variant: str | No
     :class:`~torchwork.errors.ExportError` when the folder is not a complete, unmodified artifact.
     """
     try:
+        from torchwork.deploy.loaded import load_artifact
         from torchwork.deploy.manifest import read_manifest
-        from torchwork.deploy.runtime import load_artifact
         from torchwork.deploy.trust import in_torchwork
     except ImportError as error:  # pragma: no cover - a broken install
         raise ConfigError(f"serving an artifact needs torchwork.deploy, which cannot be imported here "

@@ -22,7 +22,7 @@ import torch
 
 from torchwork.doctor.checks import Check
 from torchwork.doctor.findings import format_where
-from torchwork.finetune.prefixes import describe_prefix, match_prefixes
+from torchwork.prefixes import describe_prefix, match_prefixes
 
 _WRAPPER_KEYS = ("model", "state_dict", "model_state_dict", "net", "module", "weights")
 

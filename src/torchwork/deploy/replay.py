@@ -8,7 +8,7 @@ within the artifact's parity tolerance (``atol`` / ``rtol`` recorded with the ou
 variant within ``atol`` 1e-3 / ``rtol`` 1e-2 at least, because integer kernels differ between CPU ISAs.
 
 Example:
-    >>> from torchwork.env.replay import replay_artifact
+    >>> from torchwork.deploy.replay import replay_artifact
     >>> [r.ok for r in replay_artifact("artifacts/digits")]    # doctest: +SKIP
     [True, True]
 """
