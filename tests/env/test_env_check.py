@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from env_helpers import run_cli
 
-from torchwork.env.checks import CASES, Case, case_results, check_names, run_checks
+from torchwork.env.known_answers import CASES, Case, case_results, check_names, run_checks
 from torchwork.errors import ConfigError
 
 

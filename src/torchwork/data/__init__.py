@@ -29,8 +29,8 @@ _LAZY: dict[str, str] = {
     "TextCollate": "torchwork.data.text",
     "class_weights": "torchwork.data.balance",
     "balanced_sampler": "torchwork.data.balance",
-    "classification_metrics": "torchwork.data.balance",
-    "format_metrics": "torchwork.data.balance",
+    "classification_metrics": "torchwork.data.metrics",
+    "format_metrics": "torchwork.data.metrics",
     "loader": "torchwork.data.loaders",
     "default_num_workers": "torchwork.data.loaders",
     "seed_worker": "torchwork.data.loaders",
@@ -42,12 +42,7 @@ __all__ = list(_LAZY)
 
 # Type checkers read the imports (and flag a misspelt name); at run time each name is imported on first use.
 if TYPE_CHECKING:  # pragma: no cover
-    from torchwork.data.balance import (  # noqa: F401
-        balanced_sampler,
-        class_weights,
-        classification_metrics,
-        format_metrics,
-    )
+    from torchwork.data.balance import balanced_sampler, class_weights  # noqa: F401
     from torchwork.data.cleaning import CleaningConfig, CleaningReport, clean_text, clean_texts  # noqa: F401
     from torchwork.data.datasets import (  # noqa: F401
         DatasetSplits,
@@ -57,6 +52,7 @@ if TYPE_CHECKING:  # pragma: no cover
         stratified_split,
     )
     from torchwork.data.loaders import default_num_workers, loader, seed_worker  # noqa: F401
+    from torchwork.data.metrics import classification_metrics, format_metrics  # noqa: F401
     from torchwork.data.profile import ProfileReport, profile_loader  # noqa: F401
     from torchwork.data.text import TextCollate, TextPreprocessor  # noqa: F401
 else:

@@ -19,7 +19,7 @@ import os
 import time
 from pathlib import Path
 
-from torchwork.env.checks import CheckResult, _compare
+from torchwork.env.known_answers import CheckResult, _compare
 from torchwork.errors import ExportError
 
 QUANTIZED_ATOL, QUANTIZED_RTOL = 1e-3, 1e-2

@@ -22,7 +22,7 @@ _LAZY: dict[str, str] = {
     "snapshot": "torchwork.env.report",
     "compact_snapshot": "torchwork.env.report",
     "format_report": "torchwork.env.report",
-    "run_checks": "torchwork.env.checks",
+    "run_checks": "torchwork.env.known_answers",
     "lock_text": "torchwork.env.lock",
     "load_profile": "torchwork.env.sources",
     "diff_profiles": "torchwork.env.diff",
@@ -34,9 +34,9 @@ __all__ = list(_LAZY)
 
 # Type checkers read the imports (and flag a misspelt name); at run time each name is imported on first use.
 if TYPE_CHECKING:  # pragma: no cover
-    from torchwork.env.checks import run_checks  # noqa: F401
     from torchwork.env.diff import diff_profiles  # noqa: F401
     from torchwork.env.drift import warn_if_machine_differs  # noqa: F401
+    from torchwork.env.known_answers import run_checks  # noqa: F401
     from torchwork.env.libraries import runtime_libraries  # noqa: F401
     from torchwork.env.lock import lock_text  # noqa: F401
     from torchwork.env.report import compact_snapshot, format_report, snapshot  # noqa: F401

@@ -13,7 +13,7 @@ from typing import Any
 
 
 def _check(args: argparse.Namespace) -> int:
-    from torchwork.env.checks import format_results, run_checks
+    from torchwork.env.known_answers import format_results, run_checks
 
     results = run_checks()
     if args.artifact:

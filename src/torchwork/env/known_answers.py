@@ -10,7 +10,7 @@ With a GPU, every case also runs there, and CPU and GPU results are compared wit
 (TF32 switched off so that float32 means float32).
 
 Example:
-    >>> from torchwork.env.checks import run_checks
+    >>> from torchwork.env.known_answers import run_checks
     >>> results = run_checks(devices=["cpu"], names=["softmax"])
     >>> [(r.name, r.ok) for r in results]
     [('softmax [cpu]', True)]
