@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Sequence, Sized
 from pathlib import Path
 from typing import Any
 
+from torchwork.deploy.aoti import NATIVE_TRUST, aoti_runner, needs_native_trust, refuse_untrusted
 from torchwork.deploy.contents import load_preprocess
 from torchwork.deploy.manifest import FORMATS, PREFERENCE, Manifest, read_manifest, variant_format
 from torchwork.deploy.tensors import as_input_tuple, check_inputs, flatten_outputs
@@ -146,10 +147,15 @@ def load_pt2(path: Path) -> Any:
                           "damaged or was written by another torch version: re-export the model.") from error
 
 
-def open_runner(path: Path, fmt: str, threads: int | None = None) -> Runner:
-    """A callable ``inputs -> list of output tensors`` for one model file."""
+def open_runner(path: Path, fmt: str, threads: int | None = None, trust_native: bool = False) -> Runner:
+    """A callable ``inputs -> list of output tensors`` for one model file (a native ``pt2-aoti`` library only
+    with ``trust_native``: see :mod:`torchwork.deploy.aoti`)."""
     import torch
 
+    if needs_native_trust(fmt):
+        if not trust_native:
+            raise refuse_untrusted(fmt, path.parent)
+        return aoti_runner(path)
     if fmt == "onnx":
         return onnx_runner(path, threads)
     if fmt == "pt2":
@@ -233,15 +239,17 @@ def load_artifact(directory: str | os.PathLike[str], variant: str | None = None,
                   trust: Iterable[str] = ()) -> LoadedArtifact:
     """Load an artifact as a callable ``raw inputs -> outputs`` (preprocessing and postprocessing included).
 
-    ``variant`` picks the model file (``"onnx"``, ``"pt2"``, ``"onnx-int8"``, ``"torchscript"``); by default
-    the one the artifact marks to deploy, else ONNX, then pt2. Every file's checksum is checked first.
+    ``variant`` picks the model file (``"onnx"``, ``"pt2"``, ``"onnx-int8"``, ``"torchscript"``,
+    ``"pt2-aoti"``); by default the one the artifact marks to deploy, else ONNX, then pt2. Every file's
+    checksum is checked first. A ``pt2-aoti`` variant (a native library) loads when named or with
+    ``trust=("native",)``.
 
     Example:
         >>> predict = load_artifact("artifacts/digits")          # doctest: +SKIP
         >>> predict(torch.rand(2, 64)).shape                     # doctest: +SKIP
         torch.Size([2, 10])
     """
-    root = Path(directory)
+    root, trust = Path(directory), tuple(trust)
     manifest = read_manifest(root)
     available = list(manifest.variants)  # refused formats never enter the artifact
     if variant is None:
@@ -255,17 +263,23 @@ def load_artifact(directory: str | os.PathLike[str], variant: str | None = None,
         refused = manifest.refused.get(variant)
         raise ConfigError(f"artifact {root} has no {variant!r} variant"
                           + (f" (refused at export: {refused})" if refused else "") + f"; it has {available}.")
-    runner = variant_runner(root, manifest, variant, threads)
-    return LoadedArtifact(root, manifest, variant, runner, load_preprocess(root, manifest, trust))
+        trust_native = NATIVE_TRUST in trust
+    else:
+        trust_native = True  # named by the caller
+    runner = variant_runner(root, manifest, variant, threads, trust_native)
+    packages = tuple(t for t in trust if t != NATIVE_TRUST)
+    return LoadedArtifact(root, manifest, variant, runner, load_preprocess(root, manifest, packages))
 
 
-def variant_runner(root: Path, manifest: Manifest, variant: str, threads: int | None = None) -> Runner:
+def variant_runner(root: Path, manifest: Manifest, variant: str, threads: int | None = None,
+                   trust_native: bool = False) -> Runner:
     """The runner of one variant of an artifact: its model file, and the float fallback it records
     (:mod:`torchwork.deploy.fallback`) when it has one."""
     from torchwork.deploy.fallback import fallback_runner  # it imports this module
 
     entry = manifest.variants[variant]
-    runner = open_runner(safe_member(root, entry.file, f"variant {variant!r}"), variant_format(variant), threads)
+    runner = open_runner(safe_member(root, entry.file, f"variant {variant!r}"), variant_format(variant), threads,
+                         trust_native)
     if entry.fallback is None:
         return runner
     other = entry.fallback["variant"]
