@@ -52,7 +52,13 @@ _GRAPH_BREAK_LOGGERS = ("torch._dynamo.symbolic_convert.__graph_breaks", "torch.
                         "torch._dynamo.exc.__graph_breaks")
 _RECOMPILE_LIMIT_LOGGER = "torch._dynamo.convert_frame"
 _USER_LINE = re.compile(r"in user code at (?P<file>.+?):(?P<line>\d+)")
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
 _TORCH_DIR = str(Path(torch.__file__).parent)
+_LIBRARY_DIRS = (_TORCH_DIR + "/", str(Path(__file__).resolve().parents[1]) + "/")  # torch, torchwork
+
+
+def _is_library(file: str) -> bool:
+    return file.startswith(_LIBRARY_DIRS) or file.startswith("<")
 
 
 @dataclass(frozen=True)
@@ -121,6 +127,7 @@ class _Records(logging.Handler):
         super().__init__(logging.DEBUG)
         self.breaks: dict[tuple[str, int, str], int] = {}
         self.limit_hits: list[str] = []
+        self._user_frame: dict[tuple[str, int], tuple[str, int]] = {}  # innermost frame -> the user's
 
     def emit(self, record: logging.LogRecord) -> None:
         text = record.getMessage()
@@ -131,9 +138,16 @@ class _Records(logging.Handler):
         where = _USER_LINE.search(text)
         if where is None:
             return
+        innermost = (where["file"], int(where["line"]))
+        # The innermost frame is library code when the break is inside a hook or a TorchFunctionMode (the
+        # doctor's): the user's line is the innermost one of theirs in the traceback (given once per break).
+        frames = [(m["file"], int(m["line"])) for m in _FRAME.finditer(text) if not _is_library(m["file"])]
+        if frames:
+            self._user_frame[innermost] = frames[-1]
+        file, line = self._user_frame.get(innermost, innermost)
         reason = next((line.strip() for line in text.splitlines()[1:] if line.strip()
                        and not line.startswith("Graph Break Reason: Encountered graph break")), "")
-        key = (where["file"], int(where["line"]), reason.removeprefix("Graph Break Reason: ")[:300])
+        key = (file, line, reason.removeprefix("Graph Break Reason: ")[:300])
         self.breaks[key] = self.breaks.get(key, 0) + 1
 
 
@@ -204,7 +218,7 @@ class CompileWatch:
                       for (f, file, line), entries in per_frame.items() if len(entries) > 1]
         breaks = [{"file": file, "line": line, "reason": reason, "count": count}
                   for (file, line, reason), count in sorted(self._handler.breaks.items())
-                  if not file.startswith(_TORCH_DIR)]
+                  if not _is_library(file)]
         return {"compiles": len(compiles), "recompiles": sum(r["compiles"] - 1 for r in recompiles),
                 "recompiled_functions": recompiles, "graph_breaks": breaks,
                 "recompile_limit_hit": list(dict.fromkeys(self._handler.limit_hits)),
