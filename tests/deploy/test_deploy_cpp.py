@@ -168,3 +168,22 @@ def test_missing_build_tools_are_named_with_the_install_command(tmp_path, monkey
     with pytest.raises(ConfigError, match="apt-get install cmake ninja-build g\\+\\+"):
         build_runner(tmp_path / "cache")
     assert not (tmp_path / "cache").exists()
+
+
+@pytest.mark.slow
+@needs_tools
+def test_a_native_library_loads_only_when_named_or_trusted(digits_artifact):
+    from torchwork.deploy import load_artifact
+    from torchwork.deploy.runtime import open_runner
+
+    x = digits()["x_test"][:4]
+    assert load_artifact(digits_artifact).variant == "torchscript"  # the default skips the native library
+    assert load_artifact(digits_artifact, trust=("native",)).variant in ("pt2-aoti", "torchscript")
+    named = load_artifact(digits_artifact, "pt2-aoti")
+    with torch.no_grad():
+        assert (named(x) - digits_mlp().eval()(x)).abs().max() <= 1e-5
+    with pytest.raises(ExportError, match="native shared library, which runs as code when loaded"):
+        open_runner(digits_artifact / "model.aoti.pt2", "pt2-aoti")
+    with one_thread():
+        report = verify(digits_artifact, model=digits_mlp(), rounds=1)
+    assert "pt2-aoti" in report["not_loaded"] and "pt2-aoti" not in report["variants"]

@@ -178,3 +178,18 @@ def test_resume_across_compiled_and_eager_and_exact_compiled_to_compiled(tmp_pat
     history = _trainer(eager_again, run_dir=tmp_path / "b").fit(batches, epochs=3, resume="latest")
     assert [h["epoch"] for h in history] == [0, 1, 2]
     assert not torch.equal(eager_again[0].weight, compiled_next[0].weight)  # it trained on
+
+
+def _failing_backend(graph, example_inputs):
+    raise RuntimeError("no C++ compiler on this machine")
+
+
+@pytest.mark.slow
+def test_auto_trains_on_in_eager_when_compiling_fails(tmp_path):
+    model = _model()
+    trainer = _trainer(model, compile=CompileOptions("auto", backend=_failing_backend), run_dir=tmp_path)
+    history = trainer.fit(_batches(), epochs=1)
+    assert len(history) == 1 and trainer._train_model is model
+    record = _manifest(tmp_path)["compile"]
+    assert record["compiled"] is False and "compiling failed" in record["reason"]
+    assert "no C++ compiler on this machine" in record["reason"]

@@ -252,9 +252,13 @@ def load_artifact(directory: str | os.PathLike[str], variant: str | None = None,
     root, trust = Path(directory), tuple(trust)
     manifest = read_manifest(root)
     available = list(manifest.variants)  # refused formats never enter the artifact
+    trust_native = variant is not None or NATIVE_TRUST in trust  # named by the caller, or trusted
     if variant is None:
         marked = manifest.deploy
         ordered = [marked] if marked in available else [n for n in PREFERENCE if n in available]
+        if NATIVE_TRUST not in trust:  # a native library is the default only when trusted
+            ordered = [n for n in ordered if not needs_native_trust(n)] or [
+                n for n in PREFERENCE if n in available and not needs_native_trust(n)] or ordered
         if not ordered:
             raise ExportError(f"artifact {root} holds no variant that passed its export checks "
                               f"(refused: {manifest.refused}).")
@@ -263,9 +267,6 @@ def load_artifact(directory: str | os.PathLike[str], variant: str | None = None,
         refused = manifest.refused.get(variant)
         raise ConfigError(f"artifact {root} has no {variant!r} variant"
                           + (f" (refused at export: {refused})" if refused else "") + f"; it has {available}.")
-        trust_native = NATIVE_TRUST in trust
-    else:
-        trust_native = True  # named by the caller
     runner = variant_runner(root, manifest, variant, threads, trust_native)
     packages = tuple(t for t in trust if t != NATIVE_TRUST)
     return LoadedArtifact(root, manifest, variant, runner, load_preprocess(root, manifest, packages))

@@ -182,7 +182,7 @@ class CompileWatch:
             logger = logging.getLogger(name)
             self._saved.append((logger, logger.level, logger.propagate))
             logger.addHandler(self._handler)
-            if name != _RECOMPILE_LIMIT_LOGGER:
+            if name != _RECOMPILE_LIMIT_LOGGER and logger.level != logging.DEBUG:  # not TORCH_LOGS=graph_breaks
                 logger.setLevel(logging.DEBUG)  # graph-break records are debug records, off by default
                 logger.propagate = False  # ours to keep, not torch's to print
 
@@ -280,6 +280,13 @@ class Compiler:
         snapshot = _snapshot(model)
         try:
             eager, compiled_times, compile_seconds = self._measure(module, compiled, fwd_bwd, synchronize)
+        except Exception as error:  # noqa: BLE001 - whatever torch.compile raises, "auto" trains on in eager
+            cause = getattr(error, "inner_exception", None) or error.__cause__ or error  # the backend's own error
+            text = str(cause).strip().splitlines()[0][:300] if str(cause).strip() else ""
+            reason = f"compiling failed ({type(cause).__name__}: {text}), so eager is kept"
+            self.decision = {"setting": "auto", "compiled": False, "reason": reason}
+            print(f"compile='auto': {reason}", file=sys.stderr, flush=True)
+            return module
         finally:
             _restore(model, snapshot)
         use, reason, figures = decide(eager, compiled_times, compile_seconds, remaining)
