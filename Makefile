@@ -24,8 +24,9 @@ $(STAMP): pyproject.toml $(LOCK)
 
 # From Debian: Fashion-MNIST (a dataset) and Chromium (renders the HTML report in a test), for the tests
 # (`make demo` needs neither: `--recipe fashion` names the install command when the data is missing). Installed when
-# we are root; otherwise the tests that need them skip and say why.
-DEBIAN_PACKAGES := dataset-fashion-mnist chromium graphviz
+# we are root; otherwise the tests that need them skip and say why. cmake, ninja and g++ build the C++ runner
+# (torchwork verify --cpp; tests/deploy/test_deploy_cpp.py).
+DEBIAN_PACKAGES := dataset-fashion-mnist chromium graphviz cmake ninja-build g++
 system-deps:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -z "$$missing" ]; then :; \

@@ -100,7 +100,8 @@ def _export_arguments(parser: argparse.ArgumentParser) -> None:
                              "{'model', 'example_inputs', ...})")
     parser.add_argument("--model", metavar="FACTORY", help="factory that builds the architecture for a checkpoint")
     parser.add_argument("--format", default="pt2,onnx",
-                        help="comma-separated formats: pt2, onnx, torchscript (legacy) (default: pt2,onnx)")
+                        help="comma-separated formats: pt2, onnx, torchscript (legacy), pt2-aoti (AOTInductor, "
+                             "runs without Python) (default: pt2,onnx)")
     parser.add_argument("--quantize", choices=["int8"], help="add an ONNX Runtime dynamic INT8 variant")
     parser.add_argument("-o", "--output", required=True, metavar="ARTIFACT_DIR", help="artifact directory to create")
     parser.add_argument("--allow-failed", action="store_true",
@@ -108,6 +109,7 @@ def _export_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace an existing artifact directory")
     parser.add_argument("--static-batch", action="store_true", help="do not make the batch dimension dynamic")
     parser.add_argument("--torchscript-method", choices=["trace", "script"], default="trace")
+    parser.add_argument("--cpp", action="store_true", help="add the C++ runner's sources (cpp/, a CMake project)")
     parser.add_argument("--json", action="store_true", help="print the export report as JSON")
 
 
@@ -122,7 +124,10 @@ def _verify_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--atol", type=float, default=1e-4, help="absolute parity tolerance (default: 1e-4)")
     parser.add_argument("--rtol", type=float, default=1e-3, help="relative parity tolerance (default: 1e-3)")
     parser.add_argument("--trust", action="append", default=[], metavar="PACKAGE",
-                        help="also allow the artifact's preprocessor class from this package (repeatable)")
+                        help="also allow the artifact's preprocessor class from this package (repeatable); "
+                             "'native': load a pt2-aoti variant (a native library)")
+    parser.add_argument("--cpp", action="store_true",
+                        help="also build the C++ runner against the torch wheel's libtorch and add a cpp row")
 
 def _doctor_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true",

@@ -118,7 +118,7 @@ def cli_export(args: argparse.Namespace) -> int:
     model, example = made.pop("model"), made.pop("example_inputs")
     report = export(model, example, args.output, formats=args.format, dynamic_batch=not args.static_batch,
                     quantize=args.quantize, strict=not args.allow_failed, overwrite=args.overwrite,
-                    torchscript_method=args.torchscript_method, **made)
+                    torchscript_method=args.torchscript_method, cpp=args.cpp, **made)
     if args.json:
         print(json.dumps({k: v for k, v in report.items() if k != "parity"}, indent=2, default=str))
     else:
@@ -143,6 +143,6 @@ def cli_verify(args: argparse.Namespace) -> int:
     warn_if_machine_differs(args.artifact)  # this machine against the exporting one: torch, build, ONNX Runtime
     variants = [v.strip() for v in args.variants.split(",")] if args.variants else None
     report = verify(args.artifact, variants=variants, rounds=args.rounds, threads=args.threads,
-                    tolerance=args.tolerance, atol=args.atol, rtol=args.rtol, trust=tuple(args.trust))
+                    tolerance=args.tolerance, atol=args.atol, rtol=args.rtol, trust=tuple(args.trust), cpp=args.cpp)
     print(json.dumps(report, indent=2, default=str) if args.json else format_report(report))
     return 0 if report["ok"] else 1

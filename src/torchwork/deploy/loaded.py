@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from torchwork.deploy.aoti import NATIVE_TRUST, needs_native_trust
 from torchwork.deploy.contents import load_preprocess
 from torchwork.deploy.fallback import fallback_runner
 from torchwork.deploy.manifest import PREFERENCE, Manifest, read_manifest, variant_format
@@ -94,20 +95,26 @@ def load_artifact(directory: str | os.PathLike[str], variant: str | None = None,
                   trust: Iterable[str] = ()) -> LoadedArtifact:
     """Load an artifact as a callable ``raw inputs -> outputs`` (preprocessing and postprocessing included).
 
-    ``variant`` picks the model file (``"onnx"``, ``"pt2"``, ``"onnx-int8"``, ``"torchscript"``); by default
-    the one the artifact marks to deploy, else ONNX, then pt2. Every file's checksum is checked first.
+    ``variant`` picks the model file (``"onnx"``, ``"pt2"``, ``"onnx-int8"``, ``"torchscript"``,
+    ``"pt2-aoti"``); by default the one the artifact marks to deploy, else ONNX, then pt2. Every file's
+    checksum is checked first. A ``pt2-aoti`` variant (a native library) loads when named or with
+    ``trust=("native",)``.
 
     Example:
         >>> predict = load_artifact("artifacts/digits")          # doctest: +SKIP
         >>> predict(torch.rand(2, 64)).shape                     # doctest: +SKIP
         torch.Size([2, 10])
     """
-    root = Path(directory)
+    root, trust = Path(directory), tuple(trust)
     manifest = read_manifest(root)
     available = list(manifest.variants)  # refused formats never enter the artifact
+    trust_native = variant is not None or NATIVE_TRUST in trust  # named by the caller, or trusted
     if variant is None:
         marked = manifest.deploy
         ordered = [marked] if marked in available else [n for n in PREFERENCE if n in available]
+        if NATIVE_TRUST not in trust:  # a native library is the default only when trusted
+            ordered = [n for n in ordered if not needs_native_trust(n)] or [
+                n for n in PREFERENCE if n in available and not needs_native_trust(n)] or ordered
         if not ordered:
             raise ExportError(f"artifact {root} holds no variant that passed its export checks "
                               f"(refused: {manifest.refused}).")
@@ -116,15 +123,18 @@ def load_artifact(directory: str | os.PathLike[str], variant: str | None = None,
         refused = manifest.refused.get(variant)
         raise ConfigError(f"artifact {root} has no {variant!r} variant"
                           + (f" (refused at export: {refused})" if refused else "") + f"; it has {available}.")
-    runner = variant_runner(root, manifest, variant, threads)
-    return LoadedArtifact(root, manifest, variant, runner, load_preprocess(root, manifest, trust))
+    runner = variant_runner(root, manifest, variant, threads, trust_native)
+    packages = tuple(t for t in trust if t != NATIVE_TRUST)
+    return LoadedArtifact(root, manifest, variant, runner, load_preprocess(root, manifest, packages))
 
 
-def variant_runner(root: Path, manifest: Manifest, variant: str, threads: int | None = None) -> Runner:
+def variant_runner(root: Path, manifest: Manifest, variant: str, threads: int | None = None,
+                   trust_native: bool = False) -> Runner:
     """The runner of one variant of an artifact: its model file, and the float fallback it records
     (:mod:`torchwork.deploy.fallback`) when it has one."""
     entry = manifest.variants[variant]
-    runner = open_runner(safe_member(root, entry.file, f"variant {variant!r}"), variant_format(variant), threads)
+    runner = open_runner(safe_member(root, entry.file, f"variant {variant!r}"), variant_format(variant), threads,
+                         trust_native)
     if entry.fallback is None:
         return runner
     other = entry.fallback["variant"]

@@ -8,6 +8,8 @@ An artifact is one directory (every file but the manifest is listed in it with i
     model.onnx (+ .data)     ONNX graph (torch.onnx.export(dynamo=True)) and its external weights
     model.int8.onnx          ONNX Runtime dynamic INT8 quantization of model.onnx (optional)
     model.torchscript.pt     legacy TorchScript (optional, deprecated)
+    model.aoti.pt2           the program compiled ahead of time by AOTInductor: a native library (optional)
+    cpp/                     the C++ runner's sources, a CMake project (optional, ``export --cpp``)
     weights.safetensors      the eager state_dict (no pickle)
     examples.safetensors     the example inputs the export was made with
     example_outputs.safetensors  what eager and each variant returned for them (``torchwork env check
@@ -63,10 +65,11 @@ VARIANT_FILES: dict[str, str] = {
     "onnx": "model.onnx",
     "onnx-int8": "model.int8.onnx",
     "torchscript": "model.torchscript.pt",
+    "pt2-aoti": "model.aoti.pt2",
 }
-FORMATS = ("pt2", "onnx", "torchscript")
+FORMATS = ("pt2", "onnx", "torchscript", "pt2-aoti")
 # load_artifact's choice when the manifest marks no variant to deploy.
-PREFERENCE = ("onnx", "pt2", "onnx-int8", "torchscript")
+PREFERENCE = ("onnx", "pt2", "onnx-int8", "torchscript", "pt2-aoti")
 
 __all__ = ["EXAMPLES", "EXAMPLE_OUTPUTS", "FORMATS", "FORMAT_VERSION", "MANIFEST", "PARITY", "PREFERENCE",
            "PREPROCESS_DIR", "SAMPLES_JSON", "SAMPLES_TENSORS", "VARIANT_FILES", "VERIFY", "WEIGHTS", "Manifest",

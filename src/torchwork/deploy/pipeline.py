@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from torchwork.deploy.advice import graph_advice, model_advice
+from torchwork.deploy.aoti import NATIVE_TRUST, export_pt2_aoti
 from torchwork.deploy.contents import save_samples
 from torchwork.deploy.fallback import check_agreement, measure_margin
 from torchwork.deploy.formats import (
@@ -168,7 +169,7 @@ def _record_example_outputs(tmp: Path, module: Any, args: tuple[Any, ...], varia
     with torch.no_grad():
         recorded = {f"eager.output_{i}": t for i, t in enumerate(flatten_outputs(module(*args)))}
     for name, variant in variants.items():
-        outputs = open_runner(tmp / variant.file, variant_format(name), threads)(args)
+        outputs = open_runner(tmp / variant.file, variant_format(name), threads, trust_native=True)(args)
         recorded.update({f"{name}.output_{i}": t for i, t in enumerate(outputs)})
     save_tensors(tmp / EXAMPLE_OUTPUTS, recorded)
     return {"file": EXAMPLE_OUTPUTS, "inputs": EXAMPLES, "variants": ["eager", *variants], "atol": atol,
@@ -252,14 +253,15 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
            quantize_per_channel: bool = False, quantize_smoothing: float | None = None,
            calibration: Any = None, quantize_attention_mask: str | None = None,
            quantize_fallback_agreement: float | None = None, quantize_fallback_margin: float | None = None,
-           deploy: str | None = None) -> dict[str, Any]:
+           deploy: str | None = None, cpp: bool = False) -> dict[str, Any]:
     """Export ``model`` to the artifact directory ``out_dir`` and check every format against eager.
 
     Args:
         model: the eager ``nn.Module`` (any mode; exported in eval mode, its modes restored afterwards).
         example_inputs: a tensor or a tuple of tensors, the arguments of ``forward``.
         out_dir: the artifact directory to create.
-        formats: any of ``"pt2"``, ``"onnx"``, ``"torchscript"`` (legacy, deprecated).
+        formats: any of ``"pt2"``, ``"onnx"``, ``"torchscript"`` (legacy, deprecated), ``"pt2-aoti"``
+            (AOTInductor: compiled ahead of time to a native library, see :mod:`torchwork.deploy.aoti`).
         dynamic_batch: dim 0 of every input is dynamic.
         preprocess: an object with ``save(directory)`` whose class has ``load(directory)`` and turns raw
             inputs into the model's inputs (e.g. texts -> (ids, lengths)); bundled in the artifact.
@@ -279,6 +281,8 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
         calibration: real raw inputs (through ``preprocess``) whose activations set the smoothing scales:
             training or validation rows, never the held-out ``samples`` that verify the result.
         torchscript_method: ``"trace"`` or ``"script"``.
+        cpp: add the C++ runner's sources (``cpp/``, a CMake project) to the artifact; needs ``"pt2-aoti"``
+            or ``"torchscript"`` in ``formats`` (see :mod:`torchwork.deploy.cpp_runner`).
         strict: raise when any format is refused (default); False writes the rest and reports ``ok: false``.
         overwrite: replace an existing artifact at ``out_dir`` (after the new one is complete).
         atol, rtol: parity tolerance; batch_sizes, lengths: the probes; tolerance: accuracy a quantized
@@ -316,6 +320,9 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
         raise ConfigError(f"torchscript_method={torchscript_method!r}: choose 'trace' or 'script'.")
     if any(int(b) < 1 for b in batch_sizes) or not batch_sizes:
         raise ConfigError(f"batch_sizes={batch_sizes!r} must be positive integers.")
+    if cpp and not {"pt2-aoti", "torchscript"} & set(chosen):
+        raise ConfigError("cpp=True (--cpp) adds the C++ runner, which loads 'pt2-aoti' or 'torchscript': add one "
+                          "of them to formats.")
     if "torchscript" in chosen:
         warnings.warn(TORCHSCRIPT_DEPRECATED, FutureWarning, stacklevel=2)
     args = as_input_tuple(example_inputs)
@@ -329,7 +336,7 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
                       quantize_per_channel=quantize_per_channel, quantize_smoothing=quantize_smoothing,
                       calibration=calibration, quantize_attention_mask=quantize_attention_mask,
                       quantize_fallback_agreement=quantize_fallback_agreement,
-                      quantize_fallback_margin=quantize_fallback_margin, deploy=deploy)
+                      quantize_fallback_margin=quantize_fallback_margin, deploy=deploy, cpp=bool(cpp))
 
     on_cpu = all(t.device.type == "cpu" for t in [*model.parameters(), *model.buffers()])
     module = model if on_cpu else copy.deepcopy(model).cpu()
@@ -379,6 +386,7 @@ class ExportPlan:
     quantize_fallback_agreement: float | None = None
     quantize_fallback_margin: float | None = None
     deploy: str | None = None
+    cpp: bool = False
 
 
 def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], plan: ExportPlan) -> dict[str, Any]:
@@ -437,13 +445,15 @@ def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], plan:
         try:
             if fmt == "pt2":
                 info = export_pt2(module, args, path, names, dynamic)
+            elif fmt == "pt2-aoti":
+                info = export_pt2_aoti(module, args, path, names, dynamic)
             elif fmt == "onnx":
                 info = export_onnx(module, args, path, names, out_names, dynamic)
                 advice += graph_advice(info["graph"]["ops"])
             else:
                 info = export_torchscript(module, args, path, plan.torchscript_method)
                 advice.append(TORCHSCRIPT_DEPRECATED)
-            check = check_variant(open_runner(path, fmt, plan.threads), probes, eager_outputs, atol=plan.atol,
+            check = check_variant(open_runner(path, fmt, plan.threads, trust_native=True), probes, eager_outputs, atol=plan.atol,
                                   rtol=plan.rtol)
         except ExportError as error:
             refused[fmt] = str(error)
@@ -483,13 +493,19 @@ def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], plan:
     if samples is not None:
         manifest.samples = save_samples(tmp, samples, plan.targets)
     write_json(tmp / PARITY, parity)
+    if plan.cpp:
+        from torchwork.deploy.cpp_runner import add_cpp_folder
+
+        add_cpp_folder(tmp)
 
     verification = None
     if variants and samples is not None:
         _write_manifest(tmp, manifest)
         from torchwork.deploy.verification import verify
 
-        trust = (preprocess_entry.trust_needed,) if preprocess_entry and preprocess_entry.trust_needed else ()
+        trust: tuple[str, ...] = (NATIVE_TRUST,)  # its own freshly compiled library
+        if preprocess_entry and preprocess_entry.trust_needed:
+            trust += (preprocess_entry.trust_needed,)
         verification = verify(tmp, model=module, threads=plan.threads, rounds=plan.verify_rounds, atol=plan.atol,
                               rtol=plan.rtol, tolerance=plan.tolerance, trust=trust)
         verification["artifact"] = str(out)

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence, Sized
 from pathlib import Path
 from typing import Any
 
+from torchwork.deploy.aoti import aoti_runner, needs_native_trust, refuse_untrusted
 from torchwork.deploy.manifest import FORMATS
 from torchwork.deploy.tensors import flatten_outputs
 from torchwork.deploy.trust import check_pt2_pickle_free
@@ -145,10 +146,15 @@ def load_pt2(path: Path) -> Any:
                           "damaged or was written by another torch version: re-export the model.") from error
 
 
-def open_runner(path: Path, fmt: str, threads: int | None = None) -> Runner:
-    """A callable ``inputs -> list of output tensors`` for one model file."""
+def open_runner(path: Path, fmt: str, threads: int | None = None, trust_native: bool = False) -> Runner:
+    """A callable ``inputs -> list of output tensors`` for one model file (a native ``pt2-aoti`` library only
+    with ``trust_native``: see :mod:`torchwork.deploy.aoti`)."""
     import torch
 
+    if needs_native_trust(fmt):
+        if not trust_native:
+            raise refuse_untrusted(fmt, path.parent)
+        return aoti_runner(path)
     if fmt == "onnx":
         return onnx_runner(path, threads)
     if fmt == "pt2":

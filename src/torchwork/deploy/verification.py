@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from torchwork.deploy.aoti import NATIVE_TRUST, needs_native_trust
 from torchwork.deploy.choice import MIN_PARITY_ROWS, MIN_TIMING_ROUNDS, choose_variant, spread
 from torchwork.deploy.contents import load_examples, load_preprocess, load_samples, weights_of
 from torchwork.deploy.loaded import variant_runner
@@ -132,7 +133,8 @@ def _model_inputs(root: Path, manifest: Manifest, preprocess: Any, inputs: Any,
 def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any = None, targets: Any = None, *,
            variants: Sequence[str] | None = None, atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL,
            tolerance: float = 0.01, rounds: int = 20, threads: int | None = None, torch_ao: bool = False,
-           trust: Iterable[str] = ()) -> dict[str, Any]:
+           trust: Iterable[str] = (), cpp: bool = False,
+           cpp_cache: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Compare every variant of an artifact with eager on real inputs; ``report["ok"]`` is False on failure.
 
     Args:
@@ -145,13 +147,21 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
         tolerance: accuracy (or top-1 agreement, without targets) a quantized variant may lose.
         rounds: timing rounds (interleaved). threads: torch and ONNX Runtime threads (default: torch's).
         torch_ao: also measure torch.ao dynamic INT8 (deprecated, not exportable; needs ``model``).
-        trust: module prefixes, besides ``torchwork``, allowed for the artifact's preprocessor class.
+        trust: module prefixes, besides ``torchwork``, allowed for the artifact's preprocessor class; and
+            ``"native"``: load a ``pt2-aoti`` variant (a native library) without naming it in ``variants``.
+        cpp: also build the C++ runner (cached in ``cpp_cache``, see :mod:`torchwork.deploy.cpp_runner`), run
+            the artifact's ``pt2-aoti`` (else TorchScript) variant with it and add a ``cpp`` row.
     """
     import torch
 
-    root = Path(artifact_dir)
+    root, trust = Path(artifact_dir), tuple(trust)
     manifest = read_manifest(root)
     names = [n for n in manifest.variants if variants is None or n in variants]
+    trust_native = NATIVE_TRUST in trust or variants is not None
+    skipped = {n: "a native library: pass trust=('native',) (--trust native) to load it"
+               for n in names if needs_native_trust(n) and not trust_native}
+    names = [n for n in names if n not in skipped]
+    trust = tuple(t for t in trust if t != NATIVE_TRUST)
     if variants is not None and set(variants) - set(manifest.variants):
         raise ConfigError(f"artifact {root} has no variant(s) {sorted(set(variants) - set(manifest.variants))}; "
                           f"it has {sorted(manifest.variants)}.")
@@ -177,7 +187,7 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
         for name in names:
             if name == reference_name:
                 continue
-            runners[name] = variant_runner(root, manifest, name, threads)
+            runners[name] = variant_runner(root, manifest, name, threads, trust_native)
             kinds[name] = "quantized" if name.endswith("int8") else "exact"
         if torch_ao:
             if model is None:
@@ -189,6 +199,9 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
             kinds["torch-ao-int8"] = "comparison"
         static_batch = manifest.static_batch
         report = _measure(runners, kinds, model_inputs, targets, atol, rtol, tolerance, rounds, static_batch)
+        if cpp:
+            report["variants"]["cpp"] = _cpp_row(root, manifest, runners[reference_name], report, model_inputs,
+                                                 targets, atol, rtol, rounds, threads, cpp_cache)
     finally:
         torch.set_num_threads(previous_threads)
         if modes is not None:
@@ -212,8 +225,19 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
                     f"real inputs, stays within {tolerance:g} of the reference's "
                     f"{'accuracy' if targets is not None else 'top-1 predictions'}, and is faster at batch 64 by "
                     f"more than the spread (IQR) of >= {MIN_TIMING_ROUNDS} timing rounds",
-        refused_at_export=manifest.refused, advice=manifest.advice)
+        refused_at_export=manifest.refused, advice=manifest.advice, not_loaded=skipped)
     return report
+
+
+def _cpp_row(root: Path, manifest: Manifest, reference: Runner, report: dict[str, Any], inputs: tuple[Any, ...],
+             targets: Any, atol: float, rtol: float, rounds: int, threads: int,
+             cache: str | os.PathLike[str] | None) -> dict[str, Any]:
+    from torchwork.deploy.cpp_runner import cpp_row
+
+    reference_name = next(n for n, r in report["variants"].items() if r["kind"] == "reference")
+    expected = run_in_chunks(reference, inputs, manifest.static_batch)
+    return cpp_row(root, manifest.variants, inputs, expected, report["variants"][reference_name], atol, rtol,
+                   rounds, threads, manifest.static_batch, cache, targets)
 
 
 def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[Any, ...], targets: Any,
@@ -315,6 +339,12 @@ def format_report(report: dict[str, Any]) -> str:
     for name, row in report["variants"].items():
         if row.get("problem") and not row.get("choice"):
             out.append(f"{name}: {row['problem']}")
+    cpp = report["variants"].get("cpp")
+    if cpp and cpp.get("runs"):
+        out.append(f"cpp: the C++ runner (torchwork-run, no Python) on the {cpp['runs']} variant; its build "
+                   + ("reused" if cpp["build_cached"] else f"took {cpp['build_seconds']:.0f} s"))
+    for name, reason in (report.get("not_loaded") or {}).items():
+        out.append(f"not loaded: {name}: {reason}")
     for name, reason in (report.get("refused_at_export") or {}).items():
         out.append(f"refused at export: {name}: {reason}")
     for advice in report.get("advice") or []:

@@ -164,7 +164,9 @@ class _DoctorMode(TorchFunctionMode):
         if kwargs is None:
             kwargs = {}
         session = self.session
-        if session._forked:  # a DataLoader worker or other child process: not the user's training loop
+        # a DataLoader worker or other child process: not the user's training loop; and code torch.compile
+        # traces sees plain torch (the checks would otherwise break its graphs: see checks/graph_breaks.py)
+        if session._forked or torch.compiler.is_compiling():
             return func(*args, **kwargs)
         try:
             cat = self.categories[func]
@@ -378,7 +380,7 @@ class Session:
 
     # ------------------------------------------------------------------ module and optimizer hooks
     def _module_pre(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
-        if self._forked:
+        if self._forked or torch.compiler.is_compiling():
             return
         depth = getattr(self._depth, "value", 0)
         self._depth.value = depth + 1
@@ -389,7 +391,7 @@ class Session:
             self._safely(callback, module, args, kwargs, top)
 
     def _module_post(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
-        if self._forked:
+        if self._forked or torch.compiler.is_compiling():
             return
         depth = getattr(self._depth, "value", 1) - 1
         self._depth.value = max(depth, 0)

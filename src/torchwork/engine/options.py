@@ -39,6 +39,8 @@ class StepOptions:
         clip_grad_value: clip each gradient element to ``[-v, v]``.
         loss_weights: weights of the named losses when ``loss_fn`` returns a dict (missing names weigh 1).
         keep_fp32: submodule names or classes that run in fp32 under autocast.
+        compile: ``False``, ``True`` or ``"auto"`` (compile when a measurement says it pays), or a
+            :class:`~torchwork.engine.compiling.CompileOptions`; see :mod:`torchwork.engine.compiling`.
     """
 
     accumulate: int = 1
@@ -46,8 +48,12 @@ class StepOptions:
     clip_grad_value: float | None = None
     loss_weights: Mapping[str, float] | None = None
     keep_fp32: Iterable[str | type] = ()
+    compile: Any = False
 
     def __post_init__(self) -> None:
+        from torchwork.engine.compiling import CompileOptions
+
+        CompileOptions.of(self.compile)  # checked before any work starts
         k = self.accumulate
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ConfigError(f"accumulate={k!r}: it is the number of micro-batches per optimizer "

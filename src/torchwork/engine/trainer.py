@@ -29,6 +29,7 @@ from torch import nn
 from torchwork.distributed.env import World, world_from_env
 from torchwork.engine.batches import call_model, concat_outputs, inputs_of, length_or_none, split_error
 from torchwork.engine.callbacks import EarlyStopping
+from torchwork.engine.compiling import Compiler, forward_backward, planned_steps
 from torchwork.engine.devices import batch_size_of, check_model_on, move_to_device, resolve_device
 from torchwork.engine.interrupt import InterruptFlag, TrainingInterrupted
 from torchwork.engine.options import (
@@ -72,7 +73,7 @@ class Trainer:
         step_fn: ``step_fn(model, batch) -> loss`` replaces the ``(inputs, targets)`` convention.
         callbacks: objects with ``on_fit_start``, ``on_step_end``, ``on_epoch_end``, ``on_fit_end``.
         step: :class:`~torchwork.engine.options.StepOptions`: accumulate, clip_grad_norm, clip_grad_value,
-            loss_weights, keep_fp32.
+            loss_weights, keep_fp32, compile (``compile="auto"``: torch.compile only when it measurably pays).
         evaluation: :class:`~torchwork.engine.options.EvaluationOptions`: metrics, epoch_metrics,
             early_stopping, plateau_monitor.
         logging: :class:`~torchwork.engine.options.LoggingOptions`: log_every_n_steps, progress,
@@ -119,6 +120,7 @@ class Trainer:
         self._ddp = None
         if self.world.is_distributed:
             self._ddp = self._train_model = dist_setup.wrap_ddp(self.model, self.device)
+        self._compiler = Compiler(step.compile, distributed=self.world.is_distributed)
         if isinstance(loss_fn, nn.Module):
             loss_fn.to(self.device)  # e.g. CrossEntropyLoss(weight=...) whose weights live on the CPU
         self.optimizer = optimizer
@@ -236,6 +238,9 @@ class Trainer:
 
     def _run_window(self, window: Sequence[Any]) -> StepResult:
         """One optimizer step over the micro-batches of ``window`` (:func:`optimizer_step`), counted."""
+        if self._compiler.pending:
+            self._train_model = self._compiler.choose(self._train_model, self.model, forward_backward(self, window[0]),
+                                                      self.state.global_step)
         result = optimizer_step(self._step, window)
         self._last_grad_norm = result.grad_norm
         state = self.state
@@ -413,6 +418,7 @@ class Trainer:
         resume = resume_target(resume, self.run_dir) if self.world.is_rank_zero else resume
         self.should_stop = False
         self._epochs_total = epochs
+        self._compiler.planned_steps = planned_steps(train_loader, epochs, self.accumulate)
         if self.world.is_distributed:
             from torchwork.distributed.setup import check_same_length, shard_loader
             from torchwork.seeding import current_seed
@@ -448,6 +454,7 @@ class Trainer:
             raise
         finally:
             self.loggers = loggers_before
+            self._compiler.finish(self.run_path)
             if self._session is not None:
                 self._session.close()
                 self._session = None

@@ -42,6 +42,8 @@ REGISTRY: dict[str, str] = {
     "graph-kept-alive": "graph_kept_alive:GraphKeptAlive",
     "not-in-optimizer": "not_in_optimizer:NotInOptimizer",
     "frozen-batchnorm-drift": "frozen_batchnorm_drift:FrozenBatchNormDrift",
+    "recompiles": "recompiles:Recompiles",
+    "graph-breaks": "graph_breaks:GraphBreaks",
 }
 CHECK_IDS: tuple[str, ...] = tuple(REGISTRY)
 HELPERS: dict[str, str] = {"forwards": "_forwards:ForwardTracker", "grads": "_grads:GradTracker"}

@@ -76,7 +76,9 @@ class InplaceSaved(Check):
         self.modified.clear()
 
     # ----------------------------------------------------------------- saved-tensor hooks
-    def _pack(self, tensor: Tensor) -> _Packed:
+    def _pack(self, tensor: Tensor) -> _Packed | Tensor:
+        if torch.compiler.is_compiling():  # inside torch.compile's tracing: stay out of its graph
+            return tensor
         key = _storage_key(tensor)
         if key is not None:
             if len(self.saved) >= 100_000:  # graphs dropped without backward (evaluation): start over
@@ -87,7 +89,9 @@ class InplaceSaved(Check):
         origin = f"output {tensor.output_nr} of {type(grad_fn).__name__}" if grad_fn is not None else "a leaf"
         return _Packed(tensor, key, self.session.where(), origin, self)
 
-    def _unpack(self, packed: _Packed) -> Tensor:
+    def _unpack(self, packed: _Packed | Tensor) -> Tensor:
+        if isinstance(packed, Tensor):
+            return packed
         tensor = packed.tensor
         if tensor._version != packed.version and not self.paused:
             self._violation(packed)

@@ -1,0 +1,189 @@
+"""The C++ runner: built against the torch wheel's libtorch, it runs pt2-aoti and TorchScript artifacts
+without Python, matches eager within 1e-5 on the digits MLP and the Fashion-MNIST CNN, and refuses an
+artifact whose checksums fail.
+
+The runner is built once per test session (about a minute on two cores; the time is printed) in a session
+temporary cache, or in ``$TORCHWORK_CPP_CACHE`` when set, which is reused across sessions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from deploy_helpers import digits, digits_mlp, one_thread
+from torch import nn
+
+from torchwork import Trainer
+from torchwork.deploy import export, verify
+from torchwork.deploy.cpp_runner import SOURCES, TEMPLATE, build_runner, run_cpp
+from torchwork.deploy.manifest import read_manifest
+from torchwork.errors import ConfigError, ExportError
+
+TOOLS = ("cmake", "ninja", "c++")
+needs_tools = pytest.mark.skipif(any(shutil.which(t) is None for t in TOOLS),
+                                 reason="cmake, ninja and g++ are not installed (sudo apt-get install cmake "
+                                        "ninja-build g++; `make system-deps` does it)")
+
+
+def _fashion_installed() -> bool:
+    return shutil.which("dpkg") is not None and subprocess.run(
+        ["dpkg", "-s", "dataset-fashion-mnist"], capture_output=True).returncode == 0
+
+
+@pytest.fixture(scope="session")
+def cpp_cache(tmp_path_factory):
+    return os.environ.get("TORCHWORK_CPP_CACHE") or str(tmp_path_factory.mktemp("cpp-cache"))
+
+
+@pytest.fixture(scope="session")
+def runner(cpp_cache):
+    started = time.perf_counter()
+    build = build_runner(cpp_cache, quiet=True)
+    print(f"\nC++ runner: {'reused' if build.cached else 'built'} in {time.perf_counter() - started:.1f} s "
+          f"({build.binary})", file=sys.stderr)
+    return build
+
+
+@pytest.fixture(scope="module")
+def digits_artifact(tmp_path_factory):
+    data = digits()
+    out = tmp_path_factory.mktemp("cpp") / "digits"
+    with one_thread():
+        export(digits_mlp(), data["x_test"][:8], out, formats=("pt2-aoti", "torchscript"), samples=data["x_test"],
+               targets=data["y_test"], cpp=True, verify_rounds=3)
+    return out
+
+
+@pytest.mark.slow
+@needs_tools
+def test_cpp_runner_matches_eager_on_the_digits_mlp(digits_artifact, runner, cpp_cache):
+    data = digits()
+    with one_thread():
+        report = verify(digits_artifact, model=digits_mlp(), cpp=True, cpp_cache=cpp_cache, rounds=3,
+                        trust=("native",))
+    row = report["variants"]["cpp"]
+    assert report["ok"] and row["ok"] and row["runs"] == "pt2-aoti"
+    assert row["max_abs"] <= 1e-5, row
+    assert row["latency_b1_ms"] > 0 and row["throughput_b64_per_s"] > 0 and row["latency_ratio"] > 0
+    assert report["variants"]["pt2-aoti"]["max_abs"] <= 1e-5
+    eager = digits_mlp().eval()(data["x_test"]).argmax(dim=1)
+    assert row["accuracy"] == pytest.approx(float((eager == data["y_test"]).double().mean()))
+    # the TorchScript variant through torch::jit::load, on the bundled examples (the runner's default inputs)
+    outputs, info = run_cpp(runner.binary, digits_artifact, "torchscript", (data["x_test"][:8],))
+    with torch.no_grad():
+        expected = digits_mlp().eval()(data["x_test"][:8])
+    assert info["outputs"][0]["shape"] == [8, 10]
+    assert (outputs[0] - expected).abs().max() <= 1e-5
+
+
+@pytest.mark.slow
+@needs_tools
+def test_artifact_carries_the_runner_sources_under_its_checksums(digits_artifact):
+    manifest = read_manifest(digits_artifact)
+    for name in SOURCES:
+        assert f"cpp/{name}" in manifest.files
+        assert (digits_artifact / "cpp" / name).read_bytes() == (TEMPLATE / name).read_bytes()
+    assert manifest.variants["pt2-aoti"].file == "model.aoti.pt2"
+
+
+@pytest.mark.slow
+@needs_tools
+def test_cpp_runner_refuses_a_tampered_artifact(digits_artifact, runner, tmp_path):
+    copy = tmp_path / "tampered"
+    shutil.copytree(digits_artifact, copy)
+    model = copy / "model.aoti.pt2"
+    data = bytearray(model.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, one byte changed
+    model.write_bytes(bytes(data))
+    done = subprocess.run([str(runner.binary), str(copy)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stderr
+    assert "model.aoti.pt2: SHA-256 differs from the manifest" in done.stderr
+    assert done.stdout == ""
+    with pytest.raises(ExportError, match="refused the artifact: .*SHA-256 differs"):
+        run_cpp(runner.binary, copy, "pt2-aoti", (digits()["x_test"][:2],))
+    with pytest.raises(ExportError, match="SHA-256 differs"):  # like the Python loader
+        read_manifest(copy)
+
+    # a file table naming a path outside the artifact
+    forged = tmp_path / "forged"
+    shutil.copytree(digits_artifact, forged)
+    manifest = json.loads((forged / "manifest.json").read_text())
+    manifest["files"]["../outside"] = {"bytes": 1, "sha256": "0" * 64}
+    (forged / "manifest.json").write_text(json.dumps(manifest))
+    done = subprocess.run([str(runner.binary), str(forged)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3 and "not a plain relative path" in done.stderr
+
+
+@pytest.mark.slow
+@needs_tools
+@pytest.mark.skipif(not _fashion_installed(), reason="Debian's dataset-fashion-mnist is not installed "
+                                                      "(sudo apt-get install dataset-fashion-mnist)")
+def test_cpp_runner_matches_eager_on_the_fashion_cnn(runner, cpp_cache, tmp_path):
+    from torchwork.data import load_dataset
+    from torchwork.recipes.models import AdaptiveDepthCNN
+
+    dataset = load_dataset("fashion_mnist")
+    train = [dataset.train[i] for i in range(256)]
+    images = torch.stack([image for image, _ in train])
+    labels = torch.tensor([int(label) for _, label in train])
+    test_images = torch.stack([dataset.test[i][0] for i in range(128)])
+    test_labels = [int(dataset.test[i][1]) for i in range(128)]
+    with one_thread():
+        torch.manual_seed(0)
+        model = AdaptiveDepthCNN(len(dataset.classes), channels=8)
+        batches = [(images[s:s + 64], labels[s:s + 64]) for s in range(0, 256, 64)]
+        Trainer(model, torch.optim.AdamW(model.parameters(), lr=3e-3), nn.CrossEntropyLoss(), device="cpu",
+                progress=False).fit(batches, epochs=1)
+        out = tmp_path / "fashion"
+        export(model, test_images[:8], out, formats=("pt2-aoti",), samples=test_images, targets=test_labels,
+               verify_rounds=3)
+        report = verify(out, model=model, cpp=True, cpp_cache=cpp_cache, rounds=3)
+    row = report["variants"]["cpp"]
+    assert row["ok"] and row["runs"] == "pt2-aoti" and row["max_abs"] <= 1e-5, row
+    assert "pt2-aoti" in report["not_loaded"]  # verify loads the native library only when trusted or named
+
+
+def test_cpp_needs_a_variant_the_runner_loads(tmp_path):
+    model = nn.Linear(4, 2)
+    with pytest.raises(ConfigError, match="cpp=True .* 'pt2-aoti' or 'torchscript'"):
+        export(model, torch.randn(2, 4), tmp_path / "a", formats=("pt2",), cpp=True)
+    assert not (tmp_path / "a").exists()
+
+
+def test_cpp_row_needs_a_runnable_variant(tmp_path):
+    export(nn.Linear(4, 2), torch.randn(2, 4), tmp_path / "a", formats=("pt2",))
+    with pytest.raises(ConfigError, match="no variant the C\\+\\+ runner loads"):
+        verify(tmp_path / "a", cpp=True, rounds=1)
+
+
+def test_missing_build_tools_are_named_with_the_install_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ConfigError, match="apt-get install cmake ninja-build g\\+\\+"):
+        build_runner(tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()
+
+
+@pytest.mark.slow
+@needs_tools
+def test_a_native_library_loads_only_when_named_or_trusted(digits_artifact):
+    from torchwork.deploy import load_artifact
+    from torchwork.deploy.runtime import open_runner
+
+    x = digits()["x_test"][:4]
+    assert load_artifact(digits_artifact).variant == "torchscript"  # the default skips the native library
+    assert load_artifact(digits_artifact, trust=("native",)).variant in ("pt2-aoti", "torchscript")
+    named = load_artifact(digits_artifact, "pt2-aoti")
+    with torch.no_grad():
+        assert (named(x) - digits_mlp().eval()(x)).abs().max() <= 1e-5
+    with pytest.raises(ExportError, match="native shared library, which runs as code when loaded"):
+        open_runner(digits_artifact / "model.aoti.pt2", "pt2-aoti")
+    with one_thread():
+        report = verify(digits_artifact, model=digits_mlp(), rounds=1)
+    assert "pt2-aoti" in report["not_loaded"] and "pt2-aoti" not in report["variants"]
