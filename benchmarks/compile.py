@@ -13,13 +13,13 @@ Prints one JSON object. About 5 minutes on a quiet 2-core machine (the compiles 
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+from results import record  # benchmarks/results.py: print the figures and log them in RESULTS.md
 from torch import nn
 
 from torchwork import Trainer
@@ -98,7 +98,7 @@ def main() -> None:
             figures[name] = {"training": training(model, x, y), "inference": inference(model, x, y, Path(scratch),
                                                                                        name)}
             print(f"{name} done", file=sys.stderr, flush=True)
-    print(json.dumps(figures, indent=1))
+    record(figures, indent=1)
 
 
 if __name__ == "__main__":
