@@ -24,6 +24,9 @@ _LAZY: dict[str, str] = {
     "resolve_device": "torchwork.engine.devices",
     "move_to_device": "torchwork.engine.devices",
     "seed_everything": "torchwork.seeding",
+    # the Trainer's setting groups
+    **dict.fromkeys(["StepOptions", "EvaluationOptions", "LoggingOptions", "DistributedOptions"], "torchwork.engine.options"),
+    "RunOptions": "torchwork.runs.options",
     # every error class, drawn as a tree in torchwork/errors.py
     **dict.fromkeys(["TorchworkError", "ConfigError", "BatchError", "LossError", "DeviceError", "CheckpointError",
                      "NonFiniteWeightsError", "DataError", "DistributedError", "ExportError", "QueueFullError",
@@ -36,6 +39,7 @@ __all__ = ["__version__", *_LAZY]
 if TYPE_CHECKING:  # pragma: no cover
     from torchwork.engine.callbacks import Callback, EarlyStopping  # noqa: F401
     from torchwork.engine.devices import move_to_device, resolve_device  # noqa: F401
+    from torchwork.engine.options import DistributedOptions, EvaluationOptions, LoggingOptions, StepOptions  # noqa: F401
     from torchwork.engine.trainer import Trainer  # noqa: F401
     from torchwork.errors import (  # noqa: F401
         BatchError,
@@ -54,6 +58,7 @@ if TYPE_CHECKING:  # pragma: no cover
         ServeError,
         TorchworkError,
     )
+    from torchwork.runs.options import RunOptions  # noqa: F401
     from torchwork.seeding import seed_everything  # noqa: F401
 else:
     __getattr__, __dir__ = lazy_attributes("torchwork", _LAZY, globals())
