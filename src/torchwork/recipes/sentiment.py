@@ -130,10 +130,14 @@ def tfidf_baseline(train: Any, test: Any, classes: list[str]) -> dict[str, Any]:
 
 
 def choose_precision(requested: str, model: Any, batch: Any, loss_fn: Any, steps: int = 8) -> tuple[str, dict]:
-    """Use bf16 autocast only when it is measurably faster (>= 10%) for this model on this CPU."""
+    """fp32, the default, unless bf16 autocast is measurably faster for this model on this CPU: at least 10%
+    faster at the median, and by more than the timing spread (the interquartile ranges of both, summed), so
+    that a busy machine keeps the default instead of flipping between runs. The timing says which rule
+    decided (``kept``/``chosen``) and the ``--set`` that pins the choice."""
     import torch
 
     from torchwork import Trainer
+    from torchwork.deploy.choice import spread
 
     if requested != "auto":
         return requested, {}
@@ -154,8 +158,25 @@ def choose_precision(requested: str, model: Any, batch: Any, loss_fn: Any, steps
             trainer.step(batch)
             seconds[precision].append(time.perf_counter() - start)
     median = {p: sorted(s)[len(s) // 2] for p, s in seconds.items()}
-    chosen = "bf16" if median["bf16"] < 0.9 * median["32"] else "32"
-    return chosen, {f"step_ms_{p}": round(1000 * m, 2) for p, m in median.items()}
+    noise = spread(seconds["32"]) + spread(seconds["bf16"])
+    gain = median["32"] - median["bf16"]
+    chosen = "bf16" if median["bf16"] < 0.9 * median["32"] and gain > noise else "32"
+    timing: dict[str, Any] = {f"step_ms_{p}": round(1000 * m, 2) for p, m in median.items()}
+    timing["spread_ms"] = round(1000 * noise, 2)
+    timing["rule"] = ("bf16: >= 10% faster and its gain beyond the spread" if chosen == "bf16" else
+                      "fp32 kept: bf16 is not >= 10% faster" if median["bf16"] >= 0.9 * median["32"] else
+                      "fp32 kept: bf16's gain is within the timing spread")
+    timing["pin"] = f"--set precision={chosen}"
+    return chosen, timing
+
+
+def precision_words(precision: str, timing: dict[str, Any], what: str = "step") -> str:
+    """How the precision was decided, for the line the recipe prints."""
+    if not timing:
+        return f"precision: {precision} (as configured)"
+    return (f"precision: {precision} (measured {what}: fp32 {timing['step_ms_32']} ms, bf16 {timing['step_ms_bf16']} "
+            f"ms, spread {timing.get('spread_ms', '?')} ms; {timing.get('rule', 'bf16 only when >= 10% faster')}; "
+            f"pin it with {timing.get('pin', f'--set precision={precision}')})")
 
 
 def recorded_choices(config: SentimentConfig, classes: list[str]) -> dict[str, Any] | None:
@@ -235,10 +256,8 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
         precision, timing = recorded["precision_chosen"], recorded["precision_timing"]
     else:
         precision, timing = choose_precision(config.precision, model, next(iter(train_loader)), loss_fn)
-    say(f"precision: {precision}" + (" (recorded by the run being resumed)" if recorded else
-                                      f" (measured step time: fp32 {timing['step_ms_32']} ms, bf16 "
-                                      f"{timing['step_ms_bf16']} ms; bf16 is used only when >= 10% faster)"
-                                      if timing else " (as configured)"))
+    say(f"precision: {precision} (recorded by the run being resumed)" if recorded else
+        precision_words(precision, timing, "step time"))
     optimizer = torch.optim.Adam([
         {"params": [p for name, p in model.named_parameters() if name != "bias"],
          "weight_decay": config.l2 if config.l2 is not None else 1 / len(train)},
