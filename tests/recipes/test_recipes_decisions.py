@@ -33,3 +33,27 @@ def test_precision_choice_under_a_busy_neighbour_is_stable_or_says_why():
     (first, first_timing), (second, second_timing) = runs
     assert first == second or {first_timing["rule"], second_timing["rule"]} & {
         "fp32 kept: bf16's gain is within the timing spread", "fp32 kept: bf16 is not >= 10% faster"}
+
+
+def test_train_from_a_runs_config_yaml_reproduces_it(tmp_path):
+    import json
+
+    import yaml
+
+    settings = [f"run_dir={tmp_path / 'runs'}", "subset=200", "epochs=2", "export_formats=onnx", "quantize=false"]
+    first = subprocess.run([sys.executable, "-m", "torchwork.cli", "train", "sentiment",
+                            *[part for s in settings for part in ("--set", s)]],
+                           capture_output=True, text=True, timeout=900)
+    assert first.returncode == 0, first.stderr[-3000:]
+    (run,) = (tmp_path / "runs").iterdir()
+    resolved = yaml.safe_load((run / "config.yaml").read_text())
+    assert resolved["recipe"] == "sentiment" and resolved["precision"] in ("32", "bf16")  # measured, pinned
+    assert isinstance(resolved["threads"], int) and resolved["threads"] >= 1 and resolved["subset"] == 200
+    again = subprocess.run([sys.executable, "-m", "torchwork.cli", "train", str(run / "config.yaml")],
+                           capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    (second,) = [p for p in (tmp_path / "runs").iterdir() if p != run]
+    assert f"precision: {resolved['precision']} (as configured)" in again.stdout
+    summaries = [json.loads((r / "summary.json").read_text()) for r in (run, second)]
+    for key in ("test", "baseline", "precision", "epochs_run"):
+        assert summaries[0][key] == summaries[1][key], key

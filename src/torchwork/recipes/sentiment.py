@@ -49,6 +49,7 @@ class SentimentConfig:
     clip_grad_norm: float = 1.0
     patience: int = 3
     precision: str = "auto"  # auto | 32 | bf16
+    transformer_precision: str = "auto"  # the transformer's: auto (measured, or `precision` when set) | 32 | bf16
     export_formats: tuple[str, ...] = ("pt2", "onnx")
     quantize: bool = True
     threads: int = 0  # torch threads (0: all CPUs)
@@ -82,7 +83,8 @@ class SentimentConfig:
                                        "transformer_max_length": 8, "warmup": 0,
                                        "transformer_train_rows": 0},
                        above={"lr": 0, "clip_grad_norm": 0, "transformer_lr": 0, "layer_decay": 0},
-                       one_of={"precision": ("auto", "32", "bf16"), "model": MODELS,
+                       one_of={"precision": ("auto", "32", "bf16"), "transformer_precision": ("auto", "32", "bf16"),
+                               "model": MODELS,
                                "transformer_strategy": STRATEGIES},
                        some_of={"export_formats": EXPORT_FORMATS},
                        zero_or_at_least={"subset": (MIN_SUBSET, "fewer rows per split leave too few tweets of "
@@ -331,6 +333,7 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
     from torchwork.files import write_json
 
     write_json(run_path / "summary.json", summary)
+    write_resolved_config(run_path / "config.yaml", config, precision=precision, served=served)
     if serve:
         from torchwork.recipes.serve_demo import serve_and_ask
 
@@ -341,6 +344,25 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
     say(f"summary: {run_path / 'summary.json'}")
     say(f"serve it: torchwork serve {artifact}")
     return summary
+
+
+def write_resolved_config(path: Any, config: SentimentConfig, precision: str, served: dict[str, Any]) -> None:
+    """The run's settings with every measured decision pinned (precision, threads, the transformer's strategy
+    and precision): ``torchwork train RUN/config.yaml`` trains the same models again."""
+    import torch
+    import yaml
+
+    from torchwork.files import atomic_write
+
+    values: dict[str, Any] = {"recipe": "sentiment", **dataclasses.asdict(config)}
+    values.update(precision=precision, threads=config.threads or torch.get_num_threads())
+    values["export_formats"] = list(config.export_formats)
+    if served.get("name") == "transformer":
+        values.update(transformer_strategy=served["strategy"], transformer_precision=served["precision"])
+    text = ("# the resolved settings of this run, measured decisions pinned: torchwork train THIS_FILE\n"
+            + yaml.safe_dump(values, sort_keys=False))
+    with atomic_write(path, "w") as handle:
+        handle.write(text)
 
 
 def _scores(metrics: dict[str, Any], seconds: float) -> dict[str, Any]:

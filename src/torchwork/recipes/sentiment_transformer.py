@@ -305,7 +305,8 @@ def train_transformer(config: Any, train: Any, validation: Any, test: Any, class
         precision, precision_timing = kept["precision"], kept["timing"]
         say(f"precision: {precision} (recorded by the run being resumed)")
     else:
-        precision, precision_timing = choose_precision(config.precision if device.type == "cpu" else "32", trained,
+        requested = config.transformer_precision if config.transformer_precision != "auto" else config.precision
+        precision, precision_timing = choose_precision(requested if device.type == "cpu" else "32", trained,
                                                        next(iter(train_loader)), loss_fn, steps=4)
         if decisions is not None:
             decisions.record("transformer_precision", {"precision": precision, "timing": precision_timing})
