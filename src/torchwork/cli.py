@@ -312,7 +312,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from torchwork.errors import TorchworkError
 
     try:
-        return int(function(args) or 0)
+        code = int(function(args) or 0)
+        sys.stdout.flush()  # here, so that a closed pipe (``| head``) is caught below, not at exit
+        return code
+    except BrokenPipeError:  # the reader stopped reading: not an error worth a traceback
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a command cut off by its pipe
     except TorchworkError as error:
         print(f"torchwork: error: {error}", file=sys.stderr)
         return 2

@@ -54,3 +54,13 @@ def test_best_is_a_hard_link_and_the_disk_use_is_stated(tmp_path, capsys):
 
     files = {p.stat().st_ino: p.stat().st_size for p in trainer.run_path.rglob("*") if p.is_file()}
     assert disk_use(trainer.run_path) == sum(files.values())
+
+
+def test_the_run_header_prints_the_lr_without_float_noise_and_onecycles_max_lr(tmp_path, capsys):
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=3e-3, total_steps=6)
+    Trainer(model, optimizer, nn.CrossEntropyLoss(), scheduler, device="cpu", run_dir=tmp_path, progress=False,
+            tensorboard=False, guard=False).fit(data(), epochs=2)
+    header = next(line for line in capsys.readouterr().err.splitlines() if line.startswith("optimizer"))
+    assert "AdamW(lr=0.00012," in header and "max_lr=0.003" in header and "99999" not in header
