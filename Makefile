@@ -70,6 +70,7 @@ typecheck: $(STAMP)
 lock: $(STAMP)
 	{ echo "# Exact pins of every dependency, applied as pip constraints by the Makefile."; \
 	  echo "# Regenerate with: make lock"; \
+	  $(BIN)/python -c 'import platform; print(f"# python: {platform.python_version()} ({platform.python_implementation()})")'; \
 	  $(BIN)/pip freeze --exclude-editable | sed 's/^torch==\([0-9.]*\)+cpu/torch==\1/'; } > $(LOCK)
 
 clean:

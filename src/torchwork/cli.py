@@ -250,11 +250,65 @@ def build_parser() -> SuggestingParser:
     return parser
 
 
+# Commands that run a user's script: their own options may also follow the script (before a ``--``).
+SCRIPT_RUNNERS = ("doctor", "graph")
+
+
+def own_options_after_script(command_parser: argparse.ArgumentParser, after: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Split what follows the script into the command's own options (``torchwork doctor s.py --json``) and
+    the script's arguments; everything after a ``--`` is the script's.
+
+    >>> parser = argparse.ArgumentParser()
+    >>> _ = parser.add_argument("-o", "--output"); _ = parser.add_argument("--json", action="store_true")
+    >>> own_options_after_script(parser, ["-o", "x.html", "--epochs", "3", "--json", "--", "--json"])
+    (['-o', 'x.html', '--json'], ['--epochs', '3', '--json'])
+    """
+    takes_value = {option: action.nargs != 0 for action in command_parser._actions
+                   for option in action.option_strings}
+    own: list[str] = []
+    script: list[str] = []
+    tokens = list(after)
+    while tokens:
+        token = tokens.pop(0)
+        name = token.split("=", 1)[0]
+        if token == "--":
+            script.extend(tokens)
+            break
+        if name in takes_value:
+            own.append(token)
+            if takes_value[name] and "=" not in token and tokens:
+                own.append(tokens.pop(0))
+        else:
+            script.append(token)
+    return own, script
+
+
+def _command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            return action.choices[command]
+    raise KeyError(command)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         parser.refuse_unknown(args, unknown)
+    if getattr(args, "command", None) in SCRIPT_RUNNERS and getattr(args, "args", None):
+        command_parser = _command_parser(parser, args.command)
+        raw = list(sys.argv[1:] if argv is None else argv)
+        # argparse drops the "--": what followed it in the command line is the script's, untouched
+        fixed = len(raw) - raw.index("--") - 1 if "--" in raw and "--" not in args.args else 0
+        scanned, kept = args.args[:len(args.args) - fixed], args.args[len(args.args) - fixed:]
+        own, script_args = own_options_after_script(command_parser, scanned)
+        args.args = [*script_args, *kept]
+        if own:
+            options = argparse.ArgumentParser(prog=f"torchwork {args.command}", add_help=False)
+            for action in command_parser._actions:
+                if action.option_strings and action.dest != "help":
+                    options._add_action(action)
+            options.parse_args(own, namespace=args)
     if not getattr(args, "_target", None):
         parser.print_help()
         return 0
@@ -263,7 +317,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from torchwork.errors import TorchworkError
 
     try:
-        return int(function(args) or 0)
+        code = int(function(args) or 0)
+        sys.stdout.flush()  # here, so that a closed pipe (``| head``) is caught below, not at exit
+        return code
+    except BrokenPipeError:  # the reader stopped reading: not an error worth a traceback
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a command cut off by its pipe
     except TorchworkError as error:
         print(f"torchwork: error: {error}", file=sys.stderr)
         return 2

@@ -88,7 +88,7 @@ def test_save_writes_fits_format_both_ways(tmp_path) -> None:
     loaded.save(tmp_path / "mine.pt")
     resumed = _trainer()
     history = resumed.fit(_batches(4), epochs=2, resume=tmp_path / "mine.pt")  # save's file, read by fit
-    assert [h["epoch"] for h in history] == [0, 1] and resumed.global_step == 8
+    assert [h["epoch"] for h in history] == [1, 2] and resumed.global_step == 8
 
 
 def test_load_refuses_a_damaged_file(tmp_path) -> None:

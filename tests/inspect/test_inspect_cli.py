@@ -86,3 +86,28 @@ def test_the_readme_example_prints_what_the_readme_shows(tmp_path) -> None:
     first, second = done.stdout.splitlines()
     assert first.startswith("used only under no_grad/inference_mode, at ") and first.endswith("inspect_graph.py:15")
     assert second == "{'body': 1024, '': 1408} 2432" and (tmp_path / "graph.html").is_file()
+
+
+def test_script_mode_does_not_count_a_constructors_initialisation_as_a_use(tmp_path) -> None:
+    (tmp_path / "unused.py").write_text(textwrap.dedent("""\
+        import torch
+        from torch import nn
+
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.used = nn.Linear(3, 2)
+                self.unused = nn.Linear(3, 2)
+
+            def forward(self, x):
+                return self.used(x)
+
+
+        model = Net()
+        model(torch.randn(4, 3)).sum().backward()
+        """))
+    done = torchwork("unused.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "unused.weight: never used in forward" in done.stdout, done.stdout
+    assert "unused.bias: never used in forward" in done.stdout

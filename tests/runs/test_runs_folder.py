@@ -83,7 +83,7 @@ def test_manifest_fields_are_present_and_true(tmp_path, capsys):
     assert set(manifest["git"]) == {"commit", "dirty"}
     assert "26 trainable" in capsys.readouterr().err  # the summary printed at the start
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["epoch"] for r in rows if "train_loss" in r] == [0, 1]
+    assert [r["epoch"] for r in rows if "train_loss" in r] == [1, 2]
     assert list((run / "tensorboard").glob("events.out.tfevents.*"))
 
 

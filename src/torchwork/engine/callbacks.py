@@ -46,6 +46,7 @@ class EarlyStopping(Callback):
         self.best = math.inf if mode == "min" else -math.inf
         self.best_epoch: int | None = None
         self.bad_epochs = 0
+        self.reason: str | None = None  # why it stopped training, in words (None: it did not)
 
     def improved(self, value: float) -> bool:
         if self.mode == "min":
@@ -63,6 +64,8 @@ class EarlyStopping(Callback):
             self.bad_epochs += 1
             if self.bad_epochs >= self.patience:
                 trainer.should_stop = True
+                self.reason = (f"early stopping: {self.monitor} has not improved on {self.best:.4g} "
+                               f"(epoch {self.best_epoch}) for {self.bad_epochs} epochs (patience {self.patience})")
 
     def state_dict(self) -> dict[str, Any]:
         return {"best": self.best, "best_epoch": self.best_epoch, "bad_epochs": self.bad_epochs}

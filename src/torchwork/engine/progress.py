@@ -115,3 +115,14 @@ class ProgressBar:
         else:
             self.stream.write(self._text(time.monotonic(), done=True) + "\n")
         self.stream.flush()
+
+
+def epoch_line(epoch: int, epochs: int | None, logs: dict[str, Any]) -> str:
+    """The line printed after an epoch's validation: its number (1-based) and every ``val_`` metric.
+
+    >>> epoch_line(3, 8, {"train_loss": 0.5, "val_loss": 0.8123, "val_macro_f1": 0.63456})
+    'epoch 3/8 validation  loss 0.8123  macro_f1 0.6346'
+    """
+    values = "  ".join(f"{name[4:]} {float(value):.4f}" for name, value in logs.items()
+                       if name.startswith("val_") and isinstance(value, (int, float)))
+    return f"epoch {epoch}{f'/{epochs}' if epochs else ''} validation  {values}"

@@ -9,8 +9,8 @@ Example:
     >>> trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss(),
     ...                   device="cpu", progress=False)
     >>> history = trainer.fit(data, epochs=2)
-    >>> [round(h["epoch"]) for h in history]
-    [0, 1]
+    >>> [h["epoch"] for h in history]   # 1-based, as in the progress lines
+    [1, 2]
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import sys
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -40,7 +41,7 @@ from torchwork.engine.options import (
     group_keywords,
 )
 from torchwork.engine.precision import keep_in_fp32, resolve_precision
-from torchwork.engine.progress import ProgressBar
+from torchwork.engine.progress import ProgressBar, epoch_line
 from torchwork.engine.step import LocalSync, StepResult, StepSetup, optimizer_step
 from torchwork.errors import CheckpointError, ConfigError, LossError
 from torchwork.runs.options import RunOptions
@@ -200,7 +201,7 @@ class Trainer:
 
     @property
     def epoch(self) -> int:
-        """The current epoch (0-based)."""
+        """Epochs completed: the current epoch, 0-based (the history and the progress lines count from 1)."""
         return self.state.epoch
 
     @epoch.setter
@@ -472,7 +473,17 @@ class Trainer:
             logs = self._train_epoch(self._epoch_batches(train_loader))
             if val_loader is not None:
                 logs.update(self.evaluate(val_loader, prefix="val_"))
+                self._say(epoch_line(self.epoch + 1, self._epochs_total, logs))
             self._end_epoch(logs)
+        reasons = [getattr(c, "reason", None) for c in self.callbacks if getattr(c, "reason", None)]
+        if self.should_stop and self.epoch < epochs:
+            self._say(f"torchwork: stopped after epoch {self.epoch} of {epochs}: "
+                      + ("; ".join(reasons) if reasons else "a callback set trainer.should_stop"))
+
+    def _say(self, line: str) -> None:
+        """A line on stderr from rank 0, when progress is shown."""
+        if self.progress is not False and self.world.is_rank_zero:
+            print(line, file=sys.stderr, flush=True)
 
     def _stop_interrupted(self) -> None:
         """Ctrl-C: checkpoint the step just finished (when keeping a run) and stop with one line."""
@@ -583,7 +594,7 @@ class Trainer:
         if self.world.is_distributed:
             sums = self._all_reduce_sum(sums)  # every rank reports the job's numbers
         samples_seen = int(sums[1])
-        logs = {"epoch": self.epoch, "train_loss": sums[0] / samples_seen}
+        logs = {"epoch": self.epoch + 1, "train_loss": sums[0] / samples_seen}  # 1-based, as a person reads it
         for name, value in zip(term_names, sums[2:]):
             logs[f"train_{name}"] = value / samples_seen
         logs.update(steps=steps, samples=samples_seen, time_s=totals["elapsed"],
@@ -600,11 +611,11 @@ class Trainer:
         """What ``on_step_end`` gets at every step: tensors stay tensors, so that a callback (the guard
         included) costs no device sync unless it reads them."""
         state = self.state
-        return {"step": state.global_step, "epoch": state.epoch, "loss": result.loss,
+        return {"step": state.global_step, "epoch": state.epoch + 1, "loss": result.loss,
                 "grad_norm": result.grad_norm, "skipped": not result.stepped, "batch_size": result.smallest}
 
     def _step_logs(self, loss: Tensor) -> dict[str, Any]:
-        logs: dict[str, Any] = {"step": self.global_step, "epoch": self.epoch, "loss": float(loss),
+        logs: dict[str, Any] = {"step": self.global_step, "epoch": self.epoch + 1, "loss": float(loss),
                                 "lr": self.optimizer.param_groups[0]["lr"]}
         if self._loss_terms is not None:
             logs.update({f"loss_{k}": float(v) for k, v in self._loss_terms.items()})

@@ -43,10 +43,12 @@ def lock_text() -> str:
     """The lock file: a header of comments, then one ``name==version`` line per distribution, by name."""
     pins: dict[str, str] = {}
     editable: list[str] = []
+    seen: set[str] = set()
     for dist in metadata.distributions():
         name = dist.metadata["Name"]
-        if not name or canonical_name(name) in {canonical_name(n) for n in pins}:
-            continue  # the first one on sys.path is the one Python imports
+        if not name or canonical_name(name) in seen:
+            continue  # the first one on sys.path is the one Python imports (an editable one included)
+        seen.add(canonical_name(name))
         if _editable(dist):
             editable.append(f"# {name}=={dist.version} is installed from a local folder (editable): not pinned")
             continue

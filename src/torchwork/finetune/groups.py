@@ -104,7 +104,9 @@ def param_groups(model: Any, lr: float, *, layer_decay: float | None = None, hea
 
     Args:
         model: the model to fine-tune.
-        lr: the learning rate of the top layer below the head (and of the head unless ``head_lr``).
+        lr: the head's learning rate (unless ``head_lr``); the top layer below the head gets
+            ``lr * layer_decay``, the next ``lr * layer_decay ** 2``, and so on down (in the example,
+            ``blocks.1`` gets 0.0005 for ``lr=1e-3, layer_decay=0.5``).
         layer_decay: multiply the lr by this for each layer further from the head (None: one lr).
         head: module-name glob(s) of the new head (default: the last top-level module with parameters).
         head_lr: the head's learning rate (default ``lr``).

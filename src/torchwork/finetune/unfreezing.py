@@ -120,7 +120,7 @@ class GradualUnfreezing(Callback):
 
     def on_epoch_end(self, trainer: Any, logs: dict[str, Any]) -> None:
         # Unfrozen here, before the end-of-epoch checkpoint: a resume from it starts the next epoch unfrozen.
-        self.unfreeze_for_epoch(int(logs.get("epoch", trainer.epoch)) + 1)
+        self.unfreeze_for_epoch(int(trainer.epoch) + 1)  # trainer.epoch: 0-based, the epoch just ended
 
     def state_dict(self) -> dict[str, Any]:
         return {"applied": list(self.applied)}

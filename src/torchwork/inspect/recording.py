@@ -45,6 +45,10 @@ _MAX_EVENTS = 64
 _INPLACE_DUNDERS = frozenset({"__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__ipow__",
                               "__iand__", "__ior__", "__ixor__", "__setitem__"})
 _ACTIVE: list[Capture] = []
+# Questions about a tensor, not computations with it (``torch.nn.init`` asks them of a weight in a constructor)
+_METADATA = frozenset({"dim", "ndimension", "size", "numel", "nelement", "stride", "element_size", "storage_offset",
+                       "is_contiguous", "is_floating_point", "is_complex", "get_device", "data_ptr", "__len__",
+                       "__repr__", "__format__", "__hash__", "untyped_storage"})
 
 Where = tuple[str, int]
 
@@ -288,7 +292,10 @@ class _CaptureMode(TorchFunctionMode):
             elif kind == "inplace" and args and isinstance(args[0], torch.Tensor):
                 owner.record_inplace(func.__name__, args[0])
             if kind != "data":
-                owner.record_uses(args, torch.is_grad_enabled() and not torch.is_inference_mode_enabled())
+                # an in-place call writes its first argument (``torch.nn.init.kaiming_uniform_(weight)`` in a
+                # constructor, ``weight.zero_()``): a write is not a use; its other arguments are used
+                owner.record_uses(args[1:] if kind == "inplace" else args,
+                                  torch.is_grad_enabled() and not torch.is_inference_mode_enabled())
         except Exception as error:  # a bug in the recording must not break the user's forward
             owner.fail(error)
         out = func(*args, **kwargs)
@@ -305,6 +312,8 @@ def _kind(func: Any) -> str:
     if name in ("__get__", "__set__", "__delete__"):
         owner = getattr(func, "__self__", None)
         return "data" if name == "__get__" and getattr(owner, "__name__", None) == "data" else "attr"
+    if name in _METADATA:
+        return "attr"
     if name == "backward":
         return "backward"
     if name in CUT_LABELS:

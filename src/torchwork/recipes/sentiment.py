@@ -49,6 +49,7 @@ class SentimentConfig:
     clip_grad_norm: float = 1.0
     patience: int = 3
     precision: str = "auto"  # auto | 32 | bf16
+    transformer_precision: str = "auto"  # the transformer's: auto (measured, or `precision` when set) | 32 | bf16
     export_formats: tuple[str, ...] = ("pt2", "onnx")
     quantize: bool = True
     threads: int = 0  # torch threads (0: all CPUs)
@@ -82,7 +83,8 @@ class SentimentConfig:
                                        "transformer_max_length": 8, "warmup": 0,
                                        "transformer_train_rows": 0},
                        above={"lr": 0, "clip_grad_norm": 0, "transformer_lr": 0, "layer_decay": 0},
-                       one_of={"precision": ("auto", "32", "bf16"), "model": MODELS,
+                       one_of={"precision": ("auto", "32", "bf16"), "transformer_precision": ("auto", "32", "bf16"),
+                               "model": MODELS,
                                "transformer_strategy": STRATEGIES},
                        some_of={"export_formats": EXPORT_FORMATS},
                        zero_or_at_least={"subset": (MIN_SUBSET, "fewer rows per split leave too few tweets of "
@@ -130,10 +132,14 @@ def tfidf_baseline(train: Any, test: Any, classes: list[str]) -> dict[str, Any]:
 
 
 def choose_precision(requested: str, model: Any, batch: Any, loss_fn: Any, steps: int = 8) -> tuple[str, dict]:
-    """Use bf16 autocast only when it is measurably faster (>= 10%) for this model on this CPU."""
+    """fp32, the default, unless bf16 autocast is measurably faster for this model on this CPU: at least 10%
+    faster at the median, and by more than the timing spread (the interquartile ranges of both, summed), so
+    that a busy machine keeps the default instead of flipping between runs. The timing says which rule
+    decided (``kept``/``chosen``) and the ``--set`` that pins the choice."""
     import torch
 
     from torchwork import Trainer
+    from torchwork.deploy.choice import spread
 
     if requested != "auto":
         return requested, {}
@@ -154,8 +160,25 @@ def choose_precision(requested: str, model: Any, batch: Any, loss_fn: Any, steps
             trainer.step(batch)
             seconds[precision].append(time.perf_counter() - start)
     median = {p: sorted(s)[len(s) // 2] for p, s in seconds.items()}
-    chosen = "bf16" if median["bf16"] < 0.9 * median["32"] else "32"
-    return chosen, {f"step_ms_{p}": round(1000 * m, 2) for p, m in median.items()}
+    noise = spread(seconds["32"]) + spread(seconds["bf16"])
+    gain = median["32"] - median["bf16"]
+    chosen = "bf16" if median["bf16"] < 0.9 * median["32"] and gain > noise else "32"
+    timing: dict[str, Any] = {f"step_ms_{p}": round(1000 * m, 2) for p, m in median.items()}
+    timing["spread_ms"] = round(1000 * noise, 2)
+    timing["rule"] = ("bf16: >= 10% faster and its gain beyond the spread" if chosen == "bf16" else
+                      "fp32 kept: bf16 is not >= 10% faster" if median["bf16"] >= 0.9 * median["32"] else
+                      "fp32 kept: bf16's gain is within the timing spread")
+    timing["pin"] = f"--set precision={chosen}"
+    return chosen, timing
+
+
+def precision_words(precision: str, timing: dict[str, Any], what: str = "step") -> str:
+    """How the precision was decided, for the line the recipe prints."""
+    if not timing:
+        return f"precision: {precision} (as configured)"
+    return (f"precision: {precision} (measured {what}: fp32 {timing['step_ms_32']} ms, bf16 {timing['step_ms_bf16']} "
+            f"ms, spread {timing.get('spread_ms', '?')} ms; {timing.get('rule', 'bf16 only when >= 10% faster')}; "
+            f"pin it with {timing.get('pin', f'--set precision={precision}')})")
 
 
 def recorded_choices(config: SentimentConfig, classes: list[str]) -> dict[str, Any] | None:
@@ -235,10 +258,8 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
         precision, timing = recorded["precision_chosen"], recorded["precision_timing"]
     else:
         precision, timing = choose_precision(config.precision, model, next(iter(train_loader)), loss_fn)
-    say(f"precision: {precision}" + (" (recorded by the run being resumed)" if recorded else
-                                      f" (measured step time: fp32 {timing['step_ms_32']} ms, bf16 "
-                                      f"{timing['step_ms_bf16']} ms; bf16 is used only when >= 10% faster)"
-                                      if timing else " (as configured)"))
+    say(f"precision: {precision} (recorded by the run being resumed)" if recorded else
+        precision_words(precision, timing, "step time"))
     optimizer = torch.optim.Adam([
         {"params": [p for name, p in model.named_parameters() if name != "bias"],
          "weight_decay": config.l2 if config.l2 is not None else 1 / len(train)},
@@ -312,6 +333,7 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
     from torchwork.files import write_json
 
     write_json(run_path / "summary.json", summary)
+    write_resolved_config(run_path / "config.yaml", config, precision=precision, served=served)
     if serve:
         from torchwork.recipes.serve_demo import serve_and_ask
 
@@ -322,6 +344,25 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
     say(f"summary: {run_path / 'summary.json'}")
     say(f"serve it: torchwork serve {artifact}")
     return summary
+
+
+def write_resolved_config(path: Any, config: SentimentConfig, precision: str, served: dict[str, Any]) -> None:
+    """The run's settings with every measured decision pinned (precision, threads, the transformer's strategy
+    and precision): ``torchwork train RUN/config.yaml`` trains the same models again."""
+    import torch
+    import yaml
+
+    from torchwork.files import atomic_write
+
+    values: dict[str, Any] = {"recipe": "sentiment", **dataclasses.asdict(config)}
+    values.update(precision=precision, threads=config.threads or torch.get_num_threads())
+    values["export_formats"] = list(config.export_formats)
+    if served.get("name") == "transformer":
+        values.update(transformer_strategy=served["strategy"], transformer_precision=served["precision"])
+    text = ("# the resolved settings of this run, measured decisions pinned: torchwork train THIS_FILE\n"
+            + yaml.safe_dump(values, sort_keys=False))
+    with atomic_write(path, "w") as handle:
+        handle.write(text)
 
 
 def _scores(metrics: dict[str, Any], seconds: float) -> dict[str, Any]:

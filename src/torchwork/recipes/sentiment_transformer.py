@@ -79,8 +79,8 @@ def _bottom_module(model: Any, layers: int) -> Any:
     return Bottom()
 
 
-def _time_steps(model: Any, inputs: tuple[Any, ...], target: Any, loss_fn: Any, steps: int) -> float:
-    """Median seconds of a training step (forward, backward, AdamW step) on ``inputs``."""
+def _time_steps(model: Any, inputs: tuple[Any, ...], target: Any, loss_fn: Any, steps: int) -> list[float]:
+    """Seconds of each training step (forward, backward, AdamW step) on ``inputs``, the warm-up left out."""
     import torch
 
     params = [p for p in model.parameters() if p.requires_grad]
@@ -95,7 +95,7 @@ def _time_steps(model: Any, inputs: tuple[Any, ...], target: Any, loss_fn: Any, 
         if index:  # the first step warms up
             times.append(time.perf_counter() - start)
     optimizer.zero_grad(set_to_none=True)
-    return sorted(times)[len(times) // 2]
+    return times
 
 
 def choose_strategy(requested: str, model: Any, batch: tuple[tuple[Any, Any], Any], *, train_layers: int,
@@ -105,10 +105,13 @@ def choose_strategy(requested: str, model: Any, batch: tuple[tuple[Any, Any], An
 
     Both options are timed on ``batch`` (a real, typical-length batch) on ``device``, and their training time
     estimated: full = step x steps_per_epoch x epochs; cached = bottom forward x cache_batches + top step
-    x steps_per_epoch x epochs.
+    x steps_per_epoch x epochs. Full, the default, is kept unless it is over ``FULL_OVER_CACHED`` times the
+    cached estimate and over ``FULL_BUDGET_S`` even with the timing spread taken in full's favour (full's
+    steps at their median less their spread, cached's at theirs plus it): a busy machine keeps the default.
     """
     import torch
 
+    from torchwork.deploy.choice import spread
     from torchwork.finetune import freeze, unfreeze
     from torchwork.finetune.minilm import MiniLMTop
 
@@ -121,24 +124,31 @@ def choose_strategy(requested: str, model: Any, batch: tuple[tuple[Any, Any], An
     split = model.num_layers - train_layers
     model.to(device).train()
     unfreeze(model)
-    full_step = _time_steps(model, (ids, mask), target, loss_fn, steps)
+    full_steps = _time_steps(model, (ids, mask), target, loss_fn, steps)
     freeze(model, "encoder.embeddings", *[f"encoder.encoder.layer.{i}" for i in range(split)])
     bottom = _bottom_module(model, split)
+    bottom_times = []
     with torch.inference_mode():
-        start = time.perf_counter()
         for _ in range(steps):
+            start = time.perf_counter()
             hidden, _ = bottom(ids, mask)
-        bottom_s = (time.perf_counter() - start) / steps
-    top_step = _time_steps(MiniLMTop(model, split), (hidden.clone(), mask), target, loss_fn, steps)
+            bottom_times.append(time.perf_counter() - start)
+    top_steps = _time_steps(MiniLMTop(model, split), (hidden.clone(), mask), target, loss_fn, steps)
     unfreeze(model)
-    full_total = full_step * steps_per_epoch * epochs
-    cached_total = bottom_s * cache_batches + top_step * steps_per_epoch * epochs
-    chosen = "full" if full_total <= max(FULL_OVER_CACHED * cached_total, FULL_BUDGET_S) else "cached"
+    full_step, top_step, bottom_s = (statistics.median(t) for t in (full_steps, top_steps, bottom_times))
+    trained_steps = steps_per_epoch * epochs
+    full_total = full_step * trained_steps
+    cached_total = bottom_s * cache_batches + top_step * trained_steps
+    full_low = max(0.0, full_step - spread(full_steps)) * trained_steps
+    cached_high = (bottom_s + spread(bottom_times)) * cache_batches + (top_step + spread(top_steps)) * trained_steps
+    chosen = "full" if full_low <= max(FULL_OVER_CACHED * cached_high, FULL_BUDGET_S) else "cached"
     timing = {"device": str(device), "step_s_full": round(full_step, 4), "step_s_top": round(top_step, 4),
               "bottom_forward_s": round(bottom_s, 4), "estimate_s_full": round(full_total, 1),
-              "estimate_s_cached": round(cached_total, 1), "train_layers": train_layers,
-              "rule": f"full unless its estimate is over {FULL_OVER_CACHED:g}x the cached one and over "
-                      f"{FULL_BUDGET_S:g} s"}
+              "estimate_s_cached": round(cached_total, 1), "estimate_s_full_low": round(full_low, 1),
+              "estimate_s_cached_high": round(cached_high, 1), "train_layers": train_layers,
+              "rule": f"full unless its estimate, less the timing spread, is over {FULL_OVER_CACHED:g}x the cached "
+                      f"one plus the spread and over {FULL_BUDGET_S:g} s",
+              "pin": f"--set transformer_strategy={chosen}"}
     return chosen, timing
 
 
@@ -263,7 +273,7 @@ def train_transformer(config: Any, train: Any, validation: Any, test: Any, class
             f"{timing['step_s_full']:.3f} s, a top-{config.transformer_train_layers} step on cached features "
             f"{timing['step_s_top']:.3f} s plus the bottom's forward {timing['bottom_forward_s']:.3f} s per batch "
             f"once; estimated training {timing['estimate_s_full']:.0f} s whole vs {timing['estimate_s_cached']:.0f} s "
-            f"cached ({timing['rule']})")
+            f"cached ({timing['rule']}; pin it with {timing.get('pin', f'--set transformer_strategy={strategy}')})")
 
     cache_seconds = 0.0
     if strategy == "cached":
@@ -288,20 +298,19 @@ def train_transformer(config: Any, train: Any, validation: Any, test: Any, class
         val_loader = _loader(data["validation"], data["validation"].lengths, 128, False, config.seed, pad_batch)
         head = "classifier"
 
-    from torchwork.recipes.sentiment import choose_precision
+    from torchwork.recipes.sentiment import choose_precision, precision_words
 
     kept = decisions.get("transformer_precision") if decisions is not None else None
     if isinstance(kept, dict) and kept.get("precision") in ("32", "bf16") and isinstance(kept.get("timing"), dict):
         precision, precision_timing = kept["precision"], kept["timing"]
         say(f"precision: {precision} (recorded by the run being resumed)")
     else:
-        precision, precision_timing = choose_precision(config.precision if device.type == "cpu" else "32", trained,
+        requested = config.transformer_precision if config.transformer_precision != "auto" else config.precision
+        precision, precision_timing = choose_precision(requested if device.type == "cpu" else "32", trained,
                                                        next(iter(train_loader)), loss_fn, steps=4)
         if decisions is not None:
             decisions.record("transformer_precision", {"precision": precision, "timing": precision_timing})
-        say(f"precision: {precision}" + (f" (measured training step: fp32 {precision_timing['step_ms_32']} ms, "
-                                          f"bf16 {precision_timing['step_ms_bf16']} ms; bf16 autocast only when >= "
-                                          "10% faster)" if precision_timing else " (as configured)"))
+        say(precision_words(precision, precision_timing, "training step"))
     groups = param_groups(trained, lr=config.transformer_lr, layer_decay=config.layer_decay, head=head,
                           weight_decay=0.01)
     say(str(groups))

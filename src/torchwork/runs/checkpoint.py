@@ -125,6 +125,42 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.devi
     return state
 
 
+def link_checkpoint(source: Path, target: Path) -> None:
+    """Make ``target`` the same checkpoint as ``source``: a hard link (no second copy on disk), with its own
+    checksum file; a copy where the filesystem has no hard links. Atomic: ``target`` is the old one or the
+    new one."""
+    import tempfile
+
+    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(handle)
+    os.unlink(temporary)
+    try:
+        os.link(source, temporary)
+    except OSError:
+        import shutil
+
+        shutil.copyfile(source, temporary)
+    os.replace(temporary, target)
+    digest = _checksum_path(source).read_text().split()[0]
+    with atomic_write(_checksum_path(target), "w", size=len(digest) + len(target.name) + 3) as out:
+        out.write(f"{digest}  {target.name}\n")
+
+
+def disk_use(folder: str | Path) -> int:
+    """Bytes the files under ``folder`` take, a hard-linked file counted once."""
+    seen, total = set(), 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            try:
+                info = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue
+            if (info.st_dev, info.st_ino) not in seen:
+                seen.add((info.st_dev, info.st_ino))
+                total += info.st_size
+    return total
+
+
 def remove_leftovers(run: str | Path) -> list[Path]:
     """Remove what interrupted writes left in a run folder: atomic-write temp files, and checksum files
     in ``checkpoints/`` whose checkpoint is gone. Nothing else is touched. Returns what was removed.
@@ -183,7 +219,7 @@ class CheckpointManager:
                                                  else value > self.best_value)
             if better:
                 self.best_value = value
-                save_checkpoint(state, self.directory / "best.pt")
+                link_checkpoint(path, self.directory / "best.pt")
                 with atomic_write(self.directory / "best.json", "w") as handle:
                     json.dump({"monitor": self.monitor, "mode": self.mode, "value": value, "step": step,
                                "from": path.name}, handle)

@@ -98,12 +98,21 @@ def build_manifest(description: RunDescription, train_loader: Any, val_loader: A
     }
 
 
+def _readable(value: Any) -> str:
+    """A hyperparameter without float noise: ``0.00011999999999999988`` -> ``0.00012``; tuples likewise."""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, (tuple, list)):
+        return "(" + ", ".join(_readable(v) for v in value) + ")"
+    return str(value)
+
+
 def format_summary(manifest: dict[str, Any], run_path: Any) -> str:
     """A readable summary of the manifest, printed when a run starts."""
     params = manifest["model"]["parameters"]
     training, data, opt = manifest["training"], manifest["data"], manifest["optimizer"]
-    hyper = ", ".join(f"{k}={v}" for k, v in opt["param_groups"][0].items()
-                      if k in ("lr", "weight_decay", "momentum", "betas"))
+    hyper = ", ".join(f"{k}={_readable(v)}" for k, v in opt["param_groups"][0].items()
+                      if k in ("lr", "max_lr", "weight_decay", "momentum", "betas"))
     git = manifest["git"]
     lines = [
         f"run       {run_path}",

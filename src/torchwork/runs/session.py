@@ -126,6 +126,14 @@ class RunSession:
     def close(self) -> None:
         for logger in self.loggers:
             logger.close()
+        from torchwork.runs.checkpoint import disk_use
+
+        checkpoints = self.manager.directory
+        best = checkpoints / "best.pt"
+        linked = best.exists() and best.stat().st_nlink > 1
+        print(f"torchwork: run {self.path} takes {_size(disk_use(self.path))} on disk (checkpoints "
+              f"{_size(disk_use(checkpoints))}: {len(self.manager.step_checkpoints())} kept"
+              + (", best.pt a hard link to one, not a copy" if linked else "") + ")", file=sys.stderr)
 
 
 def _same_run(run: Path, checkpoint: Path | None, state: dict[str, Any], recorded: dict[str, Any],
@@ -162,6 +170,16 @@ def _remove_leftovers(run: Path) -> None:
         names = ", ".join(str(p.relative_to(run)) for p in removed[:5]) + (" ..." if len(removed) > 5 else "")
         print(f"torchwork: removed {len(removed)} leftover(s) of interrupted writes in {run}: {names}",
               file=sys.stderr)
+
+
+def _size(size: int) -> str:
+    """``1234567`` -> ``'1.2 MB'``."""
+    value = float(size)
+    for unit in ("bytes", "KB", "MB"):
+        if value < 1000:
+            return f"{value:.0f} {unit}" if unit == "bytes" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} GB"
 
 
 def _now() -> str:
