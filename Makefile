@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 LOCK   := requirements/lock.txt
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench lint typecheck lock system-deps clean
+.PHONY: venv demo test bench lint typecheck lock system-deps docs docs-serve docs-output clean
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,12 +35,26 @@ system-deps:
 		|| echo "note: could not install$$missing; the tests that need them will skip"; \
 	else echo "note: run 'sudo apt-get install$$missing' (tests that need them will skip)"; fi
 
+venv: $(STAMP)
+
 demo: $(STAMP)
 	$(BIN)/torchwork quickstart
 
-# The type check of the public API comes first (files and settings: [tool.mypy] in pyproject.toml).
-test: $(STAMP) system-deps typecheck
+# The type check of the public API and the docs (warnings are errors) come first; files and settings:
+# [tool.mypy] in pyproject.toml, docs/conf.py.
+test: $(STAMP) system-deps typecheck docs
 	$(BIN)/python -m pytest -q
+
+# The documentation site (Sphinx + MyST): docs/_build/html. docs-serve serves it on 127.0.0.1:8001.
+docs: $(STAMP)
+	$(BIN)/sphinx-build -q -W --keep-going -b html docs docs/_build/html
+
+docs-serve: docs
+	$(BIN)/python -m http.server --bind 127.0.0.1 --directory docs/_build/html 8001
+
+# Rerun the commands whose output README.md and docs/ show, and rewrite those excerpts (ALL=1: the long ones too).
+docs-output: $(STAMP)
+	$(BIN)/python docs/tools/docs_output.py $(if $(ALL),--all)
 
 bench: $(STAMP)
 	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b; done
@@ -58,4 +72,4 @@ lock: $(STAMP)
 	  $(BIN)/pip freeze --exclude-editable | sed 's/^torch==\([0-9.]*\)+cpu/torch==\1/'; } > $(LOCK)
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info
+	rm -rf $(VENV) build dist src/*.egg-info docs/_build

@@ -12,8 +12,9 @@ Prints one JSON object:
 from __future__ import annotations
 
 import csv
-import json
 import time
+
+from results import record  # benchmarks/results.py: print the figures and log them in RESULTS.md
 
 from torchwork.data import CleaningConfig, TextPreprocessor, clean_texts, load_dataset, profile_loader
 from torchwork.data.datasets import package_file
@@ -61,7 +62,7 @@ def main() -> None:
                                                             / by_workers[0], 2),
                           "bottleneck": report.bottleneck}
     figures["profile"] = profiles
-    print(json.dumps(figures))
+    record(figures)
 
 
 if __name__ == "__main__":

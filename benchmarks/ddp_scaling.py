@@ -16,6 +16,8 @@ import sys
 import tempfile
 import time
 
+from results import record  # benchmarks/results.py: print the figures and log them in RESULTS.md
+
 GLOBAL_BATCH, STEPS, HIDDEN = 256, 30, 1024
 
 
@@ -105,4 +107,4 @@ if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--worker":
         worker(sys.argv[2])
     else:
-        print(json.dumps(main(), indent=2))
+        record(main(), indent=2)

@@ -9,11 +9,11 @@ EmbeddingBag / Embedding+mean in ONNX Runtime (the issue measured about 12x), pl
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 
 import torch
+from results import record  # benchmarks/results.py: print the figures and log them in RESULTS.md
 from torch import nn
 
 from torchwork.deploy import export, load_artifact
@@ -75,4 +75,4 @@ def main() -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main()))
+    record(main())

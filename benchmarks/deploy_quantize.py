@@ -9,12 +9,12 @@ dynamic INT8 (deprecated, not exportable) for comparison. Prints one JSON object
 
 from __future__ import annotations
 
-import json
 import tempfile
 import warnings
 from pathlib import Path
 
 import torch
+from results import record  # benchmarks/results.py: print the figures and log them in RESULTS.md
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from torch import nn
@@ -77,4 +77,4 @@ def main() -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main()))
+    record(main())

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import os
 import runpy
 import statistics
@@ -23,6 +22,7 @@ import time
 from pathlib import Path
 
 import torch
+from results import record  # benchmarks/results.py: print the figures and log them in RESULTS.md
 
 from torchwork.doctor.runner import run_script
 
@@ -71,9 +71,9 @@ def main() -> None:
         print(f"{script.stem}: {figures[script.stem]}", file=sys.stderr)
     ratios = [f["ratio"] for f in figures.values()]
     median = statistics.median(ratios)
-    print(json.dumps({"scripts": figures, "median_ratio": round(median, 2), "max_ratio": max(ratios),
+    record({"scripts": figures, "median_ratio": round(median, 2), "max_ratio": max(ratios),
                       "goal_median_ratio": 3.0, "met": median <= 3.0, "repeats": args.repeats,
-                      "threads": 1, "cpu": os.cpu_count()}, indent=2))
+                      "threads": 1, "cpu": os.cpu_count()}, indent=2)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from results import record  # benchmarks/results.py: print the figures and log them in RESULTS.md
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 ENV = {**os.environ, "PYTHONPATH": str(SRC)}
 
@@ -74,7 +76,7 @@ def main() -> None:
     median = {name: round(statistics.median(values), 3) for name, values in samples.items()}
     snapshot_ms = statistics.median(s["snapshot_ms"] for s in starts)
     manifest_ms = statistics.median(s["build_manifest_ms"] for s in starts)
-    print(json.dumps({
+    record({
         "rounds": args.rounds, "cpus": os.cpu_count(),
         "seconds": median,
         "env_goal_2s_met": median["env"] < 2.0, "env_check_goal_10s_met": median["env_check"] < 10.0,
@@ -82,7 +84,7 @@ def main() -> None:
         "env_check_over_import_torch_s": round(median["env_check"] - median["import_torch"], 3),
         "run_start": {"compact_snapshot_ms": round(snapshot_ms, 1), "build_manifest_ms": round(manifest_ms, 1),
                       "snapshot_share_of_build_manifest": round(snapshot_ms / manifest_ms, 3)},
-    }, indent=2))
+    }, indent=2)
 
 
 if __name__ == "__main__":

@@ -14,10 +14,10 @@ Settings: 512 train tweets, batch 32, padded to the longest tweet, 1 thread (--t
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import torch
+from results import record  # benchmarks/results.py: print the figures and log them in RESULTS.md
 from torch import nn
 
 
@@ -73,12 +73,12 @@ def main() -> None:
     top = MiniLMTop(model, start=split)
     loader = torch.utils.data.DataLoader(cached, batch_size=32, collate_fn=collate_cached)
     epoch_cached, loss_cached = train_epoch(lambda hidden, mask: top(hidden, mask), loader)
-    print(json.dumps({
+    record({
         "tweets": args.tweets, "threads": args.threads, "padded_to": int(tokens["input_ids"].shape[1]),
         "epoch_s_full": round(epoch_full, 2), "cache_s": round(cache_s, 2), "epoch_s_cached": round(epoch_cached, 2),
         "epoch_speedup": round(epoch_full / epoch_cached, 2),
         "break_even_epochs": round(cache_s / max(epoch_full - epoch_cached, 1e-9), 2),
-        "same_first_loss": abs(loss_full - loss_cached) < 1e-4}))
+        "same_first_loss": abs(loss_full - loss_cached) < 1e-4})
 
 
 if __name__ == "__main__":

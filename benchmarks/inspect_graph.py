@@ -21,13 +21,14 @@ Run: python benchmarks/inspect_graph.py [--batch 8] [--seq 128] [--rounds 7]
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
 import tempfile
 import time
 from pathlib import Path
+
+from results import record  # benchmarks/results.py: print the figures and log them in RESULTS.md
 
 
 def load_minilm():
@@ -77,7 +78,7 @@ def main() -> None:
     shutil.rmtree(folder)
 
     blocks = block_totals(by_module)
-    print(json.dumps({
+    record({
         "model": "MiniLM-L6-H384 (transformers BertModel)", "threads": torch.get_num_threads(),
         "rounds": options.rounds, "nodes": len(g.nodes), "timings": timings,
         "page_bytes": pages, "page_ms": round(page_ms, 1),
@@ -87,7 +88,7 @@ def main() -> None:
                   "worst_module_rel_diff": round(worst, 5), "modules": len(by_module),
                   "largest_blocks": dict(sorted(blocks.items(), key=lambda kv: -kv[1])[:3]),
                   "parameters_saved_bytes": sum(s.bytes for s in g.saved) - g.saved_bytes},
-    }, indent=2))
+    }, indent=2)
 
 
 def loss_of(out):

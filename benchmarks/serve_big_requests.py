@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from results import record  # benchmarks/results.py: print the figures and log them in RESULTS.md
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -169,8 +171,8 @@ def main() -> None:
         build_text_artifact(Path(folder))
         artifact = Path(folder) / "text-artifact"
         results = {mode: measure(artifact, args.src.resolve(), mode, light, big, args.seconds) for mode in args.modes}
-    print(json.dumps({"src": str(args.src), "cpus": os.cpu_count(), "big_request_bytes": len(big),
-                      "modes": results}, indent=1))
+    record({"src": str(args.src), "cpus": os.cpu_count(), "big_request_bytes": len(big),
+                      "modes": results}, indent=1)
 
 
 if __name__ == "__main__":

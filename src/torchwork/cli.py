@@ -262,6 +262,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TorchworkError as error:
         print(f"torchwork: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as interrupted:  # one line, not a traceback through torchwork's internals
+        print(f"torchwork: {interrupted or 'interrupted'}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

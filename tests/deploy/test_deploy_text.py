@@ -151,3 +151,65 @@ def test_the_data_text_preprocessor_travels_in_the_artifact(tmp_path):
     assert report["ok"] and read_manifest(out).preprocess.class_spec == "torchwork.data.text:TextPreprocessor"
     texts = ["@someone I LOVE my self-driving car http://example.com", ""]
     torch.testing.assert_close(load_artifact(out)(texts), eager(model, *preprocess(texts)), atol=1e-5, rtol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------- links out
+def _move_out_and_link(artifact_dir, relative, elsewhere):
+    """Move a member out of the artifact and leave a symlink to it: every checksum still matches."""
+    import os
+    import shutil
+
+    target = elsewhere / relative.replace("/", "_")
+    shutil.move(str(artifact_dir / relative), str(target))
+    os.symlink(target, artifact_dir / relative)
+
+
+def _link_to(artifact_dir, relative, target):
+    import os
+
+    (artifact_dir / relative).unlink()
+    os.symlink(target, artifact_dir / relative)
+
+
+def _fifo_outside(artifact_dir, relative, elsewhere):
+    import os
+
+    os.mkfifo(elsewhere / "fifo")  # opening it for reading would block until a writer comes
+    _link_to(artifact_dir, relative, elsewhere / "fifo")
+
+
+def _fifo_inside(artifact_dir, relative, elsewhere):
+    import os
+
+    (artifact_dir / relative).unlink()
+    os.mkfifo(artifact_dir / relative)
+
+
+def _extra_file(artifact_dir, relative, elsewhere):
+    (artifact_dir / "preprocess" / "extra.json").write_text("{}")
+
+
+@pytest.mark.parametrize(("relative", "damage", "message"), [
+    ("preprocess", _move_out_and_link, r"preprocess/vocab.json leads outside the folder"),
+    ("manifest.json", _move_out_and_link, r"manifest.json leads outside the folder"),
+    ("preprocess/vocab.json", lambda a, r, e: _link_to(a, r, "/etc/passwd"),
+     r"preprocess/vocab.json leads outside the folder \(to /etc/passwd\)"),
+    ("model.onnx", lambda a, r, e: _link_to(a, r, "/dev/zero"), r"model.onnx leads outside the folder"),
+    ("preprocess/vocab.json", _fifo_outside, r"preprocess/vocab.json leads outside the folder"),
+    ("preprocess/vocab.json", _fifo_inside, r"preprocess/vocab.json is not a regular file \(a FIFO\)"),
+    ("preprocess/extra.json", _extra_file, r"preprocess/extra.json is not in the manifest's file table"),
+], ids=["preprocess-folder", "manifest", "system-file", "dev-zero", "fifo-outside", "fifo-inside", "unlisted"])
+def test_links_out_of_the_artifact_and_special_files_are_refused_before_reading(
+        artifact, tmp_path, within, relative, damage, message):
+    import shutil
+
+    copy, elsewhere = tmp_path / "artifact", tmp_path / "elsewhere"
+    shutil.copytree(artifact[0], copy)
+    elsewhere.mkdir()
+    damage(copy, relative, elsewhere)
+    with within(20):
+        with pytest.raises(ExportError, match=message):
+            load_artifact(copy)
+        with pytest.raises(ExportError, match=message):  # the server's path: the file table is checked later
+            read_manifest(copy, check_files=False)
+            load_artifact(copy)

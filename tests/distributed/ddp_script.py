@@ -58,6 +58,7 @@ def main() -> None:
     parser.add_argument("--dropout", type=float, default=0.0)
     parser.add_argument("--reference", action="store_true")
     parser.add_argument("--report-teardown", action="store_true")
+    parser.add_argument("--save-load", help="after fit: trainer.save(PATH); trainer.load(PATH) on every rank")
     args = parser.parse_args()
     if args.report_teardown:  # registered first, so it runs after any handler the Trainer registers
         atexit.register(lambda: print(f"TEARDOWN rank {os.environ['RANK']} process group still initialized: "
@@ -88,6 +89,10 @@ def main() -> None:
                           tensorboard=False, progress=False, distributed_timeout_s=60)
         history = trainer.fit(train, val_loader=DataLoader(dataset, batch_size=16), epochs=args.epochs,
                               resume="latest" if args.run_dir else None)
+        if args.save_load:
+            trainer.save(args.save_load)
+            trainer.load(args.save_load)
+            print(f"SAVED AND LOADED rank {trainer.world.rank} step {trainer.global_step}", flush=True)
         results[accumulate] = {"model": model.state_dict(), "history": history,
                                "world_size": trainer.world.world_size, "run": str(trainer.run_path)}
     if trainer.world.is_rank_zero:

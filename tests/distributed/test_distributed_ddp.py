@@ -155,3 +155,11 @@ def test_torchwork_train_nproc_runs_a_recipe_under_torchrun(tmp_path):
     assert json.loads((run / "manifest.json").read_text())["world_size"] == 2
     assert (run / "summary.json").is_file() and (run / "artifact" / "manifest.json").is_file()
     assert done.stdout.count("serve it:") == 1
+
+
+def test_save_then_load_works_on_every_rank(tmp_path):
+    path = tmp_path / "mine.pt"
+    done = torchrun(str(tmp_path / "out.pt"), "--epochs", "1", "--save-load", str(path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "SAVED AND LOADED rank 0 step 6" in done.stdout and "SAVED AND LOADED rank 1 step 6" in done.stdout
+    assert torch.load(path, weights_only=True)["counters"]["global_step"] == 6

@@ -185,3 +185,149 @@ def test_a_torchwork_checkpoint_and_bad_sources(tmp_path):
         load_pretrained(Net(), tmp_path / "empty")
     with pytest.raises(CheckpointError, match="not a valid regex"):
         load_pretrained(Net(), source.state_dict(), rename={"(": "x"})
+
+
+# ---------------------------------------------------------------------------------------------- hostile files
+def deep_model() -> nn.Module:
+    return nn.Sequential(*[nn.Linear(4, 4) for _ in range(100)])  # 200 tensors
+
+
+@pytest.mark.slow
+def test_a_million_unmatched_keys_are_reported_in_bounded_time(within):
+    shared = torch.zeros(4, 4)
+    state = {f"stray.{i}.kernel": shared for i in range(1_000_000)}  # every one the shape of a missing key
+    with within(60):
+        report = load_pretrained(deep_model(), state, strict=False)
+    assert len(report.unexpected) == 1_000_000 and len(report.missing) == 200 and report.loaded == []
+    assert len(report.suggestions) == 50  # capped: the first 50 missing keys
+    assert report.suggestions["0.weight"].startswith("'stray.0.kernel' (same shape (4, 4), same position)")
+    with within(60):
+        text = report.table()
+    assert "... and 999992 more" in text
+
+
+def test_an_absurdly_long_key_is_refused_at_once(within):
+    model = deep_model()
+    state = dict(model.state_dict())
+    state["a." * 300_000 + "weight"] = torch.zeros(4, 4)  # a 600 KB key of 300,000 parts
+    with within(10), pytest.raises(CheckpointError, match=r"key of 600006 characters .*longest a model key"):
+        load_pretrained(deep_model(), state, strict=False)
+
+
+@pytest.mark.parametrize(("bad", "what"), [(float("nan"), "NaN"), (float("inf"), "inf"), (-float("inf"), "inf")])
+def test_non_finite_weights_are_refused_before_the_model_is_touched(bad, what):
+    source = trained_net()
+    state = dict(source.state_dict())
+    state["fc.weight"] = state["fc.weight"].clone()
+    state["fc.weight"][1, 2] = bad
+    state["head.bias"] = torch.full_like(state["head.bias"], bad)
+    model = Net()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(CheckpointError, match=rf"2 tensor\(s\) hold NaN or inf.*fc.weight \(1 {what} of 32\)"
+                                              rf".*head.bias \(2 {what} of 2\).*allow_nonfinite=True"):
+        load_pretrained(model, state)
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    report = load_pretrained(model, state, allow_nonfinite=True)  # asked for: loaded, and said so
+    assert report.problems == 0 and "fc.weight" in report.notes[0] and "NaN or inf" in report.notes[0]
+    assert torch.equal(model.fc.weight.isnan() | model.fc.weight.isinf(), state["fc.weight"].isnan()
+                       | state["fc.weight"].isinf())
+    report.verify(model)
+
+
+def test_complex_weights_are_refused_not_cut_to_their_real_part():
+    source = trained_net()
+    state = dict(source.state_dict())
+    state["fc.weight"] = torch.complex(state["fc.weight"], torch.ones_like(state["fc.weight"]))
+    model = Net()
+    before = model.fc.weight.detach().clone()
+    with pytest.raises(CheckpointError, match=r"fc.weight: complex64 in the file, float32 in the model"):
+        load_pretrained(model, state)
+    assert torch.equal(model.fc.weight, before)
+
+
+# ---------------------------------------------------------------------------------------------- sharded folders
+def _sharded(folder, state, shards=("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")):
+    import json
+
+    keys = list(state)
+    half = len(keys) // 2
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: state[k].contiguous() for k in keys[:half]}, folder / shards[0])
+    save_file({k: state[k].contiguous() for k in keys[half:]}, folder / shards[1])
+    index = {"metadata": {}, "weight_map": {k: shards[0] if i < half else shards[1] for i, k in enumerate(keys)}}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    return folder / "model.safetensors.index.json"
+
+
+def test_a_sharded_hugging_face_folder_loads():
+    import tempfile
+    from pathlib import Path
+
+    source = trained_net()
+    folder = Path(tempfile.mkdtemp()) / "hf"
+    _sharded(folder, dict(source.state_dict()))
+    model = Net()
+    assert load_pretrained(model, folder).problems == 0
+    assert_same(model, source)
+
+
+def _rewrite_index(index, change):
+    import json
+
+    data = json.loads(index.read_text())
+    change(data)
+    index.write_text(json.dumps(data))
+
+
+def _point_first_at(target):
+    return lambda data: data["weight_map"].update({next(iter(data["weight_map"])): str(target)})
+
+
+@pytest.mark.parametrize(("case", "message"), [
+    ("absolute", r"the shard '/.*outside/model.safetensors' is not a file name inside the folder"),
+    ("dotdot", r"the shard '../outside/model.safetensors' is not a file name inside the folder"),
+    ("symlink", r"the shard 'linked.safetensors' leads outside the folder"),
+    ("fifo", r"the shard 'fifo.safetensors' is not a regular file \(a FIFO\)"),
+    ("missing-shard", r"the shard 'gone.safetensors' is missing"),
+    ("not-json", r"is not a readable shard index"),
+    ("no-weight-map", r"has no 'weight_map'"),
+    ("weight-map-list", r"has no 'weight_map'"),
+    ("shard-number", r"has no 'weight_map'"),
+    ("deep", r"is not a readable shard index"),
+    ("lies", r"lists 1 tensor\(s\) its shards do not hold"),
+    ("damaged-shard", r"not a readable safetensors file"),
+])
+def test_a_hostile_shard_index_is_refused_with_a_message(tmp_path, within, case, message):
+    import os
+
+    source = dict(trained_net().state_dict())
+    index = _sharded(tmp_path / "hf", source)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    save_file({k: v.contiguous() for k, v in source.items()}, outside / "model.safetensors")  # a loadable file
+    changes = {
+        "absolute": _point_first_at(outside / "model.safetensors"),
+        "dotdot": _point_first_at("../outside/model.safetensors"),
+        "symlink": _point_first_at("linked.safetensors"),
+        "fifo": _point_first_at("fifo.safetensors"),
+        "missing-shard": _point_first_at("gone.safetensors"),
+        "no-weight-map": lambda data: data.pop("weight_map"),
+        "weight-map-list": lambda data: data.update(weight_map=["a"]),
+        "shard-number": lambda data: data["weight_map"].update({"fc.weight": 5}),
+        "lies": lambda data: data["weight_map"].update({"extra.weight": next(iter(data["weight_map"].values()))}),
+    }
+    if case in changes:
+        _rewrite_index(index, changes[case])
+    os.symlink(outside / "model.safetensors", index.parent / "linked.safetensors")
+    os.mkfifo(index.parent / "fifo.safetensors")
+    if case == "not-json":
+        index.write_text("{not json")
+    if case == "deep":
+        index.write_text("[" * 100_000 + "]" * 100_000)
+    if case == "damaged-shard":
+        (index.parent / "model-00001-of-00002.safetensors").write_bytes(b"\xff" * 64)
+    model = Net()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with within(20), pytest.raises(CheckpointError, match=message):
+        load_pretrained(model, index.parent)
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())

@@ -60,7 +60,7 @@ def uninterrupted_house_loader(tmp_path_factory) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("kill_at", "resumed_from"), [(8, "step 6, epoch 1, batch 0"), (10, "step 9, epoch 1, batch 3")])
+@pytest.mark.parametrize(("kill_at", "resumed_from"), [(8, "step 6, after epoch 1"), (10, "step 9, epoch 2, after batch 3")])
 def test_resume_with_a_loader_that_owns_its_generator(tmp_path, uninterrupted_house_loader, kill_at, resumed_from):
     # torchwork.data.loader shuffles with its own seeded generator: its state must survive the checkpoint
     # written at the end of epoch 0 (else epoch 1 replays epoch 0's order), and a mid-epoch resume must

@@ -80,3 +80,31 @@ def test_page_renders_in_headless_chromium_without_console_errors(mixed_graph, t
         screenshot, errors = render_in_chromium(page, tmp_path)
         assert not errors, errors
         assert screenshot.stat().st_size > 20_000
+
+
+class OpBetweenChildren(torch.nn.Module):
+    """The top-level module runs an operation between two children, so the module overview has a cycle
+    (body -> (no module) -> head -> (no module))."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = torch.nn.Linear(8, 8)
+        self.head = torch.nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(x).relu() * 2).logsumexp(1)
+
+
+def test_built_in_layout_draws_a_module_overview_with_a_cycle(tmp_path) -> None:
+    torch.manual_seed(0)
+    model = OpBetweenChildren()
+    with capture(model) as cap:
+        loss = model(torch.randn(4, 8)).mean()
+    g = graph(loss, model, capture=cap)
+    page = tmp_path / "cycle.html"
+    g.to_html(page, use_dot=False)
+    text = page.read_text()
+    assert "Layout: built-in." in text and text.count("<svg") == 2
+    assert_self_contained(text)
+    for name in ("body", "head", "(no module)"):
+        assert f">{name}<" in text

@@ -69,13 +69,13 @@ def test_resume_from_end_of_epoch_and_mid_epoch_checkpoints(tmp_path, uninterrup
     runs, out = tmp_path / "a" / "runs", tmp_path / "a" / "final.pt"
     assert run_script(runs, out, "--every", "100", "--kill-at", "15").returncode == -signal.SIGKILL
     resumed = run_script(runs, out, "--every", "100")
-    assert "step 10, epoch 1, batch 0" in resumed.stderr
+    assert "step 10, after epoch 1" in resumed.stderr
     assert_same_weights(load(out)["model"], uninterrupted["model"])
     # --every 4, killed at step 13: resumes mid-epoch from step 12 (epoch 1, batch 2)
     runs, out = tmp_path / "b" / "runs", tmp_path / "b" / "final.pt"
     assert run_script(runs, out, "--kill-at", "13").returncode == -signal.SIGKILL
     resumed = run_script(runs, out)
-    assert "step 12, epoch 1, batch 2" in resumed.stderr
+    assert "step 12, epoch 2, after batch 2" in resumed.stderr
     assert_same_weights(load(out)["model"], uninterrupted["model"])
 
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from torchwork.deploy.manifest import SAMPLES_JSON, SAMPLES_TENSORS, Manifest, SamplesEntry, read_manifest
 from torchwork.deploy.tensors import as_input_tuple, load_tensors, save_tensors
-from torchwork.deploy.trust import resolve_class, safe_member
+from torchwork.deploy.trust import check_inside, resolve_class, safe_member
 from torchwork.errors import ConfigError, ExportError
 
 
@@ -83,13 +83,29 @@ def load_samples(root: Path, manifest: Manifest) -> tuple[Any, Any] | None:
     return (inputs[0] if len(inputs) == 1 else inputs), tensors.get("targets")
 
 
+def check_listed(root: Path, directory: Path, files: Mapping[str, Any]) -> None:
+    """Everything under ``directory`` is a regular file inside ``root`` that the file table lists (so its
+    checksum is known) before a preprocessor's ``load`` opens any of it."""
+    for folder, subfolders, names in os.walk(directory):  # symlinked folders are listed, never entered
+        for name in sorted(subfolders + names):
+            path = Path(folder) / name
+            relative = path.relative_to(root).as_posix()
+            if name in subfolders and not path.is_symlink():
+                continue
+            check_inside(root, path, relative)
+            if relative not in files:
+                raise ExportError(f"artifact {root}: {relative} is not in the manifest's file table, so its "
+                                  "checksum is unknown; it was added after export. Remove it or re-export the model.")
+
+
 def load_preprocess(root: Path, manifest: Manifest, trust: Iterable[str] = ()) -> Any:
     """The artifact's preprocessor (``Class.load(root / "preprocess")``), or None when it has none."""
     entry = manifest.preprocess
     if entry is None:
         return None
     cls = resolve_class(entry.class_spec, trust)
-    directory = safe_member(root, entry.dir, "the preprocess entry")
+    directory = safe_member(root, entry.dir, "the preprocess entry", directory=True)
+    check_listed(root, directory, manifest.files)
     try:
         return cls.load(directory)
     except Exception as error:

@@ -47,9 +47,10 @@ def margins(logits: Any) -> Any:
     return top[:, -1] - top[:, -2]
 
 
-def choose_margin(exact: Any, quantized: Any, agreement: float) -> dict[str, Any]:
+def choose_margin(exact: Any, quantized: Any, agreement: float, fixed: float | None = None) -> dict[str, Any]:
     """The smallest margin whose fallback makes ``quantized`` agree with ``exact`` on ``agreement`` of the
-    rows (``margin`` None when it does already), with what it measured."""
+    rows (``margin`` None when it does already), with what it measured; ``fixed``: that margin instead (a
+    resumed run keeps the one it chose), measured the same way."""
     import numpy as np
 
     agreement = check_agreement(agreement)
@@ -63,6 +64,8 @@ def choose_margin(exact: Any, quantized: Any, agreement: float) -> dict[str, Any
     allowed = int(np.floor((1.0 - agreement) * rows + 1e-9))  # flips that may stay
     flipped = np.sort(margin[flips])[::-1]
     chosen = None if len(flipped) <= allowed else float(flipped[allowed])
+    if fixed is not None:
+        chosen = float(fixed)
     rerun = margin <= chosen if chosen is not None else np.zeros(rows, dtype=bool)
     return {"margin": chosen, "calibration_rows": rows,
             "agreement_without": round(float(1 - flips.mean()), 6),
@@ -89,10 +92,10 @@ def fallback_runner(quantized: Runner, exact: Runner, margin: float) -> Runner:
 
 
 def measure_margin(exact_path: Any, quantized_path: Any, feeds: Sequence[dict[str, Any]], agreement: float,
-                   threads: int | None = None) -> dict[str, Any]:
+                   threads: int | None = None, fixed: float | None = None) -> dict[str, Any]:
     """:func:`choose_margin` on two ONNX files' first outputs over the calibration ``feeds``."""
     import numpy as np
 
     exact, quantized = onnx_session(exact_path, threads), onnx_session(quantized_path, threads)
     first = [np.concatenate([session.run(None, dict(feed))[0] for feed in feeds]) for session in (exact, quantized)]
-    return choose_margin(first[0], first[1], agreement)
+    return choose_margin(first[0], first[1], agreement, fixed)

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchwork.deploy.trust import MANIFEST, check_file_table, safe_member
+from torchwork.deploy.trust import MANIFEST, check_file_table, check_inside, safe_member
 from torchwork.errors import ExportError
 
 FORMAT_VERSION = 1
@@ -55,6 +55,7 @@ SAMPLES_TENSORS = "samples.safetensors"
 PREPROCESS_DIR = "preprocess"
 PARITY = "parity.json"
 VERIFY = "verify.json"
+MAX_MANIFEST_BYTES = 16 << 20  # a manifest lists files and settings; anything larger is not one
 
 # variant name -> model file
 VARIANT_FILES: dict[str, str] = {
@@ -313,7 +314,10 @@ class Manifest(_Record):
         return sum(int(self.files[f]["bytes"]) for f in self.variants[name].files)
 
     def check(self, root: Path) -> None:
-        """Every variant's files stay inside ``root`` and are listed in the file table."""
+        """Every listed file is a regular file inside ``root`` (by name and resolved), and every variant's files
+        are listed in the file table."""
+        for relative in self.files:
+            safe_member(root, relative, "the file table")
         for name, variant in self.variants.items():
             for relative in variant.files:
                 safe_member(root, relative, f"variant {name!r}")
@@ -332,14 +336,18 @@ def read_manifest(directory: str | os.PathLike[str], check_files: bool = True) -
         raise ExportError(f"{root} is not a directory. An artifact is the directory written by "
                           "`torchwork export` / torchwork.deploy.export().")
     path = root / MANIFEST
+    check_inside(root, path, MANIFEST)
     if not path.is_file():
         raise ExportError(f"artifact {root}: {MANIFEST} is missing, so this is not a (complete) torchwork "
                           "artifact. Re-export the model; an interrupted export never leaves a partial directory.")
+    if path.stat().st_size > MAX_MANIFEST_BYTES:
+        raise ExportError(f"artifact {root}: {MANIFEST} holds {path.stat().st_size} bytes, over the "
+                          f"{MAX_MANIFEST_BYTES} a manifest can need; it is damaged or forged: re-export the model.")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ExportError(f"artifact {root}: {MANIFEST} is not valid JSON ({error}). The file is damaged: "
-                          "re-export the model or restore the directory from a copy.") from error
+    except (ValueError, RecursionError) as error:  # bad JSON or UTF-8, a 5000-digit number, absurd nesting
+        raise ExportError(f"artifact {root}: {MANIFEST} is not valid JSON ({str(error)[:200]}). The file is "
+                          "damaged: re-export the model or restore the directory from a copy.") from None
     try:
         manifest = Manifest.from_json(data)
     except ExportError as error:

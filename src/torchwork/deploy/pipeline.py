@@ -251,7 +251,8 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
            tolerance: float = 0.01, verify_rounds: int = 20, threads: int | None = None,
            quantize_per_channel: bool = False, quantize_smoothing: float | None = None,
            calibration: Any = None, quantize_attention_mask: str | None = None,
-           quantize_fallback_agreement: float | None = None) -> dict[str, Any]:
+           quantize_fallback_agreement: float | None = None, quantize_fallback_margin: float | None = None,
+           deploy: str | None = None) -> dict[str, Any]:
     """Export ``model`` to the artifact directory ``out_dir`` and check every format against eager.
 
     Args:
@@ -273,7 +274,8 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
             for ONNX Runtime and quantized whole, see :mod:`torchwork.deploy.fusion`;
             ``quantize_fallback_agreement``: a classifier's INT8 answers the rows it is unsure of with the
             float ONNX variant, the margin chosen so that this share of the ``calibration`` rows get float's
-            answer, see :mod:`torchwork.deploy.fallback`).
+            answer, see :mod:`torchwork.deploy.fallback`; ``quantize_fallback_margin``: that margin instead of
+            choosing one, e.g. the one a resumed run chose before).
         calibration: real raw inputs (through ``preprocess``) whose activations set the smoothing scales:
             training or validation rows, never the held-out ``samples`` that verify the result.
         torchscript_method: ``"trace"`` or ``"script"``.
@@ -281,6 +283,8 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
         overwrite: replace an existing artifact at ``out_dir`` (after the new one is complete).
         atol, rtol: parity tolerance; batch_sizes, lengths: the probes; tolerance: accuracy a quantized
             variant may lose; verify_rounds, threads: timing of the export-time verification.
+        deploy: the variant to deploy when it passes verification, instead of the one timing picks (a
+            resumed run keeps the choice it made); otherwise the usual choice.
 
     Returns the export report (also in the artifact: parity.json, verify.json).
     """
@@ -324,7 +328,8 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
                       tolerance=tolerance, verify_rounds=verify_rounds, threads=threads,
                       quantize_per_channel=quantize_per_channel, quantize_smoothing=quantize_smoothing,
                       calibration=calibration, quantize_attention_mask=quantize_attention_mask,
-                      quantize_fallback_agreement=quantize_fallback_agreement)
+                      quantize_fallback_agreement=quantize_fallback_agreement,
+                      quantize_fallback_margin=quantize_fallback_margin, deploy=deploy)
 
     on_cpu = all(t.device.type == "cpu" for t in [*model.parameters(), *model.buffers()])
     module = model if on_cpu else copy.deepcopy(model).cpu()
@@ -372,6 +377,8 @@ class ExportPlan:
     calibration: Any = None
     quantize_attention_mask: str | None = None
     quantize_fallback_agreement: float | None = None
+    quantize_fallback_margin: float | None = None
+    deploy: str | None = None
 
 
 def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], plan: ExportPlan) -> dict[str, Any]:
@@ -492,6 +499,8 @@ def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], plan:
                 del variants[name]
                 _remove(tmp, name)
         manifest.deploy = verification["deploy"] if verification["deploy"] in variants else None
+        if plan.deploy in variants:
+            manifest.deploy = verification["deploy"] = plan.deploy
         write_json(tmp / VERIFY, verification)
         manifest.reports["verify"] = VERIFY
 
@@ -548,7 +557,8 @@ def _quantize_variant(tmp: Path, variants: dict[str, Variant], refused: dict[str
     fallback = None
     if plan.quantize_fallback_agreement is not None:
         fallback = {"variant": "onnx", **measure_margin(tmp / VARIANT_FILES["onnx"], target, calibration,
-                                                        plan.quantize_fallback_agreement, plan.threads),
+                                                        plan.quantize_fallback_agreement, plan.threads,
+                                                        plan.quantize_fallback_margin),
                     "agreement_asked": plan.quantize_fallback_agreement}
         parity["formats"]["onnx-int8"]["fallback"] = fallback
     variants["onnx-int8"] = Variant(target.name, "onnx", [], quantization={

@@ -1,8 +1,9 @@
 """What makes an artifact safe to read: every file is the one exported, nothing on disk is a command.
 
 An artifact is untrusted data. Reading one never unpickles anything (``.pt2`` archives that would are
-refused before ``torch.export.load`` sees them), never follows a path out of the directory, and never
-imports a module outside the ``torchwork.`` namespace (plus prefixes the caller passes in ``trust``).
+refused before ``torch.export.load`` sees them), never follows a path out of the directory (names are
+checked, then resolved: a symlink that leads out, a FIFO or a device is refused from its ``stat``, before
+anything opens it; :mod:`torchwork.paths`), and never imports a module outside the ``torchwork.`` namespace (plus prefixes the caller passes in ``trust``).
 
 Example:
     >>> import tempfile, pathlib
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from torchwork.errors import ExportError
+from torchwork.paths import why_unsafe
 
 MANIFEST = "manifest.json"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -54,20 +56,33 @@ def file_table(root: Path) -> dict[str, dict[str, Any]]:
     return table
 
 
-def safe_member(root: Path, relative: Any, what: str) -> Path:
-    """``root / relative`` after checking that an (untrusted) manifest entry stays inside ``root``."""
+def safe_member(root: Path, relative: Any, what: str, directory: bool = False) -> Path:
+    """``root / relative`` after checking that an (untrusted) manifest entry stays inside ``root``: by name,
+    then resolved (no symlink out), and that it is a regular file (a directory with ``directory``). A member
+    that does not exist passes; the caller says it is missing."""
     if not isinstance(relative, str) or not relative or relative.startswith(("/", "\\")) or ".." in Path(
             relative).parts:
         raise ExportError(f"artifact {root}: {what} names the path {relative!r}, which is not a plain relative "
                           "path inside the artifact. The manifest is damaged or forged: re-export the model.")
-    return root / relative
+    path = root / relative
+    check_inside(root, path, relative if what == "the file table" else f"{what} ({relative!r})", directory)
+    return path
+
+
+def check_inside(root: Path, path: Path, name: str, directory: bool = False) -> None:
+    """Refuse ``path`` (called ``name`` in the message) unless it resolves inside ``root`` and is a regular
+    file (a directory with ``directory``)."""
+    problem = why_unsafe(root, path, directory)
+    if problem is not None:
+        raise ExportError(f"artifact {root}: {name} {problem}; an artifact is read only from its own regular "
+                          "files. Re-export the model, or copy the artifact without links (cp -rL).")
 
 
 def check_file_table(root: Path, files: Mapping[str, Any]) -> None:
     """Every listed file exists with the recorded size and SHA-256."""
     problems = []
     for relative, meta in files.items():
-        path = safe_member(root, relative, "the file table")
+        path = safe_member(root, relative, "the file table")  # refuses links out and special files unread
         if not isinstance(meta, dict):
             problems.append(f"{relative}: no size / checksum recorded")
         elif not path.is_file():

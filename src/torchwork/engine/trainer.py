@@ -30,6 +30,7 @@ from torchwork.distributed.env import World, world_from_env
 from torchwork.engine.batches import call_model, concat_outputs, inputs_of, length_or_none, split_error
 from torchwork.engine.callbacks import EarlyStopping
 from torchwork.engine.devices import batch_size_of, check_model_on, move_to_device, resolve_device
+from torchwork.engine.interrupt import InterruptFlag, TrainingInterrupted
 from torchwork.engine.options import (
     DistributedOptions,
     EvaluationOptions,
@@ -174,6 +175,7 @@ class Trainer:
         self._loss_terms: dict[str, Tensor] | None = None
         self._totals: dict[str, Any] = {}
         self._checkpointing = False
+        self._interrupt = InterruptFlag()
 
     # ------------------------------------------------------------------ where training is (self.state)
     @property
@@ -354,15 +356,43 @@ class Trainer:
         from torchwork.runs.checkpoint import save_checkpoint
 
         state = self.state_dict()
+        problem = None
         if self.world.is_rank_zero:
-            save_checkpoint(state, path)
+            try:
+                save_checkpoint(state, path)
+            except CheckpointError as error:
+                problem = error
+        if self.world.is_distributed:
+            from torchwork.distributed.setup import broadcast_object
+
+            # every rank waits for rank 0's write (a load right after a save finds the file), and fails with it
+            message = broadcast_object(str(problem) if problem is not None else None)
+            if message is not None and problem is None:
+                raise CheckpointError(f"rank 0 could not write {path}: {message}")
+        if problem is not None:
+            raise problem
 
     def load(self, path: str | os.PathLike[str]) -> None:
         """Continue from a checkpoint written by :meth:`save` or by ``fit``: its checksum is verified and it
-        is read with ``torch.load(weights_only=True)`` (nothing in it is executed)."""
+        is read with ``torch.load(weights_only=True)`` (nothing in it is executed). Under DDP every rank
+        calls it: rank 0 reads the file and sends it to the others (no shared filesystem needed)."""
         from torchwork.runs.checkpoint import load_checkpoint
 
-        self.load_state_dict(load_checkpoint(path, map_location=self.device))
+        if not self.world.is_distributed:
+            self.load_state_dict(load_checkpoint(path, map_location=self.device))
+            return
+        from torchwork.distributed.setup import broadcast_object
+
+        state, message = None, None
+        if self.world.is_rank_zero:
+            try:
+                state = load_checkpoint(path, map_location="cpu")
+            except CheckpointError as error:
+                message = str(error)
+        state, message = broadcast_object((state, message))
+        if message is not None:
+            raise CheckpointError(message if self.world.is_rank_zero else f"rank 0 could not load {path}: {message}")
+        self.load_state_dict(move_to_device(state, self.device))
 
     # ------------------------------------------------------------------ the loop
     def fit(self, train_loader: Iterable[Any], val_loader: Iterable[Any] | None = None,
@@ -371,11 +401,16 @@ class Trainer:
 
         ``resume``: ``"latest"`` continues the newest run under ``run_dir`` from its newest valid
         checkpoint (a no-op when there is none), a run folder or checkpoint path resumes from that.
-        The environment variable ``TORCHWORK_RESUME`` (set by ``torchwork resume``) overrides it.
+        A run that differs from this training (model, optimizer, schedule, config, data) is not resumed.
+        The environment variable ``TORCHWORK_RESUME`` (set by ``torchwork resume``) names the run to continue:
+        the first ``fit`` of the process continues it, a later one its own run nested in it
+        (:mod:`torchwork.runs.lineage`).
         """
         if epochs < 0:
             raise ConfigError(f"epochs={epochs} must be >= 0.")
-        resume = os.environ.get("TORCHWORK_RESUME") or resume
+        from torchwork.runs.lineage import resume_target
+
+        resume = resume_target(resume, self.run_dir) if self.world.is_rank_zero else resume
         self.should_stop = False
         self._epochs_total = epochs
         if self.world.is_distributed:
@@ -398,15 +433,8 @@ class Trainer:
             for callback in self.callbacks:
                 if hasattr(callback, "on_fit_start"):
                     callback.on_fit_start(self)
-            while self.epoch < epochs and not self.should_stop:
-                set_epoch = getattr(getattr(train_loader, "sampler", None), "set_epoch", None)
-                if callable(set_epoch):
-                    set_epoch(self.epoch)  # DistributedSampler reshuffles only when told the epoch
-                self._restore_train_modes()
-                logs = self._train_epoch(self._epoch_batches(train_loader))
-                if val_loader is not None:
-                    logs.update(self.evaluate(val_loader, prefix="val_"))
-                self._end_epoch(logs)
+            with self._interrupt.installed(enabled=not self.world.is_distributed):
+                self._fit_epochs(train_loader, val_loader, epochs)
             for callback in self.callbacks:
                 if hasattr(callback, "on_fit_end"):
                     callback.on_fit_end(self)
@@ -424,6 +452,28 @@ class Trainer:
                 self._session.close()
                 self._session = None
         return self.history
+
+    def _fit_epochs(self, train_loader: Any, val_loader: Any, epochs: int) -> None:
+        while self.epoch < epochs and not self.should_stop:
+            if self._interrupt.raised:  # Ctrl-C during an evaluation: the epoch's checkpoint is written
+                raise TrainingInterrupted(self.global_step, self.run_path if self._checkpointing else None)
+            for sampler in (getattr(train_loader, "sampler", None), getattr(train_loader, "batch_sampler", None)):
+                set_epoch = getattr(sampler, "set_epoch", None)
+                if callable(set_epoch):
+                    set_epoch(self.epoch)  # DistributedSampler reshuffles only when told the epoch
+            self._restore_train_modes()
+            logs = self._train_epoch(self._epoch_batches(train_loader))
+            if val_loader is not None:
+                logs.update(self.evaluate(val_loader, prefix="val_"))
+            self._end_epoch(logs)
+
+    def _stop_interrupted(self) -> None:
+        """Ctrl-C: checkpoint the step just finished (when keeping a run) and stop with one line."""
+        run = None
+        if self._checkpointing:
+            self._save_checkpoint()
+            run = self.run_path
+        raise TrainingInterrupted(self.global_step, run)
 
     def _open_run(self, train_loader: Any, val_loader: Any, epochs: int, resume: Any) -> dict[str, Any] | None:
         """Open the run folder (rank 0 only) and load the checkpoint to resume from, if any."""
@@ -511,6 +561,10 @@ class Trainer:
                 totals["elapsed"] += time.perf_counter() - started
                 started = time.perf_counter()
                 self._save_checkpoint()
+            if self._interrupt.raised:
+                totals["elapsed"] += time.perf_counter() - started
+                bar.close()
+                self._stop_interrupted()
         bar.close()
         totals["elapsed"] += time.perf_counter() - started
         steps = totals["steps"]

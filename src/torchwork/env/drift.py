@@ -25,21 +25,26 @@ from torchwork.env.versions import build_family, build_from_version, major, majo
 
 
 def _onnxruntime(packages: dict[str, Any]) -> str | None:
-    return packages.get("onnxruntime") or packages.get("onnxruntime-gpu")
+    return _text(packages.get("onnxruntime")) or _text(packages.get("onnxruntime-gpu"))
 
 
 def exporter_of(manifest: dict[str, Any]) -> dict[str, Any]:
     """``{torch, build, onnxruntime}`` of the machine that wrote a manifest (None where it does not say)."""
     environment = manifest.get("environment")
     if isinstance(environment, dict) and environment:
-        packages = environment.get("packages") or {}
-        return {"torch": environment.get("torch"), "build": environment.get("build"),
-                "onnxruntime": _onnxruntime(packages)}
+        packages = environment.get("packages")
+        return {"torch": _text(environment.get("torch")), "build": _text(environment.get("build")),
+                "onnxruntime": _onnxruntime(packages if isinstance(packages, dict) else {})}
     versions = manifest.get("versions")
     if not isinstance(versions, dict):
         versions = {}
-    return {"torch": versions.get("torch"), "build": build_from_version(versions.get("torch")),
+    return {"torch": _text(versions.get("torch")), "build": build_from_version(_text(versions.get("torch"))),
             "onnxruntime": _onnxruntime(versions)}
+
+
+def _text(value: Any) -> str | None:
+    """A recorded version as a string, None for anything else (a damaged manifest warns about nothing)."""
+    return value if isinstance(value, str) else None
 
 
 def this_machine() -> dict[str, Any]:

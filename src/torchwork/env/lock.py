@@ -35,8 +35,8 @@ def torch_index(build: str | None) -> str | None:
     if not build:
         return None
     family, _, number = build.partition(" ")
-    tag = {"cpu": "cpu", "cuda": "cu" + number.replace(".", ""), "rocm": "rocm" + number}[family]
-    return f"https://download.pytorch.org/whl/{tag}"
+    tag = {"cpu": "cpu", "cuda": "cu" + number.replace(".", ""), "rocm": "rocm" + number}.get(family)
+    return f"https://download.pytorch.org/whl/{tag}" if tag else None
 
 
 def lock_text() -> str:

@@ -46,6 +46,8 @@ def replay_artifact(directory: str | os.PathLike[str]) -> list[CheckResult]:
         if not isinstance(entry, dict):
             raise ExportError(f"artifact {root} records no example outputs (it was exported by an older "
                               "torchwork): re-export it to make it replayable.")
+        recorded_atol = _tolerance(root, entry, "atol", 1e-4)
+        recorded_rtol = _tolerance(root, entry, "rtol", 1e-3)
         inputs = load_examples(root, manifest)
         recorded = load_tensors(safe_member(root, entry.get("file"), "the example outputs entry"))
     except ExportError as damaged:
@@ -53,8 +55,8 @@ def replay_artifact(directory: str | os.PathLike[str]) -> list[CheckResult]:
     results = []
     for name, variant in manifest.variants.items():
         quantized = variant.quantization is not None
-        atol = max(float(entry.get("atol", 1e-4)), QUANTIZED_ATOL if quantized else 0.0)
-        rtol = max(float(entry.get("rtol", 1e-3)), QUANTIZED_RTOL if quantized else 0.0)
+        atol = max(recorded_atol, QUANTIZED_ATOL if quantized else 0.0)
+        rtol = max(recorded_rtol, QUANTIZED_RTOL if quantized else 0.0)
         started = time.perf_counter()
         label = f"artifact {name} on its recorded inputs"
         try:
@@ -76,3 +78,12 @@ def replay_artifact(directory: str | os.PathLike[str]) -> list[CheckResult]:
         results.append(CheckResult(label, ok, error, atol, rtol, detail,
                                    seconds=round(time.perf_counter() - started, 4)))
     return results
+
+
+def _tolerance(root: Path, entry: dict[str, object], key: str, default: float) -> float:
+    """A recorded tolerance: a finite number from 0 to 1 (a NaN or an infinite one would pass anything)."""
+    value = entry.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ExportError(f"artifact {root}: the example outputs' {key} is {str(value)[:40]}, not a number from "
+                          "0 to 1; the manifest is damaged: re-export the model.")
+    return float(value)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 _NUMBERS = re.compile(r"^\s*v?(\d+)(?:\.(\d+))?")
+MAX_PART_DIGITS = 18  # a version number's part; longer ones are not versions (and int() of 4300+ digits raises)
 
 
 def canonical_name(name: str) -> str:
@@ -24,8 +25,8 @@ def canonical_name(name: str) -> str:
 
 def major_minor(version: str | None) -> tuple[int, int] | None:
     """``(major, minor)`` of a version string, or None when it does not start with a number."""
-    match = _NUMBERS.match(version or "")
-    if not match:
+    match = _NUMBERS.match(version) if isinstance(version, str) else None
+    if not match or any(len(part or "") > MAX_PART_DIGITS for part in match.groups()):
         return None
     return int(match.group(1)), int(match.group(2) or 0)
 
@@ -41,13 +42,13 @@ def build_from_version(torch_version: str | None, packages: Mapping[str, str] | 
 
     None when nothing tells (an untagged torch with no NVIDIA wheels listed).
     """
-    local = (torch_version or "").partition("+")[2].lower()
+    local = (torch_version if isinstance(torch_version, str) else "").partition("+")[2].lower()
     if local.startswith("cpu"):
         return "cpu"
-    cuda = re.match(r"cu(\d+)(\d)$", local)
+    cuda = re.match(r"cu(\d{1,4})(\d)$", local)
     if cuda:
         return f"cuda {int(cuda.group(1))}.{cuda.group(2)}"
-    rocm = re.match(r"rocm(\d+)\.(\d+)", local)
+    rocm = re.match(r"rocm(\d{1,4})\.(\d{1,4})", local)
     if rocm:
         return f"rocm {rocm.group(1)}.{rocm.group(2)}"
     for name, version in (packages or {}).items():
@@ -68,5 +69,6 @@ def build_of_torch(torch: Any) -> str:
 
 
 def build_family(build: str | None) -> str | None:
-    """``cpu``, ``cuda`` or ``rocm``."""
-    return build.split()[0] if build else None
+    """``cpu``, ``cuda`` or ``rocm`` (None when unknown)."""
+    parts = build.split() if isinstance(build, str) else []
+    return parts[0] if parts else None

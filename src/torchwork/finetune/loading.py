@@ -3,7 +3,8 @@
 Keys are matched after the wrapper prefix is found (:mod:`torchwork.finetune.prefixes`) and the
 ``rename`` rules are applied; a tensor whose shape differs is never loaded. Parts named by ``new`` (a
 new head) start fresh. With ``strict=True`` anything else missing, unexpected or mismatched raises
-before the model is touched. After loading, every loaded tensor is compared with the file's, so a
+before the model is touched. Values are checked before anything is written: a tensor holding NaN or inf
+is refused unless ``allow_nonfinite=True``, and a complex tensor never loads into a real one. After loading, every loaded tensor is compared with the file's, so a
 ``load_state_dict`` post-hook or init code that re-initialises it is caught; the checksums stay in the
 report, and :meth:`LoadReport.verify` checks them again later (after your own init code, say).
 
@@ -22,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import hashlib
 import re
@@ -35,6 +37,9 @@ from torchwork.finetune.prefixes import Prefix, apply_prefix, discover_prefix, s
 from torchwork.finetune.sources import read_state_dict
 
 RenameRules = Mapping[str, "str | None"] | Sequence[tuple[str, "str | None"]]
+
+MAX_KEY_CHARS = 1024  # a state dict's keys are module paths; a longer one means a damaged or hostile file
+MAX_SUGGESTIONS = 50  # likely counterparts named for at most this many missing keys
 
 
 @dataclasses.dataclass
@@ -120,7 +125,7 @@ class LoadReport:
 
 def load_pretrained(model: Any, source: Any, *, new: str | Sequence[str] = (),
                     rename: RenameRules | None = None, strip_prefixes: str | Sequence[str] | bool | None = "auto",
-                    strict: bool = True) -> LoadReport:
+                    strict: bool = True, allow_nonfinite: bool = False) -> LoadReport:
     """Load ``source``'s weights into ``model`` and return a :class:`LoadReport`.
 
     Args:
@@ -136,6 +141,8 @@ def load_pretrained(model: Any, source: Any, *, new: str | Sequence[str] = (),
             (repeatedly, any order); ``False`` keeps the keys as they are.
         strict: raise :class:`CheckpointError` (with the table) when anything not in ``new`` is missing,
             unexpected or of another shape; nothing is loaded then.
+        allow_nonfinite: load tensors holding NaN or inf (named in the report's notes) instead of refusing
+            the file.
     """
     import torch
 
@@ -146,6 +153,7 @@ def load_pretrained(model: Any, source: Any, *, new: str | Sequence[str] = (),
     state, where = read_state_dict(source)
     target = model.state_dict()
     model_keys = list(target)
+    _check_key_lengths(state, model_keys, where)
 
     mapped, prefix, renames, dropped = _map_keys(list(state), model_keys, strip_prefixes, rules)
     loaded, missing, mismatched, fresh, unexpected = [], [], [], [], []
@@ -166,7 +174,7 @@ def load_pretrained(model: Any, source: Any, *, new: str | Sequence[str] = (),
     model_set = set(model_keys)
     unexpected = [name for name in mapped if name not in model_set]  # in the file's order
     report = LoadReport(where, loaded, missing, unexpected, mismatched, fresh, prefix, renames, sorted(dropped),
-                        shapes, _suggest(missing, unexpected, target, state, mapped, prefix, rules, strip_prefixes),
+                        shapes, _suggest(missing, unexpected, target, state, mapped),
                         model_keys=model_keys)
     if strict and report.problems:
         raise CheckpointError(
@@ -174,15 +182,76 @@ def load_pretrained(model: Any, source: Any, *, new: str | Sequence[str] = (),
             f"{len(mismatched)} mismatched key(s); nothing was loaded.\n{report.table()}\n"
             "Fix: name the parts meant to start fresh with new=[...] (e.g. new=['classifier']), map names "
             "with rename={pattern: replacement} (None drops a key), or pass strict=False to load what fits.")
+    _check_kinds(to_load, target, where)
+    nonfinite = _nonfinite(to_load)
+    if nonfinite and not allow_nonfinite:
+        raise CheckpointError(
+            f"{where}: {len(nonfinite)} tensor(s) hold NaN or inf: {', '.join(nonfinite[:8])}"
+            f"{' ...' if len(nonfinite) > 8 else ''}; nothing was loaded. The file was saved from a diverged "
+            "model: load an earlier checkpoint, or pass allow_nonfinite=True to load it as it is.")
+    if nonfinite:
+        report.notes.append(f"loaded {len(nonfinite)} tensor(s) holding NaN or inf (allow_nonfinite=True): "
+                            + ", ".join(nonfinite[:8]) + (" ..." if len(nonfinite) > 8 else ""))
     if to_load:
         model.load_state_dict(to_load, strict=False)
     after = model.state_dict()
-    changed = [k for k, v in to_load.items() if not torch.equal(after[k], v.to(after[k].dtype).to(after[k].device))]
+    changed = [k for k, v in to_load.items() if not _same_values(after[k], v.to(after[k].dtype).to(after[k].device))]
     if changed:
         raise CheckpointError(_undone_message(changed, len(to_load)))
     report.checksums = {k: _digest(after[k]) for k in to_load}
     report.applied = True
     return report
+
+
+def _check_key_lengths(state: Mapping[Any, Any], model_keys: list[str], where: str) -> None:
+    """Refuse keys that are not strings or absurdly long before any work that grows with key length."""
+    limit = max(MAX_KEY_CHARS, 2 * max((len(k) for k in model_keys), default=0))
+    for key in state:
+        if not isinstance(key, str):
+            raise CheckpointError(f"{where}: the key {key!r} is a {type(key).__name__}, not a string: "
+                                  "a state dict's keys are parameter names.")
+        if len(key) > limit:
+            raise CheckpointError(
+                f"{where}: a key of {len(key)} characters ({key[:40]!r}...); the longest a model key has is "
+                f"{max((len(k) for k in model_keys), default=0)} and keys over {limit} are refused. The file "
+                "is damaged or not a state dict: re-save it with torch.save(model.state_dict()).")
+
+
+def _check_kinds(to_load: Mapping[str, Any], target: Mapping[str, Any], where: str) -> None:
+    """A complex tensor copied into a real one keeps only its real part: refuse it, naming the tensors."""
+    odd = [f"{k}: {str(v.dtype).removeprefix('torch.')} in the file, "
+           f"{str(target[k].dtype).removeprefix('torch.')} in the model"
+           for k, v in to_load.items() if v.is_complex() and not target[k].is_complex()]
+    if odd:
+        raise CheckpointError(f"{where}: {len(odd)} complex tensor(s) for real ones ({'; '.join(odd[:8])}); "
+                              "loading would keep only the real part, so nothing was loaded. Save real weights.")
+
+
+def _nonfinite(to_load: Mapping[str, Any]) -> list[str]:
+    """``"key (n NaN, m inf of total)"`` for every floating tensor holding NaN or inf."""
+    import torch
+
+    found = []
+    for key, value in to_load.items():
+        if not (value.is_floating_point() or value.is_complex()) or bool(torch.isfinite(value).all()):
+            continue
+        nan = int(torch.isnan(value).sum())
+        inf = int(torch.isinf(value).sum())
+        counts = ", ".join(part for part in (f"{nan} NaN" if nan else "", f"{inf} inf" if inf else "") if part)
+        found.append(f"{key} ({counts} of {value.numel()})")
+    return found
+
+
+def _same_values(a: Any, b: Any) -> bool:
+    """Equal, NaN in the same places counting as equal (a file loaded with ``allow_nonfinite``)."""
+    import torch
+
+    if torch.equal(a, b):
+        return True
+    if not (a.is_floating_point() or a.is_complex()):
+        return False
+    nan_a, nan_b = torch.isnan(a), torch.isnan(b)
+    return torch.equal(nan_a, nan_b) and torch.equal(a.masked_fill(nan_a, 0), b.masked_fill(nan_b, 0))
 
 
 def _module_of(key: str, depth: int) -> str:
@@ -251,24 +320,45 @@ def _map_keys(file_keys: list[str], model_keys: list[str], strip_prefixes: Any,
 
 
 def _suggest(missing: list[str], unexpected: list[str], target: Mapping[str, Any], state: Mapping[str, Any],
-             mapped: Mapping[str, str], prefix: Prefix, rules: list, strip_prefixes: Any) -> dict[str, str]:
-    """For each missing key, the unexpected file key of the same shape nearest to the same position."""
+             mapped: Mapping[str, str]) -> dict[str, str]:
+    """For the first :data:`MAX_SUGGESTIONS` missing keys, the unexpected file key of the same shape nearest
+    to the same position. Unexpected keys are indexed by shape and file position, so a file of a million keys
+    costs a sort, not a comparison of every pair."""
     if not missing or not unexpected:
         return {}
-    model_order = {k: i / max(len(target), 1) for i, k in enumerate(target)}
-    by_name = {_mapped_name(k, prefix, rules, strip_prefixes): k for k in state}
-    file_order = {k: i / max(len(state), 1) for i, k in enumerate(state)}
+    file_position = {k: i for i, k in enumerate(state)}
+    by_shape: dict[tuple[int, ...], list[tuple[float, str]]] = {}
+    for name in unexpected:
+        by_shape.setdefault(tuple(state[mapped[name]].shape), []).append(
+            (file_position[mapped[name]] / max(len(state), 1), name))
+    for group in by_shape.values():
+        group.sort()
+    model_position = {k: i / max(len(target), 1) for i, k in enumerate(target)}
+    used: set[str] = set()
     suggestions: dict[str, str] = {}
-    free = list(unexpected)
     for key in missing:
+        if len(suggestions) >= MAX_SUGGESTIONS:
+            break
         shape = tuple(target[key].shape)
-        same = [u for u in free if u in by_name and tuple(state[by_name[u]].shape) == shape]
-        if not same:
-            continue
-        best = min(same, key=lambda u: abs(file_order[by_name[u]] - model_order[key]))
-        free.remove(best)
-        suggestions[key] = f"{best!r} (same shape {shape}, same position){_rule_hint(best, key)}"
+        best = _nearest_free(by_shape.get(shape, []), model_position[key], used)
+        if best is not None:
+            used.add(best)
+            suggestions[key] = f"{best!r} (same shape {shape}, same position){_rule_hint(best, key)}"
     return suggestions
+
+
+def _nearest_free(group: list[tuple[float, str]], position: float, used: set[str]) -> str | None:
+    """The name in ``group`` (sorted by position) nearest to ``position`` that is not ``used`` (earlier on a tie)."""
+    right = bisect.bisect_left(group, (position, ""))
+    left = right - 1
+    while left >= 0 and group[left][1] in used:
+        left -= 1
+    while right < len(group) and group[right][1] in used:
+        right += 1
+    choices = [group[i] for i in (left, right) if 0 <= i < len(group)]
+    if not choices:
+        return None
+    return min(choices, key=lambda item: (abs(item[0] - position), item[0]))[1]
 
 
 def _rule_hint(file_key: str, model_key: str) -> str:

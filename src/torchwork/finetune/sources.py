@@ -92,11 +92,42 @@ def _weights_file_in(folder: Path) -> Path:
                           "*.safetensors, *.pt, *.pth, *.bin).")
 
 
+MAX_INDEX_BYTES = 64 << 20  # a Hugging Face index lists keys and shard names; larger is not one
+
+
 def _read_sharded(index: Path) -> dict[str, Any]:
+    """The tensors of a sharded safetensors folder, every shard named by the index checked first: a plain
+    file name inside the folder (no absolute path, no ``..``, no symlink out, a regular file)."""
     from safetensors.torch import load_file
 
-    weight_map = json.loads(index.read_text()).get("weight_map") or {}
+    from torchwork.paths import why_unsafe
+
+    if index.stat().st_size > MAX_INDEX_BYTES:
+        raise CheckpointError(f"{index}: {index.stat().st_size} bytes is too large for a shard index.")
+    try:
+        data = json.loads(index.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError) as error:  # bad JSON or UTF-8, absurd numbers or nesting
+        raise CheckpointError(f"{index} is not a readable shard index ({str(error)[:120]}).") from None
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map or not all(
+            isinstance(v, str) for v in weight_map.values()):
+        raise CheckpointError(f"{index} has no 'weight_map' of tensor name -> shard file name; it is not a "
+                              "Hugging Face shard index.")
     state: dict[str, Any] = {}
     for shard in sorted(set(weight_map.values())):
-        state.update(load_file(str(index.parent / shard)))
+        path = index.parent / shard
+        plain = shard and not os.path.isabs(shard) and "\\" not in shard and ".." not in Path(shard).parts
+        problem = None if plain else "is not a file name inside the folder"
+        problem = problem or why_unsafe(index.parent, path) or (None if path.is_file() else "is missing")
+        if problem:
+            raise CheckpointError(f"{index}: the shard {shard[:200]!r} {problem}; a shard index names files "
+                                  "beside it. The folder is damaged or forged: download it again.")
+        try:
+            state.update(load_file(str(path)))
+        except Exception as error:  # safetensors raises its own error types for damaged headers
+            raise CheckpointError(f"{path}: not a readable safetensors file ({error}).") from None
+    missing = sorted(set(weight_map) - set(state))
+    if missing:
+        raise CheckpointError(f"{index} lists {len(missing)} tensor(s) its shards do not hold "
+                              f"(e.g. {missing[:3]}); the folder is incomplete: download it again.")
     return state

@@ -247,7 +247,7 @@ def layered_svg(boxes: list[Box], edges: list[tuple[str, str]]) -> str:
     position: dict[str, float] = {}
     for r in sorted(rows):
         row = rows[r]
-        row.sort(key=lambda k: (sum(position[i] for i in inputs[k]) / len(inputs[k])) if inputs[k] else -1.0)
+        row.sort(key=lambda k: _mean_position(inputs[k], position))
         for index, key in enumerate(row):
             position[key] = float(index)
     width = max(len(row) for row in rows.values()) if rows else 1
@@ -280,6 +280,13 @@ def layered_svg(boxes: list[Box], edges: list[tuple[str, str]]) -> str:
     return "".join(parts)
 
 
+def _mean_position(inputs: list[str], position: dict[str, float]) -> float:
+    """Where a box's inputs sit in the rows above (-1 when none is placed yet: in a cycle, an input can sit in
+    the same row or below)."""
+    placed = [position[i] for i in inputs if i in position]
+    return sum(placed) / len(placed) if placed else -1.0
+
+
 def _svg_text(text: str, limit: int = 36) -> str:
     return html.escape(text if len(text) <= limit else text[:limit - 1] + "…")
 
@@ -288,13 +295,25 @@ def _longest_path_ranks(keys: list[str], inputs: dict[str, list[str]], users: di
     pending = {k: len(inputs[k]) for k in keys}
     ready = [k for k in keys if pending[k] == 0]
     rank = dict.fromkeys(keys, 0)
-    while ready:
-        key = ready.pop()
-        for user in users[key]:
-            rank[user] = max(rank[user], rank[key] + 1)
-            pending[user] -= 1
-            if pending[user] == 0:
-                ready.append(user)
+    done: set[str] = set()
+    waiting = iter(keys)
+    while True:
+        while ready:
+            key = ready.pop()
+            done.add(key)
+            for user in users[key]:
+                if user in done:  # an edge that closes a cycle: drawn pointing up
+                    continue
+                rank[user] = max(rank[user], rank[key] + 1)
+                pending[user] -= 1
+                if pending[user] == 0:
+                    ready.append(user)
+        # A cycle (the module overview has one when a parent runs an op between two children): release the
+        # first box still waiting, in drawing order, as if its remaining inputs were above it.
+        stuck = next((k for k in waiting if k not in done), None)
+        if stuck is None:
+            break
+        ready.append(stuck)
     for key in keys:  # a source (a leaf) sits just above its first user, not at the top of the page
         if not inputs[key] and users[key]:
             rank[key] = max(0, min(rank[u] for u in users[key]) - 1)

@@ -38,6 +38,11 @@ class LengthBuckets:
     def __len__(self) -> int:
         return -(-len(self.lengths) // self.batch_size)
 
+    def set_epoch(self, epoch: int) -> None:
+        """Shuffle the next iteration as epoch ``epoch`` (the Trainer calls it, so that a resumed run sees
+        the order the uninterrupted one saw, whatever iterated the loader before)."""
+        self.epoch = epoch
+
     def __iter__(self) -> Iterator[list[int]]:
         import numpy as np
 

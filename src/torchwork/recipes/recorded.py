@@ -54,3 +54,41 @@ def recorded_config(settings: Mapping[str, Any]) -> dict[str, Any] | None:
               file=sys.stderr)
         return None
     return recorded
+
+
+class Decisions:
+    """What a run decided by measuring after its first ``fit`` started (a transformer's strategy and
+    precision, the variant to deploy, the INT8 fallback margin), kept in ``RUN/decisions.json`` as each is
+    made, and read back (as JSON data) when the run is resumed, so that a resumed run decides the same.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> run = pathlib.Path(tempfile.mkdtemp())
+        >>> Decisions(run).get("strategy") is None
+        True
+        >>> Decisions(run).record("strategy", {"chosen": "full"})
+        >>> Decisions(run).get("strategy")
+        {'chosen': 'full'}
+    """
+
+    def __init__(self, run: Path) -> None:
+        self.path = Path(run) / "decisions.json"
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            recorded = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as error:
+            print(f"torchwork: cannot read {self.path} ({error}); measuring again.", file=sys.stderr)
+            return {}
+        return recorded if isinstance(recorded, dict) else {}
+
+    def get(self, name: str) -> Any:
+        """The recorded decision ``name`` (None when the run has not made it)."""
+        return self._read().get(name)
+
+    def record(self, name: str, value: Any) -> None:
+        from torchwork.files import write_json
+
+        write_json(self.path, {**self._read(), name: value})

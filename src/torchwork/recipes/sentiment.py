@@ -197,10 +197,12 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
     )
     from torchwork.engine.metrics import macro_f1
     from torchwork.recipes.models import TfidfNGramClassifier
+    from torchwork.recipes.recorded import recorded_config
 
     started = time.perf_counter()
-    if config.threads:
-        torch.set_num_threads(config.threads)
+    recorded_threads = (recorded_config(dataclasses.asdict(config)) or {}).get("threads_used")
+    if config.threads or isinstance(recorded_threads, int) and recorded_threads > 0:
+        torch.set_num_threads(config.threads or recorded_threads)  # resumed: the threads the run had
     seed_everything(config.seed)
 
     say("== 1. Data: CrowdFlower tweets (dirty, imbalanced)")
@@ -248,7 +250,8 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
                       clip_grad_norm=config.clip_grad_norm, epoch_metrics={"macro_f1": macro_f1},
                       early_stopping=EarlyStopping("val_macro_f1", mode="max", patience=config.patience),
                       run_dir=config.run_dir, config={**dataclasses.asdict(config), "precision_chosen": precision,
-                                                      "precision_timing": timing, "baseline": baseline})
+                                                      "precision_timing": timing, "baseline": baseline,
+                                                      "threads_used": torch.get_num_threads()})
     training_started = time.perf_counter()
     history = trainer.fit(train_loader, val_loader, epochs=config.epochs)
     training_seconds = time.perf_counter() - training_started
@@ -270,12 +273,15 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
         + ("the model beats the baseline" if beat else "the baseline is still better"))
 
     models = {"baseline": _scores(baseline, baseline_seconds), "ngram": _scores(metrics, training_seconds)}
+    from torchwork.recipes.recorded import Decisions
+
+    decisions = Decisions(run_path)  # what later sections measure, read back when the run is resumed
     if config.model == "transformer":
         from torchwork.recipes.sentiment_transformer import transformer_sections
 
-        served = transformer_sections(config, train, validation, test, classes, run_path, models)
+        served = transformer_sections(config, train, validation, test, classes, run_path, models, decisions)
     else:
-        served = _export_ngram(config, model, preprocessor, train, test, classes, run_path)
+        served = _export_ngram(config, model, preprocessor, train, test, classes, run_path, decisions)
         served.update(name="ngram", metrics=metrics, history=history, precision=precision,
                       training_seconds=training_seconds, test_probabilities=probabilities.tolist())
     served["test_labels"] = list(test.labels)
@@ -323,18 +329,22 @@ def _scores(metrics: dict[str, Any], seconds: float) -> dict[str, Any]:
 
 
 def _export_ngram(config: SentimentConfig, model: Any, preprocessor: Any, train: Any, test: Any,
-                  classes: list[str], run_path: Any) -> dict[str, Any]:
+                  classes: list[str], run_path: Any, decisions: Any) -> dict[str, Any]:
     say("\n== 5. Export, INT8 quantization, verification on the test split")
     from torchwork.deploy import export, format_report
 
     artifact = run_path / "artifact"
     example = preprocessor(train.texts[:8])
+    kept = decisions.get("ngram_export")
+    kept = kept if isinstance(kept, dict) else {}
     report = export(model, example, artifact, formats=config.export_formats, preprocess=preprocessor,
                     labels=classes, softmax=True, samples=list(test.texts), targets=list(test.labels),
                     quantize="int8" if config.quantize else None, overwrite=True,
-                    quantize_ops=("Gather",))  # the model is n-gram weight tables: no MatMul to quantize
+                    quantize_ops=("Gather",),  # the model is n-gram weight tables: no MatMul to quantize
+                    deploy=kept.get("deploy"))
+    decisions.record("ngram_export", {"deploy": report["deploy"]})
     say(format_report(report["verify"]))
-    say(f"variant to deploy: {report['deploy']}")
+    say(f"variant to deploy: {report['deploy']}" + (" (recorded by the run being resumed)" if kept else ""))
     return {"artifact": artifact, "verify_report": report}
 
 

@@ -207,8 +207,10 @@ def predict_probabilities(model: Any, data: TokenTexts, batch_size: int = 64, de
 
 
 def train_transformer(config: Any, train: Any, validation: Any, test: Any, classes: list[str],
-                      run_dir: Path) -> TransformerResult:
-    """Fine-tune MiniLM on the splits (see the module docstring); the run folder is under ``run_dir``."""
+                      run_dir: Path, decisions: Any = None) -> TransformerResult:
+    """Fine-tune MiniLM on the splits (see the module docstring); the run folder is under ``run_dir``.
+    ``decisions`` (:class:`~torchwork.recipes.recorded.Decisions`): where the measured strategy and precision
+    are recorded, and read back from when the run is resumed."""
     import torch
     from torch import nn
 
@@ -239,12 +241,22 @@ def train_transformer(config: Any, train: Any, validation: Any, test: Any, class
     first = [b for _, b in zip(range(9), _loader(data["train"], data["train"].lengths, size, True, config.seed,
                                                   pad_batch))]
     probe = sorted(first, key=lambda b: b[0][0].shape[1])[len(first) // 2]  # a batch of median length
-    strategy, timing = choose_strategy(
-        config.transformer_strategy, model, probe, train_layers=config.transformer_train_layers,
-        steps_per_epoch=steps_per_epoch, epochs=config.transformer_epochs,
-        cache_batches=steps_per_epoch + -(-len(validation) // 64), loss_fn=loss_fn, device=device)
+    kept = decisions.get("transformer_strategy") if decisions is not None else None
+    if (isinstance(kept, dict) and kept.get("strategy") in ("cached", "full") and isinstance(kept.get("timing"), dict)
+            and config.transformer_strategy in ("auto", kept["strategy"])):
+        strategy, timing = kept["strategy"], kept["timing"]
+    else:
+        kept = None
+        strategy, timing = choose_strategy(
+            config.transformer_strategy, model, probe, train_layers=config.transformer_train_layers,
+            steps_per_epoch=steps_per_epoch, epochs=config.transformer_epochs,
+            cache_batches=steps_per_epoch + -(-len(validation) // 64), loss_fn=loss_fn, device=device)
+        if decisions is not None:
+            decisions.record("transformer_strategy", {"strategy": strategy, "timing": timing})
     model.to("cpu")
-    if timing.get("reason"):
+    if kept:
+        say(f"strategy: {strategy} (recorded by the run being resumed)")
+    elif timing.get("reason"):
         say(f"strategy: {strategy} (as configured)")
     else:
         say(f"strategy: {strategy}: measured on {timing['device']} at batch {size}: a whole-model step "
@@ -278,11 +290,18 @@ def train_transformer(config: Any, train: Any, validation: Any, test: Any, class
 
     from torchwork.recipes.sentiment import choose_precision
 
-    precision, precision_timing = choose_precision(config.precision if device.type == "cpu" else "32", trained,
-                                                   next(iter(train_loader)), loss_fn, steps=4)
-    say(f"precision: {precision}" + (f" (measured training step: fp32 {precision_timing['step_ms_32']} ms, bf16 "
-                                      f"{precision_timing['step_ms_bf16']} ms; bf16 autocast only when >= 10% "
-                                      "faster)" if precision_timing else " (as configured)"))
+    kept = decisions.get("transformer_precision") if decisions is not None else None
+    if isinstance(kept, dict) and kept.get("precision") in ("32", "bf16") and isinstance(kept.get("timing"), dict):
+        precision, precision_timing = kept["precision"], kept["timing"]
+        say(f"precision: {precision} (recorded by the run being resumed)")
+    else:
+        precision, precision_timing = choose_precision(config.precision if device.type == "cpu" else "32", trained,
+                                                       next(iter(train_loader)), loss_fn, steps=4)
+        if decisions is not None:
+            decisions.record("transformer_precision", {"precision": precision, "timing": precision_timing})
+        say(f"precision: {precision}" + (f" (measured training step: fp32 {precision_timing['step_ms_32']} ms, "
+                                          f"bf16 {precision_timing['step_ms_bf16']} ms; bf16 autocast only when >= "
+                                          "10% faster)" if precision_timing else " (as configured)"))
     groups = param_groups(trained, lr=config.transformer_lr, layer_decay=config.layer_decay, head=head,
                           weight_decay=0.01)
     say(str(groups))
@@ -338,8 +357,9 @@ def subword_tokenizer(max_length: int) -> Any:
 
 
 def export_transformer(model: Any, config: Any, artifact: Path, train: Any, validation: Any, test: Any,
-                       classes: list[str]) -> dict[str, Any]:
-    """ONNX + INT8 (MatMul) with the tokenizer bundled, every variant verified on the whole test split."""
+                       classes: list[str], kept: dict[str, Any] | None = None) -> dict[str, Any]:
+    """ONNX + INT8 (MatMul) with the tokenizer bundled, every variant verified on the whole test split;
+    ``kept``: the variant to deploy and the fallback margin a resumed run chose before."""
     from torchwork.deploy import export
 
     tokenizer = subword_tokenizer(config.transformer_max_length)
@@ -352,7 +372,8 @@ def export_transformer(model: Any, config: Any, artifact: Path, train: Any, vali
                   quantize_per_channel=True, quantize_smoothing=config.int8_smoothing or None,
                   calibration=list(validation.texts[:CALIBRATION_ROWS]),
                   quantize_attention_mask="attention_mask" if config.quantize else None,
-                  quantize_fallback_agreement=(config.int8_fallback_agreement or None) if config.quantize else None)
+                  quantize_fallback_agreement=(config.int8_fallback_agreement or None) if config.quantize else None,
+                  quantize_fallback_margin=(kept or {}).get("margin"), deploy=(kept or {}).get("deploy"))
 
 
 def speed_ratios(artifact: Path, model: Any, texts: Sequence[str], rounds: int = 5,
@@ -416,14 +437,14 @@ def validate_settings(config: Any) -> None:
 
 
 def transformer_sections(config: Any, train: Any, validation: Any, test: Any, classes: list[str], run_path: Path,
-                         models: dict[str, Any]) -> dict[str, Any]:
+                         models: dict[str, Any], decisions: Any = None) -> dict[str, Any]:
     """The quickstart's transformer steps (printed as sections 5 and 6); returns what the summary and the
     report need about the served model, and adds it to ``models``."""
     from torchwork.data import format_metrics
     from torchwork.deploy import format_report
 
     say("\n== 5. Transformer: all-MiniLM-L6-v2 fine-tuned on the tweets")
-    result = train_transformer(config, train, validation, test, classes, run_path / "transformer")
+    result = train_transformer(config, train, validation, test, classes, run_path / "transformer", decisions)
     metrics = result.splits["test"]
     say(format_metrics(metrics))
     ngram = models["ngram"]["macro_f1"]
@@ -434,12 +455,17 @@ def transformer_sections(config: Any, train: Any, validation: Any, test: Any, cl
 
     say("\n== 6. Export to ONNX with the tokenizer, INT8 MatMul, verification on the whole test split")
     artifact = run_path / "artifact"
-    report = export_transformer(result.model, config, artifact, train, validation, test, classes)
+    kept = decisions.get("transformer_export") if decisions is not None else None
+    kept = kept if isinstance(kept, dict) else None
+    report = export_transformer(result.model, config, artifact, train, validation, test, classes, kept)
+    fallback = report["parity"]["formats"].get("onnx-int8", {}).get("fallback") or {}
+    if decisions is not None:
+        decisions.record("transformer_export", {"deploy": report["deploy"], "margin": fallback.get("margin")})
     if report.get("verify"):
         say(format_report(report["verify"]))
     for name, reason in report["refused"].items():
         say(f"refused {name}: {reason}")
-    say(f"variant to deploy: {report['deploy']}")
+    say(f"variant to deploy: {report['deploy']}" + (" (recorded by the run being resumed)" if kept else ""))
     speed = {}
     if "onnx-int8" in report["variants"]:
         fallback = report["parity"]["formats"]["onnx-int8"].get("fallback")

@@ -22,7 +22,9 @@ from torchwork.errors import ConfigError
 
 @dataclass(frozen=True)
 class RunOptions:
-    """Args:
+    """Where a run is kept and how it is checkpointed.
+
+    Args:
         run_dir: keep runs here: each ``fit`` makes ``run_dir/<UTC time>-<id>/`` with ``manifest.json``,
             ``metrics.jsonl``, TensorBoard events and ``checkpoints/`` (nothing is written without it).
         checkpoint_every_n_steps: also checkpoint mid-epoch every n optimizer steps (always at epoch end).

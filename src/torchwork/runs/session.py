@@ -17,9 +17,11 @@ from torchwork.errors import CheckpointError
 from torchwork.files import write_json
 from torchwork.runs.checkpoint import CheckpointManager, load_checkpoint, remove_leftovers
 from torchwork.runs.folder import is_run_folder, latest_run, new_run_folder
+from torchwork.runs.lineage import register
 from torchwork.runs.loggers import JsonlLogger, TensorBoardLogger
 from torchwork.runs.manifest import RunDescription, build_manifest, format_summary
 from torchwork.runs.options import RunOptions
+from torchwork.runs.sameness import differences, extension_problem, shape_differences
 
 
 def find_resume_checkpoint(resume: str | Path, run_dir: str | Path | None) -> tuple[Path | None, Path | None]:
@@ -69,25 +71,36 @@ class RunSession:
                 print(f"torchwork: {run} has no checkpoint yet: starting a new run.", file=sys.stderr)
                 run = None
         state = load_checkpoint(checkpoint, map_location=device) if checkpoint else None
+        current = build_manifest(description, train_loader, val_loader, epochs, options.config)
+        manifest_path = run / "manifest.json" if run is not None else None
+        if state is not None and run is not None and manifest_path is not None and manifest_path.exists():
+            recorded = json.loads(manifest_path.read_text())
+            if not _same_run(run, checkpoint, state, recorded, current, description, epochs,
+                             latest=str(resume) == "latest"):
+                run, state, manifest_path = None, None, None
         if run is None:
             run = new_run_folder(options.run_dir)
+            manifest_path = run / "manifest.json"
+        assert manifest_path is not None
+        lineage = register(run)
         resume_step = state["counters"]["global_step"] if state else None
-        manifest_path = run / "manifest.json"
         if state is None or not manifest_path.exists():
-            manifest = build_manifest(description, train_loader, val_loader, epochs, options.config)
-            manifest["started"] = _now()
-            manifest["resumes"] = []
+            manifest = {**current, "lineage": lineage, "started": _now(), "resumes": []}
         else:
             manifest = json.loads(manifest_path.read_text())
-            manifest.setdefault("resumes", []).append({"at": _now(), "from": checkpoint.name,
-                                                       "step": resume_step})
+            entry = {"at": _now(), "from": checkpoint.name if checkpoint else None, "step": resume_step}
+            if manifest.get("training", {}).get("epochs") != epochs:
+                entry["epochs"] = epochs  # extended (or shortened) when resumed
+            manifest.setdefault("resumes", []).append(entry)
         write_json(manifest_path, manifest)
         if state is None:
             print(format_summary(manifest, run), file=sys.stderr)
         else:
-            print(f"torchwork: resuming {run} from {checkpoint.name} (step {resume_step}, epoch "
-                  f"{state['counters']['epoch']}, batch {state['counters']['batch_in_epoch']}).",
-                  file=sys.stderr)
+            counters = state["counters"]
+            where = (f"after epoch {counters['epoch']}" if counters["batch_in_epoch"] == 0 else
+                     f"epoch {counters['epoch'] + 1}, after batch {counters['batch_in_epoch']}")  # 1-based, as read
+            print(f"torchwork: resuming {run} from {checkpoint.name if checkpoint else '?'} (step {resume_step}, "
+                  f"{where}).", file=sys.stderr)
         monitor, mode = options.checkpoint_monitor or ("val_loss" if val_loader is not None else "train_loss",
                                                        "min")
         manager = CheckpointManager(run / "checkpoints", keep=options.keep_checkpoints, monitor=monitor,
@@ -101,6 +114,7 @@ class RunSession:
 
     def save(self, state: dict[str, Any], metrics: dict[str, Any] | None = None) -> Path | None:
         state["best_value"] = self.manager.best_value
+        state["run"] = self.path.name  # which run wrote it: a checkpoint copied into another run is refused
         if metrics and self.manager.monitor in metrics:
             # the best value this checkpoint would set, so that a resume continues the comparison
             value = float(metrics[self.manager.monitor])
@@ -112,6 +126,34 @@ class RunSession:
     def close(self) -> None:
         for logger in self.loggers:
             logger.close()
+
+
+def _same_run(run: Path, checkpoint: Path | None, state: dict[str, Any], recorded: dict[str, Any],
+              current: dict[str, Any], description: RunDescription, epochs: int, latest: bool) -> bool:
+    """Whether ``state`` (from ``run``) may be continued by this training. With resume="latest" a different
+    training starts a new run (said in one line); a run named explicitly that differs is an error."""
+    from torchwork.runs.checkpoint import clean_state_dict, unwrap_model
+
+    found = []
+    writer = state.get("run")
+    if isinstance(writer, str) and writer != run.name:
+        found.append(f"{checkpoint.name if checkpoint else 'the checkpoint'} was written by run {writer}, "
+                     f"not by {run.name}")
+    found += shape_differences(clean_state_dict(state["model"]), unwrap_model(description.model).state_dict())
+    found += differences(recorded, current)
+    problem = extension_problem(recorded, epochs)
+    if problem and all(text.startswith("scheduler.") for text in found):
+        # the same training, longer (its schedule rescaled or not): the checkpoint's schedule would end first
+        raise CheckpointError(f"cannot resume {run} for {epochs} epochs: {problem}.")
+    if found:
+        shown = "; ".join(found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
+        if latest:
+            print(f"torchwork: not resuming {run}: this training differs from it ({shown}); starting a new run.",
+                  file=sys.stderr)
+            return False
+        raise CheckpointError(f"{run} is another training than this one ({shown}): a run resumes only itself. "
+                              "Undo the change to continue it, or start a new run (resume=None).")
+    return True
 
 
 def _remove_leftovers(run: Path) -> None:

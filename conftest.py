@@ -1,0 +1,33 @@
+"""Every Python block of README.md and docs/ runs as a test (Sybil), so the documentation cannot drift from
+the code. Each page's blocks share one namespace, in order, and run in a fresh temporary directory, so they
+may write files. A block that must not run (a fragment that needs a GPU, say) is preceded by
+``<!-- skip: next -->``; say why beside it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+from sybil import Sybil
+from sybil.parsers.myst import PythonCodeBlockParser, SkipParser
+
+
+def _enter_temporary_directory(namespace: dict) -> None:
+    namespace["_docs_cwd"] = os.getcwd()
+    namespace["_docs_tmp"] = tempfile.TemporaryDirectory(prefix="torchwork-docs-")
+    os.chdir(namespace["_docs_tmp"].name)
+
+
+def _leave_temporary_directory(namespace: dict) -> None:
+    os.chdir(namespace["_docs_cwd"])
+    namespace["_docs_tmp"].cleanup()
+
+
+pytest_collect_file = Sybil(
+    parsers=[PythonCodeBlockParser(), SkipParser()],
+    patterns=["README.md", "docs/*.md", "docs/design/*.md"],
+    excludes=["docs/_build/*"],
+    setup=_enter_temporary_directory,
+    teardown=_leave_temporary_directory,
+).pytest()

@@ -1,0 +1,54 @@
+"""Reading a folder someone else wrote: a member is read only when it resolves inside the folder and is a
+regular file (or, asked for, a directory).
+
+A symlink (of the member or of a folder above it) that leads elsewhere, a FIFO that would block the
+reader, a device such as ``/dev/zero`` that never ends: each is refused from its ``stat``, before anything
+opens it. Symlinks that stay inside the folder are fine.
+
+Example:
+    >>> import os, pathlib, tempfile
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (root / "weights.bin").write_bytes(b"1234")
+    >>> why_unsafe(root, root / "weights.bin") is None
+    True
+    >>> os.symlink("/etc/hostname", root / "linked.bin")
+    >>> why_unsafe(root, root / "linked.bin")
+    'leads outside the folder (to /etc/hostname)'
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+
+def why_unsafe(root: str | os.PathLike[str], path: str | os.PathLike[str], directory: bool = False) -> str | None:
+    """Why reading ``path`` as a member of ``root`` is unsafe, or None when it is safe (or does not exist:
+    the caller reports a missing file in its own words)."""
+    path = Path(path)
+    if not os.path.lexists(path):
+        return None
+    try:
+        real = path.resolve(strict=True)
+        base = Path(root).resolve(strict=True)
+    except FileNotFoundError:
+        return "is a symlink to nothing"
+    except (OSError, RuntimeError) as error:  # a symlink loop
+        return f"cannot be resolved ({error})"
+    if real != base and base not in real.parents:
+        return f"leads outside the folder (to {real})"
+    mode = os.stat(real).st_mode
+    if directory and not stat.S_ISDIR(mode):
+        return "is not a directory"
+    if not directory and not stat.S_ISREG(mode):
+        return f"is not a regular file (a {_kind(mode)})"
+    return None
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket")):
+        if test(mode):
+            return name
+    return "special file"
