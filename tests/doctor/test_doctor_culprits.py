@@ -236,3 +236,31 @@ def test_sampling_done_right_and_a_validation_function_keep_their_verdicts() -> 
         _fit(model)
     (finding,) = session.findings
     assert finding.id == "eval-mode" and finding.line == _lineno("validate"), finding
+
+
+def test_one_helper_stepping_both_gan_losses_is_not_accumulation() -> None:
+    def update(loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> None:
+        optimizer.zero_grad()
+        loss.backward()  # the same line for both losses: the call chains differ
+        optimizer.step()
+
+    torch.manual_seed(0)
+    gen, disc = nn.Linear(2, 2), nn.Linear(2, 1)
+    opt_g, opt_d = torch.optim.SGD(gen.parameters(), lr=0.01), torch.optim.SGD(disc.parameters(), lr=0.01)
+    with diagnose() as session:
+        for _ in range(4):
+            fake = gen(torch.randn(4, 2))
+            update(-disc(fake).mean(), opt_g)  # reaches D's parameters too
+            update(disc(fake.detach()).mean() - disc(torch.randn(4, 2)).mean(), opt_d)
+    assert session.find("zero-grad-in-accumulation") == [], session.findings
+
+
+def test_a_masking_constant_is_not_a_magnitude_that_grew() -> None:
+    weight = torch.ones(3, requires_grad=True)
+    with diagnose() as session:
+        scores = (weight * torch.tensor([1.0, 2.0, 3.0])).masked_fill(torch.tensor([False, False, True]), -1e9)
+        loss = torch.log(scores + 1.0).sum()  # line: masked log
+        loss.backward()
+        torch.optim.SGD([weight], lr=0.1).step()
+    (finding,) = session.find("non-finite-loss")
+    assert finding.line == _lineno("masked log") and "torch.log on this line" in finding.message

@@ -25,6 +25,7 @@ from torchwork.doctor.session import is_finite_fast, tensors_in
 
 Tensor = torch.Tensor
 HUGE = 1e8  # an activation this large is abnormal: an op overflowing on it is not the op's fault
+EXTREME = 1e15  # this large with no layer growing it: the data (masking constants like -1e9 stay below)
 GROWN = 1e6  # a layer output this large, and GROWTH times its input, is where the magnitudes grew
 GROWTH = 1e3
 
@@ -47,9 +48,11 @@ def _largest(tensors: list[Tensor]) -> float:
         for t in tensors:
             if t.is_floating_point() and t.numel() and t.device.type != "meta":
                 values = t.detach().abs()
-                values = values[torch.isfinite(values)]
-                if values.numel():
-                    largest = max(largest, float(values.max()))
+                peak = float(values.amax())
+                if not math.isfinite(peak):  # the finite part only
+                    values = values[torch.isfinite(values)]
+                    peak = float(values.amax()) if values.numel() else 0.0
+                largest = max(largest, peak)
     return largest
 
 
@@ -160,9 +163,9 @@ class NonFiniteLoss(Check):
         where_text = format_where(backward_at, "the backward call")
         produced = [e for e in self.events if e[0] == "produced"]
         first = self.events.index(produced[0]) if produced else -1
-        if produced and self.input_size[first] >= HUGE:
+        size = self.input_size[first] if produced else 0.0
+        if produced and (size >= HUGE and self.grown or size >= EXTREME):
             _, op, op_where = produced[0]
-            size = self.input_size[first]
             if self.grown:
                 module, name, where, in_size, out_size = self.grown[0]
                 message = (f"The loss was {value} at optimizer step {step} (backward at {where_text}). {op} at "

@@ -3,12 +3,14 @@
 ``requires_grad`` is a property of tensors. Assigned on an ``nn.Module`` it becomes a plain attribute of
 that object: every parameter keeps ``requires_grad=True``, stays in the optimizer and keeps training. The
 check sees the assignment (a thin wrapper of ``nn.Module.__setattr__``) and reports it at its line with the
-parameters that still train: at the first optimizer step that updates them, or when the script ends,
-unless they were frozen some other way meanwhile.
+parameters that still train: at the first optimizer step that updates them, or when the script ends if
+they received gradients (not when they were frozen some other way meanwhile). Only assignments made by
+the user's code count: a library's own ``requires_grad`` flag on its modules is its business.
 """
 
 from __future__ import annotations
 
+import sys
 import weakref
 from typing import Any
 
@@ -31,7 +33,8 @@ class RequiresGradAttribute(Check):
 
         def make(original: Any) -> Any:
             def setattr_(module: torch.nn.Module, name: str, value: Any) -> None:
-                if name == "requires_grad" and value is False and len(check.assigned) < 16:
+                if (name == "requires_grad" and value is False and len(check.assigned) < 16
+                        and check.session.locator.is_user_file(sys._getframe(1).f_code.co_filename)):
                     check.assigned.append((weakref.ref(module), type(module).__name__, check.session.where()))
                 original(module, name, value)
             return setattr_
@@ -58,12 +61,12 @@ class RequiresGradAttribute(Check):
         module = ref()
         if module is not None:
             training = [name for name, p in module.named_parameters() if p.requires_grad]
-            if not training:
-                return
             changed = [name for name, p in module.named_parameters() if p.requires_grad and p.grad is not None]
+            if not changed:  # frozen some other way, or never trained: nothing went wrong
+                return
             shown = ", ".join(training[:4]) + (f" and {len(training) - 4} more" if len(training) > 4 else "")
-            trained = (f" {len(changed)} of them received gradients" + (f" and {stepping}.step() updates them."
-                                                                         if stepping else ".") if changed else "")
+            trained = f" {len(changed)} of them received gradients" + (f" and {stepping}.step() updates them."
+                                                                         if stepping else ".")
             self.report(
                 f"`requires_grad = False` on a {label} (an nn.Module) sets a plain attribute and freezes nothing: "
                 f"its {len(training)} parameter tensor(s) ({shown}) still have requires_grad=True and keep "
