@@ -264,3 +264,57 @@ def test_a_masking_constant_is_not_a_magnitude_that_grew() -> None:
         torch.optim.SGD([weight], lr=0.1).step()
     (finding,) = session.find("non-finite-loss")
     assert finding.line == _lineno("masked log") and "torch.log on this line" in finding.message
+
+
+def test_an_adversarial_term_on_detached_fakes_is_found_although_l1_still_trains() -> None:
+    torch.manual_seed(0)
+    gen, disc = nn.Linear(3, 2), nn.Linear(2, 1)
+    opt_g, opt_d = torch.optim.Adam(gen.parameters()), torch.optim.Adam(disc.parameters())
+    with diagnose() as session:
+        for _ in range(3):
+            fake = gen(torch.randn(8, 3))
+            opt_d.zero_grad()
+            (disc(fake.detach()).mean() - disc(torch.randn(8, 2)).mean()).backward()
+            opt_d.step()
+            opt_g.zero_grad()
+            scored = disc(fake.detach() * 1.0)  # line: term cut
+            (-scored.mean() + (fake - 1.0).abs().mean()).backward()
+            opt_g.step()
+    (finding,) = session.find("broken-graph")
+    assert finding.line == _lineno("term cut") and "follows the other terms only" in finding.message
+    assert "Linear(...)" in finding.message and "Adam.step() updates" in finding.message
+
+
+class _CharRNN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.cell, self.drop, self.out = nn.Embedding(6, 8), nn.GRUCell(8, 8), nn.Dropout(0.2), nn.Linear(8, 6)
+
+    def forward(self, token: torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden = self.cell(self.embed(token), hidden)
+        return self.out(self.drop(hidden)), hidden
+
+
+def _sample_chars(model: _CharRNN, steps: int = 5) -> list[int]:
+    token, hidden, out = torch.tensor([0]), torch.zeros(1, 8), []
+    for _ in range(steps):
+        logits, hidden = model(token, hidden)
+        token = torch.multinomial(logits.softmax(-1), 1)[0]
+        out.append(int(token))
+    return out
+
+
+def test_a_recurrent_sampler_fed_its_own_hidden_state_is_generation() -> None:
+    torch.manual_seed(0)
+    model = _CharRNN()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with diagnose() as session:
+        for _ in range(2):
+            optimizer.zero_grad()
+            logits, _ = model(torch.randint(0, 6, (4,)), torch.zeros(4, 8))
+            nn.functional.cross_entropy(logits, torch.randint(0, 6, (4,))).backward()
+            optimizer.step()
+        with torch.no_grad():
+            _sample_chars(model)  # line: char sampler
+    (finding,) = session.findings
+    assert finding.id == "eval-mode" and finding.line == _lineno("char sampler"), finding

@@ -9,7 +9,8 @@ when no optimizer step follows it. That rule keeps one-off no-grad forwards insi
 GAN generating fakes for its discriminator) out of the findings.
 
 Each forward also records whether its input continues the previous input of the same model by one token
-(the sequence grown by one, or its window slid by one: autoregressive sampling) and the user's line that
+(the sequence grown by one, or its window slid by one: autoregressive sampling), or is a single step fed
+with a tensor the previous forward returned (a recurrent sampler's hidden state), and the user's line that
 called the function running the forwards. A group of such forwards made inside one call of a user
 function is *generation*, and :func:`evaluation_site` puts its finding at the line that called that
 function (the sampling call in the training loop), not at the model call inside it.
@@ -77,6 +78,7 @@ class ForwardTracker(Check):
         self._groups: dict[tuple[int, int], list[ForwardInfo]] = {}
         self._alive: weakref.WeakSet[_Usage] = weakref.WeakSet()
         self._last_input: dict[int, torch.Tensor] = {}  # model id -> a copy of its last (small) input
+        self._last_output: dict[int, list[weakref.ReferenceType[torch.Tensor]]] = {}  # model id -> its outputs
         self.stopped = False
 
     # ----------------------------------------------------------------- helpers
@@ -105,7 +107,7 @@ class ForwardTracker(Check):
                            self.session.where(), module.training, active, len(layers), grad,
                            self.session.optimizer_steps)
         info.call, info.function, info.caller = self._calling_function()
-        info.continues = self._continues(id(module), args)
+        info.continues = self._continues(id(module), args) or self._fed_back(id(module), args)
         self._pending.setdefault(id(module), []).append(info)
 
     def _calling_function(self) -> tuple[int, str, tuple[str, int] | None]:
@@ -119,6 +121,19 @@ class ForwardTracker(Check):
             return 0, "", None
         caller = locator.from_frame(frame.f_back)
         return id(frame), frame.f_code.co_name, caller
+
+    def _fed_back(self, model_id: int, args: tuple) -> bool:
+        """One step of one sequence (a token, a one-hot row) with a tensor the model's previous call returned."""
+        step = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if step is None or step.dim() == 0 or step.numel() != step.shape[-1]:
+            return False
+        previous = [ref() for ref in self._last_output.get(model_id, ())]
+        return any(arg is out for arg in args[1:] if isinstance(arg, torch.Tensor) for out in previous)
+
+    def _remember_outputs(self, module: nn.Module, output: Any) -> None:
+        found = [weakref.ref(t) for t in tensors_in(output, limit=4)]
+        if found:
+            self._last_output[id(module)] = found
 
     def _continues(self, model_id: int, args: tuple) -> bool:
         current = args[0] if args and isinstance(args[0], torch.Tensor) else None
@@ -137,6 +152,7 @@ class ForwardTracker(Check):
         if not stack:
             return
         info = stack.pop()
+        self._remember_outputs(module, output)
         if not info.grad_enabled:
             info.kind = "no-grad"
             self._evaluation_like(info)
