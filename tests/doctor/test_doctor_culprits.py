@@ -318,3 +318,18 @@ def test_a_recurrent_sampler_fed_its_own_hidden_state_is_generation() -> None:
             _sample_chars(model)  # line: char sampler
     (finding,) = session.findings
     assert finding.id == "eval-mode" and finding.line == _lineno("char sampler"), finding
+
+
+def test_the_new_bookkeeping_survives_meta_sparse_and_integer_models() -> None:
+    embed = nn.EmbeddingBag(10, 4, mode="sum", sparse=True)
+    with diagnose() as session:
+        optimizer = torch.optim.SGD(embed.parameters(), lr=0.1)
+        for _ in range(3):
+            optimizer.zero_grad()
+            embed(torch.tensor([[1, 2], [3, 4]])).sum().backward()  # sparse gradients
+            optimizer.step()
+        meta = nn.Linear(4, 4, device="meta")
+        for _ in range(2):
+            meta(torch.empty(2, 4, device="meta"))
+            nn.Embedding(5, 2)(torch.tensor([[1, 2]]))
+    assert session.internal_errors == [], session.internal_errors

@@ -138,7 +138,8 @@ class ForwardTracker(Check):
     def _continues(self, model_id: int, args: tuple) -> bool:
         current = args[0] if args and isinstance(args[0], torch.Tensor) else None
         previous = self._last_input.pop(model_id, None)
-        if current is None or current.numel() > 4096 or current.is_floating_point() or current.dim() > 2:
+        if (current is None or current.numel() > 4096 or current.is_floating_point() or current.dim() > 2
+                or current.layout != torch.strided or current.device.type == "meta"):
             return False
         with torch._C.DisableTorchFunction():
             current = current.detach().clone()

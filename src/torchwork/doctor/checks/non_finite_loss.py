@@ -46,7 +46,7 @@ def _largest(tensors: list[Tensor]) -> float:
     largest = 0.0
     with torch._C.DisableTorchFunction():
         for t in tensors:
-            if t.is_floating_point() and t.numel() and t.device.type != "meta":
+            if t.is_floating_point() and t.numel() and t.device.type != "meta" and t.layout == torch.strided:
                 values = t.detach().abs()
                 peak = float(values.amax())
                 if not math.isfinite(peak):  # the finite part only
