@@ -220,3 +220,13 @@ def test_the_corpus_errors_keep_their_families_and_say_what_they_read() -> None:
         assert best.family == error["family"], error["source"]
         assert best.read and all(words for words in best.read)
         assert "read:" in best.format()
+
+
+@pytest.mark.parametrize("function,validation", [("val_epoch", True), ("valid_one_epoch", True),
+                                                 ("evaluation_loop", True), ("train_one_epoch", False),
+                                                 ("interval_step", False)])
+def test_which_frames_count_as_validation(function: str, validation: bool) -> None:
+    text = (f'  File "train.py", line 88, in {function}\n    out = model(x)\n'
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB")
+    best = explain_text(text)[0]
+    assert best.family == "cuda-oom" and ("torch.no_grad()" in best.fix.split(";")[0]) == validation

@@ -230,7 +230,7 @@ def _shapes_detail(m: re.Match[str]) -> str | None:
 # ------------------------------------------------------------------------------------------ the table
 _LOSS_FRAMES = r"nll_loss|cross_entropy|CrossEntropyLoss|NLLLoss|'target'"
 # a traceback frame inside a validation/evaluation function of the user's (", line 12, in validate")
-_EVAL_FRAME = r", line \d+, in (?:\w+_)?(?:validat\w*|evaluat\w*|eval)(?:_\w+)?\s*$"
+_EVAL_FRAME = r", line \d+, in (?:\w+_)?(?:valid\w*|val|evaluat\w*|eval)(?:_\w+)?\s*$"
 _NUMPY_REDUCTION = r"_wrapreduction|fromnumeric\.py|numpy[/\\]_?core[/\\]_methods\.py|\bnp\.(?:sum|mean|average|std|var)\("
 _DATA_PARALLEL = r"parallel_apply|data_parallel\.py|DataParallel|replicas?\b"
 _CHECKPOINT_ENTRIES = re.compile(r"^(?:epoch|iter\w*|step|global_step|best\w*|loss|optim\w*|sched\w*|lr\w*|scaler|"
