@@ -15,6 +15,7 @@ at the line that called it, with the fix for that kind of layer.
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any
 
 import torch
@@ -47,11 +48,11 @@ def _largest(tensors: list[Tensor]) -> float:
     with torch._C.DisableTorchFunction():
         for t in tensors:
             if t.is_floating_point() and t.numel() and t.device.type != "meta" and t.layout == torch.strided:
-                values = t.detach().abs()
-                peak = float(values.amax())
+                values = t.detach()
+                peak = float(torch.linalg.vector_norm(values, ord=math.inf))  # max |x|, one kernel
                 if not math.isfinite(peak):  # the finite part only
                     values = values[torch.isfinite(values)]
-                    peak = float(values.amax()) if values.numel() else 0.0
+                    peak = float(values.abs().amax()) if values.numel() else 0.0
                 largest = max(largest, peak)
     return largest
 
@@ -102,6 +103,7 @@ class NonFiniteLoss(Check):
         self.grown: list[tuple[Any, str, tuple[str, int] | None, float, float]] = []
         self.benign: set[tuple[str, int] | None] = set()
         self.done = False
+        self.weighted: dict[int, tuple[Any, bool]] = {}  # id(module) -> (weak ref, has weights of its own)
 
     def on_values(self, func: Any, args: tuple, out: Any) -> None:
         if isinstance(out, Tensor):
@@ -126,7 +128,7 @@ class NonFiniteLoss(Check):
         self.input_size.append(0.0 if entered else _largest(inputs))
 
     def on_module_post(self, module: Any, args: tuple, output: Any, top: bool) -> None:
-        if self.done or len(self.grown) >= 8 or not any(True for _ in module.parameters(recurse=False)):
+        if self.done or len(self.grown) >= 8 or not self._has_weights(module):
             return
         outputs = tensors_in(output, limit=4)
         if not outputs:
@@ -149,6 +151,13 @@ class NonFiniteLoss(Check):
             self._new_step()
             return
         self._report(tensor)
+
+    def _has_weights(self, module: Any) -> bool:
+        known = self.weighted.get(id(module))
+        if known is None or known[0]() is not module:
+            known = (weakref.ref(module), any(True for _ in module.parameters(recurse=False)))
+            self.weighted[id(module)] = known
+        return known[1]
 
     def _new_step(self) -> None:
         self.events.clear()
