@@ -276,6 +276,12 @@ DOCUMENTED: dict[str, list[str]] = {
         "RuntimeError: CUDA error: no kernel image is available for execution on the device\nCUDA kernel errors "
         "might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.",
     ],
+    "cublas-after-embedding": [
+        # PyTorch's cuBLAS check (aten/src/ATen/cuda/CUDABlas.cpp) under a forward that calls an embedding
+        '  File "model.py", line 31, in forward\n    return self.classifier(self.embedding(token_ids))\n'
+        "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasSgemm( handle, opa, opb, m, "
+        "n, k, &alpha, a, lda, b, ldb, &beta, c, ldc)`",
+    ],
     "cuda-library-error": [
         # https://github.com/rogerrojur/tianchi-multi-task-nlp/issues/10
         "RuntimeError: CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate(handle)`",

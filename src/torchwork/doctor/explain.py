@@ -61,12 +61,15 @@ class Explanation:
     fix: str
     detail: str | None = None
     location: str | None = None  # the last frame of the user's code in a pasted traceback
+    read: tuple[str, ...] = ()  # the words of the text the explanation rests on (message, then frames)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     def format(self) -> str:
         lines = [f"[{self.family}] {self.title}", f"  matched: {self.matched}"]
+        if self.read:
+            lines.append("  read:    " + " + ".join(repr(words) for words in self.read))
         if self.location:
             lines.append(f"  at:      {self.location} (your code's last line in the traceback)")
         if self.detail:
@@ -124,7 +127,17 @@ def _device_detail(m: re.Match[str]) -> str | None:
     return None
 
 
+_POSITION_KEY = re.compile(r"pos(?:ition)?(?:al)?_?(?:embed|emb|encoding)|position_ids|\bwpe\b|"
+                           r"relative_position|absolute_pos", re.IGNORECASE)
+
+
 def _size_mismatch_detail(m: re.Match[str]) -> str | None:
+    if _POSITION_KEY.search(m.group("key")):
+        return (f"`{m.group('key')}` is a position embedding: [{m.group('saved')}] in the checkpoint, "
+                f"[{m.group('model')}] in the model, so the model was built for another input size (image "
+                "size or patch grid, or sequence length). Build the model at the checkpoint's size, or resize "
+                "the embedding before loading: interpolate the position grid to the new size (bicubic over the "
+                "2-D grid for images, keeping class/extra tokens as they are), then load.")
     return (f"`{m.group('key')}` is [{m.group('saved')}] in the checkpoint but [{m.group('model')}] in the "
             "model: the checkpoint was trained with another size (often another number of classes).")
 
@@ -143,6 +156,14 @@ def _prefix_detail(m: re.Match[str]) -> str | None:
 
     text = re.sub(r"\s*\n\s*", "", m.string)  # keys wrapped across lines as pasted
     missing, unexpected = _keys(text, "Missing"), _keys(text, "Unexpected")
+    entries = [k for k in unexpected if "." not in k and _CHECKPOINT_ENTRIES.match(k)]
+    if entries and len(entries) == len(unexpected):
+        weights = next((k for k in entries if re.search(r"state_dict|model|net|weights|params", k, re.IGNORECASE)
+                        and not re.search(r"optim|sched|scaler", k, re.IGNORECASE)), None)
+        load = f"model.load_state_dict(checkpoint[{weights!r}])" if weights else "the entry that holds the weights"
+        return (f"The unexpected keys ({', '.join(repr(k) for k in entries[:5])}) are the entries of a training "
+                f"checkpoint (epoch, optimizer state...), not parameter names: the file holds more than the "
+                f"weights. Load that entry: checkpoint = torch.load(path, weights_only=True); {load}.")
     if not missing or not unexpected:
         return None
     ckpt_prefix, model_prefix, count = match_prefixes(missing, unexpected)
@@ -165,6 +186,22 @@ def _prefix_detail(m: re.Match[str]) -> str | None:
 def _common_prefix(keys: list[str]) -> str:
     first = keys[0].split(".")[0] + "."
     return first if all(k.startswith(first) for k in keys) and first in ("module.", "_orig_mod.", "model.") else ""
+
+
+def _unused_parameters_detail(m: re.Match[str]) -> str | None:
+    names = re.search(r"Parameters which did not receive grad for rank \d+: ([\w.,\s]+?)(?:\n|$|Parameter indices)",
+                      m.string)
+    if names:
+        listed = [n.strip() for n in names.group(1).split(",") if n.strip()]
+        layers = sorted({n.rsplit(".", 1)[0] for n in listed if "." in n})
+        return (f"No gradient reached {', '.join(listed[:6])}: the layer(s) {', '.join(layers[:4]) or listed[0]} "
+                "took no part in the loss. Delete them from __init__ or use them in forward().")
+    indices = re.search(r"Parameter indices which did not receive grad for rank \d+: ([\d\s]+)", m.string)
+    if indices:
+        return (f"Parameters {' '.join(indices.group(1).split())} (indices into list(model.parameters())) got no "
+                "gradient: print [n for i, (n, _) in enumerate(model.named_parameters()) if i in {...}] to name "
+                "the unused layer, then delete it or use it in forward().")
+    return None
 
 
 def _target_oob_detail(m: re.Match[str]) -> str | None:
@@ -192,6 +229,13 @@ def _shapes_detail(m: re.Match[str]) -> str | None:
 
 # ------------------------------------------------------------------------------------------ the table
 _LOSS_FRAMES = r"nll_loss|cross_entropy|CrossEntropyLoss|NLLLoss|'target'"
+# a traceback frame inside a validation/evaluation function of the user's (", line 12, in validate")
+_EVAL_FRAME = r", line \d+, in (?:\w+_)?(?:valid\w*|val|evaluat\w*|eval)(?:_\w+)?\s*$"
+_NUMPY_REDUCTION = r"_wrapreduction|fromnumeric\.py|numpy[/\\]_?core[/\\]_methods\.py|\bnp\.(?:sum|mean|average|std|var)\("
+_DATA_PARALLEL = r"parallel_apply|data_parallel\.py|DataParallel|replicas?\b"
+_CHECKPOINT_ENTRIES = re.compile(r"^(?:epoch|iter\w*|step|global_step|best\w*|loss|optim\w*|sched\w*|lr\w*|scaler|"
+                                 r"args|config|arch|amp|\w*state_dict\w*|model\w*|net\w*|network|weights|params)$",
+                                 re.IGNORECASE)
 _AMP = r"GradScaler|scaler\.|\bamp\b|autocast|fp16|float16|Gradient overflow|mixed precision"
 _DEVICE_FIX = ("Move the model once (model.to(device)) and every batch inside the loop "
                "(x, y = x.to(device), y.to(device)); create new tensors with device=x.device; register "
@@ -298,16 +342,33 @@ FAMILIES: tuple[Family, ...] = (
         "loop), or use the spawn start method: torch.multiprocessing.set_start_method('spawn').", check=None),
     # --------------------------------------------------------------- memory
     Family(
+        "cublas-after-embedding", "a cuBLAS failure right after an embedding: usually an index out of range",
+        ((r"CUBLAS_STATUS_(?:ALLOC|EXECUTION)_FAILED", r"embedding"),),
+        "An embedding received an index >= num_embeddings (or negative). On a GPU the lookup does not stop "
+        "there: the out-of-range read corrupts what follows and the next cuBLAS call (the Linear after the "
+        "embedding) fails, so the error names cuBLAS and memory, not the index.",
+        "Run the same batch on the CPU, or with CUDA_LAUNCH_BLOCKING=1, to see the real error (index out of "
+        "range in self) and its line; check ids.max() < num_embeddings (vocabulary size including special and "
+        "padding tokens) and ids.min() >= 0. It is not a memory problem: a smaller batch will not fix it.",
+        check=None),
+    Family(
         "cuda-oom", "GPU out of memory",
         (r"CUDA out of memory", r"OutOfMemoryError", r"MPS backend out of memory",
-         r"CUBLAS_STATUS_ALLOC_FAILED"),
+         r"CUDA error: out of memory", r"CUBLAS_STATUS_ALLOC_FAILED"),
         "The GPU has no room for the next allocation: batch too large, activations kept alive across "
         "iterations (total_loss += loss instead of loss.item()), evaluation without torch.no_grad(), or "
         "another process holding the GPU.",
         "Lower the batch size (keep the effective size with gradient accumulation), use mixed precision "
         "(bf16/fp16), evaluate under torch.inference_mode(), accumulate metrics with .item(), try "
         "activation checkpointing; for fragmentation set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.",
-        check=None),
+        check=None,
+        variants=((_EVAL_FRAME,
+                   "The memory ran out inside a validation/evaluation function: almost always evaluation that "
+                   "records autograd graphs (no torch.no_grad()), so every batch keeps its activations while the "
+                   "metrics are computed, often with a larger evaluation batch than training's.",
+                   "Evaluate under `with torch.no_grad():` (or torch.inference_mode(), or decorate the function "
+                   "with @torch.no_grad()) after model.eval(); accumulate metrics with .item(); then lower the "
+                   "evaluation batch size if it still does not fit."),)),
     Family(
         "cpu-oom", "host memory allocation failed",
         (r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)",
@@ -346,7 +407,8 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "matmul-shape", "a Linear/matmul received the wrong number of features",
         (r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)",
-         r"size mismatch, m1: \[\d+ x \d+\], m2: \[\d+ x \d+\]",
+         r"size mismatch, m1: \[(\d+) x (\d+)\], m2: \[(\d+) x (\d+)\]",
+         r"mat1 dim 1 must match mat2 dim 0",
          r"Expected size for first two dimensions of batch2 tensor to be"),
         "The input's last dimension is not the layer's in_features: the flatten size after the "
         "convolutions was computed wrong, the input was not flattened, or the data has another width.",
@@ -433,11 +495,17 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "float-target-dtype", "integer targets given to a loss that needs floats",
         (r"result type Float can't be cast to the desired output type (?:Long|Int|Byte)",
-         r"Found dtype (?:Long|Int) but expected Float",
+         r"Found dtype (?:Long|Int|Double) but expected Float",
          r"expected scalar type Float but found Long"),
         "BCEWithLogitsLoss/BCELoss/MSELoss compute with floating-point targets, but the labels are integers.",
         "Convert the targets: y = y.float() (and give them the prediction's shape: y.view_as(logits)).",
-        check=None),
+        check=None,
+        variants=((r"Found dtype Double",
+                   "The target (or a label, a weight) is float64, NumPy's default float, while the model and its "
+                   "output are float32: the loss's backward pass refuses to mix them.",
+                   "Make the targets float32 once, where they are built: y = y.float(), "
+                   "torch.as_tensor(y, dtype=torch.float32), or array.astype(np.float32) in the Dataset "
+                   "(torch.from_numpy keeps float64)."),)),
     Family(
         "onehot-target", "one-hot or integer matrix targets for cross-entropy",
         (r"Expected floating point type for target with class probabilities, got \w+",
@@ -518,7 +586,13 @@ FAMILIES: tuple[Family, ...] = (
         "numpy-device", ".numpy() on a GPU tensor",
         (r"can't convert \S+ device type tensor to numpy",),
         "NumPy arrays live in host memory; the tensor is on another device.",
-        "t.detach().cpu().numpy().", check=None),
+        "t.detach().cpu().numpy().", check=None,
+        variants=((_NUMPY_REDUCTION,
+                   "A NumPy reduction (np.mean, np.sum...) was given a list of GPU tensors, typically the losses "
+                   "of an epoch collected with losses.append(loss): NumPy converts each element to an array and "
+                   "cannot read GPU memory.",
+                   "Reduce in torch instead: torch.stack(losses).mean().item(), or collect plain numbers in the "
+                   "first place: losses.append(loss.item()); then np.mean(losses) works."),)),
     # --------------------------------------------------------------- state dicts and checkpoints
     Family(
         "state-dict-size", "a checkpoint tensor has another shape than the model's",
@@ -624,10 +698,14 @@ FAMILIES: tuple[Family, ...] = (
         "ddp-unused-parameters", "DDP found parameters that did not receive a gradient",
         (r"Expected to have finished reduction in the prior iteration before starting a new one",
          r"parameters that were not used in producing (?:the )?loss"),
-        "Some parameters of the DDP model took no part in the loss this step (an unused head or branch, "
-        "or a forward output not used in the loss), so DDP waits for gradients that never come.",
-        "Remove or freeze the unused parameters, make every forward output contribute to the loss, or pass "
-        "find_unused_parameters=True to DistributedDataParallel (slower).", check="broken-graph"),
+        "Some parameters of the DDP model took no part in the loss this step (most often a layer defined in "
+        "__init__ and never called in forward(), or an unused head, branch or output), so DDP waits for "
+        "gradients that never come.",
+        "Find the layer that forward() never uses (run with TORCH_DISTRIBUTED_DEBUG=INFO to get the parameter "
+        "names, or `torchwork doctor` on one process) and delete it or use it; freeze it (requires_grad_(False)) "
+        "if it must stay. Only when parameters are unused on purpose in some steps pass "
+        "find_unused_parameters=True to DistributedDataParallel (slower).", check="broken-graph",
+        detail=_unused_parameters_detail),
     Family(
         "dist-not-initialized", "torch.distributed used before init_process_group",
         (r"Default process group has not been initialized",),
@@ -686,10 +764,17 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "onnx-unsupported-operator", "the ONNX exporter has no conversion for an operator",
         (r"Exporting the operator '?[\w:.]+'? to ONNX opset version \d+ is not supported",
-         r"UnsupportedOperatorError", r"No ONNX function found for"),
+         r"UnsupportedOperatorError", r"No ONNX function found for",
+         r"Unsupported: ONNX export of (?:operator )?[\w:.]+"),
         "The model uses an operation that has no ONNX equivalent in that opset (or in any opset).",
         "Try a newer opset_version and the dynamo exporter (torch.onnx.export(..., dynamo=True)); "
-        "otherwise replace the op with supported ones, or register a custom translation.", check=None),
+        "otherwise replace the op with supported ones, or register a custom translation.", check=None,
+        variants=((r"adaptive_(?:avg|max)_pool\w*|adaptive pooling",
+                   "The exporter writes adaptive pooling as a plain pooling with a fixed kernel, which exists only "
+                   "when the output size divides the input size; here it does not (e.g. a 7x7 map pooled to 3x3).",
+                   "Make the sizes divide: pool to an output size that divides the feature map, or resize the "
+                   "input so that it does; or replace nn.AdaptiveAvgPool2d by nn.AvgPool2d with the kernel_size "
+                   "and stride your fixed input size needs; or export with torch.onnx.export(..., dynamo=True)."),)),
     Family(
         "onnx-export-failed", "torch.export could not capture the model for ONNX",
         (r"Failed to export the model with torch\.export", r"GuardOnDataDependentSymNode",
@@ -777,7 +862,14 @@ FAMILIES: tuple[Family, ...] = (
         "BatchNorm needs at least two values per channel to compute batch statistics; a batch of one "
         "sample reached it in training mode (usually the last, short batch of an epoch).",
         "Use DataLoader(..., drop_last=True) for training; call model.eval() for single-sample inference.",
-        check="batchnorm-single-sample"),
+        check="batchnorm-single-sample",
+        variants=((_DATA_PARALLEL,
+                   "DataParallel splits each batch across the GPUs, so every replica's BatchNorm sees only its "
+                   "share: a batch smaller than twice the number of GPUs (often the last one) gives some GPU a "
+                   "single sample.",
+                   "Make every batch at least 2 x the number of GPUs (batch_size a multiple of it, and "
+                   "drop_last=True for the short last batch); better, use DistributedDataParallel with a "
+                   "per-GPU batch size and SyncBatchNorm."),)),
 )
 
 FAMILY_IDS = tuple(f.id for f in FAMILIES)
@@ -840,19 +932,36 @@ def _match(family: Family, texts: tuple[str, ...], spans: dict[int, list[tuple[i
             if any(start < s_end and s_start < end for s_start, s_end in spans[index]):
                 continue
             spans[index].append((start, end))
+            read = [_words(match.group(0))]
+            if needs is not None:
+                read.append(_context_words(background, needs.search(background)))
             detail = family.detail(match) if family.detail else None
             cause, fix = family.cause, family.fix
             for context, variant_cause, variant_fix in family.variants:
-                if re.search(context, background, _FLAGS):
+                hint = re.search(context, background, _FLAGS)
+                if hint:
                     cause, fix = variant_cause, variant_fix
+                    read.append(_context_words(background, hint))
                     break
             location = _user_frame_before(candidate, start) if index == 0 else _user_frame_before(texts[0],
                                                                                                     len(texts[0]))
+            read = [words for i, words in enumerate(read)
+                    if words and not any(words in other or other in words for other in read[:i])]
             return Explanation(family.id, family.title, family.check, _line_at(candidate, start, end), cause, fix,
-                               detail, location)
+                               detail, location, tuple(read))
         if seen:  # found as written (already explained): its unwrapped copies are the same words
             return None
     return None
+
+
+def _context_words(text: str, hint: re.Match[str] | None) -> str:
+    """The line of ``text`` where a context pattern matched (a frame, a line of code), as words."""
+    return _words(_line_at(text, hint.start(), hint.end())) if hint else ""
+
+
+def _words(text: str, limit: int = 100) -> str:
+    words = " ".join(text.split())
+    return words if len(words) <= limit else words[: limit - 3] + "..."
 
 
 def explain_exception(error: BaseException) -> Explanation | None:

@@ -191,6 +191,9 @@ class _DoctorMode(TorchFunctionMode):
             for callback in session._op_error_callbacks:
                 session._safely(callback, func, args, kwargs, error)
             raise
+        if session._derive_callbacks:  # every result, views and copies included (armed on demand)
+            for callback in session._derive_callbacks:
+                session._safely(callback, args, out)
         if cat:
             if cat & _MAYBE_INPLACE and _inplace_flag(func, args, kwargs, self.inplace_positions):
                 cat |= _INPLACE
@@ -207,7 +210,7 @@ class _DoctorMode(TorchFunctionMode):
                 source = args[0] if isinstance(args[0], Tensor) else first_tensor(args[0])
                 if source is not None:
                     for callback in session._break_callbacks:
-                        session._safely(callback, func, source)
+                        session._safely(callback, func, source, out)
             if cat & _NO_VALUES:
                 return out
         if session._value_callbacks:
@@ -318,10 +321,20 @@ class Session:
         self._step_pre_callbacks = hooks("on_step_pre")
         self._step_post_callbacks = hooks("on_step_post")
         self._break_callbacks: list[Callable[..., Any]] = []  # armed on demand by broken-graph
+        self._derive_callbacks: list[Callable[..., Any]] = []  # (args, out) of every op, armed on demand
 
     def arm_break_tracking(self, callback: Callable[..., Any]) -> None:
         if callback not in self._break_callbacks:
             self._break_callbacks.append(callback)
+
+    def arm_derivation(self, callback: Callable[..., Any]) -> None:
+        """Call ``callback(args, out)`` after every operation (views and copies too) until disarmed."""
+        if callback not in self._derive_callbacks:
+            self._derive_callbacks.append(callback)
+
+    def disarm_derivation(self, callback: Callable[..., Any]) -> None:
+        if callback in self._derive_callbacks:
+            self._derive_callbacks.remove(callback)
 
     def stop_values(self, callback: Callable[..., Any]) -> None:
         """A check that needs no more per-operation values (it already reported) stops receiving them."""

@@ -20,7 +20,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from torchwork.doctor.findings import Finding
     from torchwork.doctor.session import Session
 
-# check id -> "module:Class" (imported only when the check runs)
+# check id -> "module:Class" (imported only when the check runs). A new check: one module here with a Check
+# subclass, one line below, one example in examples/mistakes/ marked `# doctor: <id>`.
 REGISTRY: dict[str, str] = {
     "missing-zero-grad": "missing_zero_grad:MissingZeroGrad",
     "broken-graph": "broken_graph:BrokenGraph",
@@ -44,6 +45,8 @@ REGISTRY: dict[str, str] = {
     "frozen-batchnorm-drift": "frozen_batchnorm_drift:FrozenBatchNormDrift",
     "recompiles": "recompiles:Recompiles",
     "graph-breaks": "graph_breaks:GraphBreaks",
+    "zero-grad-in-accumulation": "zero_grad_in_accumulation:ZeroGradInAccumulation",
+    "requires-grad-attribute": "requires_grad_attribute:RequiresGradAttribute",
 }
 CHECK_IDS: tuple[str, ...] = tuple(REGISTRY)
 HELPERS: dict[str, str] = {"forwards": "_forwards:ForwardTracker", "grads": "_grads:GradTracker"}

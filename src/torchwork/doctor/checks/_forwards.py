@@ -7,11 +7,20 @@ it; when the graph is freed without that, the forward was evaluation-like. Evalu
 grouped per model between optimizer steps: a group is *evaluation* when it holds two or more of them, or
 when no optimizer step follows it. That rule keeps one-off no-grad forwards inside a training step (a
 GAN generating fakes for its discriminator) out of the findings.
+
+Each forward also records whether its input continues the previous input of the same model by one token
+(the sequence grown by one, or its window slid by one: autoregressive sampling), or is a single step fed
+with a tensor the previous forward returned (a recurrent sampler's hidden state), and the user's line that
+called the function running the forwards. A group of such forwards made inside one call of a user
+function is *generation*, and :func:`evaluation_site` puts its finding at the line that called that
+function (the sampling call in the training loop), not at the model call inside it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
+import types
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -37,6 +46,10 @@ class ForwardInfo:
     grad_enabled: bool
     steps_at: int
     kind: str = ""  # "no-grad" | "unused" | "used"
+    continues: bool = False  # the input extends the previous input of this model by one step
+    call: int = 0  # id of the frame of the user function that ran this forward (0: module level)
+    function: str = ""  # that function's name
+    caller: tuple[str, int] | None = None  # the user's line that called that function
 
 
 class _Usage:
@@ -64,6 +77,8 @@ class ForwardTracker(Check):
         self._pending: dict[int, list[ForwardInfo]] = {}
         self._groups: dict[tuple[int, int], list[ForwardInfo]] = {}
         self._alive: weakref.WeakSet[_Usage] = weakref.WeakSet()
+        self._last_input: dict[int, torch.Tensor] = {}  # model id -> a copy of its last (small) input
+        self._last_output: dict[int, list[weakref.ReferenceType[torch.Tensor]]] = {}  # model id -> its outputs
         self.stopped = False
 
     # ----------------------------------------------------------------- helpers
@@ -91,7 +106,45 @@ class ForwardTracker(Check):
         info = ForwardInfo(weakref.ref(module), id(module), self.session.module_name(module),
                            self.session.where(), module.training, active, len(layers), grad,
                            self.session.optimizer_steps)
+        info.call, info.function, info.caller = self._calling_function()
+        info.continues = self._continues(id(module), args) or self._fed_back(id(module), args)
         self._pending.setdefault(id(module), []).append(info)
+
+    def _calling_function(self) -> tuple[int, str, tuple[str, int] | None]:
+        """(id of the user's innermost frame, its function, the user's line that called it), or (0, '', None)
+        at module level."""
+        locator = self.session.locator
+        frame: types.FrameType | None = sys._getframe(1)
+        while frame is not None and not locator.is_user_file(frame.f_code.co_filename):
+            frame = frame.f_back
+        if frame is None or frame.f_code.co_name == "<module>":
+            return 0, "", None
+        caller = locator.from_frame(frame.f_back)
+        return id(frame), frame.f_code.co_name, caller
+
+    def _fed_back(self, model_id: int, args: tuple) -> bool:
+        """One step of one sequence (a token, a one-hot row) with a tensor the model's previous call returned."""
+        step = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if step is None or step.dim() == 0 or step.numel() != step.shape[-1]:
+            return False
+        previous = [ref() for ref in self._last_output.get(model_id, ())]
+        return any(arg is out for arg in args[1:] if isinstance(arg, torch.Tensor) for out in previous)
+
+    def _remember_outputs(self, module: nn.Module, output: Any) -> None:
+        found = [weakref.ref(t) for t in tensors_in(output, limit=4)]
+        if found:
+            self._last_output[id(module)] = found
+
+    def _continues(self, model_id: int, args: tuple) -> bool:
+        current = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        previous = self._last_input.pop(model_id, None)
+        if (current is None or current.numel() > 4096 or current.is_floating_point() or current.dim() > 2
+                or current.layout != torch.strided or current.device.type == "meta"):
+            return False
+        with torch._C.DisableTorchFunction():
+            current = current.detach().clone()
+            self._last_input[model_id] = current
+            return previous is not None and continues_by_one(previous, current)
 
     def on_module_post(self, module: nn.Module, args: tuple, output: Any, top: bool) -> None:
         if not top:
@@ -100,6 +153,7 @@ class ForwardTracker(Check):
         if not stack:
             return
         info = stack.pop()
+        self._remember_outputs(module, output)
         if not info.grad_enabled:
             info.kind = "no-grad"
             self._evaluation_like(info)
@@ -149,6 +203,31 @@ class ForwardTracker(Check):
         final = self.session.optimizer_steps
         for key in sorted(self._groups):
             self._settle(key, final_steps=final)
+
+
+def continues_by_one(previous: torch.Tensor, current: torch.Tensor) -> bool:
+    """Whether ``current`` is ``previous`` grown by one step, or its window slid by one (along the last dim)."""
+    if previous.dim() != current.dim() or current.shape[-1] < 2 or previous.shape[:-1] != current.shape[:-1]:
+        return False
+    head = current[..., :-1]
+    if current.shape[-1] == previous.shape[-1] + 1:
+        return bool(torch.equal(head, previous))
+    if current.shape[-1] == previous.shape[-1]:
+        return bool(torch.equal(head, previous[..., 1:]))
+    return False
+
+
+def evaluation_site(group: list[ForwardInfo]) -> tuple[tuple[str, int] | None, str | None]:
+    """Where a group of evaluation-like forwards is reported, and the generation function when it is one.
+
+    Forwards made inside one call of a user function, each input continuing the previous one, are
+    autoregressive generation: reported at the line that called that function.
+    """
+    first = group[0]
+    same_call = first.call != 0 and first.caller is not None and all(info.call == first.call for info in group)
+    if len(group) >= 2 and same_call and sum(info.continues for info in group) >= len(group) // 2:
+        return first.caller, first.function
+    return first.where, None
 
 
 def describe_forwards(group: list[ForwardInfo]) -> str:

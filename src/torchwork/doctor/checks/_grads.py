@@ -2,8 +2,8 @@
 
 One hook per trainable parameter of each optimizer (``Tensor.register_hook``, called just before a new
 gradient is accumulated into ``.grad``) records, for the interval since that optimizer's last step,
-whether a gradient arrived and whether ``.grad`` was clean (None or all zeros) at some point when one
-arrived. The hooks are installed the first time an optimizer steps and removed when the session ends.
+whether a gradient arrived, from which backward pass, and whether ``.grad`` was clean (None or all zeros)
+at some point when one arrived. The hooks are installed the first time an optimizer steps and removed when the session ends.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from torchwork.doctor.checks import Check
 
 
 class ParamRecord:
-    __slots__ = ("param", "owner", "interval", "clean", "received", "handle")
+    __slots__ = ("param", "owner", "interval", "clean", "received", "handle", "arrived_in")
 
     def __init__(self, param: torch.Tensor, owner: OptimizerRecord) -> None:
         self.param = weakref.ref(param)
@@ -26,10 +26,12 @@ class ParamRecord:
         self.clean = True  # .grad was None/zero when a gradient arrived in that interval
         self.received = param.grad is not None
         self.handle: Any = None
+        self.arrived_in = -1  # the session's number of the backward pass that brought the last gradient
 
     def __call__(self, grad: torch.Tensor) -> None:
         steps = self.owner.steps
         self.received = True
+        self.arrived_in = self.owner.session.backward_calls
         param = self.param()
         current = None if param is None else param.grad
         is_clean = current is None or not bool(current.any())
@@ -40,7 +42,8 @@ class ParamRecord:
 
 
 class OptimizerRecord:
-    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+    def __init__(self, optimizer: torch.optim.Optimizer, session: Any) -> None:
+        self.session = session
         self.optimizer = weakref.ref(optimizer)
         self.steps = 0  # completed steps of this optimizer
         self.params: list[ParamRecord] = []
@@ -57,7 +60,7 @@ class GradTracker(Check):
         rec = self.optimizers.get(id(optimizer))
         if rec is not None and rec.optimizer() is optimizer:
             return rec
-        rec = OptimizerRecord(optimizer)
+        rec = OptimizerRecord(optimizer, self.session)
         for group in optimizer.param_groups:
             for param in group["params"]:
                 if not param.requires_grad:

@@ -8,7 +8,7 @@ more between optimizer steps (a validation loop) or after the last step (a final
 from __future__ import annotations
 
 from torchwork.doctor.checks import Check
-from torchwork.doctor.checks._forwards import ForwardInfo, describe_forwards
+from torchwork.doctor.checks._forwards import ForwardInfo, describe_forwards, evaluation_site
 
 
 class EvalMode(Check):
@@ -27,6 +27,21 @@ class EvalMode(Check):
         how = ("under torch.no_grad()/inference_mode" if first.kind == "no-grad"
                else "without any backward pass (evaluation)")
         layers = ", ".join(first.active_layers[:3]) + (" ..." if len(first.active_layers) > 3 else "")
+        where, generator = evaluation_site(bad)
+        if generator is not None:
+            graph = (" and with autograd recording: every sampled step built a graph that nothing used"
+                     if first.kind == "unused" else "")
+            effects = [text for kind, text in (("Dropout", "Dropout changes every sampled step at random"),
+                                               ("BatchNorm", "BatchNorm learns its statistics from the samples"))
+                       if kind in layers]
+            self.report(
+                f"{generator}(...), called here, ran {first.name}(...) {len(bad)} times to generate (each input "
+                f"the previous one plus the sampled step) while the model was in training mode{graph}. Active: "
+                f"{layers}: {' and '.join(effects)}.",
+                f"Sample in evaluation mode without a graph: `model.eval(); with torch.no_grad(): "
+                f"{generator}(...)`, then model.train() before training continues (or decorate {generator} "
+                "with @torch.no_grad() and switch the mode inside it).", where=where)
+            return
         self.report(
             f"{describe_forwards(bad)} {how} while the model was in training mode. Active: {layers}. "
             "Dropout drops activations at random and BatchNorm uses the batch's statistics and overwrites its "

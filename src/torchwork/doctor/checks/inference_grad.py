@@ -7,7 +7,7 @@ the same line), this check adds its cause and fix to that finding instead of rep
 from __future__ import annotations
 
 from torchwork.doctor.checks import Check
-from torchwork.doctor.checks._forwards import ForwardInfo, describe_forwards
+from torchwork.doctor.checks._forwards import ForwardInfo, describe_forwards, evaluation_site
 from torchwork.doctor.findings import display_path
 
 
@@ -24,17 +24,20 @@ class InferenceGrad(Check):
         if not unused:
             return
         mode = "in eval mode " if not unused[0].training else ""
-        same_loop = [f for f in self.session.find("eval-mode") if unused[0].where is not None
-                     and (f.file, f.line) == (display_path(unused[0].where[0]), unused[0].where[1])]
+        where, generator = evaluation_site(unused)
+        same_loop = [f for f in self.session.find("eval-mode") if where is not None
+                     and (f.file, f.line) == (display_path(where[0]), where[1])]
         if same_loop:
             finding = same_loop[0]
-            if "autograd recording" not in finding.message:
+            if "autograd recording" not in finding.message and generator is None:
                 finding.message += (" The same forward passes also ran with autograd recording, and no backward "
                                     "pass used those graphs (memory and time spent for nothing).")
                 finding.fix += " Wrap the loop in `with torch.inference_mode():` (or torch.no_grad())."
             return
+        what = (f"{generator}(...), called here, generated with {unused[0].name}(...) {len(unused)} times"
+                if generator is not None else describe_forwards(unused))
         self.report(
-            f"{describe_forwards(unused)} {mode}with autograd recording, and no backward pass ever used those "
+            f"{what} {mode}with autograd recording, and no backward pass ever used those "
             "graphs: every activation was kept for nothing (memory, and time to record the graph).",
             "Wrap evaluation and prediction in `with torch.inference_mode():` (or torch.no_grad()).",
-            where=unused[0].where)
+            where=where)

@@ -4,20 +4,31 @@ Every float result of the torch API is checked with one reduction (a sum is fini
 element is). Results of ``empty*`` are skipped: they are uninitialised memory, not NaNs. Operations that
 produce infinities on purpose (``masked_fill(mask, -inf)`` before a softmax) are recognised because they
 did so while the loss was still finite, and are not blamed.
+
+An operation that overflows on finite inputs is the culprit only when those inputs were of a normal size
+(a log of zero, a sqrt of a negative, a division by zero). When they were already huge (a squared error of
+activations near 1e20), the check follows the magnitudes back: every layer with weights of its own records
+how large its input and output were, and the first one whose output grew far beyond its input is named,
+at the line that called it, with the fix for that kind of layer.
 """
 
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any
 
 import torch
 
 from torchwork.doctor.checks import Check
 from torchwork.doctor.findings import format_where
-from torchwork.doctor.session import is_finite_fast
+from torchwork.doctor.session import is_finite_fast, tensors_in
 
 Tensor = torch.Tensor
+HUGE = 1e8  # an activation this large is abnormal: an op overflowing on it is not the op's fault
+EXTREME = 1e15  # this large with no layer growing it: the data (masking constants like -1e9 stay below)
+GROWN = 1e6  # a layer output this large, and GROWTH times its input, is where the magnitudes grew
+GROWTH = 1e3
 
 
 def _op_name(func: Any) -> str:
@@ -29,6 +40,45 @@ def _op_name(func: Any) -> str:
                                                                                    "wrapper_descriptor"):
         return f"Tensor.{name}"
     return f"torch.{name}"
+
+
+def _largest(tensors: list[Tensor]) -> float:
+    """The largest finite magnitude among floating-point ``tensors`` (0.0 when none), outside the mode."""
+    largest = 0.0
+    with torch._C.DisableTorchFunction():
+        for t in tensors:
+            if t.is_floating_point() and t.numel() and t.device.type != "meta" and t.layout == torch.strided:
+                values = t.detach()
+                peak = float(torch.linalg.vector_norm(values, ord=math.inf))  # max |x|, one kernel
+                if not math.isfinite(peak):  # the finite part only
+                    values = values[torch.isfinite(values)]
+                    peak = float(values.abs().amax()) if values.numel() else 0.0
+                largest = max(largest, peak)
+    return largest
+
+
+def _spectral_radius(module: Any) -> str:
+    """', weight_hh_l0 has spectral radius 9.1' for the recurrent weights of an RNN/LSTM/GRU (small ones)."""
+    if not isinstance(module, torch.nn.RNNBase):
+        return ""
+    parts = []
+    with torch._C.DisableTorchFunction():
+        for name, weight in module.named_parameters():
+            if name.startswith("weight_hh") and weight.shape[0] == weight.shape[1] and weight.shape[0] <= 1024:
+                radius = float(torch.linalg.eigvals(weight.detach().float().cpu()).abs().max())
+                parts.append(f"{name} has spectral radius {radius:.3g}")
+    return f" ({', '.join(parts)}: above 1, the hidden state grows at every time step)" if parts else ""
+
+
+def _layer_fix(module: Any) -> str:
+    if isinstance(module, torch.nn.RNNBase):
+        return ("Keep the recurrence contractive: initialise the recurrent weights orthogonally "
+                "(nn.init.orthogonal_) or scale them below spectral radius 1, prefer tanh or an LSTM/GRU to a relu "
+                "RNN, normalise the hidden state (LayerNorm), clip gradients (clip_grad_norm_) for the backward "
+                "side, and lower the learning rate if the weights grew during training.")
+    return ("Fix the scale at that layer: check how its weights are initialised (nn.init defaults, a manual "
+            "scale), normalise its input or output (LayerNorm/BatchNorm), clip gradients (clip_grad_norm_) so "
+            "updates cannot blow the weights up, and lower the learning rate.")
 
 
 def _inputs(args: tuple) -> list[Tensor]:
@@ -48,8 +98,12 @@ class NonFiniteLoss(Check):
     def __init__(self, session: Any) -> None:
         super().__init__(session)
         self.events: list[tuple[str, str, tuple[str, int] | None]] = []  # (kind, op, where) this step
+        self.input_size: list[float] = []  # per event: the largest finite input magnitude of that op
+        # layers whose output grew far beyond their input this step: (module, name, where, in, out)
+        self.grown: list[tuple[Any, str, tuple[str, int] | None, float, float]] = []
         self.benign: set[tuple[str, int] | None] = set()
         self.done = False
+        self.weighted: dict[int, tuple[Any, bool]] = {}  # id(module) -> (weak ref, has weights of its own)
 
     def on_values(self, func: Any, args: tuple, out: Any) -> None:
         if isinstance(out, Tensor):
@@ -68,20 +122,47 @@ class NonFiniteLoss(Check):
         where = self.session.where()
         if where in self.benign:
             return
-        entered = any(t.is_floating_point() and not is_finite_fast(t) for t in _inputs(args))
+        inputs = _inputs(args)
+        entered = any(t.is_floating_point() and not is_finite_fast(t) for t in inputs)
         self.events.append(("entered" if entered else "produced", _op_name(func), where))
+        self.input_size.append(0.0 if entered else _largest(inputs))
+
+    def on_module_post(self, module: Any, args: tuple, output: Any, top: bool) -> None:
+        if self.done or len(self.grown) >= 8 or not self._has_weights(module):
+            return
+        outputs = tensors_in(output, limit=4)
+        if not outputs:
+            return
+        out_size = _largest(outputs)
+        if out_size < GROWN:
+            return
+        in_size = _largest([a for a in args if isinstance(a, Tensor)])
+        if out_size >= GROWTH * max(in_size, 1.0):
+            self.grown.append((module, self.session.module_name(module), self.session.where(), in_size, out_size))
 
     def on_backward_pre(self, tensor: Any) -> None:
         if self.done or not isinstance(tensor, Tensor) or not tensor.is_floating_point():
             return
         if tensor.numel() == 1 and math.isfinite(float(tensor.detach())):
             self.benign.update(where for _, _, where in self.events)
-            self.events.clear()
+            self._new_step()
             return
         if tensor.numel() != 1 and is_finite_fast(tensor):
-            self.events.clear()
+            self._new_step()
             return
         self._report(tensor)
+
+    def _has_weights(self, module: Any) -> bool:
+        known = self.weighted.get(id(module))
+        if known is None or known[0]() is not module:
+            known = (weakref.ref(module), any(True for _ in module.parameters(recurse=False)))
+            self.weighted[id(module)] = known
+        return known[1]
+
+    def _new_step(self) -> None:
+        self.events.clear()
+        self.input_size.clear()
+        self.grown.clear()
 
     def _report(self, loss: Tensor) -> None:
         self.done = True
@@ -90,7 +171,25 @@ class NonFiniteLoss(Check):
         backward_at = self.session.where()
         where_text = format_where(backward_at, "the backward call")
         produced = [e for e in self.events if e[0] == "produced"]
-        if produced:
+        first = self.events.index(produced[0]) if produced else -1
+        size = self.input_size[first] if produced else 0.0
+        if produced and (size >= HUGE and self.grown or size >= EXTREME):
+            _, op, op_where = produced[0]
+            if self.grown:
+                module, name, where, in_size, out_size = self.grown[0]
+                message = (f"The loss was {value} at optimizer step {step} (backward at {where_text}). {op} at "
+                           f"{format_where(op_where)} overflowed, but its inputs were already {size:.3g}: the "
+                           f"magnitudes grew upstream, in {name} ({type(module).__name__}) on this line, whose "
+                           f"input peaked at {in_size:.3g} and output at {out_size:.3g}{_spectral_radius(module)}.")
+                fix = _layer_fix(module)
+            else:
+                where = op_where
+                message = (f"The loss was {value} at optimizer step {step} (backward at {where_text}). {op} on this "
+                           f"line overflowed on finite inputs that were already {size:.3g}; no layer seen by the "
+                           "doctor made them grow, so they came in that large.")
+                fix = ("Normalise the data and the targets (standardise features, scale targets to unit size) "
+                       "before they reach the model and the loss; check torch.isfinite(x).all() and x.abs().max().")
+        elif produced:
             _, op, where = produced[0]
             message = (f"The loss was {value} at optimizer step {step} (backward at {where_text}). The first "
                        f"non-finite value in that step came from {op} on this line, with finite inputs.")
