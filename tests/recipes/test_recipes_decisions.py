@@ -9,7 +9,7 @@ import sys
 import torch
 from torch import nn
 
-from torchwork.recipes.sentiment import choose_precision
+from torchwork.recipes.sentiment_shared import choose_precision
 
 SPIN = "import time\nend = time.monotonic() + 120\nwhile time.monotonic() < end:\n    pass\n"
 

@@ -16,7 +16,6 @@ Run it: ``torchwork quickstart`` (``--serve`` also starts the server and sends r
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import sys
@@ -24,6 +23,7 @@ import time
 from typing import Any
 
 from torchwork.recipes.config import EXPORT_FORMATS, check_settings
+from torchwork.recipes.sentiment_shared import choose_precision, precision_words, stratified_subset
 from torchwork.recipes.sentiment_transformer import STRATEGIES
 
 MIN_SUBSET = 200  # rows per split: about 35 of the rarest class (positive, ~18%)
@@ -98,24 +98,6 @@ def say(text: str = "") -> None:
     print(text, flush=True)
 
 
-def _subset(split: Any, rows: int, seed: int) -> Any:
-    """A seeded, class-stratified subset of a text split (for quick runs)."""
-    import numpy as np
-
-    from torchwork.data import TextDataset
-
-    if not rows or rows >= len(split):
-        return split
-    rng = np.random.default_rng(seed)
-    labels = np.asarray(split.labels)
-    picked: list[int] = []
-    for label in np.unique(labels):
-        members = rng.permutation(np.flatnonzero(labels == label))
-        picked.extend(members[: max(1, round(rows * len(members) / len(labels)))].tolist())
-    picked.sort()
-    return TextDataset([split.texts[i] for i in picked], [split.labels[i] for i in picked])
-
-
 def tfidf_baseline(train: Any, test: Any, classes: list[str]) -> dict[str, Any]:
     """TF-IDF (words and bigrams) + logistic regression with balanced class weights: the number to beat."""
     from sklearn.feature_extraction.text import TfidfVectorizer
@@ -129,56 +111,6 @@ def tfidf_baseline(train: Any, test: Any, classes: list[str]) -> dict[str, Any]:
     classifier.fit(features, train.labels)
     predictions = classifier.predict(vectorizer.transform(test.texts))
     return classification_metrics(test.labels, predictions, classes)
-
-
-def choose_precision(requested: str, model: Any, batch: Any, loss_fn: Any, steps: int = 8) -> tuple[str, dict]:
-    """fp32, the default, unless bf16 autocast is measurably faster for this model on this CPU: at least 10%
-    faster at the median, and by more than the timing spread (the interquartile ranges of both, summed), so
-    that a busy machine keeps the default instead of flipping between runs. The timing says which rule
-    decided (``kept``/``chosen``) and the ``--set`` that pins the choice."""
-    import torch
-
-    from torchwork import Trainer
-    from torchwork.deploy.choice import spread
-
-    if requested != "auto":
-        return requested, {}
-    from torchwork.distributed.env import world_from_env
-
-    if world_from_env().is_distributed:
-        return "32", {}  # ranks timing separately could choose differently; they must agree
-    seconds: dict[str, list[float]] = {"32": [], "bf16": []}
-    trainers = {}
-    for precision in seconds:
-        trial = copy.deepcopy(model)
-        trainers[precision] = Trainer(trial, torch.optim.AdamW(trial.parameters()), loss_fn, device="cpu",
-                                      precision=precision, guard=False, progress=False, distributed=False)
-        trainers[precision].step(batch)  # warm-up
-    for _ in range(steps):  # interleaved, so that machine noise hits both alike
-        for precision, trainer in trainers.items():
-            start = time.perf_counter()
-            trainer.step(batch)
-            seconds[precision].append(time.perf_counter() - start)
-    median = {p: sorted(s)[len(s) // 2] for p, s in seconds.items()}
-    noise = spread(seconds["32"]) + spread(seconds["bf16"])
-    gain = median["32"] - median["bf16"]
-    chosen = "bf16" if median["bf16"] < 0.9 * median["32"] and gain > noise else "32"
-    timing: dict[str, Any] = {f"step_ms_{p}": round(1000 * m, 2) for p, m in median.items()}
-    timing["spread_ms"] = round(1000 * noise, 2)
-    timing["rule"] = ("bf16: >= 10% faster and its gain beyond the spread" if chosen == "bf16" else
-                      "fp32 kept: bf16 is not >= 10% faster" if median["bf16"] >= 0.9 * median["32"] else
-                      "fp32 kept: bf16's gain is within the timing spread")
-    timing["pin"] = f"--set precision={chosen}"
-    return chosen, timing
-
-
-def precision_words(precision: str, timing: dict[str, Any], what: str = "step") -> str:
-    """How the precision was decided, for the line the recipe prints."""
-    if not timing:
-        return f"precision: {precision} (as configured)"
-    return (f"precision: {precision} (measured {what}: fp32 {timing['step_ms_32']} ms, bf16 {timing['step_ms_bf16']} "
-            f"ms, spread {timing.get('spread_ms', '?')} ms; {timing.get('rule', 'bf16 only when >= 10% faster')}; "
-            f"pin it with {timing.get('pin', f'--set precision={precision}')})")
 
 
 def recorded_choices(config: SentimentConfig, classes: list[str]) -> dict[str, Any] | None:
@@ -231,7 +163,7 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
     say("== 1. Data: CrowdFlower tweets (dirty, imbalanced)")
     dataset = load_dataset("tweets", seed=config.seed)
     say(dataset.describe())
-    train, validation, test = (_subset(s, config.subset, config.seed)
+    train, validation, test = (stratified_subset(s, config.subset, config.seed)
                                for s in (dataset.train, dataset.validation, dataset.test))
     classes = list(dataset.classes)
 

@@ -231,11 +231,11 @@ def train_transformer(config: Any, train: Any, validation: Any, test: Any, class
     from torchwork.finetune import cache_features, freeze, param_groups
     from torchwork.finetune.minilm import MiniLMClassifier, MiniLMTop
     from torchwork.recipes.buckets import pad_batch, trim_cached
-    from torchwork.recipes.sentiment import _subset
+    from torchwork.recipes.sentiment_shared import stratified_subset
 
     if config.transformer_train_rows and config.transformer_train_rows < len(train):
         full_size = len(train)
-        train = _subset(train, config.transformer_train_rows, config.seed)
+        train = stratified_subset(train, config.transformer_train_rows, config.seed)
         say(f"the transformer trains on a stratified {len(train):,} of the {full_size:,} training tweets "
             "(transformer_train_rows)")
     tokenizer = subword_tokenizer(config.transformer_max_length)
@@ -298,7 +298,7 @@ def train_transformer(config: Any, train: Any, validation: Any, test: Any, class
         val_loader = _loader(data["validation"], data["validation"].lengths, 128, False, config.seed, pad_batch)
         head = "classifier"
 
-    from torchwork.recipes.sentiment import choose_precision, precision_words
+    from torchwork.recipes.sentiment_shared import choose_precision, precision_words
 
     kept = decisions.get("transformer_precision") if decisions is not None else None
     if isinstance(kept, dict) and kept.get("precision") in ("32", "bf16") and isinstance(kept.get("timing"), dict):
@@ -343,7 +343,7 @@ def train_transformer(config: Any, train: Any, validation: Any, test: Any, class
     test_probabilities = None
     # The train split's rows come from a stratified sample the size of the test split: the whole-model
     # forward over every training tweet would cost minutes on a CPU and say little more.
-    sample = _subset(train, len(test), config.seed)
+    sample = stratified_subset(train, len(test), config.seed)
     key = f"train ({len(sample):,} sampled)" if len(sample) < len(train) else "train"
     whole = data.pop("train")
     sampled = whole if len(sample) == len(train) else TokenTexts(sample.texts, sample.labels, tokenizer)
