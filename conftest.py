@@ -7,7 +7,9 @@ may write files. A block that must not run (a fragment that needs a GPU, say) is
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
+from pathlib import Path
 
 from sybil import Sybil
 from sybil.parsers.myst import PythonCodeBlockParser, SkipParser
@@ -23,6 +25,14 @@ def _leave_temporary_directory(namespace: dict) -> None:
     os.chdir(namespace["_docs_cwd"])
     namespace["_docs_tmp"].cleanup()
 
+
+# Test modules are imported by their path (--import-mode=importlib), so two folders may each hold a
+# test_options.py; the helper modules the tests share (deploy_helpers, serve_fixtures, ...) are imported by
+# name, from their folder put on the path here.
+for _folder in sorted({p.parent for p in (Path(__file__).parent / "tests").rglob("*.py")
+                       if not p.name.startswith("test_") and "real" not in p.parts}):
+    if str(_folder) not in sys.path:
+        sys.path.insert(0, str(_folder))
 
 pytest_collect_file = Sybil(
     parsers=[PythonCodeBlockParser(), SkipParser()],
