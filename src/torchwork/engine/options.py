@@ -23,7 +23,7 @@ import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from torchwork.errors import ConfigError
 from torchwork.runs.options import RunOptions
@@ -139,6 +139,40 @@ _GROUPS: dict[str, type] = {"step": StepOptions, "evaluation": EvaluationOptions
 _FLAT = {f.name: (group, f.name) for group, cls in _GROUPS.items() if group != "distributed"
          for f in dataclasses.fields(cls)}
 _FLAT.update(distributed_timeout_s=("distributed", "timeout_s"), distributed_debug=("distributed", "debug"))
+
+
+class TrainerKeywords(TypedDict, total=False):
+    """The flat keywords ``Trainer(...)`` takes beside the groups, typed, so that an editor completes them
+    and a type checker flags a misspelt one (``Trainer(model, optimizer, acumulate=4)``). Each is a field of
+    one group; ``tests/engine/test_engine_options_and_checkpoints.py`` keeps this list equal to the groups'."""
+
+    # StepOptions
+    accumulate: int
+    clip_grad_norm: float | None
+    clip_grad_value: float | None
+    loss_weights: Mapping[str, float] | None
+    keep_fp32: Iterable[str | type]
+    compile: Any
+    # EvaluationOptions
+    metrics: Mapping[str, Callable[[Any, Any], Any]]
+    epoch_metrics: Mapping[str, Callable[[Any, Any], Any]]
+    early_stopping: Any
+    plateau_monitor: str
+    # LoggingOptions
+    log_every_n_steps: int
+    progress: bool | None
+    progress_every_s: float | None
+    loggers: Sequence[Any]
+    # RunOptions
+    run_dir: str | os.PathLike[str] | None
+    checkpoint_every_n_steps: int | None
+    keep_checkpoints: int
+    checkpoint_monitor: tuple[str, str] | None
+    config: Mapping[str, Any]
+    tensorboard: bool
+    # DistributedOptions
+    distributed_timeout_s: float
+    distributed_debug: bool | None
 
 
 def group_keywords(keywords: Mapping[str, Any], **given: Any) -> dict[str, Any]:

@@ -51,7 +51,9 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from torch.nn.parallel import DistributedDataParallel
+    from typing_extensions import Unpack
 
+    from torchwork.engine.options import TrainerKeywords
     from torchwork.runs.manifest import RunDescription
     from torchwork.runs.session import RunSession
 
@@ -83,8 +85,9 @@ class Trainer:
             keep_checkpoints, checkpoint_monitor, config, tensorboard.
         distributed: :class:`~torchwork.engine.options.DistributedOptions` (enabled, timeout_s, debug), or
             a bool: run under torchrun as one DDP rank (default: when torchrun's WORLD_SIZE > 1).
-        **keywords: any field of those groups by its name, flat as in earlier versions
-            (``accumulate=4``, ``run_dir="runs"``; ``distributed_timeout_s``, ``distributed_debug``).
+        **keywords: any field of those groups by its name, flat (``accumulate=4``, ``run_dir="runs"``;
+            ``distributed_timeout_s``, ``distributed_debug``), typed by
+            :class:`~torchwork.engine.options.TrainerKeywords` so that a type checker flags a misspelt one.
         guard: run the doctor's cheap checks during training (non-finite loss, exploding gradients,
             BatchNorm on one sample, modes, fp16 scale collapse); findings warn once and are kept in
             ``trainer.guard.findings``.
@@ -95,7 +98,8 @@ class Trainer:
                  step_fn: StepFn | None = None, callbacks: Sequence[Any] = (), guard: bool = True,
                  step: StepOptions | None = None, evaluation: EvaluationOptions | None = None,
                  logging: LoggingOptions | None = None, run: RunOptions | None = None,
-                 distributed: DistributedOptions | bool | None = None, **keywords: Any) -> None:
+                 distributed: DistributedOptions | bool | None = None,
+                 **keywords: Unpack[TrainerKeywords]) -> None:
         if not isinstance(model, nn.Module):
             raise ConfigError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
         groups = group_keywords(keywords, step=step, evaluation=evaluation, logging=logging, run=run,
@@ -475,7 +479,7 @@ class Trainer:
                 logs.update(self.evaluate(val_loader, prefix="val_"))
                 self._say(epoch_line(self.epoch + 1, self._epochs_total, logs))
             self._end_epoch(logs)
-        reasons = [getattr(c, "reason", None) for c in self.callbacks if getattr(c, "reason", None)]
+        reasons = [str(reason) for c in self.callbacks if (reason := getattr(c, "reason", None))]
         if self.should_stop and self.epoch < epochs:
             self._say(f"torchwork: stopped after epoch {self.epoch} of {epochs}: "
                       + ("; ".join(reasons) if reasons else "a callback set trainer.should_stop"))
