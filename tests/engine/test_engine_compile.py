@@ -173,10 +173,10 @@ def test_resume_across_compiled_and_eager_and_exact_compiled_to_compiled(tmp_pat
     _trainer(eager_first, run_dir=tmp_path / "b").fit(batches, epochs=1)
     compiled_next = _model()
     history = _trainer(compiled_next, compile=True, run_dir=tmp_path / "b").fit(batches, epochs=2, resume="latest")
-    assert [h["epoch"] for h in history] == [0, 1] and _manifest(tmp_path / "b")["compile"]["compiled"]
+    assert [h["epoch"] for h in history] == [1, 2] and _manifest(tmp_path / "b")["compile"]["compiled"]
     eager_again = _model()
     history = _trainer(eager_again, run_dir=tmp_path / "b").fit(batches, epochs=3, resume="latest")
-    assert [h["epoch"] for h in history] == [0, 1, 2]
+    assert [h["epoch"] for h in history] == [1, 2, 3]  # epochs are 1-based in the history
     assert not torch.equal(eager_again[0].weight, compiled_next[0].weight)  # it trained on
 
 

@@ -21,13 +21,17 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import torch
+from torch import nn
 
+from torchwork.engine.batches import call_model, split_error
+from torchwork.engine.devices import batch_size_of, move_to_device
 from torchwork.engine.precision import NO_CONTEXT, PrecisionPlan
+from torchwork.errors import LossError
 
 Tensor = torch.Tensor
 
@@ -123,3 +127,93 @@ def optimizer_step(setup: StepSetup, window: Sequence[Any]) -> StepResult:
     if stepped and setup.scheduler is not None:
         setup.scheduler.step()  # counts optimizer steps, never micro-batches
     return StepResult(window_loss, samples, min(counts) if counts else samples, grad_norm, stepped)
+
+
+# ------------------------------------------------------------------ one micro-batch: forward and loss
+class ForwardLoss:
+    """One micro-batch's forward pass and loss, checked: what :class:`StepSetup`'s ``loss_of`` runs.
+
+    Moves the batch to ``device`` (a tensor already there is not moved), runs ``loss_fn(model(inputs),
+    targets)`` or ``step_fn(model, batch)``, combines a dict of named losses with ``loss_weights`` (each
+    term kept in :attr:`terms` for logging), and refuses a loss that backward cannot use, saying why.
+    ``model`` is what the step calls: the module, its DDP wrapper or its compiled form.
+    """
+
+    def __init__(self, model: nn.Module, device: torch.device, loss_fn: Callable[..., Any] | None,
+                 step_fn: Callable[..., Any] | None, loss_weights: Mapping[str, float] | None = None) -> None:
+        self.model, self.device, self.loss_fn, self.step_fn = model, device, loss_fn, step_fn
+        self.loss_weights = loss_weights or {}
+        self.non_blocking = device.type == "cuda"
+        self.terms: dict[str, Tensor] | None = None
+        self._checked_first_batch = False
+
+    def __call__(self, batch: Any) -> tuple[Tensor, int]:
+        if not self._checked_first_batch:  # once: what the loader yields has the shape the step expects
+            if self.step_fn is None and (not isinstance(batch, (tuple, list)) or len(batch) != 2):
+                raise split_error(batch)
+            self._checked_first_batch = True
+        if self.step_fn is not None:
+            batch = move_to_device(batch, self.device)
+            loss = self.step_fn(self.model, batch)
+            samples = batch_size_of(batch) or 1
+        else:
+            inputs, targets = batch
+            device = self.device
+            # A tensor already there is not moved: each .to() call costs a GIL release and re-acquire
+            if isinstance(inputs, Tensor):
+                if inputs.device != device:
+                    inputs = inputs.to(device, non_blocking=self.non_blocking)
+            else:
+                inputs = move_to_device(inputs, device)
+            if isinstance(targets, Tensor):
+                if targets.device != device:
+                    targets = targets.to(device, non_blocking=self.non_blocking)
+                samples = targets.shape[0] if targets.ndim else 1
+            else:
+                targets = move_to_device(targets, device)
+                samples = batch_size_of(targets) or batch_size_of(inputs) or 1
+            assert self.loss_fn is not None  # the Trainer requires it when there is no step_fn
+            model = self.model
+            loss = self.loss_fn(model(inputs) if type(inputs) is Tensor else call_model(model, inputs), targets)
+        if type(loss) is not Tensor or loss.ndim != 0:
+            loss = self._combine(loss)
+        if not loss.requires_grad:
+            raise LossError(
+                "the loss does not require grad, so backward() has nothing to do. It was computed under "
+                "torch.no_grad()/inference_mode, from .detach()/.item()/.data values, or the model has no "
+                "trainable parameters. Setting loss.requires_grad = True only hides the break: find it "
+                "(`torchwork doctor` names the line).")
+        return loss, samples
+
+    def samples_in(self, batch: Any) -> int:
+        """A batch's sample count, without running it (the weights of an accumulation window)."""
+        if self.step_fn is None and isinstance(batch, (tuple, list)) and len(batch) == 2:
+            return batch_size_of(batch[1]) or batch_size_of(batch[0]) or 1
+        return batch_size_of(batch) or 1
+
+    def _combine(self, loss: Any) -> Tensor:
+        """A dict of named losses -> their weighted sum; each term is remembered for logging."""
+        if isinstance(loss, Mapping):
+            if not loss:
+                raise LossError("loss_fn returned an empty dict: return at least one named loss.")
+            weights = self.loss_weights
+            unknown = set(weights) - set(loss)
+            if unknown:
+                raise LossError(f"loss_weights names {sorted(unknown)}, but loss_fn returned only "
+                                f"{sorted(loss)}. Fix the names in loss_weights.")
+            terms = {name: scalar_loss(value, f"loss term {name!r}") for name, value in loss.items()}
+            self.terms = {name: value.detach() for name, value in terms.items()}
+            return cast(Tensor, sum(weights.get(name, 1.0) * value for name, value in terms.items()))
+        return scalar_loss(loss, "the loss")
+
+
+def scalar_loss(value: Any, what: str) -> Tensor:
+    """``value`` if it is a 0-dim tensor backward can start from, else a :class:`LossError` saying why."""
+    if not isinstance(value, Tensor):
+        raise LossError(f"{what} is a {type(value).__name__}, not a tensor: return the tensor itself "
+                        "(not loss.item()) so that backward() can reach the model.")
+    if value.ndim != 0:
+        raise LossError(
+            f"{what} has shape {tuple(value.shape)}; backward() needs a scalar. Reduce it (e.g. "
+            "reduction='mean' in the loss, or .mean()) so that gradients do not depend on batch size.")
+    return value

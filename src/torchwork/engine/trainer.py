@@ -42,8 +42,8 @@ from torchwork.engine.options import (
 )
 from torchwork.engine.precision import keep_in_fp32, resolve_precision
 from torchwork.engine.progress import ProgressBar, epoch_line
-from torchwork.engine.step import LocalSync, StepResult, StepSetup, optimizer_step
-from torchwork.errors import CheckpointError, ConfigError, LossError
+from torchwork.engine.step import ForwardLoss, LocalSync, StepResult, StepSetup, optimizer_step
+from torchwork.errors import CheckpointError, ConfigError
 from torchwork.runs.options import RunOptions
 from torchwork.runs.resume import TrainingState
 
@@ -120,8 +120,9 @@ class Trainer:
         self.device = resolve_device(device)
         self.model = model.to(self.device)
         check_model_on(self.model, self.device)
-        # What the training step calls: the model itself, or its DDP wrapper (which all-reduces gradients).
-        self._train_model: nn.Module = self.model
+        # One micro-batch's forward pass and loss, checked (engine/step.py). What it calls: the model itself,
+        # or its DDP wrapper (which all-reduces gradients), or its compiled form (see _train_model).
+        self._forward = ForwardLoss(self.model, self.device, loss_fn, step_fn, step.loss_weights)
         self._ddp = None
         if self.world.is_distributed:
             self._ddp = self._train_model = dist_setup.wrap_ddp(self.model, self.device)
@@ -153,7 +154,6 @@ class Trainer:
         self.progress = logging.progress
         self.progress_every_s = logging.progress_every_s
         self._epochs_total: int | None = None
-        self._non_blocking = self.device.type == "cuda"
         if run.checkpoint_monitor is None and early_stopping is not None:
             run = dataclasses.replace(run, checkpoint_monitor=(early_stopping.monitor, early_stopping.mode))
         self.run_options = run
@@ -176,13 +176,24 @@ class Trainer:
         # Where training is (counters, data position, RNG streams): saved in every checkpoint.
         self.state = TrainingState()
         self.should_stop = False
-        self._checked_first_batch = False
         self._train_modes: list[bool] | None = None
         self._last_grad_norm: Tensor | None = None
-        self._loss_terms: dict[str, Tensor] | None = None
         self._totals: dict[str, Any] = {}
         self._checkpointing = False
         self._interrupt = InterruptFlag()
+
+    @property
+    def _train_model(self) -> nn.Module:
+        """What the training step calls: the model, its DDP wrapper or its compiled form."""
+        return self._forward.model
+
+    @_train_model.setter
+    def _train_model(self, module: nn.Module) -> None:
+        self._forward.model = module
+
+    def _forward_loss(self, batch: Any) -> tuple[Tensor, int]:
+        """One micro-batch's forward pass and loss (what the compile measurement runs)."""
+        return self._forward(batch)
 
     # ------------------------------------------------------------------ where training is (self.state)
     @property
@@ -238,7 +249,7 @@ class Trainer:
             sync: Any = DDPSync(cast("DistributedDataParallel", self._ddp), self.world, self.device)
         else:
             sync = LocalSync()
-        return StepSetup(self.optimizer, self.precision, sync, self._forward_loss, self._samples_in,
+        return StepSetup(self.optimizer, self.precision, sync, self._forward, self._forward.samples_in,
                          self.clip_grad_norm, self.clip_grad_value, None if self._plateau else self.scheduler)
 
     def _run_window(self, window: Sequence[Any]) -> StepResult:
@@ -254,85 +265,10 @@ class Trainer:
         state.global_step += 1
         return result
 
-    def _forward_loss(self, batch: Any) -> tuple[Tensor, int]:
-        """Forward pass and loss for one micro-batch: returns (loss, number of samples)."""
-        if not self._checked_first_batch:
-            self._check_batch(batch)  # once: what the loader yields has the shape the step expects
-        if self.step_fn is not None:
-            batch = move_to_device(batch, self.device)
-            loss = self.step_fn(self._train_model, batch)
-            samples = batch_size_of(batch) or 1
-        else:
-            inputs, targets = batch
-            device = self.device
-            # A tensor already there is not moved: each .to() call costs a GIL release and re-acquire
-            if isinstance(inputs, Tensor):
-                if inputs.device != device:
-                    inputs = inputs.to(device, non_blocking=self._non_blocking)
-            else:
-                inputs = move_to_device(inputs, device)
-            if isinstance(targets, Tensor):
-                if targets.device != device:
-                    targets = targets.to(device, non_blocking=self._non_blocking)
-                samples = targets.shape[0] if targets.ndim else 1
-            else:
-                targets = move_to_device(targets, device)
-                samples = batch_size_of(targets) or batch_size_of(inputs) or 1
-            assert self.loss_fn is not None  # __init__ requires it when there is no step_fn
-            model = self._train_model
-            loss = self.loss_fn(model(inputs) if type(inputs) is Tensor else call_model(model, inputs), targets)
-        if type(loss) is not Tensor or loss.ndim != 0:
-            loss = self._combine_loss(loss)
-        if not loss.requires_grad:
-            raise LossError(
-                "the loss does not require grad, so backward() has nothing to do. It was computed under "
-                "torch.no_grad()/inference_mode, from .detach()/.item()/.data values, or the model has no "
-                "trainable parameters. Setting loss.requires_grad = True only hides the break: find it "
-                "(`torchwork doctor` names the line).")
-        return loss, samples
-
-    def _combine_loss(self, loss: Any) -> Tensor:
-        """A dict of named losses -> their weighted sum; remember each term for logging."""
-        if isinstance(loss, Mapping):
-            if not loss:
-                raise LossError("loss_fn returned an empty dict: return at least one named loss.")
-            weights = self.loss_weights or {}
-            unknown = set(weights) - set(loss)
-            if unknown:
-                raise LossError(f"loss_weights names {sorted(unknown)}, but loss_fn returned only "
-                                f"{sorted(loss)}. Fix the names in loss_weights.")
-            terms = {}
-            for name, value in loss.items():
-                terms[name] = self._as_scalar_loss(value, f"loss term {name!r}")
-            self._loss_terms = {name: value.detach() for name, value in terms.items()}
-            return cast(Tensor, sum(weights.get(name, 1.0) * value for name, value in terms.items()))
-        return self._as_scalar_loss(loss, "the loss")
-
-    @staticmethod
-    def _as_scalar_loss(value: Any, what: str) -> Tensor:
-        if not isinstance(value, Tensor):
-            raise LossError(f"{what} is a {type(value).__name__}, not a tensor: return the tensor itself "
-                            "(not loss.item()) so that backward() can reach the model.")
-        if value.ndim != 0:
-            raise LossError(
-                f"{what} has shape {tuple(value.shape)}; backward() needs a scalar. Reduce it (e.g. "
-                "reduction='mean' in the loss, or .mean()) so that gradients do not depend on batch size.")
-        return value
-
     def _all_reduce_sum(self, values: list[float]) -> list[float]:
         from torchwork.distributed.setup import all_reduce_sum
 
         return all_reduce_sum(values, self.device)
-
-    def _samples_in(self, batch: Any) -> int:
-        if self.step_fn is None and isinstance(batch, (tuple, list)) and len(batch) == 2:
-            return batch_size_of(batch[1]) or batch_size_of(batch[0]) or 1
-        return batch_size_of(batch) or 1
-
-    def _check_batch(self, batch: Any) -> None:
-        if self.step_fn is None and (not isinstance(batch, (tuple, list)) or len(batch) != 2):
-            raise split_error(batch)
-        self._checked_first_batch = True
 
     # ------------------------------------------------------------------ public step API
     def step(self, *batches: Any) -> Tensor:
@@ -547,7 +483,7 @@ class Trainer:
     def _train_epoch(self, batches: Iterable[Any]) -> dict[str, Any]:
         started = time.perf_counter()
         totals = self._totals
-        self._loss_terms = None
+        self._forward.terms = None
         on_step = [c.on_step_end for c in self.callbacks if hasattr(c, "on_step_end")]
         checkpoint_every = self.checkpoint_every_n_steps if self._checkpointing else None
         batches_total = length_or_none(batches)
@@ -563,9 +499,9 @@ class Trainer:
             loss_sum.add_(loss, alpha=samples)  # one op, not a product and a sum
             totals["samples"] += samples
             totals["steps"] += 1
-            if self._loss_terms is not None:
+            if self._forward.terms is not None:
                 terms = totals["terms"]
-                for name, value in self._loss_terms.items():
+                for name, value in self._forward.terms.items():
                     terms[name] = terms.get(name, 0) + value * samples
             if result.grad_norm is not None:
                 totals["norm_sum"] += result.grad_norm
@@ -621,8 +557,8 @@ class Trainer:
     def _step_logs(self, loss: Tensor) -> dict[str, Any]:
         logs: dict[str, Any] = {"step": self.global_step, "epoch": self.epoch + 1, "loss": float(loss),
                                 "lr": self.optimizer.param_groups[0]["lr"]}
-        if self._loss_terms is not None:
-            logs.update({f"loss_{k}": float(v) for k, v in self._loss_terms.items()})
+        if self._forward.terms is not None:
+            logs.update({f"loss_{k}": float(v) for k, v in self._forward.terms.items()})
         if self._last_grad_norm is not None:
             logs["grad_norm"] = float(self._last_grad_norm)
         if self.scaler is not None:
