@@ -7,7 +7,6 @@ checkpoint to :meth:`RunSession.save`. Nothing here knows the Trainer or runs pe
 
 from __future__ import annotations
 
-import datetime
 import json
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from torchwork.runs.folder import is_run_folder, latest_run, new_run_folder
 from torchwork.runs.loggers import JsonlLogger, TensorBoardLogger
 from torchwork.runs.manifest import RunDescription, build_manifest, format_summary
 from torchwork.runs.options import RunOptions
+from torchwork.runs.record import now, record_end, record_start, running_fields
 
 
 def find_resume_checkpoint(resume: str | Path, run_dir: str | Path | None) -> tuple[Path | None, Path | None]:
@@ -54,6 +54,9 @@ class RunSession:
 
     def __init__(self, path: Path, manager: CheckpointManager, loggers: list[Any]) -> None:
         self.path, self.manager, self.loggers = path, manager, loggers
+        self.final_value: float | None = None  # the monitored metric at the last checkpoint
+        self.last_step: int | None = None
+        self._error_at_open = sys.exc_info()[1]  # fit() may run inside a caller's except block
 
     @classmethod
     def open(cls, options: RunOptions, description: RunDescription, train_loader: Any, val_loader: Any,
@@ -73,14 +76,21 @@ class RunSession:
             run = new_run_folder(options.run_dir)
         resume_step = state["counters"]["global_step"] if state else None
         manifest_path = run / "manifest.json"
+        monitor, mode = options.checkpoint_monitor or ("val_loss" if val_loader is not None else "train_loss",
+                                                       "min")
         if state is None or not manifest_path.exists():
             manifest = build_manifest(description, train_loader, val_loader, epochs, options.config)
-            manifest["started"] = _now()
+            manifest["started"] = now()
             manifest["resumes"] = []
+            splits = {"train": train_loader, "validation": val_loader, **options.data_splits}
+            manifest.update(record_start(run, splits, monitor, mode))
         else:
             manifest = json.loads(manifest_path.read_text())
-            manifest.setdefault("resumes", []).append({"at": _now(), "from": checkpoint.name,
+            manifest.setdefault("resumes", []).append({"at": now(), "from": checkpoint.name,
                                                        "step": resume_step})
+            manifest.update(running_fields())
+            for ended in ("ended", "error"):
+                manifest.pop(ended, None)
         write_json(manifest_path, manifest)
         if state is None:
             print(format_summary(manifest, run), file=sys.stderr)
@@ -88,20 +98,22 @@ class RunSession:
             print(f"torchwork: resuming {run} from {checkpoint.name} (step {resume_step}, epoch "
                   f"{state['counters']['epoch']}, batch {state['counters']['batch_in_epoch']}).",
                   file=sys.stderr)
-        monitor, mode = options.checkpoint_monitor or ("val_loss" if val_loader is not None else "train_loss",
-                                                       "min")
         manager = CheckpointManager(run / "checkpoints", keep=options.keep_checkpoints, monitor=monitor,
                                     mode=mode)
         if state is not None:
             manager.best_value = state.get("best_value")
-        loggers = [JsonlLogger(run / "metrics.jsonl", resume_step=resume_step)]
+        loggers: list[Any] = [JsonlLogger(run / "metrics.jsonl", resume_step=resume_step)]
         if options.tensorboard:
-            loggers.append(TensorBoardLogger(run / "tensorboard", resume_step=resume_step))
+            board = TensorBoardLogger(run / "tensorboard", resume_step=resume_step)
+            board.declare_hparams(manifest)
+            loggers.append(board)
         return cls(run, manager, loggers), state
 
     def save(self, state: dict[str, Any], metrics: dict[str, Any] | None = None) -> Path | None:
         state["best_value"] = self.manager.best_value
+        self.last_step = state["counters"]["global_step"]
         if metrics and self.manager.monitor in metrics:
+            self.final_value = float(metrics[self.manager.monitor])
             # the best value this checkpoint would set, so that a resume continues the comparison
             value = float(metrics[self.manager.monitor])
             best = self.manager.best_value
@@ -110,8 +122,22 @@ class RunSession:
         return self.manager.save(state, state["counters"]["global_step"], metrics)
 
     def close(self) -> None:
+        """Record how the run ended (state, the monitored metric's best and final) and close the loggers.
+        Called from ``fit``'s ``finally``: an exception on its way out is what ended the run."""
+        error = sys.exc_info()[1]
+        error = None if error is self._error_at_open else error
+        best = self.manager.best_value
         for logger in self.loggers:
+            if hasattr(logger, "write_hparams"):
+                logger.write_hparams(self.manager.monitor, best, self.final_value, self.last_step)
             logger.close()
+        manifest_path = self.path / "manifest.json"
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except (OSError, ValueError):
+            return  # removed or damaged meanwhile: nothing to add the end to
+        if isinstance(manifest, dict):
+            write_json(manifest_path, record_end(manifest, error, best, self.final_value, self.last_step))
 
 
 def _remove_leftovers(run: Path) -> None:
@@ -121,6 +147,3 @@ def _remove_leftovers(run: Path) -> None:
         print(f"torchwork: removed {len(removed)} leftover(s) of interrupted writes in {run}: {names}",
               file=sys.stderr)
 
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
