@@ -59,8 +59,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
 
 
 def _diff(runs: dict[str, Path], other: str) -> dict:
-    comparison = compare_runs(runs["base"], runs[other])
-    return comparison
+    return compare_runs(runs["base"], runs[other])
 
 
 def _groups(comparison: dict) -> set[str]:
@@ -100,7 +99,9 @@ def test_only_the_seed_is_within_noise(runs):
     verdict = comparison["verdict"]
     assert [c["key"] for c in verdict["causes"]] == ["seed"]
     assert verdict["seed_only"] and "within noise" in verdict["conclusion"]
-    assert _groups(comparison) <= {"seed / threads / precision", "data"}  # the seed draws the subset too
+    # the seed draws the subset too, and the vocabulary built from it sets the model's size
+    assert _groups(comparison) <= {"seed / threads / precision", "data", "command", "settings"}
+    assert [d["key"] for d in comparison["differences"] if d["group"] == "settings"] in ([], ["model.parameters"])
     assert all(not d.get("relabelled") for d in comparison["differences"] if d["group"] == "data")
 
 

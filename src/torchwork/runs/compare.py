@@ -31,6 +31,7 @@ RECORDED_RESULTS = ("baseline", "precision_timing", "precision_chosen")
 OWN_GROUP = ("seed", "threads", "precision")
 # Settings that change nothing before the monitored metric is measured (where runs go, what is done with
 # the model after training): listed, but ranked last as causes.
+DERIVED_SHAPE = ("model.parameters", "model.structure")  # follow from the settings, code or data
 AFTER_TRAINING = ("run_dir", "export", "quantize", "int8", "serve", "report", "device")
 
 
@@ -268,11 +269,19 @@ def _command_text(value: Any) -> Any:
 
 
 def result_differences(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """One line per result the recipe recorded in its config that differs (its first values shown)."""
     ca, cb = _config(a), _config(b)
-    flat_a = _flatten({k: ca[k] for k in RECORDED_RESULTS if k in ca})
-    flat_b = _flatten({k: cb[k] for k in RECORDED_RESULTS if k in cb})
-    return [_difference("recorded results", key, va, vb, "an effect of the run, not a cause")
-            for key, va, vb in _pairs(flat_a, flat_b)]
+    found = []
+    for key in RECORDED_RESULTS:
+        va, vb = ca.get(key), cb.get(key)
+        if va == vb:
+            continue
+        inner = _pairs(_flatten(va), _flatten(vb)) if isinstance(va, dict) and isinstance(vb, dict) else []
+        shown = ", ".join(f"{k} {_short(x, 12)} -> {_short(y, 12)}" for k, x, y in inner[:3])
+        note = f"{len(inner)} values differ: {shown}{', ...' if len(inner) > 3 else ''}; " if inner else ""
+        found.append(_difference("recorded results", key, "recorded" if inner else va, "recorded" if inner else vb,
+                                 note + "an effect of the run, not a cause"))
+    return found
 
 
 def _summary(run: Path, manifest: dict[str, Any]) -> dict[str, Any]:
@@ -312,6 +321,15 @@ def compare_runs(run_a: str | os.PathLike[str], run_b: str | os.PathLike[str]) -
     groups = [*settings_differences(a, b), *code_differences(a, b, path_a, path_b),
               *data_differences(a, b, path_a, path_b), *environment_differences(a, b), *run_differences(a, b),
               *command_differences(a, b), *result_differences(a, b)]
+    causes = [d for d in groups if d["group"] in ("settings", "code", "data") and d["key"] not in DERIVED_SHAPE]
+    for d in groups:
+        if d["key"] in DERIVED_SHAPE and causes:
+            d["note"] = "follows from the differences in settings, code or data (e.g. a vocabulary built from other rows)"
+            d["derived"] = True
+    if any(d["key"] == "seed" for d in groups):
+        for d in groups:
+            if d["group"] == "data" and "added" in d and not d.get("relabelled"):
+                d["note"] += "; the rows a seeded split or subset draws: the seed's doing"
     metric = summary_a["metric"] if summary_a["metric"] == summary_b["metric"] else None
     curves = compare_curves(read_metrics(path_a), read_metrics(path_b), metric)
     comparison = {"a": summary_a, "b": summary_b, "differences": groups, "curves": curves}

@@ -45,7 +45,7 @@ def _array_rows(array: np.ndarray) -> list[int]:
 
 def _tensor_numpy(value: Any) -> np.ndarray | None:
     if callable(getattr(value, "detach", None)):  # a torch.Tensor, read without importing torch here
-        return value.detach().cpu().contiguous().numpy()  # type: ignore[no-any-return]
+        return value.detach().cpu().contiguous().numpy()
     return value if isinstance(value, np.ndarray) else None
 
 
@@ -72,14 +72,15 @@ def split_rows(dataset: Any) -> np.ndarray | None:
             digests = _array_rows(images)
             labels = _labels(dataset.labels)
     elif isinstance(getattr(dataset, "tensors", None), tuple) and dataset.tensors:
-        arrays = [_tensor_numpy(t) for t in dataset.tensors]
-        if all(a is not None for a in arrays):
+        converted = [_tensor_numpy(t) for t in dataset.tensors]
+        arrays = [a for a in converted if a is not None]
+        if len(arrays) == len(converted):
             last = arrays[-1]
-            is_label = len(arrays) > 1 and last is not None and last.ndim == 1 and last.dtype.kind in "iub"
+            is_label = len(arrays) > 1 and last.ndim == 1 and last.dtype.kind in "iub"
             features = arrays[:-1] if is_label else arrays
-            rows = [b"".join(a[i].tobytes() for a in features if a is not None) for i in range(len(arrays[0]))]
+            rows = [b"".join(a[i].tobytes() for a in features) for i in range(len(arrays[0]))]
             digests = [_digest(r) for r in rows]
-            labels = last.astype(np.int64) if is_label and last is not None else np.zeros(len(rows), np.int64)
+            labels = last.astype(np.int64) if is_label else np.zeros(len(rows), np.int64)
     if digests is None or labels is None:
         return None
     if indices is not None:

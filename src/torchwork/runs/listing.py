@@ -313,8 +313,7 @@ def format_rows(rows: Sequence[RunRow]) -> str:
             if row.study in shown:
                 continue
             shown.add(row.study)
-            trials = sorted(studies[row.study], key=lambda t: (not str(t.trial).isdigit(),
-                                                              int(t.trial) if str(t.trial).isdigit() else 0, t.name))
+            trials = sorted(studies[row.study], key=_trial_order)
             states = {s: sum(1 for t in trials if t.state == s) for s in dict.fromkeys(t.state for t in trials)}
             table.append([f"study {row.study}: {len(trials)} trials ("
                           + ", ".join(f"{n} {s}" for s, n in states.items()) + ")"])
@@ -332,6 +331,11 @@ def format_rows(rows: Sequence[RunRow]) -> str:
     problems = [r for r in rows if r.problem]
     lines.extend(f"{r.name}: {r.problem}" for r in problems)
     return "\n".join(lines)
+
+
+def _trial_order(row: RunRow) -> tuple[bool, int, str]:
+    number_ = str(row.trial)
+    return (not number_.isdigit(), int(number_) if number_.isdigit() else 0, row.name)
 
 
 def _cells(row: RunRow, indent: str) -> list[str]:

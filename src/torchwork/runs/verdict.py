@@ -31,7 +31,6 @@ CODE_SUFFIXES = (".py", ".pyx", ".c", ".cc", ".cpp", ".cu", ".h", ".yaml", ".yml
                  ".ini", ".txt")
 SEED_FREE = ("seed", "run_dir", "threads")  # settings that may differ between runs of one seed sweep
 NEGLIGIBLE = 5  # a score at or below this is not a candidate cause
-DERIVED_SHAPE = ("model.parameters", "model.structure")
 
 
 def _drawn_by_seed(d: dict[str, Any], seed_differs: bool) -> bool:
@@ -128,12 +127,9 @@ def rank_causes(comparison: dict[str, Any], a: dict[str, Any], b: dict[str, Any]
     change = None if va is None or vb is None else vb - va
     differences = comparison["differences"]
     seed_differs = any(d["key"] == "seed" for d in differences)
-    # The model's size follows from the settings, the code or the data (a vocabulary built from the rows)
-    derived_from = [d for d in differences if d["group"] in ("settings", "code", "data")
-                    and d["key"] not in DERIVED_SHAPE and not d.get("unknown")]
     causes = []
     for d in differences:
-        if d["key"] in DERIVED_SHAPE and derived_from:
+        if d.get("derived"):  # the model's size, following from the other differences
             continue
         points = score(d, seed_differs, metric)
         if points > NEGLIGIBLE:
@@ -168,9 +164,11 @@ def _conclusion(verdict: dict[str, Any], divergence: dict[str, Any] | None) -> s
         if change is None or spread is None or noise["seeds"] < 2:
             return head + "; only the seed differs: within noise"
         if abs(change) <= spread + 1e-12:
-            extra = "" if noise["seeds"] > 2 else " (only these two seeds measured: run more seeds for a real spread)"
+            if noise["seeds"] == 2:
+                return head + "; only the seed differs: within noise (only these two seeds measured: run more " \
+                              "seeds to measure the spread)"
             return head + f"; only the seed differs: within noise (seed spread {spread:.4f} over " \
-                          f"{noise['seeds']} seeds{extra})"
+                          f"{noise['seeds']} seeds)"
         return head + f"; only the seed differs, yet by more than the seed spread ({spread:.4f} over " \
                       f"{noise['seeds']} seeds): run more seeds before trusting it"
     top = causes[0]["what"]
