@@ -58,9 +58,11 @@ def load_manifest_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path} is not UTF-8 text ({error.reason} at byte {error.start}): not a manifest."
                           ) from None
     except json.JSONDecodeError as error:
-        cut = "half-written (it ends early)" if error.pos >= size - 2 else "edited by hand or damaged"
-        raise ConfigError(f"{path} is not valid JSON, {cut}: {error.msg} at line {error.lineno} column "
-                          f"{error.colno}. Restore it from a copy, or remove the run folder.") from None
+        # a file cut short ends inside a value: the parser reaches its end, or a string never closes
+        ends_early = error.pos >= len(error.doc.rstrip()) - 1 or error.msg.startswith("Unterminated string")
+        cut = "half-written (it ends early)" if ends_early else "edited by hand or damaged"
+        raise ConfigError(f"{path} is not valid JSON, {cut}: {error.msg} (line {error.lineno}, column "
+                          f"{error.colno}). Restore it from a copy, or remove the run folder.") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path} holds a JSON {type(data).__name__}, not a run manifest (a JSON object).")
     return data
