@@ -16,6 +16,7 @@ from runs_helpers import tiny_fit
 
 import torchwork
 from torchwork.errors import ConfigError
+from torchwork.runs.compare import compare_runs
 from torchwork.runs.listing import filter_rows, format_rows, list_runs, sort_rows
 from torchwork.runs.show import describe_run
 
@@ -149,3 +150,39 @@ def test_bad_input_is_one_clear_line_never_a_traceback(runs, tmp_path):
         assert "Traceback" not in done.stderr, (args, done.stderr)
     listed = cli("ls", str(tmp_path))
     assert listed.returncode == 0 and "half: " in listed.stdout and "unreadable" in listed.stdout
+
+
+def _copy_with(run: Path, target: Path, edit) -> Path:
+    import shutil
+
+    shutil.copytree(run, target)
+    manifest = json.loads((target / "manifest.json").read_text())
+    edit(manifest)
+    (target / "manifest.json").write_text(json.dumps(manifest))
+    return target
+
+
+def test_identical_runs_differ_in_nothing_and_the_verdict_says_training_was_untouched(tmp_path):
+    a = tiny_fit(tmp_path / "runs", epochs=2).run_path
+    b = tiny_fit(tmp_path / "runs", epochs=2).run_path  # same seed, settings, data and code
+    comparison = compare_runs(a, b)
+    assert comparison["differences"] == [] and comparison["curves"]["divergence"] is None
+    assert "did not change and the curves are identical" in comparison["verdict"]["conclusion"]
+
+
+def test_an_environment_difference_is_ranked_with_env_diff_and_the_page_escapes_values(tmp_path):
+    a = tiny_fit(tmp_path / "runs", epochs=1).run_path
+
+    def older_torch(manifest):
+        manifest["environment"]["torch"] = "1.13.1+cpu"
+        manifest["config"]["note"] = "<script>alert(1)</script>"
+
+    b = _copy_with(a, tmp_path / "runs" / "b", older_torch)
+    comparison = compare_runs(a, b)
+    environment = [d for d in comparison["differences"] if d["group"] == "environment"]
+    assert environment[0]["key"] == "torch major version" and environment[0]["env_rank"] == 1
+    assert [c["key"] for c in comparison["verdict"]["causes"]] == ["note", "torch major version"]
+    from torchwork.runs.diff_html import render
+
+    page = render(comparison)
+    assert "<script>" not in page and "&lt;script&gt;" in page

@@ -107,3 +107,14 @@ def test_tensorboard_gets_the_hparams_table_in_the_run_folder(tmp_path):
     manifest = json.loads((trainer.run_path / "manifest.json").read_text())
     assert best[-1].value == pytest.approx(manifest["monitor"]["best"])
     assert [p.name for p in trainer.run_path.joinpath("tensorboard").iterdir() if p.is_dir()] == []  # one logdir
+
+
+def test_a_dataset_whose_rows_cannot_be_read_is_said_so_and_the_run_goes_on(tmp_path):
+    class Named(torch.utils.data.Dataset):
+        texts, labels = ["a", "b"], ["good", "bad"]  # labels that are not class indices
+
+        def __len__(self):
+            return 2
+
+    recorded = record_splits(tmp_path, {"train": torch.utils.data.DataLoader(Named())})
+    assert recorded["train"]["rows"] is None and "could not be read (ValueError" in recorded["train"]["why"]

@@ -109,7 +109,11 @@ def record_splits(run: Path, splits: Mapping[str, Any]) -> dict[str, Any]:
         if source is None:
             continue
         dataset = getattr(source, "dataset", source)
-        rows = split_rows(dataset)
+        try:
+            rows = split_rows(dataset)
+        except (ValueError, TypeError, IndexError) as error:  # labels that are not integers, say: never stop a run
+            recorded[name] = {"rows": None, "why": f"its rows could not be read ({type(error).__name__}: {error})"[:300]}
+            continue
         if rows is None:
             size = getattr(dataset, "__len__", None)  # a plain list of batches has no rows to count
             recorded[name] = {"rows": size() if callable(size) and dataset is not source else None,
