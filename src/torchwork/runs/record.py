@@ -79,6 +79,6 @@ def record_end(manifest: dict[str, Any], error: BaseException | None, best: floa
     else:
         manifest.pop("error", None)
     monitored = manifest.setdefault("monitor", {})
-    if isinstance(monitored, dict):
-        monitored.update(best=best, final=final, steps=steps)
+    if isinstance(monitored, dict):  # a resumed run that ends before its next checkpoint keeps what it had
+        monitored.update({k: v for k, v in (("best", best), ("final", final), ("steps", steps)) if v is not None})
     return manifest
