@@ -85,13 +85,10 @@ class RunRow:
         return data
 
 
-def _is_run(path: Path, names: set[str]) -> bool:
-    return MANIFEST in names and ("checkpoints" in names or "metrics.jsonl" in names)
-
-
-def run_folders(root: Path) -> Iterator[Path]:
-    """Every run folder under ``root`` (``root`` itself included), parents before the runs nested in them."""
-    stack = [(root, 0)]
+def run_folders(root: Path) -> Iterator[str]:
+    """Every run folder under ``root`` (``root`` itself included), parents before the runs nested in them.
+    Paths as strings: this walk visits every folder, and pathlib costs more than the reading."""
+    stack = [(str(root), 0)]
     while stack:
         folder, depth = stack.pop()
         try:
@@ -99,12 +96,12 @@ def run_folders(root: Path) -> Iterator[Path]:
         except OSError:
             continue
         names = {e.name for e in entries}
-        if _is_run(folder, names):
+        if MANIFEST in names and ("checkpoints" in names or "metrics.jsonl" in names):
             yield folder
         if depth < MAX_DEPTH:
-            subfolders = sorted((e.name for e in entries if e.name not in NOT_RUNS and e.is_dir(follow_symlinks=False)),
+            subfolders = sorted((e.path for e in entries if e.name not in NOT_RUNS and e.is_dir(follow_symlinks=False)),
                                 reverse=True)
-            stack.extend((folder / name, depth + 1) for name in subfolders)
+            stack.extend((path, depth + 1) for path in subfolders)
 
 
 def _alive(pid: int, started: float | None) -> bool:
@@ -148,20 +145,26 @@ def _unended_metric(run: Path, metric: str | None) -> tuple[float | None, float 
             best = number(recorded.get("value"))
     except (OSError, ValueError):
         pass
-    tail = metrics_tail(run)
-    final = next((number(line.get(metric)) for line in reversed(tail) if metric in line), None) if metric else None
-    last = number(tail[-1].get("time")) if tail else None
+    final = last = None
+    for line in metrics_tail(run):  # newest first, parsed only as far as needed
+        if last is None:
+            last = number(line.get("time"))
+        if metric in line:
+            final = number(line.get(metric))
+            break
     return best, final, last
 
 
-def read_row(run: Path, root: Path, host: str | None = None) -> RunRow:
+def read_row(run: str | Path, root: str | Path, host: str | None = None) -> RunRow:
     """The row of one run folder (a damaged manifest gives a row that says so)."""
-    name = "." if run == root else run.relative_to(root).as_posix()
-    row = RunRow(name, run)
-    parts = run.relative_to(root).parts
+    run_text, root_text = os.fspath(run), os.fspath(root).rstrip(os.sep)
+    relative = run_text[len(root_text) + 1:] if run_text.startswith(root_text + os.sep) else ""
+    parts = relative.split(os.sep) if relative else []
+    row = RunRow("/".join(parts) or ".", Path(run_text))
     if "trials" in parts[:-1]:  # <study>/trials/<number>/..., the layout of torchwork tune
         at = parts.index("trials")
-        row.study, row.trial = (parts[at - 1] if at else root.name), parts[at + 1]
+        row.study, row.trial = (parts[at - 1] if at else os.path.basename(root_text)), parts[at + 1]
+    run = row.path
     try:
         manifest = load_manifest_file(run / MANIFEST)
     except (ConfigError, OSError) as error:

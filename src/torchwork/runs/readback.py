@@ -97,7 +97,9 @@ def recipe_of(manifest: dict[str, Any]) -> str:
             return rest[rest.index("--recipe") + 1] if "--recipe" in rest[:-1] else "sentiment"
         if word in ("train", "tune") and rest and not rest[0].startswith("-"):
             return Path(rest[0]).stem if rest[0].endswith((".yaml", ".yml")) else rest[0]
-    return Path(argv[0]).name if argv else "unknown"
+    if not argv:
+        return "unknown"
+    return "python -c" if argv[0] == "-c" else Path(argv[0]).name
 
 
 def parse_time(text: Any) -> float | None:
@@ -127,8 +129,8 @@ def read_metrics(run: Path) -> list[dict[str, Any]]:
         return []
 
 
-def metrics_tail(run: Path) -> list[dict[str, Any]]:
-    """The last lines of ``metrics.jsonl`` (its last 64 KiB), oldest first."""
+def metrics_tail(run: Path) -> Iterator[dict[str, Any]]:
+    """The last lines of ``metrics.jsonl`` (its last 64 KiB), newest first, each parsed when reached."""
     try:
         with open(run / "metrics.jsonl", "rb") as handle:
             handle.seek(0, os.SEEK_END)
@@ -136,10 +138,10 @@ def metrics_tail(run: Path) -> list[dict[str, Any]]:
             handle.seek(max(0, size - TAIL_BYTES))
             data = handle.read()
     except OSError:
-        return []
+        return iter(())
     if size > TAIL_BYTES:
         data = data.split(b"\n", 1)[-1]  # the first line may start mid-way
-    return list(_metric_lines(data))
+    return _metric_lines(b"\n".join(reversed(data.splitlines())))
 
 
 def number(value: Any) -> float | None:
