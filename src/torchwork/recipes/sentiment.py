@@ -202,9 +202,10 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
     trainer = Trainer(model, optimizer, loss_fn, scheduler, device="cpu", precision=precision,
                       clip_grad_norm=config.clip_grad_norm, epoch_metrics={"macro_f1": macro_f1},
                       early_stopping=EarlyStopping("val_macro_f1", mode="max", patience=config.patience),
-                      run_dir=config.run_dir, config={**dataclasses.asdict(config), "precision_chosen": precision,
-                                                      "precision_timing": timing, "baseline": baseline,
-                                                      "threads_used": torch.get_num_threads()})
+                      run_dir=config.run_dir, data_splits={"test": test},
+                      config={**dataclasses.asdict(config), "precision_chosen": precision,
+                              "precision_timing": timing, "baseline": baseline,
+                              "threads_used": torch.get_num_threads()})
     training_started = time.perf_counter()
     history = trainer.fit(train_loader, val_loader, epochs=config.epochs)
     training_seconds = time.perf_counter() - training_started
