@@ -24,13 +24,13 @@ from torchwork.errors import ConfigError
 PRUNERS = ("median", "hyperband", "none")
 
 
-def make_pruner(name: str, max_epochs: int = 12) -> Any:
-    """``median`` (Optuna's MedianPruner after 4 finished trials and 1 epoch), ``hyperband`` (epochs as the
-    resource) or ``none``."""
+def make_pruner(name: str, max_epochs: int = 12, trials: int = 16) -> Any:
+    """``median`` (Optuna's MedianPruner, from the second epoch on, once a quarter of the trials, at least 1
+    and at most 4, have finished), ``hyperband`` (epochs as the resource) or ``none``."""
     import optuna
 
     if name == "median":
-        return optuna.pruners.MedianPruner(n_startup_trials=4, n_warmup_steps=1)
+        return optuna.pruners.MedianPruner(n_startup_trials=min(4, max(1, trials // 4)), n_warmup_steps=1)
     if name == "hyperband":
         return optuna.pruners.HyperbandPruner(min_resource=1, max_resource=max(int(max_epochs), 1),
                                               reduction_factor=3)

@@ -107,7 +107,7 @@ def prepare(options: TuneOptions) -> dict[str, Any]:
 
     max_epochs = max([target.config.epochs, *(v for s in space.settings if s.name == "epochs" for v in s.extremes())])
     write_json(folder / SPEC, {"study": name, "base": target.describe(), "space": space.describe_raw(),
-                               "seed": options.seed, "pruner": options.pruner, "max_epochs": int(max_epochs),
+                               "seed": options.seed, "pruner": options.pruner, "max_epochs": int(max_epochs), "trials": options.trials,
                                "heartbeat_s": options.heartbeat_s, "grace_s": options.grace_s})
     return {"target": target, "space": space, "study": study, "folder": folder, "url": url, "queued": queued}
 

@@ -40,6 +40,12 @@ class RecipeTarget:
             from torchwork.recipes.config import apply_overrides
 
             config = apply_overrides(config, {"seed": seed})
+        if getattr(config, "precision", None) == "auto":
+            from torchwork.recipes.config import apply_overrides
+
+            # "auto" chooses by timing, which the machine's load sways: trials (and their retries) would not
+            # all train alike. Trials train in fp32 unless --set precision= says otherwise.
+            config = apply_overrides(config, {"precision": "32"})
         self.config = config
         self.module = importlib.import_module(RECIPES[self.name][0])
         if not hasattr(self.module, "validation_objective"):
@@ -62,7 +68,9 @@ class RecipeTarget:
 
     def describe(self) -> dict[str, Any]:
         """What the study records about its base (compared when the study is run again)."""
-        return {"recipe": self.name, "config": self.recipe_or_config, "settings": self.settings}
+        # run_dir may differ from machine to machine running the same study
+        return {"recipe": self.name, "config": self.recipe_or_config,
+                "settings": [s for s in self.settings if not s.replace(" ", "").startswith("run_dir=")]}
 
     def config_for(self, params: dict[str, Any], folder: str | Path, threads: int) -> Any:
         """The config of one trial: the base, its params, its folder and thread count (validated)."""
@@ -82,7 +90,7 @@ class RecipeTarget:
                 try:
                     apply_overrides(self.config, {setting.name: value})
                 except ConfigError as error:
-                    problems.append(f"{setting.name}={value!r} ({str(error).rstrip('.')})")
+                    problems.append(str(error).rstrip("."))
                     break
         if problems:
             raise ConfigError("space: values the recipe refuses: " + "; ".join(problems) + ". Narrow the range.")

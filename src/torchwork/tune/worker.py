@@ -45,7 +45,7 @@ def open_study_for(spec: dict[str, Any], url: str) -> Any:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = open_storage(url, spec["heartbeat_s"], spec["grace_s"], stale_callback=queue_retry)
     return optuna.load_study(study_name=spec["study"], storage=storage,
-                             pruner=make_pruner(spec["pruner"], spec["max_epochs"]))
+                             pruner=make_pruner(spec["pruner"], spec["max_epochs"], spec["trials"]))
 
 
 def work(study_folder: Path, url: str, threads: int, deadline: float | None = None) -> int:
