@@ -177,7 +177,11 @@ def read_space(path: str | os.PathLike[str], integer_fields: set[str] | None = N
     if not file.is_file():
         raise ConfigError(f"space file {file} does not exist (write one setting per line, e.g. "
                           "'lr: {low: 1.0e-4, high: 0.1, log: true}').")
-    return Space.from_mapping(read_yaml(file), integer_fields, where=f"space {file}")
+    try:
+        data = read_yaml(file)
+    except ConfigError as error:  # YAML's messages span lines; one line here
+        raise ConfigError(" ".join(str(error).split())) from None
+    return Space.from_mapping(data, integer_fields, where=f"space {file}")
 
 
 def check_names(space: Space, fields: list[str], refused: Mapping[str, str]) -> None:

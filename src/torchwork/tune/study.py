@@ -41,6 +41,9 @@ def open_study(storage: Any, name: str, record: dict[str, Any]) -> Any:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     direction = record["direction"]
     study = optuna.create_study(storage=storage, study_name=name, direction=direction, load_if_exists=True)
+    if study.direction.name.lower() != direction:
+        raise ConfigError(f"study {name!r} exists with direction {study.direction.name.lower()}, not {direction}; "
+                          "give another --study name.")
     existing = study.user_attrs.get(ATTR)
     if existing is None:
         if study.trials:
@@ -48,9 +51,6 @@ def open_study(storage: Any, name: str, record: dict[str, Any]) -> Any:
                               "give another --study name.")
         study.set_user_attr(ATTR, json.loads(json.dumps(record)))
         return study
-    if study.direction.name.lower() != direction:
-        raise ConfigError(f"study {name!r} exists with direction {study.direction.name.lower()}, not {direction}; "
-                          "give another --study name.")
     for key, what in (("objective", "objective"), ("space", "space"), ("seed", "seed"), ("base", "recipe and --set")):
         if existing.get(key) != json.loads(json.dumps(record[key])):
             raise ConfigError(f"study {name!r} exists with another {what} ({_short(existing.get(key))}); run it "
