@@ -93,5 +93,6 @@ def test_a_study_with_another_direction_is_refused(tmp_path, capsys) -> None:
 
     folder = tmp_path / "runs" / "tune" / "s"
     folder.mkdir(parents=True)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     optuna.create_study(storage=open_storage(default_url(folder)), study_name="s", direction="minimize")
     _refused(capsys, _tune(tmp_path, "--study", "s"), "study 's' exists with direction minimize, not maximize")
