@@ -40,10 +40,11 @@ def make_pruner(name: str, max_epochs: int = 12, trials: int = 16) -> Any:
 
 
 class PruningCallback(Callback):
-    """Reports ``monitor`` at the end of every epoch to ``trial`` and stops a trial the pruner prunes."""
+    """Reports ``monitor`` at the end of every epoch to ``trial`` and stops a trial the pruner prunes
+    (before its last epoch, ``epochs``)."""
 
-    def __init__(self, trial: Any, monitor: str) -> None:
-        self.trial, self.monitor = trial, monitor
+    def __init__(self, trial: Any, monitor: str, epochs: int | None = None) -> None:
+        self.trial, self.monitor, self.epochs = trial, monitor, epochs
         self.pruned_at: int | None = None
         self.reported: list[int] = []
         self.resumed_epochs = 0
@@ -53,6 +54,8 @@ class PruningCallback(Callback):
         self.reported.append(int(epoch))
 
     def _check(self, trainer: Any, epoch: int) -> None:
+        if self.epochs is not None and epoch + 1 >= self.epochs:
+            return  # the last epoch is trained already: pruning it would save nothing and lose its score
         if self.trial.should_prune():
             self.pruned_at = epoch
             trainer.should_stop = True

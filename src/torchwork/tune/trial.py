@@ -114,7 +114,8 @@ def run_trial(study: Any, trial: Any, target: Any, space: Any, study_folder: Pat
     info: dict[str, Any] = {"study": study.study_name, "trial": number, "attempt": attempt,
                             "optuna_trial": trial.number, "params": params, "threads": torch.get_num_threads(),
                             "state": "RUNNING", "started": time.time()}
-    callback = PruningCallback(trial, target.objective["name"])
+    epochs = getattr(target.config_for(params, folder, threads), "epochs", None)
+    callback = PruningCallback(trial, target.objective["name"], epochs)
     started = time.perf_counter()
     with heartbeat(study._storage, trial._trial_id, heartbeat_s), resuming(folder) as resumed:
         info["resumed_from"] = str(resumed) if resumed else None
