@@ -170,23 +170,26 @@ class CheckpointManager:
         return [p for _, p in sorted(found)]
 
     def save(self, state: Mapping[str, Any], step: int, metrics: Mapping[str, Any] | None = None) -> Path | None:
-        """Save ``state`` as ``step-<step>.pt``; update ``best.pt``; prune old ones. None if refused."""
+        """Update ``best.pt``; save ``state`` as ``step-<step>.pt``; prune old ones. None if refused.
+
+        best.pt comes first: killed in between, the run resumes from the previous step checkpoint and writes
+        best.pt again; the other way round, the resumed run would hold the best value but no best.pt."""
         path = self.directory / f"step-{step:09d}.pt"
         try:
+            if self.monitor and metrics and self.monitor in metrics:
+                value = float(metrics[self.monitor])
+                better = self.best_value is None or (value < self.best_value if self.mode == "min"
+                                                     else value > self.best_value)
+                if better:
+                    save_checkpoint(state, self.directory / "best.pt")
+                    self.best_value = value
+                    with atomic_write(self.directory / "best.json", "w") as handle:
+                        json.dump({"monitor": self.monitor, "mode": self.mode, "value": value, "step": step,
+                                   "from": path.name}, handle)
             save_checkpoint(state, path)
         except NonFiniteWeightsError as error:
             print(f"torchwork: {error}", file=sys.stderr)
             return None
-        if self.monitor and metrics and self.monitor in metrics:
-            value = float(metrics[self.monitor])
-            better = self.best_value is None or (value < self.best_value if self.mode == "min"
-                                                 else value > self.best_value)
-            if better:
-                self.best_value = value
-                save_checkpoint(state, self.directory / "best.pt")
-                with atomic_write(self.directory / "best.json", "w") as handle:
-                    json.dump({"monitor": self.monitor, "mode": self.mode, "value": value, "step": step,
-                               "from": path.name}, handle)
         for old in self.step_checkpoints()[: -self.keep]:
             # checksum first: killed in between, a checkpoint without its checksum is skipped and pruned later
             _checksum_path(old).unlink(missing_ok=True)
