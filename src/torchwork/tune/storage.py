@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,10 @@ def open_storage(url: str, heartbeat_s: int = HEARTBEAT_S, grace_s: int = GRACE_
     import sqlalchemy
 
     check_url(url)
+    given = url
+    if url.startswith("postgresql://"):
+        # SQLAlchemy 2.1 reads a bare postgresql:// as psycopg 3; the driver installed is psycopg2
+        url = "postgresql+psycopg2://" + url[len("postgresql://"):]
     path = sqlite_path(url)
     engine_kwargs: dict[str, Any] = {}
     if path is not None:
@@ -72,15 +77,23 @@ def open_storage(url: str, heartbeat_s: int = HEARTBEAT_S, grace_s: int = GRACE_
         engine_kwargs = {"connect_args": {"timeout": BUSY_TIMEOUT_S, "isolation_level": None}}
     else:
         engine_kwargs = {"pool_pre_ping": True, "connect_args": {"connect_timeout": 10}}
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_s,
-                                                 grace_period=grace_s, heartbeat_stale_trial_callback=stale_callback)
-    except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as error:
-        reason = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
-        raise ConfigError(f"cannot open the study storage {describe_url(url)}: {reason}. Check that the server "
-                          "runs and the URL (user, password, host, port, database) is right.") from None
+    for attempt in range(5):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs,
+                                                     heartbeat_interval=heartbeat_s, grace_period=grace_s,
+                                                     heartbeat_stale_trial_callback=stale_callback)
+            break
+        except sqlalchemy.exc.IntegrityError:
+            # two machines creating the tables of a fresh database at once: the loser retries
+            if attempt == 4:
+                raise
+            time.sleep(0.5 + attempt)
+        except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as error:
+            reason = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
+            raise ConfigError(f"cannot open the study storage {describe_url(given)}: {reason}. Check that the "
+                              "server runs and the URL (user, password, host, port, database) is right.") from None
     if path is not None:
         sqlalchemy.event.listen(storage.engine, "begin", _begin_immediate)
         storage.engine.dispose()  # connections made before the listener are not reused
