@@ -11,7 +11,7 @@
 - full (``--full``): a 24-trial study on the full data, best validation and test macro-F1 against the defaults.
 
 Run: ``python benchmarks/tune.py`` (the issue's sizes: 16 trials on the quick subset of 3000 rows) or
-``python benchmarks/tune.py --short`` (8 trials on 1000 rows, a few minutes on 2 cores).
+``python benchmarks/tune.py --short`` (6 trials on 300 rows, minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def killed_study(runs: Path, trials: int, subset: int, kills: int, seed: int = 0
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--short", action="store_true", help="8 trials on 1000 rows (a few minutes)")
+    parser.add_argument("--short", action="store_true", help="6 trials on 300 rows (minutes)")
     parser.add_argument("--full", action="store_true", help="also the 24-trial study on the full data (an hour)")
     parser.add_argument("--only", default="storage,pruning,workers,kill", help="parts to run")
     parser.add_argument("--storage-worker", nargs=3, help=argparse.SUPPRESS)
@@ -155,7 +155,7 @@ def main() -> None:
         url, kind, trials = args.storage_worker
         storage_worker(url, kind == "plain", int(trials))
         return
-    trials, subset = (8, 1000) if args.short else (16, 3000)
+    trials, subset = (6, 300) if args.short else (16, 3000)
     parts = set(args.only.split(","))
     result: dict[str, Any] = {"cores": len(os.sched_getaffinity(0)), "trials": trials, "subset": subset}
     folder = Path(tempfile.mkdtemp(prefix="torchwork-tune-bench-"))
@@ -183,7 +183,7 @@ def main() -> None:
                              "speedup": round(off["wall_s"] / two["wall_s"], 2), "same_params": same,
                              "threads_per_worker": two["threads_per_worker"]}
     if "kill" in parts:
-        kills = 10 if not args.short else 4
+        kills = 10 if not args.short else 3
         runs = folder / "killed" / "runs"
         killed = killed_study(runs, trials, subset, kills)
         if killed["returncode"] != 0:

@@ -109,8 +109,34 @@ def test_best_yaml_reruns_to_the_same_validation_score(reference) -> None:
                            "--set", "export_formats=onnx", "--set", "quantize=false"],
                           env=environment(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    (run,) = [p for p in (folder / "best").iterdir() if p.is_dir()]
+    run = max(p for p in (folder / "best").iterdir() if p.is_dir())
     assert json.loads((run / "checkpoints" / "best.json").read_text())["value"] == summary["best_value"]
+
+
+def test_the_final_runs_score_the_defaults_and_the_best_on_test(reference) -> None:
+    import time
+
+    from tune_helpers import SPACE
+
+    from torchwork.tune.results import finish
+    from torchwork.tune.runner import TuneOptions, prepare
+
+    runs, _ = reference
+    space = runs.parent / "final-space.yaml"
+    space.write_text(SPACE)
+    options = TuneOptions("sentiment", str(space), trials=TRIALS, study="ref", seed=0,
+                          settings=[f"run_dir={runs}", "subset=300", "batch_size=64"])
+    prepared = prepare(options)
+    assert prepared["queued"] == 0  # a finished study: nothing to run again
+    summary = finish(prepared, options, len(os.sched_getaffinity(0)), time.perf_counter())
+    defaults = summary["defaults"]
+    assert 0 < defaults["value"] <= 1 and defaults["epochs"] >= 1
+    assert summary["gain_over_defaults"] == round(summary["best_value"] - defaults["value"], 6)
+    rerun = summary["best_rerun"]
+    assert rerun["validation_equal"] is True and rerun["validation"] == summary["best_value"]
+    assert 0 < rerun["test"]["macro_f1"] <= 1
+    html = (study_folder(runs, "ref") / "report.html").read_text()
+    assert "Gain of the best settings over the defaults" in html
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make installs it as root)")
