@@ -168,3 +168,15 @@ def test_two_workers_try_the_same_params_with_their_share_of_threads(reference, 
     summary = json.loads((study_folder(other, "two") / "summary.json").read_text())
     assert summary["workers"] == 2 and summary["threads_per_worker"] == expected
     assert (study_folder(other, "two") / "workers" / "0.log").is_file()  # the engine's output, not the terminal
+
+
+def test_eight_workers_share_the_embedded_storage(tmp_path) -> None:
+    runs = tmp_path / "runs"
+    done = run_tune(runs, "eight", "--workers", "8", trials=8)
+    folder = study_folder(runs, "eight")
+    logs = done.stdout + done.stderr + "".join(p.read_text() for p in (folder / "workers").glob("*.log"))
+    assert "database is locked" not in logs and "Traceback" not in logs, logs[-3000:]
+    assert len(list((folder / "workers").glob("*.log"))) == 8
+    assert {t.state.name for t in trials_of(runs, "eight")} <= {"COMPLETE", "PRUNED"}
+    assert sorted(outcome(runs, "eight")) == list(range(8))
+    assert json.loads((folder / "summary.json").read_text())["threads_per_worker"] == 1
