@@ -180,3 +180,11 @@ def test_eight_workers_share_the_embedded_storage(tmp_path) -> None:
     assert {t.state.name for t in trials_of(runs, "eight")} <= {"COMPLETE", "PRUNED"}
     assert sorted(outcome(runs, "eight")) == list(range(8))
     assert json.loads((folder / "summary.json").read_text())["threads_per_worker"] == 1
+
+
+def test_timeout_starts_no_trial_after_it(tmp_path) -> None:
+    runs = tmp_path / "runs"
+    done = run_tune(runs, "late", "--timeout", "0.5")  # gone before a worker has even imported torch
+    summary = json.loads((study_folder(runs, "late") / "summary.json").read_text())
+    assert summary["trials"]["unfinished"] == TRIALS and summary["best_value"] is None, done.stdout
+    assert {t.state.name for t in trials_of(runs, "late")} == {"WAITING"}  # queued for the next run
