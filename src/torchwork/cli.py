@@ -205,6 +205,12 @@ def _runs_arguments(parser: argparse.ArgumentParser) -> None:
     add_arguments(parser)
 
 
+def _tune_arguments(parser: argparse.ArgumentParser) -> None:
+    from torchwork.tune.cli import add_arguments  # no torch or optuna import: --help stays fast
+
+    add_arguments(parser)
+
+
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     from torchwork.serve.server import add_arguments  # no torch or fastapi import: --help stays fast
 
@@ -218,6 +224,8 @@ COMMANDS: list[Command] = [
      _quickstart_arguments, "torchwork.recipes.registry:quickstart_main"),
     ("train", "run a recipe from its name or a YAML config, with --set overrides (--nproc for DDP)",
      _train_arguments, "torchwork.recipes.registry:train_main"),
+    ("tune", "tune a recipe's settings on Optuna: trials as run folders, pruned, parallel, crash-safe; "
+             "'tune show STUDY' prints the trials", _tune_arguments, "torchwork.tune.cli:cli_main"),
     ("resume", "continue a run from its newest valid checkpoint: re-run its recorded torchwork command "
                "(or, with --yes, its Python script)",
      _resume_arguments, "torchwork.runs.relaunch:main"),

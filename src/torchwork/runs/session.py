@@ -113,8 +113,8 @@ class RunSession:
                   f"{where}).", file=sys.stderr)
         manager = CheckpointManager(run / "checkpoints", keep=options.keep_checkpoints, monitor=monitor,
                                     mode=mode)
-        if state is not None:
-            manager.best_value = state.get("best_value")
+        if state is not None and checkpoint is not None:
+            manager.restore_best(state.get("best_value"), checkpoint, resume_step)
         loggers: list[Any] = [JsonlLogger(run / "metrics.jsonl", resume_step=resume_step)]
         if options.tensorboard:
             board = TensorBoardLogger(run / "tensorboard", resume_step=resume_step)
