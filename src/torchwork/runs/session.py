@@ -16,6 +16,7 @@ from typing import Any
 from torchwork.errors import CheckpointError
 from torchwork.files import write_json
 from torchwork.runs.checkpoint import CheckpointManager, load_checkpoint, remove_leftovers
+from torchwork.runs.contents import check_contents
 from torchwork.runs.folder import is_run_folder, latest_run, new_run_folder
 from torchwork.runs.loggers import JsonlLogger, TensorBoardLogger
 from torchwork.runs.manifest import RunDescription, build_manifest, format_summary
@@ -52,8 +53,21 @@ def find_resume_checkpoint(resume: str | Path, run_dir: str | Path | None) -> tu
 class RunSession:
     """Owns one run folder while ``fit`` runs."""
 
-    def __init__(self, path: Path, manager: CheckpointManager, loggers: list[Any]) -> None:
+    def __init__(self, path: Path, manager: CheckpointManager, loggers: list[Any],
+                 resume_record: dict[str, Any] | None = None) -> None:
         self.path, self.manager, self.loggers = path, manager, loggers
+        self._resume_record = resume_record  # written by record_resume(), once the state is restored
+
+    def record_resume(self) -> None:
+        """Add this resume to the manifest's ``resumes``: called after the checkpoint was restored, so a
+        resume that failed is never recorded."""
+        if self._resume_record is None:
+            return
+        manifest_path = self.path / "manifest.json"
+        manifest = _read_manifest(manifest_path)
+        manifest.setdefault("resumes", []).append(self._resume_record)
+        write_json(manifest_path, manifest)
+        self._resume_record = None
 
     @classmethod
     def open(cls, options: RunOptions, description: RunDescription, train_loader: Any, val_loader: Any,
@@ -69,19 +83,21 @@ class RunSession:
                 print(f"torchwork: {run} has no checkpoint yet: starting a new run.", file=sys.stderr)
                 run = None
         state = load_checkpoint(checkpoint, map_location=device) if checkpoint else None
+        if state is not None:
+            check_contents(state, checkpoint)
         if run is None:
             run = new_run_folder(options.run_dir)
         resume_step = state["counters"]["global_step"] if state else None
         manifest_path = run / "manifest.json"
+        record = None
         if state is None or not manifest_path.exists():
             manifest = build_manifest(description, train_loader, val_loader, epochs, options.config)
             manifest["started"] = _now()
             manifest["resumes"] = []
+            write_json(manifest_path, manifest)
         else:
-            manifest = json.loads(manifest_path.read_text())
-            manifest.setdefault("resumes", []).append({"at": _now(), "from": checkpoint.name,
-                                                       "step": resume_step})
-        write_json(manifest_path, manifest)
+            manifest = _read_manifest(manifest_path)  # damaged: refused before anything is written
+            record = {"at": _now(), "from": checkpoint.name, "step": resume_step}
         if state is None:
             print(format_summary(manifest, run), file=sys.stderr)
         else:
@@ -97,7 +113,7 @@ class RunSession:
         loggers = [JsonlLogger(run / "metrics.jsonl", resume_step=resume_step)]
         if options.tensorboard:
             loggers.append(TensorBoardLogger(run / "tensorboard", resume_step=resume_step))
-        return cls(run, manager, loggers), state
+        return cls(run, manager, loggers, record), state
 
     def save(self, state: dict[str, Any], metrics: dict[str, Any] | None = None) -> Path | None:
         state["best_value"] = self.manager.best_value
@@ -112,6 +128,19 @@ class RunSession:
     def close(self) -> None:
         for logger in self.loggers:
             logger.close()
+
+
+def _read_manifest(path: Path) -> dict[str, Any]:
+    """A resumed run's manifest, refused with a message when it is not the JSON object torchwork wrote."""
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as error:  # bad JSON or UTF-8 (ValueError), unreadable
+        raise CheckpointError(f"{path} is damaged ({str(error)[:120]}): the run's record cannot be extended. "
+                              "Restore it from a copy, or start a new run (resume=None).") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("resumes", []), list):
+        raise CheckpointError(f"{path} is damaged (not the JSON object torchwork writes, or 'resumes' is not a "
+                              "list): restore it from a copy, or start a new run (resume=None).")
+    return manifest
 
 
 def _remove_leftovers(run: Path) -> None:
