@@ -117,7 +117,8 @@ def main() -> None:
                                    "int8_alone": independence(plain, tokenizer, test[:200]),
                                    "served": independence(answer, tokenizer, test[:200])}
             print(f"{activations}: {json.dumps(result[activations])}", file=sys.stderr, flush=True)
-        model = MiniLMClassifier(classes=2)
+        labels = json.loads((args.artifact / "manifest.json").read_text())["postprocess"]["labels"]
+        model = MiniLMClassifier(classes=len(labels))
         model.load_state_dict(load_weights(args.artifact))
         model.eval()
 
