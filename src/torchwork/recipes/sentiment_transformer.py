@@ -382,7 +382,10 @@ def export_transformer(model: Any, config: Any, artifact: Path, train: Any, vali
                   calibration=list(validation.texts[:CALIBRATION_ROWS]),
                   quantize_attention_mask="attention_mask" if config.quantize else None,
                   quantize_fallback_agreement=(config.int8_fallback_agreement or None) if config.quantize else None,
-                  quantize_fallback_margin=(kept or {}).get("margin"), deploy=(kept or {}).get("deploy"))
+                  quantize_fallback_margin=(kept or {}).get("margin"), deploy=(kept or {}).get("deploy"),
+                  # activation scales fixed from the validation tweets: a served answer depends on its request
+                  # alone, not on the requests batched with it (benchmarks/deploy_static_int8.py)
+                  quantize_activations="static" if config.quantize else "dynamic")
 
 
 def speed_ratios(artifact: Path, model: Any, texts: Sequence[str], rounds: int = 5,

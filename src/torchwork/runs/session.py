@@ -15,6 +15,7 @@ from typing import Any
 from torchwork.errors import CheckpointError
 from torchwork.files import write_json
 from torchwork.runs.checkpoint import CheckpointManager, load_checkpoint, remove_leftovers
+from torchwork.runs.contents import check_contents
 from torchwork.runs.folder import is_run_folder, latest_run, new_run_folder
 from torchwork.runs.lineage import register
 from torchwork.runs.loggers import JsonlLogger, TensorBoardLogger
@@ -54,11 +55,24 @@ def find_resume_checkpoint(resume: str | Path, run_dir: str | Path | None) -> tu
 class RunSession:
     """Owns one run folder while ``fit`` runs."""
 
-    def __init__(self, path: Path, manager: CheckpointManager, loggers: list[Any]) -> None:
+    def __init__(self, path: Path, manager: CheckpointManager, loggers: list[Any],
+                 resume_record: dict[str, Any] | None = None) -> None:
         self.path, self.manager, self.loggers = path, manager, loggers
         self.final_value: float | None = None  # the monitored metric at the last checkpoint
         self.last_step: int | None = None
         self._error_at_open = sys.exc_info()[1]  # fit() may run inside a caller's except block
+        self._resume_record = resume_record  # written by record_resume(), once the state is restored
+
+    def record_resume(self) -> None:
+        """Add this resume to the manifest's ``resumes``: called after the checkpoint was restored, so a
+        resume that failed is never recorded."""
+        if self._resume_record is None:
+            return
+        manifest_path = self.path / "manifest.json"
+        manifest = _read_manifest(manifest_path)
+        manifest.setdefault("resumes", []).append(self._resume_record)
+        write_json(manifest_path, manifest)
+        self._resume_record = None
 
     @classmethod
     def open(cls, options: RunOptions, description: RunDescription, train_loader: Any, val_loader: Any,
@@ -74,10 +88,12 @@ class RunSession:
                 print(f"torchwork: {run} has no checkpoint yet: starting a new run.", file=sys.stderr)
                 run = None
         state = load_checkpoint(checkpoint, map_location=device) if checkpoint else None
+        if state is not None:
+            check_contents(state, checkpoint)
         current = build_manifest(description, train_loader, val_loader, epochs, options.config)
         manifest_path = run / "manifest.json" if run is not None else None
         if state is not None and run is not None and manifest_path is not None and manifest_path.exists():
-            recorded = json.loads(manifest_path.read_text())
+            recorded = _read_manifest(manifest_path)  # damaged: refused before anything is written
             if not _same_run(run, checkpoint, state, recorded, current, description, epochs,
                              latest=str(resume) == "latest"):
                 run, state, manifest_path = None, None, None
@@ -89,16 +105,17 @@ class RunSession:
         resume_step = state["counters"]["global_step"] if state else None
         monitor, mode = options.checkpoint_monitor or ("val_loss" if val_loader is not None else "train_loss",
                                                        "min")
+        record = None
         if state is None or not manifest_path.exists():
             manifest = {**current, "lineage": lineage, "started": now(), "resumes": []}
             splits = {"train": train_loader, "validation": val_loader, **options.data_splits}
             manifest.update(record_start(run, splits, monitor, mode))
         else:
-            manifest = json.loads(manifest_path.read_text())
-            entry = {"at": now(), "from": checkpoint.name if checkpoint else None, "step": resume_step}
+            manifest = _read_manifest(manifest_path)  # damaged: refused before anything is written
+            # recorded by record_resume() once the state is restored: a resume that fails is never recorded
+            record = {"at": now(), "from": checkpoint.name if checkpoint else None, "step": resume_step}
             if manifest.get("training", {}).get("epochs") != epochs:
-                entry["epochs"] = epochs  # extended (or shortened) when resumed
-            manifest.setdefault("resumes", []).append(entry)
+                record["epochs"] = epochs  # extended (or shortened) when resumed
             manifest.update(running_fields())
             for ended in ("ended", "error"):
                 manifest.pop(ended, None)
@@ -120,7 +137,7 @@ class RunSession:
             board = TensorBoardLogger(run / "tensorboard", resume_step=resume_step)
             board.declare_hparams(manifest)
             loggers.append(board)
-        return cls(run, manager, loggers), state
+        return cls(run, manager, loggers, record), state
 
     def save(self, state: dict[str, Any], metrics: dict[str, Any] | None = None) -> Path | None:
         state["best_value"] = self.manager.best_value
@@ -188,6 +205,19 @@ def _same_run(run: Path, checkpoint: Path | None, state: dict[str, Any], recorde
         raise CheckpointError(f"{run} is another training than this one ({shown}): a run resumes only itself. "
                               "Undo the change to continue it, or start a new run (resume=None).")
     return True
+
+
+def _read_manifest(path: Path) -> dict[str, Any]:
+    """A resumed run's manifest, refused with a message when it is not the JSON object torchwork wrote."""
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as error:  # bad JSON or UTF-8 (ValueError), unreadable
+        raise CheckpointError(f"{path} is damaged ({str(error)[:120]}): the run's record cannot be extended. "
+                              "Restore it from a copy, or start a new run (resume=None).") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("resumes", []), list):
+        raise CheckpointError(f"{path} is damaged (not the JSON object torchwork writes, or 'resumes' is not a "
+                              "list): restore it from a copy, or start a new run (resume=None).")
+    return manifest
 
 
 def _remove_leftovers(run: Path) -> None:

@@ -16,9 +16,16 @@ from typing import Any
 
 from torchwork.files import atomic_write, write_json
 
+FINAL_STATES = ("COMPLETE", "PRUNED")
+
+
+def is_final(frozen: Any) -> bool:
+    """Whether a trial's latest attempt ended for good (a killed attempt has no ``error`` and is retried)."""
+    state = frozen.state.name
+    return state in FINAL_STATES or (state == "FAIL" and "error" in frozen.user_attrs)
+
 
 def counts(attempts: dict[int, Any]) -> dict[str, int]:
-    from torchwork.tune.runner import is_final
 
     found = {"complete": 0, "pruned": 0, "failed": 0, "unfinished": 0}
     for frozen in attempts.values():

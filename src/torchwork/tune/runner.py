@@ -23,8 +23,7 @@ from typing import Any
 
 from torchwork.errors import ConfigError
 from torchwork.files import write_json
-
-FINAL_STATES = ("COMPLETE", "PRUNED")
+from torchwork.tune.results import is_final
 
 
 @dataclasses.dataclass
@@ -59,12 +58,6 @@ def check_numbers(trials: int, workers: int, timeout: float | None) -> None:
         raise ConfigError(f"--workers {workers}: must be >= 1.")
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise ConfigError(f"--timeout {timeout}: must be a positive number of seconds.")
-
-
-def is_final(frozen: Any) -> bool:
-    """Whether a trial's latest attempt ended for good (a killed attempt has no ``error`` and is retried)."""
-    state = frozen.state.name
-    return state in FINAL_STATES or (state == "FAIL" and "error" in frozen.user_attrs)
 
 
 def prepare(options: TuneOptions) -> dict[str, Any]:
