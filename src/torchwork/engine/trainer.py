@@ -468,7 +468,7 @@ class Trainer:
                 logs.update(self.evaluate(val_loader, prefix="val_"))
                 self._say(epoch_line(self.epoch + 1, self._epochs_total, logs))
             self._end_epoch(logs)
-        reasons = [getattr(c, "reason", None) for c in self.callbacks if getattr(c, "reason", None)]
+        reasons = [str(c.reason) for c in self.callbacks if getattr(c, "reason", None)]
         if self.should_stop and self.epoch < epochs:
             self._say(f"torchwork: stopped after epoch {self.epoch} of {epochs}: "
                       + ("; ".join(reasons) if reasons else "a callback set trainer.should_stop"))
