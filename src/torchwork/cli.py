@@ -199,6 +199,18 @@ def _env_arguments(parser: argparse.ArgumentParser) -> None:
     diff.add_argument("--json", action="store_true", help="print the differences as JSON")
 
 
+def _runs_arguments(parser: argparse.ArgumentParser) -> None:
+    from torchwork.runs.cli import add_arguments  # no torch import: --help stays fast
+
+    add_arguments(parser)
+
+
+def _tune_arguments(parser: argparse.ArgumentParser) -> None:
+    from torchwork.tune.cli import add_arguments  # no torch or optuna import: --help stays fast
+
+    add_arguments(parser)
+
+
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     from torchwork.serve.server import add_arguments  # no torch or fastapi import: --help stays fast
 
@@ -212,6 +224,8 @@ COMMANDS: list[Command] = [
      _quickstart_arguments, "torchwork.recipes.registry:quickstart_main"),
     ("train", "run a recipe from its name or a YAML config, with --set overrides (--nproc for DDP)",
      _train_arguments, "torchwork.recipes.registry:train_main"),
+    ("tune", "tune a recipe's settings on Optuna: trials as run folders, pruned, parallel, crash-safe; "
+             "'tune show STUDY' prints the trials", _tune_arguments, "torchwork.tune.cli:cli_main"),
     ("resume", "continue a run from its newest valid checkpoint: re-run its recorded torchwork command "
                "(or, with --yes, its Python script)",
      _resume_arguments, "torchwork.runs.relaunch:main"),
@@ -229,6 +243,8 @@ COMMANDS: list[Command] = [
      "with the reason, saved-tensor memory by module", _graph_arguments, "torchwork.inspect.cli:cli_main"),
     ("explain", "explain a pasted PyTorch traceback or error message: cause and fix",
      _explain_arguments, "torchwork.doctor.explain:cli_main"),
+    ("runs", "the run folders read back: ls (one row per run), show RUN, diff RUN_A RUN_B (what changed and "
+             "which change most likely explains the metric)", _runs_arguments, "torchwork.runs.cli:cli_main"),
     ("env", "this machine's environment: report, known-answer check, lock, diff against another",
      _env_arguments, "torchwork.env.cli:cli_main"),
     ("serve", "serve a model over HTTP (FastAPI + uvicorn) with dynamic batching, health and metrics",

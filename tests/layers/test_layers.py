@@ -31,8 +31,8 @@ LAYERS: list[str] = [
     "finetune",
     "deploy",
     "serve",
-    "tune",
     "recipes",
+    "tune",
     "cli",
 ]
 

@@ -57,3 +57,17 @@ def test_train_from_a_runs_config_yaml_reproduces_it(tmp_path):
     summaries = [json.loads((r / "summary.json").read_text()) for r in (run, second)]
     for key in ("test", "baseline", "precision", "epochs_run"):
         assert summaries[0][key] == summaries[1][key], key
+
+
+def test_strategy_timings_that_swap_around_the_threshold_keep_whole_fine_tuning():
+    from torchwork.recipes.sentiment_transformer import strategy_rule
+
+    # two runs on a noisy machine: whole-model steps of 1.6 s and 1.45 s at the median (320 s and 290 s for
+    # 200 steps, either side of the 300 s budget), spreads overlapping
+    first = strategy_rule([1.4, 1.6, 1.8], [0.1, 0.1, 0.1], [0.05, 0.05, 0.05], trained_steps=200, cache_batches=50)
+    second = strategy_rule([1.3, 1.45, 1.6], [0.1, 0.1, 0.1], [0.05, 0.05, 0.05], trained_steps=200,
+                           cache_batches=50)
+    assert first["chosen"] == second["chosen"] == "full"
+    assert first["pin"] == "--set transformer_strategy=full" and "less the timing spread" in first["rule"]
+    clear = strategy_rule([4.0, 4.1, 4.2], [0.1, 0.1, 0.1], [0.05, 0.05, 0.05], trained_steps=200, cache_batches=50)
+    assert clear["chosen"] == "cached" and clear["pin"] == "--set transformer_strategy=cached"

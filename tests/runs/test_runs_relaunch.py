@@ -109,3 +109,11 @@ def test_plans_for_recorded_commands(tmp_path):
         plan_command({**python, "argv": ["missing.py"]})
     with pytest.raises(CheckpointError, match="records no command"):
         plan_command({**python, "argv": "rm -rf /"})
+
+
+def test_a_200_kb_recorded_argument_is_refused_with_a_message(tmp_path):
+    run = run_folder(tmp_path, {"executable": sys.executable, "argv": ["/venv/bin/torchwork", "train", "x" * 200_000],
+                                "cwd": str(tmp_path)})
+    done = resume(run)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "an argument of 200000 characters" in done.stderr

@@ -61,7 +61,7 @@ from torchwork.deploy.manifest import (
     variant_format,
 )
 from torchwork.deploy.parity import DEFAULT_ATOL, DEFAULT_RTOL, check_variant, make_probes
-from torchwork.deploy.quantize import CONV_ADVICE, DEFAULT_OPS, quantize_onnx
+from torchwork.deploy.quantize import CONV_ADVICE, DEFAULT_OPS, check_activations, quantize_onnx
 from torchwork.deploy.runtime import open_runner
 from torchwork.deploy.smoothing import check_alpha
 from torchwork.deploy.tensors import as_input_tuple, check_inputs, dtype_name, flatten_outputs, save_tensors
@@ -253,7 +253,7 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
            quantize_per_channel: bool = False, quantize_smoothing: float | None = None,
            calibration: Any = None, quantize_attention_mask: str | None = None,
            quantize_fallback_agreement: float | None = None, quantize_fallback_margin: float | None = None,
-           deploy: str | None = None, cpp: bool = False) -> dict[str, Any]:
+           deploy: str | None = None, cpp: bool = False, quantize_activations: str = "dynamic") -> dict[str, Any]:
     """Export ``model`` to the artifact directory ``out_dir`` and check every format against eager.
 
     Args:
@@ -277,7 +277,10 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
             ``quantize_fallback_agreement``: a classifier's INT8 answers the rows it is unsure of with the
             float ONNX variant, the margin chosen so that this share of the ``calibration`` rows get float's
             answer, see :mod:`torchwork.deploy.fallback`; ``quantize_fallback_margin``: that margin instead of
-            choosing one, e.g. the one a resumed run chose before).
+            choosing one, e.g. the one a resumed run chose before; ``quantize_activations``: ``"static"``
+            fixes the activation scales from ``calibration`` so that a row's answer does not depend on the
+            rows batched with it, see :mod:`torchwork.deploy.static_scales`; ``"dynamic"``: ONNX Runtime's,
+            per batch).
         calibration: real raw inputs (through ``preprocess``) whose activations set the smoothing scales:
             training or validation rows, never the held-out ``samples`` that verify the result.
         torchscript_method: ``"trace"`` or ``"script"``.
@@ -311,6 +314,10 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
                    if labels is None and not softmax else None)
         if problem:
             raise ConfigError(f"quantize_fallback_agreement={quantize_fallback_agreement}: {problem}.")
+    check_activations(quantize_activations)
+    if quantize_activations == "static" and (not quantize or calibration is None or not len(calibration)):
+        raise ConfigError("quantize_activations='static' fixes INT8 activation scales from calibration rows: pass "
+                          "quantize='int8' and calibration= (validation rows).")
     if quantize_smoothing is not None:
         check_alpha(quantize_smoothing)
         if calibration is None or not len(calibration):
@@ -336,7 +343,8 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
                       quantize_per_channel=quantize_per_channel, quantize_smoothing=quantize_smoothing,
                       calibration=calibration, quantize_attention_mask=quantize_attention_mask,
                       quantize_fallback_agreement=quantize_fallback_agreement,
-                      quantize_fallback_margin=quantize_fallback_margin, deploy=deploy, cpp=bool(cpp))
+                      quantize_fallback_margin=quantize_fallback_margin, deploy=deploy, cpp=bool(cpp),
+                      quantize_activations=quantize_activations)
 
     on_cpu = all(t.device.type == "cpu" for t in [*model.parameters(), *model.buffers()])
     module = model if on_cpu else copy.deepcopy(model).cpu()
@@ -387,6 +395,7 @@ class ExportPlan:
     quantize_fallback_margin: float | None = None
     deploy: str | None = None
     cpp: bool = False
+    quantize_activations: str = "dynamic"
 
 
 def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], plan: ExportPlan) -> dict[str, Any]:
@@ -420,7 +429,8 @@ def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], plan:
         pool = _model_inputs(samples[:PROBE_POOL], preprocess, input_schema, "samples")
     # checked here, before any format is exported: rows that do not fit fail the export at once
     calibration = (_calibration_feeds(plan, names, input_schema) if plan.quantize and (
-        plan.quantize_smoothing or plan.quantize_fallback_agreement) else [])
+        plan.quantize_smoothing or plan.quantize_fallback_agreement or plan.quantize_activations == "static")
+        else [])
     base_length = next((pool[i].shape[1] for i, e in enumerate(dynamic) if 1 in e), None)
     lengths = plan.lengths
     if lengths is None and base_length is not None:
@@ -558,7 +568,7 @@ def _quantize_variant(tmp: Path, variants: dict[str, Variant], refused: dict[str
     try:
         info = quantize_onnx(tmp / VARIANT_FILES["onnx"], target, plan.quantize_ops, plan.quantize_per_channel,
                              plan.quantize_smoothing, calibration, attention_mask=plan.quantize_attention_mask,
-                             check_feeds=feeds)
+                             check_feeds=feeds, activations=plan.quantize_activations)
         check = check_variant(open_runner(target, "onnx", plan.threads), probes, eager_outputs, exact=False)
     except ExportError as error:
         refused["onnx-int8"] = str(error)
@@ -579,7 +589,7 @@ def _quantize_variant(tmp: Path, variants: dict[str, Variant], refused: dict[str
         parity["formats"]["onnx-int8"]["fallback"] = fallback
     variants["onnx-int8"] = Variant(target.name, "onnx", [], quantization={
         k: info[k] for k in ("method", "weight_type", "per_channel", "op_types", "nodes_quantized",
-                             "gemm_rewritten_as_matmul", "smoothing", "attention_fusion")},
+                             "gemm_rewritten_as_matmul", "smoothing", "attention_fusion", "activations")},
         fallback=fallback if fallback and fallback["margin"] is not None else None)
 
 

@@ -79,7 +79,7 @@ def gemm_to_matmul(model: Any) -> int:
 def quantize_onnx(source: Path, target: Path, op_types: tuple[str, ...] = DEFAULT_OPS,
                   per_channel: bool = False, smoothing: float | None = None,
                   calibration: Sequence[Mapping[str, Any]] = (), attention_mask: str | None = None,
-                  check_feeds: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+                  check_feeds: Sequence[Mapping[str, Any]] = (), activations: str = "dynamic") -> dict[str, Any]:
     """Dynamic INT8 quantization of an ONNX file (weights INT8, activations quantized per call).
 
     ``per_channel``: one weight scale per output column instead of one per tensor. On the fine-tuned MiniLM
@@ -90,6 +90,9 @@ def quantize_onnx(source: Path, target: Path, op_types: tuple[str, ...] = DEFAUL
     ONNX Runtime and quantized as ``QAttention`` (:mod:`torchwork.deploy.fusion`), kept only if the fused float
     graph matches the exported one on ``check_feeds``; otherwise the plain graph is quantized and the report
     says why.
+    ``activations``: ``"dynamic"`` (ONNX Runtime's: one scale per tensor per call, so a row's rounding depends
+    on what is batched with it) or ``"static"`` (scales fixed from ``calibration``: each row's answer depends
+    on that row alone; :mod:`torchwork.deploy.static_scales`).
     """
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -97,6 +100,10 @@ def quantize_onnx(source: Path, target: Path, op_types: tuple[str, ...] = DEFAUL
     unknown = set(op_types) - set(SUPPORTED_OPS)
     if not op_types or unknown:
         raise ConfigError(f"quantize_ops={op_types!r}: choose from {SUPPORTED_OPS} (default {DEFAULT_OPS}).")
+    check_activations(activations)
+    if activations == "static" and not calibration:
+        raise ConfigError("static INT8 activation scales need calibration inputs: pass calibration= (validation "
+                          "rows, not the held-out samples), or activations='dynamic'.")
     if smoothing is not None:
         check_alpha(smoothing)
         if not calibration:
@@ -120,13 +127,19 @@ def quantize_onnx(source: Path, target: Path, op_types: tuple[str, ...] = DEFAUL
         raise ExportError(f"onnxruntime.quantization.quantize_dynamic failed on {source.name}: "
                           f"{type(error).__name__}: {error}") from error
     quantized_model = onnx.load(str(target))
+    frozen = 0
+    if activations == "static":
+        from torchwork.deploy.static_scales import freeze_activation_scales
+
+        frozen = freeze_activation_scales(quantized_model, calibration)
+        onnx.save(quantized_model, str(target))
     after = collections.Counter(node.op_type for node in quantized_model.graph.node)
     quantized = _nodes_on_integer_weights(quantized_model)
     info = {"method": "onnxruntime.quantization.quantize_dynamic", "weight_type": "QInt8", "per_channel": per_channel,
             "op_types": list(op_types), "gemm_rewritten_as_matmul": rewritten, "nodes_quantized": quantized,
             "smoothing": None if smoothing is None else {"alpha": smoothing, "matmuls": smoothed,
                                                          "calibration_batches": len(calibration)},
-            "attention_fusion": fusion,
+            "attention_fusion": fusion, "activations": activations, "static_scales": frozen,
             "ops_before": dict(sorted(before.items())), "ops_after": dict(sorted(after.items()))}
     if quantized == 0:
         target.unlink(missing_ok=True)
@@ -134,6 +147,18 @@ def quantize_onnx(source: Path, target: Path, op_types: tuple[str, ...] = DEFAUL
                           f"(its operators: {dict(before)}): there is no constant-weight operator of those types. "
                           "Leave the model in float, or choose other op types.")
     return info
+
+
+ACTIVATIONS = ("dynamic", "static")
+
+
+def check_activations(activations: Any) -> str:
+    """``activations`` when it is ``"dynamic"`` or ``"static"``, else a :class:`ConfigError`."""
+    if activations not in ACTIVATIONS:
+        raise ConfigError(f"quantize_activations={activations!r}: choose 'static' (scales fixed from calibration "
+                          "rows: an answer depends on its own request alone) or 'dynamic' (ONNX Runtime's, per "
+                          "batch).")
+    return str(activations)
 
 
 def _fused_or_plain(model: Any, attention_mask: str, check_feeds: Sequence[Mapping[str, Any]]) -> tuple[Any, dict]:

@@ -370,7 +370,15 @@ class Trainer:
         self._capture_train_modes()
         state = self._open_run(train_loader, val_loader, epochs, resume)
         if state is not None:
-            self.load_state_dict(state)
+            try:
+                self.load_state_dict(state)
+            except BaseException:
+                if self._session is not None:  # a failed resume leaves the run's record as it was
+                    self._session.close()
+                    self._session = None
+                raise
+            if self._session is not None:
+                self._session.record_resume()
         loggers_before = self.loggers
         if not self.world.is_rank_zero:
             self.loggers = []  # rank 0 speaks for the job
@@ -616,7 +624,9 @@ class Trainer:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what :meth:`state_dict` saved (every RNG stream included)."""
         from torchwork.runs.checkpoint import clean_state_dict, unwrap_model
+        from torchwork.runs.contents import check_contents, check_optimizer_fits
 
+        check_contents(state, "given to load_state_dict")  # every field, before anything is touched
         try:
             unwrap_model(self.model).load_state_dict(clean_state_dict(state["model"]))
         except RuntimeError as error:
@@ -626,11 +636,16 @@ class Trainer:
         for callback, saved in zip(self.callbacks, state.get("callbacks") or []):
             if saved is not None and hasattr(callback, "load_state_dict"):
                 callback.load_state_dict(saved)
-        self.optimizer.load_state_dict(state["optimizer"])
-        if self.scheduler is not None and state.get("scheduler") is not None:
-            self.scheduler.load_state_dict(state["scheduler"])
-        if self.scaler is not None and state.get("scaler"):
-            self.scaler.load_state_dict(state["scaler"])
+        check_optimizer_fits(self.optimizer, state["optimizer"])
+        try:
+            self.optimizer.load_state_dict(state["optimizer"])
+            if self.scheduler is not None and state.get("scheduler") is not None:
+                self.scheduler.load_state_dict(state["scheduler"])
+            if self.scaler is not None and state.get("scaler"):
+                self.scaler.load_state_dict(state["scaler"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as error:
+            raise CheckpointError(f"the checkpoint's optimizer, scheduler or scaler state does not fit this "
+                                  f"Trainer ({type(error).__name__}: {str(error)[:200]}).") from None
         own = self.state.restore(state, self.world.rank, self.world.world_size)  # RNG streams last
         if own.get("epoch_totals"):
             self._totals = move_to_device(dict(own["epoch_totals"]), self.device)

@@ -51,6 +51,8 @@ def suggest_setting(key: str, fields: list[str]) -> str | None:
     Example:
         >>> suggest_setting("learning_rate", ["epochs", "lr"]), suggest_setting("epohcs", ["epochs", "lr"])
         ('lr', 'epochs')
+        >>> suggest_setting("learing_rate", ["epochs", "lr"])
+        'lr'
     """
     normal = key.strip().lower().replace("-", "_")
     if normal in fields:
@@ -58,7 +60,12 @@ def suggest_setting(key: str, fields: list[str]) -> str | None:
     if ALIASES.get(normal) in fields:
         return ALIASES[normal]
     close = difflib.get_close_matches(normal, fields, n=1)
-    return close[0] if close else None
+    if close:
+        return close[0]
+    # a misspelt foreign name: "learing_rate" is closest to the alias "learning_rate", which means "lr"
+    known = [alias for alias, field in ALIASES.items() if field in fields]
+    close = difflib.get_close_matches(normal, known, n=1, cutoff=0.8)
+    return ALIASES[close[0]] if close else None
 
 
 def _convert(name: str, value: Any, annotation: Any) -> Any:

@@ -136,22 +136,101 @@ def recorded_choices(config: SentimentConfig, classes: list[str]) -> dict[str, A
             if isinstance(timing, dict) else {}}
 
 
-def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
-    """Run the whole recipe; returns ``summary.json``'s content."""
+def fit_ngram(config: SentimentConfig, train: Any, validation: Any, classes: list[str],
+              recorded: dict[str, Any] | None = None, record: dict[str, Any] | None = None,
+              callbacks: Any = (), data_splits: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Section 3: the n-gram model trained on ``train``, early-stopped on ``validation`` macro-F1 (the test
+    split is not an argument; ``data_splits`` only names splits to fingerprint in the manifest). ``record``
+    goes into the manifest's config beside the settings; ``callbacks`` reach the Trainer (the tuner's
+    pruning); ``TORCHWORK_RESUME`` continues a run, as in :func:`run`. Returns the trainer, model,
+    preprocessor, history, the precision used and the training seconds."""
     import torch
     from torch import nn
 
-    from torchwork import EarlyStopping, Trainer, seed_everything
+    from torchwork import EarlyStopping, Trainer
+    from torchwork.data import TextPreprocessor, class_weights, loader
+    from torchwork.engine.metrics import macro_f1
+    from torchwork.recipes.models import TfidfNGramClassifier
+
+    preprocessor = TextPreprocessor.fit(train.texts, min_freq=config.min_freq, max_vocab=config.max_vocab,
+                                        max_length=config.max_length)
+    train_loader = loader(train, config.batch_size, shuffle=True, seed=config.seed, num_workers=0,
+                          preprocessor=preprocessor)
+    val_loader = loader(validation, 512, num_workers=0, preprocessor=preprocessor)
+    model = TfidfNGramClassifier(list(preprocessor.vocab), len(classes), chars=config.chars)
+    model.fit_idf(preprocessor(train.texts)[0])
+    # Class weights: the rare positive class counts as much as the others in the loss.
+    loss_fn = nn.CrossEntropyLoss(weight=class_weights(train.labels))
+    if recorded:
+        precision, timing = recorded["precision_chosen"], recorded["precision_timing"]
+    else:
+        precision, timing = choose_precision(config.precision, model, next(iter(train_loader)), loss_fn)
+    say(f"precision: {precision} (recorded by the run being resumed)" if recorded else
+        precision_words(precision, timing, "step time"))
+    optimizer = torch.optim.Adam([
+        {"params": [p for name, p in model.named_parameters() if name != "bias"],
+         "weight_decay": config.l2 if config.l2 is not None else 1 / len(train)},
+        {"params": [model.bias], "weight_decay": 0.0},  # like logistic regression, the intercept is free
+    ], lr=config.lr)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=config.lr,
+                                                    total_steps=config.epochs * len(train_loader))
+    trainer = Trainer(model, optimizer, loss_fn, scheduler, device="cpu", precision=precision,
+                      clip_grad_norm=config.clip_grad_norm, epoch_metrics={"macro_f1": macro_f1},
+                      early_stopping=EarlyStopping("val_macro_f1", mode="max", patience=config.patience),
+                      callbacks=callbacks, run_dir=config.run_dir, data_splits=data_splits or {},
+                      config={**dataclasses.asdict(config), "precision_chosen": precision,
+                              "precision_timing": timing, "threads_used": torch.get_num_threads(),
+                              **(record or {})})
+    training_started = time.perf_counter()
+    history = trainer.fit(train_loader, val_loader, epochs=config.epochs)
+    return {"trainer": trainer, "model": model, "preprocessor": preprocessor, "history": history,
+            "precision": precision, "training_seconds": time.perf_counter() - training_started}
+
+
+def validation_objective(config: SentimentConfig, callbacks: Any = (),
+                         record: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What ``torchwork tune`` optimizes: the n-gram model's best validation macro-F1 (the checkpoint the
+    recipe keeps), trained exactly as :func:`run` trains it. The test split is loaded with the dataset but
+    never subset, preprocessed nor scored here.
+
+    Returns ``value`` (best validation macro-F1), ``history``, ``run_path`` and ``precision``."""
+    import torch
+
+    from torchwork import seed_everything
+    from torchwork.data import load_dataset
+    from torchwork.recipes.recorded import recorded_config
+
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    seed_everything(config.seed)
+    dataset = load_dataset("tweets", seed=config.seed)
+    train, validation = (stratified_subset(s, config.subset, config.seed) for s in (dataset.train, dataset.validation))
+    previous = recorded_config(dataclasses.asdict(config))  # resuming (TORCHWORK_RESUME): its precision
+    recorded = ({"precision_chosen": previous["precision_chosen"],
+                 "precision_timing": previous.get("precision_timing") or {}}
+                if previous and previous.get("precision_chosen") in ("32", "bf16") else None)
+    fitted = fit_ngram(config, train, validation, list(dataset.classes), recorded, record, callbacks)
+    trainer = fitted["trainer"]
+    best = json.loads((trainer.run_path / "checkpoints" / "best.json").read_text())
+    return {"value": float(best["value"]), "history": fitted["history"], "run_path": trainer.run_path,
+            "precision": fitted["precision"]}
+
+
+OBJECTIVE = {"name": "val_macro_f1", "direction": "maximize",
+             "description": "the n-gram model's best validation macro-F1 (early stopping's checkpoint)"}
+
+
+def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
+    """Run the whole recipe; returns ``summary.json``'s content."""
+    import torch
+
+    from torchwork import seed_everything
     from torchwork.data import (
-        TextPreprocessor,
-        class_weights,
         classification_metrics,
         format_metrics,
         load_dataset,
         loader,
     )
-    from torchwork.engine.metrics import macro_f1
-    from torchwork.recipes.models import TfidfNGramClassifier
     from torchwork.recipes.recorded import recorded_config
 
     started = time.perf_counter()
@@ -176,38 +255,11 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
         + (" (recorded by the run being resumed)" if recorded else ""))
 
     say("\n== 3. Model: TF-IDF-weighted word and character n-grams, trained from scratch")
-    preprocessor = TextPreprocessor.fit(train.texts, min_freq=config.min_freq, max_vocab=config.max_vocab,
-                                        max_length=config.max_length)
-    train_loader = loader(train, config.batch_size, shuffle=True, seed=config.seed, num_workers=0,
-                          preprocessor=preprocessor)
-    val_loader = loader(validation, 512, num_workers=0, preprocessor=preprocessor)
+    fitted = fit_ngram(config, train, validation, classes, recorded, {"baseline": baseline},
+                       data_splits={"test": test})
+    trainer, model, preprocessor = fitted["trainer"], fitted["model"], fitted["preprocessor"]
+    history, precision, training_seconds = fitted["history"], fitted["precision"], fitted["training_seconds"]
     test_loader = loader(test, 512, num_workers=0, preprocessor=preprocessor)
-    model = TfidfNGramClassifier(list(preprocessor.vocab), len(classes), chars=config.chars)
-    model.fit_idf(preprocessor(train.texts)[0])
-    # Class weights: the rare positive class counts as much as the others in the loss.
-    loss_fn = nn.CrossEntropyLoss(weight=class_weights(train.labels))
-    if recorded:
-        precision, timing = recorded["precision_chosen"], recorded["precision_timing"]
-    else:
-        precision, timing = choose_precision(config.precision, model, next(iter(train_loader)), loss_fn)
-    say(f"precision: {precision} (recorded by the run being resumed)" if recorded else
-        precision_words(precision, timing, "step time"))
-    optimizer = torch.optim.Adam([
-        {"params": [p for name, p in model.named_parameters() if name != "bias"],
-         "weight_decay": config.l2 if config.l2 is not None else 1 / len(train)},
-        {"params": [model.bias], "weight_decay": 0.0},  # like logistic regression, the intercept is free
-    ], lr=config.lr)
-    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=config.lr,
-                                                    total_steps=config.epochs * len(train_loader))
-    trainer = Trainer(model, optimizer, loss_fn, scheduler, device="cpu", precision=precision,
-                      clip_grad_norm=config.clip_grad_norm, epoch_metrics={"macro_f1": macro_f1},
-                      early_stopping=EarlyStopping("val_macro_f1", mode="max", patience=config.patience),
-                      run_dir=config.run_dir, config={**dataclasses.asdict(config), "precision_chosen": precision,
-                                                      "precision_timing": timing, "baseline": baseline,
-                                                      "threads_used": torch.get_num_threads()})
-    training_started = time.perf_counter()
-    history = trainer.fit(train_loader, val_loader, epochs=config.epochs)
-    training_seconds = time.perf_counter() - training_started
     run_path = trainer.run_path
     if not trainer.world.is_rank_zero:
         return {}  # under torchrun, rank 0 evaluates, exports and reports

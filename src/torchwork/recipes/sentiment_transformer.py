@@ -111,7 +111,6 @@ def choose_strategy(requested: str, model: Any, batch: tuple[tuple[Any, Any], An
     """
     import torch
 
-    from torchwork.deploy.choice import spread
     from torchwork.finetune import freeze, unfreeze
     from torchwork.finetune.minilm import MiniLMTop
 
@@ -135,21 +134,37 @@ def choose_strategy(requested: str, model: Any, batch: tuple[tuple[Any, Any], An
             bottom_times.append(time.perf_counter() - start)
     top_steps = _time_steps(MiniLMTop(model, split), (hidden.clone(), mask), target, loss_fn, steps)
     unfreeze(model)
+    timing = strategy_rule(full_steps, top_steps, bottom_times, steps_per_epoch * epochs, cache_batches)
+    timing.update(device=str(device), train_layers=train_layers)
+    return timing.pop("chosen"), timing
+
+
+def strategy_rule(full_steps: Sequence[float], top_steps: Sequence[float], bottom_times: Sequence[float],
+                  trained_steps: int, cache_batches: int) -> dict[str, Any]:
+    """The strategy (``chosen``) from timed samples, and the estimates behind it: whole fine-tuning unless,
+    with the spread counted in its favour, it is over ``FULL_OVER_CACHED`` times the cached option and over
+    ``FULL_BUDGET_S``.
+
+    >>> strategy_rule([1.0, 1.5, 2.0], [0.1] * 3, [0.1] * 3, 200, 50)["chosen"]   # 300 s within the budget
+    'full'
+    >>> strategy_rule([4.0] * 3, [0.1] * 3, [0.1] * 3, 200, 50)["chosen"]        # 800 s against 25 s
+    'cached'
+    """
+    from torchwork.deploy.choice import spread
+
     full_step, top_step, bottom_s = (statistics.median(t) for t in (full_steps, top_steps, bottom_times))
-    trained_steps = steps_per_epoch * epochs
     full_total = full_step * trained_steps
     cached_total = bottom_s * cache_batches + top_step * trained_steps
     full_low = max(0.0, full_step - spread(full_steps)) * trained_steps
     cached_high = (bottom_s + spread(bottom_times)) * cache_batches + (top_step + spread(top_steps)) * trained_steps
     chosen = "full" if full_low <= max(FULL_OVER_CACHED * cached_high, FULL_BUDGET_S) else "cached"
-    timing = {"device": str(device), "step_s_full": round(full_step, 4), "step_s_top": round(top_step, 4),
-              "bottom_forward_s": round(bottom_s, 4), "estimate_s_full": round(full_total, 1),
-              "estimate_s_cached": round(cached_total, 1), "estimate_s_full_low": round(full_low, 1),
-              "estimate_s_cached_high": round(cached_high, 1), "train_layers": train_layers,
-              "rule": f"full unless its estimate, less the timing spread, is over {FULL_OVER_CACHED:g}x the cached "
-                      f"one plus the spread and over {FULL_BUDGET_S:g} s",
-              "pin": f"--set transformer_strategy={chosen}"}
-    return chosen, timing
+    return {"chosen": chosen, "step_s_full": round(full_step, 4), "step_s_top": round(top_step, 4),
+            "bottom_forward_s": round(bottom_s, 4), "estimate_s_full": round(full_total, 1),
+            "estimate_s_cached": round(cached_total, 1), "estimate_s_full_low": round(full_low, 1),
+            "estimate_s_cached_high": round(cached_high, 1),
+            "rule": f"full unless its estimate, less the timing spread, is over {FULL_OVER_CACHED:g}x the cached "
+                    f"one plus the spread and over {FULL_BUDGET_S:g} s",
+            "pin": f"--set transformer_strategy={chosen}"}
 
 
 def warmup_decay(total_steps: int, warmup: float) -> Any:
@@ -382,7 +397,10 @@ def export_transformer(model: Any, config: Any, artifact: Path, train: Any, vali
                   calibration=list(validation.texts[:CALIBRATION_ROWS]),
                   quantize_attention_mask="attention_mask" if config.quantize else None,
                   quantize_fallback_agreement=(config.int8_fallback_agreement or None) if config.quantize else None,
-                  quantize_fallback_margin=(kept or {}).get("margin"), deploy=(kept or {}).get("deploy"))
+                  quantize_fallback_margin=(kept or {}).get("margin"), deploy=(kept or {}).get("deploy"),
+                  # activation scales fixed from the validation tweets: a served answer depends on its request
+                  # alone, not on the requests batched with it (benchmarks/deploy_static_int8.py)
+                  quantize_activations="static" if config.quantize else "dynamic")
 
 
 def speed_ratios(artifact: Path, model: Any, texts: Sequence[str], rounds: int = 5,

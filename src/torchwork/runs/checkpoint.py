@@ -206,7 +206,9 @@ class CheckpointManager:
         return [p for _, p in sorted(found)]
 
     def save(self, state: Mapping[str, Any], step: int, metrics: Mapping[str, Any] | None = None) -> Path | None:
-        """Save ``state`` as ``step-<step>.pt``; update ``best.pt``; prune old ones. None if refused."""
+        """Save ``state`` as ``step-<step>.pt``, point ``best.pt`` at it when it is the best (a hard link, not
+        a second copy); prune old ones. None if refused. Killed between the two, the resumed run holds the
+        best value but not yet its ``best.pt``: :meth:`restore_best` makes it then."""
         path = self.directory / f"step-{step:09d}.pt"
         try:
             save_checkpoint(state, path)
@@ -219,15 +221,32 @@ class CheckpointManager:
                                                  else value > self.best_value)
             if better:
                 self.best_value = value
-                link_checkpoint(path, self.directory / "best.pt")
-                with atomic_write(self.directory / "best.json", "w") as handle:
-                    json.dump({"monitor": self.monitor, "mode": self.mode, "value": value, "step": step,
-                               "from": path.name}, handle)
+                self._point_best_at(path, step, value)
         for old in self.step_checkpoints()[: -self.keep]:
             # checksum first: killed in between, a checkpoint without its checksum is skipped and pruned later
             _checksum_path(old).unlink(missing_ok=True)
             old.unlink(missing_ok=True)
         return path
+
+    def _point_best_at(self, path: Path, step: int, value: float) -> None:
+        link_checkpoint(path, self.directory / "best.pt")
+        with atomic_write(self.directory / "best.json", "w") as handle:
+            json.dump({"monitor": self.monitor, "mode": self.mode, "value": value, "step": step,
+                       "from": path.name}, handle)
+
+    def restore_best(self, best_value: float | None, resumed_from: Path, step: int) -> None:
+        """On resume: ``best_value`` is what the checkpoint recorded. When ``best.json`` does not say that
+        value (a kill after the step checkpoint, before ``best.pt`` pointed at it), the checkpoint resumed
+        from is the best one: point ``best.pt`` at it now."""
+        self.best_value = best_value
+        if best_value is None or not resumed_from.name.startswith("step-"):
+            return
+        try:
+            recorded = json.loads((self.directory / "best.json").read_text()).get("value")
+        except (OSError, ValueError, AttributeError):
+            recorded = None
+        if recorded != best_value or not (self.directory / "best.pt").exists():
+            self._point_best_at(resumed_from, step, float(best_value))
 
     def newest_valid(self) -> Path | None:
         """The newest step checkpoint that passes its checksum; says which ones it skipped."""

@@ -69,6 +69,21 @@ class TensorBoardLogger:
             return
         # purge_step hides events a crashed run wrote after the checkpoint we resume from
         self.writer = SummaryWriter(str(directory), purge_step=resume_step + 1 if resume_step else None)
+        self.resumed = resume_step is not None
+
+    def declare_hparams(self, manifest: dict[str, Any]) -> None:
+        """The run's settings for TensorBoard's HParams table (once, when the run starts)."""
+        if self.writer is not None and not self.resumed:
+            from torchwork.runs.hparams import write_session_start
+
+            write_session_start(self.writer, manifest)
+
+    def write_hparams(self, monitor: str, best: float | None, final: float | None, step: int | None) -> None:
+        """The monitored metric's best and final values, the HParams table's metric columns."""
+        if self.writer is not None:
+            from torchwork.runs.hparams import write_metrics
+
+            write_metrics(self.writer, monitor, best, final, step)
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
         if self.writer is None:

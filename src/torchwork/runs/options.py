@@ -32,7 +32,9 @@ class RunOptions:
         checkpoint_monitor: ``(metric, "min"|"max")`` that picks ``best.pt`` (default: the early-stopping
             metric, else ``val_loss``/``train_loss``).
         config: the resolved configuration to record in the manifest.
-        tensorboard: write TensorBoard event files into the run folder.
+        tensorboard: write TensorBoard event files (scalars, and the HParams table) into the run folder.
+        data_splits: more splits to fingerprint in the manifest, by name (e.g. ``{"test": test_dataset}``);
+            the train and validation loaders given to ``fit`` are always fingerprinted.
     """
 
     run_dir: str | os.PathLike[str] | None = None
@@ -41,6 +43,7 @@ class RunOptions:
     checkpoint_monitor: tuple[str, str] | None = None
     config: Mapping[str, Any] = field(default_factory=dict)
     tensorboard: bool = True
+    data_splits: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         every = self.checkpoint_every_n_steps
@@ -49,3 +52,4 @@ class RunOptions:
         if self.keep_checkpoints < 1:
             raise ConfigError(f"keep_checkpoints={self.keep_checkpoints} must be >= 1.")
         object.__setattr__(self, "config", dict(self.config or {}))
+        object.__setattr__(self, "data_splits", dict(self.data_splits or {}))

@@ -76,6 +76,7 @@ def plan_command(command: dict[str, Any]) -> ResumePlan:
     recorded = [command.get("executable"), *argv] if isinstance(argv, list) else argv
     if not isinstance(argv, list) or not argv or not all(isinstance(part, str) for part in argv):
         raise CheckpointError(f"the run's manifest.json records no command to run again (command: {command!r}).")
+    _check_lengths(argv)
     cwd, note = command.get("cwd"), None
     if not isinstance(cwd, str) or not Path(cwd).is_dir():
         cwd, note = os.getcwd(), f"the recorded working directory {command.get('cwd')!r} is not here: running in {os.getcwd()}"
@@ -96,6 +97,21 @@ def plan_command(command: dict[str, Any]) -> ResumePlan:
     raise CheckpointError(f"the run's manifest.json records the command {recorded!r}, which is neither a "
                           "torchwork command nor a Python script: torchwork resume runs only those. If you trust "
                           "it, run it yourself with TORCHWORK_RESUME=RUN_FOLDER set.")
+
+
+MAX_ARGUMENT_CHARS = 100_000  # under Linux's 128 KiB per argument (MAX_ARG_STRLEN)
+MAX_COMMAND_CHARS = 1_000_000  # under the 2 MiB the kernel allows for arguments and environment together
+
+
+def _check_lengths(argv: list[str]) -> None:
+    """Refuse a recorded command the kernel could not start (E2BIG), before anything is planned."""
+    longest = max(argv, key=len)
+    if len(longest) > MAX_ARGUMENT_CHARS or sum(map(len, argv)) > MAX_COMMAND_CHARS:
+        raise CheckpointError(f"the run's manifest.json records a command with an argument of {len(longest)} "
+                              f"characters ({sum(map(len, argv))} in all; at most {MAX_ARGUMENT_CHARS} per "
+                              f"argument, {MAX_COMMAND_CHARS} in all): no program can be started with it. The "
+                              "manifest is damaged or forged: run the training command yourself with "
+                              "TORCHWORK_RESUME=RUN_FOLDER set.")
 
 
 def _existing_script(script: str, cwd: str) -> str:
@@ -160,4 +176,7 @@ def main(args: argparse.Namespace) -> int:
             raise CheckpointError("not confirmed: nothing was run. Check the command above and pass --yes to "
                                   "run it.")
     env = dict(os.environ, TORCHWORK_RESUME=str(run))
-    return subprocess.run(plan.argv, cwd=plan.cwd, env=env).returncode
+    try:
+        return subprocess.run(plan.argv, cwd=plan.cwd, env=env).returncode
+    except OSError as error:  # the interpreter gone, a working directory removed meanwhile
+        raise CheckpointError(f"could not start {plan.argv[0]} in {plan.cwd}: {error}.") from None

@@ -7,7 +7,6 @@ checkpoint to :meth:`RunSession.save`. Nothing here knows the Trainer or runs pe
 
 from __future__ import annotations
 
-import datetime
 import json
 import sys
 from pathlib import Path
@@ -16,11 +15,13 @@ from typing import Any
 from torchwork.errors import CheckpointError
 from torchwork.files import write_json
 from torchwork.runs.checkpoint import CheckpointManager, load_checkpoint, remove_leftovers
+from torchwork.runs.contents import check_contents
 from torchwork.runs.folder import is_run_folder, latest_run, new_run_folder
 from torchwork.runs.lineage import register
 from torchwork.runs.loggers import JsonlLogger, TensorBoardLogger
 from torchwork.runs.manifest import RunDescription, build_manifest, format_summary
 from torchwork.runs.options import RunOptions
+from torchwork.runs.record import now, record_end, record_start, running_fields
 from torchwork.runs.sameness import differences, extension_problem, shape_differences
 
 
@@ -54,8 +55,24 @@ def find_resume_checkpoint(resume: str | Path, run_dir: str | Path | None) -> tu
 class RunSession:
     """Owns one run folder while ``fit`` runs."""
 
-    def __init__(self, path: Path, manager: CheckpointManager, loggers: list[Any]) -> None:
+    def __init__(self, path: Path, manager: CheckpointManager, loggers: list[Any],
+                 resume_record: dict[str, Any] | None = None) -> None:
         self.path, self.manager, self.loggers = path, manager, loggers
+        self.final_value: float | None = None  # the monitored metric at the last checkpoint
+        self.last_step: int | None = None
+        self._error_at_open = sys.exc_info()[1]  # fit() may run inside a caller's except block
+        self._resume_record = resume_record  # written by record_resume(), once the state is restored
+
+    def record_resume(self) -> None:
+        """Add this resume to the manifest's ``resumes``: called after the checkpoint was restored, so a
+        resume that failed is never recorded."""
+        if self._resume_record is None:
+            return
+        manifest_path = self.path / "manifest.json"
+        manifest = _read_manifest(manifest_path)
+        manifest.setdefault("resumes", []).append(self._resume_record)
+        write_json(manifest_path, manifest)
+        self._resume_record = None
 
     @classmethod
     def open(cls, options: RunOptions, description: RunDescription, train_loader: Any, val_loader: Any,
@@ -71,10 +88,12 @@ class RunSession:
                 print(f"torchwork: {run} has no checkpoint yet: starting a new run.", file=sys.stderr)
                 run = None
         state = load_checkpoint(checkpoint, map_location=device) if checkpoint else None
+        if state is not None:
+            check_contents(state, checkpoint)
         current = build_manifest(description, train_loader, val_loader, epochs, options.config)
         manifest_path = run / "manifest.json" if run is not None else None
         if state is not None and run is not None and manifest_path is not None and manifest_path.exists():
-            recorded = json.loads(manifest_path.read_text())
+            recorded = _read_manifest(manifest_path)  # damaged: refused before anything is written
             if not _same_run(run, checkpoint, state, recorded, current, description, epochs,
                              latest=str(resume) == "latest"):
                 run, state, manifest_path = None, None, None
@@ -84,14 +103,22 @@ class RunSession:
         assert manifest_path is not None
         lineage = register(run)
         resume_step = state["counters"]["global_step"] if state else None
+        monitor, mode = options.checkpoint_monitor or ("val_loss" if val_loader is not None else "train_loss",
+                                                       "min")
+        record = None
         if state is None or not manifest_path.exists():
-            manifest = {**current, "lineage": lineage, "started": _now(), "resumes": []}
+            manifest = {**current, "lineage": lineage, "started": now(), "resumes": []}
+            splits = {"train": train_loader, "validation": val_loader, **options.data_splits}
+            manifest.update(record_start(run, splits, monitor, mode))
         else:
-            manifest = json.loads(manifest_path.read_text())
-            entry = {"at": _now(), "from": checkpoint.name if checkpoint else None, "step": resume_step}
+            manifest = _read_manifest(manifest_path)  # damaged: refused before anything is written
+            # recorded by record_resume() once the state is restored: a resume that fails is never recorded
+            record = {"at": now(), "from": checkpoint.name if checkpoint else None, "step": resume_step}
             if manifest.get("training", {}).get("epochs") != epochs:
-                entry["epochs"] = epochs  # extended (or shortened) when resumed
-            manifest.setdefault("resumes", []).append(entry)
+                record["epochs"] = epochs  # extended (or shortened) when resumed
+            manifest.update(running_fields())
+            for ended in ("ended", "error"):
+                manifest.pop(ended, None)
         write_json(manifest_path, manifest)
         if state is None:
             print(format_summary(manifest, run), file=sys.stderr)
@@ -101,21 +128,23 @@ class RunSession:
                      f"epoch {counters['epoch'] + 1}, after batch {counters['batch_in_epoch']}")  # 1-based, as read
             print(f"torchwork: resuming {run} from {checkpoint.name if checkpoint else '?'} (step {resume_step}, "
                   f"{where}).", file=sys.stderr)
-        monitor, mode = options.checkpoint_monitor or ("val_loss" if val_loader is not None else "train_loss",
-                                                       "min")
         manager = CheckpointManager(run / "checkpoints", keep=options.keep_checkpoints, monitor=monitor,
                                     mode=mode)
-        if state is not None:
-            manager.best_value = state.get("best_value")
-        loggers = [JsonlLogger(run / "metrics.jsonl", resume_step=resume_step)]
+        if state is not None and checkpoint is not None:
+            manager.restore_best(state.get("best_value"), checkpoint, resume_step)
+        loggers: list[Any] = [JsonlLogger(run / "metrics.jsonl", resume_step=resume_step)]
         if options.tensorboard:
-            loggers.append(TensorBoardLogger(run / "tensorboard", resume_step=resume_step))
-        return cls(run, manager, loggers), state
+            board = TensorBoardLogger(run / "tensorboard", resume_step=resume_step)
+            board.declare_hparams(manifest)
+            loggers.append(board)
+        return cls(run, manager, loggers, record), state
 
     def save(self, state: dict[str, Any], metrics: dict[str, Any] | None = None) -> Path | None:
         state["best_value"] = self.manager.best_value
         state["run"] = self.path.name  # which run wrote it: a checkpoint copied into another run is refused
+        self.last_step = state["counters"]["global_step"]
         if metrics and self.manager.monitor in metrics:
+            self.final_value = float(metrics[self.manager.monitor])
             # the best value this checkpoint would set, so that a resume continues the comparison
             value = float(metrics[self.manager.monitor])
             best = self.manager.best_value
@@ -124,13 +153,27 @@ class RunSession:
         return self.manager.save(state, state["counters"]["global_step"], metrics)
 
     def close(self) -> None:
+        """Record how the run ended (state, the monitored metric's best and final) and close the loggers.
+        Called from ``fit``'s ``finally``: an exception on its way out is what ended the run."""
+        error = sys.exc_info()[1]
+        error = None if error is self._error_at_open else error
+        best = self.manager.best_value
         for logger in self.loggers:
+            if hasattr(logger, "write_hparams"):
+                logger.write_hparams(self.manager.monitor, best, self.final_value, self.last_step)
             logger.close()
+        manifest_path = self.path / "manifest.json"
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except (OSError, ValueError):
+            manifest = None  # removed or damaged meanwhile: nothing to add the end to
+        if isinstance(manifest, dict):
+            write_json(manifest_path, record_end(manifest, error, best, self.final_value, self.last_step))
         from torchwork.runs.checkpoint import disk_use
 
         checkpoints = self.manager.directory
-        best = checkpoints / "best.pt"
-        linked = best.exists() and best.stat().st_nlink > 1
+        best_file = checkpoints / "best.pt"
+        linked = best_file.exists() and best_file.stat().st_nlink > 1
         print(f"torchwork: run {self.path} takes {_size(disk_use(self.path))} on disk (checkpoints "
               f"{_size(disk_use(checkpoints))}: {len(self.manager.step_checkpoints())} kept"
               + (", best.pt a hard link to one, not a copy" if linked else "") + ")", file=sys.stderr)
@@ -164,6 +207,19 @@ def _same_run(run: Path, checkpoint: Path | None, state: dict[str, Any], recorde
     return True
 
 
+def _read_manifest(path: Path) -> dict[str, Any]:
+    """A resumed run's manifest, refused with a message when it is not the JSON object torchwork wrote."""
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as error:  # bad JSON or UTF-8 (ValueError), unreadable
+        raise CheckpointError(f"{path} is damaged ({str(error)[:120]}): the run's record cannot be extended. "
+                              "Restore it from a copy, or start a new run (resume=None).") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("resumes", []), list):
+        raise CheckpointError(f"{path} is damaged (not the JSON object torchwork writes, or 'resumes' is not a "
+                              "list): restore it from a copy, or start a new run (resume=None).")
+    return manifest
+
+
 def _remove_leftovers(run: Path) -> None:
     removed = remove_leftovers(run)
     if removed:
@@ -181,6 +237,3 @@ def _size(size: int) -> str:
         value /= 1000
     return f"{value:.1f} GB"
 
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,63 @@
+"""``torchwork runs ls|show|diff``: the run folders read back (see :mod:`torchwork.runs.listing`,
+:mod:`torchwork.runs.show` and :mod:`torchwork.runs.compare`). Prints; returns the exit code."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+
+def add_arguments(parser: Any) -> None:
+    actions = parser.add_subparsers(dest="runs_command", metavar="ACTION", required=True)
+    ls = actions.add_parser("ls", help="one row per run folder: started, recipe, state, best and final of the "
+                                       "monitored metric, seed, commit, duration",
+                            description="List every run folder under RUNS_DIR (nested runs and tuning trials "
+                                        "included) from their manifests; no database, no server.")
+    ls.add_argument("runs_dir", nargs="?", default="runs", metavar="RUNS_DIR", help="where the runs are (default: runs)")
+    ls.add_argument("--sort", metavar="KEY", help="a column (run, started, recipe, state, seed, commit, duration; "
+                                                  "-KEY reverses), best / final (best first), or a monitored metric")
+    ls.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE",
+                    help="keep rows where KEY=VALUE: a column (state=finished, seed=0, commit=5089535, "
+                         "state=resumed) or a config setting (lr=0.03, config.model=ngram); repeatable")
+    ls.add_argument("--json", action="store_true", help="print the rows as JSON")
+    show = actions.add_parser("show", help="one run: what defined it, how it went, what it recorded",
+                              description="Print a run's settings, code, data fingerprints, environment, "
+                                          "state and monitored metric.")
+    show.add_argument("run", metavar="RUN", help="a run folder")
+    show.add_argument("--json", action="store_true", help="print it as JSON")
+    diff = actions.add_parser("diff", help="every difference between two runs, grouped, their curves side by "
+                                           "side, and which difference most likely explains the change",
+                              description="Compare two run folders: settings, code, data, environment, seed / "
+                                          "threads / precision; the monitored metric's curves aligned by step and "
+                                          "where they diverge; a ranked verdict.")
+    diff.add_argument("run_a", metavar="RUN_A", help="a run folder (the reference)")
+    diff.add_argument("run_b", metavar="RUN_B", help="a run folder of the same recipe")
+    diff.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    diff.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page with the curves plotted")
+
+
+def cli_main(args: Any) -> int:
+    command = args.runs_command
+    if command == "ls":
+        from torchwork.runs.listing import filter_rows, format_rows, list_runs, sort_rows
+
+        rows = sort_rows(filter_rows(list_runs(args.runs_dir), args.filter), args.sort)
+        print(json.dumps([r.to_dict() for r in rows], indent=1) if args.json else format_rows(rows))
+        return 0
+    if command == "show":
+        from torchwork.runs.show import describe_run, format_description
+
+        description = describe_run(args.run)
+        print(json.dumps(description, indent=1, default=str) if args.json else format_description(description))
+        return 0
+    from torchwork.runs.compare import compare_runs, format_comparison
+
+    comparison = compare_runs(args.run_a, args.run_b)
+    if args.html:
+        from torchwork.runs.diff_html import write_html
+
+        write_html(args.html, comparison)
+        print(f"wrote {args.html}", file=sys.stderr)
+    print(json.dumps(comparison, indent=1, default=str) if args.json else format_comparison(comparison))
+    return 0

@@ -1,0 +1,57 @@
+"""``torchwork tune``'s arguments and entry point (``tune RECIPE ...`` runs a study, ``tune show X`` reads one).
+
+Nothing heavy is imported here: ``torchwork tune --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from torchwork.errors import ConfigError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("target", metavar="RECIPE_OR_YAML",
+                        help="a recipe name (sentiment) or a YAML config naming its recipe; or 'show' to print "
+                             "a study's trials")
+    parser.add_argument("where", nargs="?", metavar="STUDY_FOLDER_OR_STORAGE_URL",
+                        help="with 'show': the study folder (<run_dir>/tune/<study>) or its storage URL")
+    parser.add_argument("--space", metavar="SPACE.yaml",
+                        help="the settings to tune, one per line: 'lr: {low: 1.0e-4, high: 0.1, log: true}', "
+                             "'epochs: {choices: [4, 8, 12]}', ints with 'step'")
+    parser.add_argument("--trials", type=int, help="the study's total number of trials (a rerun runs the missing ones)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="worker processes (default: 1); each gets floor(cores / workers) threads")
+    parser.add_argument("--storage", metavar="URL",
+                        help="postgresql://USER:PASSWORD@HOST:PORT/DB to share the study between machines "
+                             "(default: an SQLite file in the study folder)")
+    parser.add_argument("--study", metavar="NAME", help="the study's name (default: RECIPE-SPACE)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seeds every trial and draws trial n's params from (seed, n) (default: 0)")
+    parser.add_argument("--pruner", default="median", choices=["median", "hyperband", "none"],
+                        help="stop unpromising trials from their per-epoch validation score (default: median)")
+    parser.add_argument("--timeout", type=float, metavar="SECONDS", help="start no trial after this many seconds")
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="a setting of the recipe, for every trial")
+    parser.add_argument("--no-final", action="store_true",
+                        help="skip the two runs after the trials (the defaults' validation score, and the best "
+                             "settings rerun by the recipe for their test score)")
+
+
+def cli_main(args: Any) -> int:
+    if args.target == "show":
+        from torchwork.tune.show import show
+
+        if not args.where:
+            raise ConfigError("torchwork tune show needs a study folder (<run_dir>/tune/<study>) or a storage URL.")
+        print(show(args.where, args.study))
+        return 0
+    if args.where:
+        raise ConfigError(f"unexpected argument {args.where!r}; the study's settings go with --space, --trials, "
+                          "--set.")
+    if not args.space or args.trials is None:
+        raise ConfigError("torchwork tune needs --space SPACE.yaml and --trials N, e.g. "
+                          "torchwork tune sentiment --space space.yaml --trials 16.")
+    from torchwork.tune.runner import tune_main
+
+    return tune_main(args)

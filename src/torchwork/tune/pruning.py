@@ -1,0 +1,78 @@
+"""Pruning from the engine's per-epoch validation metric: a Trainer callback that reports each epoch to the
+trial once and stops the fit when the pruner says so.
+
+A resumed trial (the retry of a killed one, on a fresh Optuna trial) first reports the epochs its checkpoint
+already holds, each once and with the value the checkpoint recorded, then asks the pruner again: nothing is
+lost, nothing reported twice.
+
+Example:
+    >>> make_pruner("none").__class__.__name__, make_pruner("median").__class__.__name__
+    ('NopPruner', 'MedianPruner')
+    >>> make_pruner("asha")
+    Traceback (most recent call last):
+    ...
+    torchwork.errors.ConfigError: --pruner 'asha': use median, hyperband or none.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchwork.engine.callbacks import Callback
+from torchwork.errors import ConfigError
+
+PRUNERS = ("median", "hyperband", "none")
+
+
+def make_pruner(name: str, max_epochs: int = 12, trials: int = 16) -> Any:
+    """``median`` (Optuna's MedianPruner, from the second epoch on, once a quarter of the trials, at least 1
+    and at most 4, have finished), ``hyperband`` (epochs as the resource) or ``none``."""
+    import optuna
+
+    if name == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=min(4, max(1, trials // 4)), n_warmup_steps=1)
+    if name == "hyperband":
+        return optuna.pruners.HyperbandPruner(min_resource=1, max_resource=max(int(max_epochs), 1),
+                                              reduction_factor=3)
+    if name == "none":
+        return optuna.pruners.NopPruner()
+    raise ConfigError(f"--pruner {name!r}: use {', '.join(PRUNERS[:-1])} or {PRUNERS[-1]}.")
+
+
+class PruningCallback(Callback):
+    """Reports ``monitor`` at the end of every epoch to ``trial`` and stops a trial the pruner prunes
+    (before its last epoch, ``epochs``)."""
+
+    def __init__(self, trial: Any, monitor: str, epochs: int | None = None) -> None:
+        self.trial, self.monitor, self.epochs = trial, monitor, epochs
+        self.pruned_at: int | None = None
+        self.reported: list[int] = []
+        self.resumed_epochs = 0
+
+    def _report(self, epoch: int, value: float) -> None:
+        self.trial.report(float(value), step=int(epoch))
+        self.reported.append(int(epoch))
+
+    def _check(self, trainer: Any, epoch: int) -> None:
+        if self.epochs is not None and epoch + 1 >= self.epochs:
+            return  # the last epoch is trained already: pruning it would save nothing and lose its score
+        if self.trial.should_prune():
+            self.pruned_at = epoch
+            trainer.should_stop = True
+
+    def on_fit_start(self, trainer: Any) -> None:
+        history = list(trainer.history)  # restored from the checkpoint when resuming
+        self.resumed_epochs = len(history)
+        for logs in history:
+            self._report(logs["epoch"], logs[self.monitor])
+        if history:
+            self._check(trainer, history[-1]["epoch"])
+            stopper = getattr(trainer, "early_stopping", None)
+            if stopper is not None and getattr(stopper, "bad_epochs", 0) >= getattr(stopper, "patience", 1):
+                trainer.should_stop = True  # killed after early stopping's last checkpoint: it had stopped
+
+    def on_epoch_end(self, trainer: Any, logs: dict[str, Any]) -> None:
+        if self.monitor not in logs:
+            raise ConfigError(f"the tuner prunes on {self.monitor!r}, but the epoch logged only {sorted(logs)}.")
+        self._report(logs["epoch"], logs[self.monitor])
+        self._check(trainer, logs["epoch"])

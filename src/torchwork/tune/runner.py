@@ -1,0 +1,256 @@
+"""``torchwork tune``: validate everything, open (or continue) the study, run K workers, report.
+
+Example (the checks that come before anything is written):
+    >>> threads_per_worker(workers=2, cores=2), threads_per_worker(workers=3, cores=2)
+    (1, 1)
+    >>> check_numbers(trials=0, workers=1, timeout=None)
+    Traceback (most recent call last):
+    ...
+    torchwork.errors.ConfigError: --trials 0: must be >= 1 (the study's total number of trials).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from torchwork.errors import ConfigError
+from torchwork.files import write_json
+from torchwork.tune.results import is_final
+
+
+@dataclasses.dataclass
+class TuneOptions:
+    """Everything ``torchwork tune`` takes (``storage`` None: the embedded SQLite file in the study folder)."""
+
+    target: str
+    space: str
+    trials: int
+    workers: int = 1
+    storage: str | None = None
+    study: str | None = None
+    seed: int = 0
+    pruner: str = "median"
+    timeout: float | None = None
+    settings: list[str] = dataclasses.field(default_factory=list)
+    final: bool = True  # after the trials: the defaults' score, and the best trial rerun for its test score
+    heartbeat_s: int = 5
+    grace_s: int = 30
+
+
+def threads_per_worker(workers: int, cores: int | None = None) -> int:
+    """floor(cores / workers), at least 1."""
+    cores = cores if cores is not None else len(os.sched_getaffinity(0))
+    return max(1, cores // workers)
+
+
+def check_numbers(trials: int, workers: int, timeout: float | None) -> None:
+    if trials < 1:
+        raise ConfigError(f"--trials {trials}: must be >= 1 (the study's total number of trials).")
+    if workers < 1:
+        raise ConfigError(f"--workers {workers}: must be >= 1.")
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise ConfigError(f"--timeout {timeout}: must be a positive number of seconds.")
+
+
+def prepare(options: TuneOptions) -> dict[str, Any]:
+    """Every check that needs no storage, then the storage and the study; nothing is written before the
+    checks pass. Returns what the run needs (target, space, study, folder, url)."""
+    from torchwork.tune.pruning import make_pruner
+    from torchwork.tune.space import read_space
+    from torchwork.tune.storage import check_url, default_url, sqlite_path
+    from torchwork.tune.study import open_study, queue_missing, study_record
+    from torchwork.tune.target import RecipeTarget
+
+    check_numbers(options.trials, options.workers, options.timeout)
+    target = RecipeTarget(options.target, options.settings, seed=options.seed)
+    space = read_space(options.space, target.integer_fields)
+    target.check_space(space)
+    make_pruner(options.pruner)
+    if options.storage is not None:
+        check_url(options.storage)
+    name = options.study or f"{target.name}-{Path(options.space).stem}"
+    if not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
+        raise ConfigError(f"--study {name!r}: use letters, digits, '-', '_' and '.' only (it names a folder).")
+    folder = target.run_dir / "tune" / name
+    url = options.storage or default_url(folder)
+    created = not folder.exists()
+    if sqlite_path(url) is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+    try:
+        storage = _open(url, options)
+        study = open_study(storage, name, study_record(target, space, options.seed))
+    except ConfigError:
+        if created and folder.exists() and sqlite_path(url) is not None:
+            import shutil
+
+            shutil.rmtree(folder, ignore_errors=True)  # a refused study leaves nothing behind
+        raise
+    folder.mkdir(parents=True, exist_ok=True)
+    queued = queue_missing(study, space, options.seed, options.trials)
+    requeue_lost(study)
+    from torchwork.tune.worker import SPEC
+
+    max_epochs = max([target.config.epochs, *(v for s in space.settings if s.name == "epochs" for v in s.extremes())])
+    write_json(folder / SPEC, {"study": name, "base": target.describe(), "space": space.describe_raw(),
+                               "seed": options.seed, "pruner": options.pruner, "max_epochs": int(max_epochs), "trials": options.trials,
+                               "heartbeat_s": options.heartbeat_s, "grace_s": options.grace_s})
+    return {"target": target, "space": space, "study": study, "folder": folder, "url": url, "queued": queued}
+
+
+def _open(url: str, options: TuneOptions) -> Any:
+    from torchwork.tune.recovery import queue_retry
+    from torchwork.tune.storage import open_storage
+
+    return open_storage(url, options.heartbeat_s, options.grace_s, stale_callback=queue_retry)
+
+
+def requeue_lost(study: Any) -> None:
+    """A killed attempt whose retry was never queued (the process died in between): queue it now."""
+    from torchwork.tune.recovery import queue_retry
+    from torchwork.tune.study import latest_attempts
+
+    for frozen in latest_attempts(study.get_trials(deepcopy=False)).values():
+        if frozen.state.name == "FAIL" and "error" not in frozen.user_attrs:
+            queue_retry(study, frozen)
+
+
+def start_worker(folder: Path, url: str, threads: int, index: int, quiet: bool,
+                 deadline: float | None) -> subprocess.Popen:
+    """One worker process, its thread count in its environment before torch starts."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+           "TORCHWORK_TUNE_THREADS": str(threads), "TORCHWORK_TUNE_STORAGE": url,
+           "TORCHWORK_TUNE_WORKER": str(index)}
+    env.pop("TORCHWORK_RESUME", None)
+    if deadline is not None:
+        env["TORCHWORK_TUNE_DEADLINE"] = repr(deadline)
+    output: Any = None
+    if quiet:  # several workers: each one's own output (the engine's progress) goes to its log
+        logs = folder / "workers"
+        logs.mkdir(exist_ok=True)
+        output = open(logs / f"{index}.log", "ab")
+    return subprocess.Popen([sys.executable, "-m", "torchwork.tune.worker", str(folder)], env=env,
+                            stdout=output, stderr=subprocess.STDOUT if quiet else None)
+
+
+class Progress:
+    """One line per trial that ends: number, state, score, best so far, trials done, ETA."""
+
+    def __init__(self, total: int, workers: int, direction: str, metric: str) -> None:
+        self.total, self.workers, self.maximize, self.metric = total, workers, direction == "maximize", metric
+        self.seen: set[int] = set()
+        self.started = time.monotonic()
+        self.finished_here = 0
+
+    def update(self, attempts: dict[int, Any]) -> list[str]:
+        lines = []
+        finals = {n: t for n, t in attempts.items() if is_final(t)}
+        values = [(t.value, n) for n, t in finals.items() if t.state.name == "COMPLETE" and t.value is not None]
+        best = (max if self.maximize else min)(values) if values else None
+        for number in sorted(set(finals) - self.seen):
+            self.seen.add(number)
+            self.finished_here += 1
+            frozen = finals[number]
+            score = (f"{self.metric}={frozen.value:.4f}" if frozen.state.name == "COMPLETE"
+                     else f"pruned at epoch {frozen.user_attrs.get('pruned_at_epoch')}"
+                     if frozen.state.name == "PRUNED" else frozen.user_attrs.get("error", ""))
+            left = self.total - len(finals)
+            rate = (time.monotonic() - self.started) / self.finished_here
+            eta = _duration(rate * left) if left else "0s"
+            lines.append(f"trial {number:>3} {frozen.state.name:<8} {score}  best {best[0]:.4f} (trial {best[1]})  "
+                         f"{len(finals)}/{self.total} done, ETA {eta}" if best else
+                         f"trial {number:>3} {frozen.state.name:<8} {score}  {len(finals)}/{self.total} done, ETA {eta}")
+        return lines
+
+
+def _duration(seconds: float) -> str:
+    from torchwork.engine.progress import format_duration
+
+    return format_duration(seconds)
+
+
+def run_workers(prepared: dict[str, Any], options: TuneOptions, threads: int) -> None:
+    """Start the workers, print a line per finished trial, restart a worker that died while work remains."""
+    from torchwork.tune.recovery import recover
+    from torchwork.tune.study import latest_attempts
+
+    study, folder, url = prepared["study"], prepared["folder"], prepared["url"]
+    deadline = time.time() + options.timeout if options.timeout else None
+    recover(study)  # trials of a killed study: failed and queued again, before the workers start
+    quiet = options.workers > 1
+    workers = {i: start_worker(folder, url, threads, i, quiet, deadline) for i in range(options.workers)}
+    progress = Progress(options.trials, options.workers, prepared["target"].objective["direction"],
+                        prepared["target"].objective["name"])
+    progress.seen = {n for n, t in latest_attempts(study.get_trials(deepcopy=False)).items() if is_final(t)}
+    restarts = 0
+    try:
+        while workers:
+            time.sleep(1.0)
+            for index, process in list(workers.items()):
+                code = process.poll()
+                if code is None:
+                    continue
+                del workers[index]
+                if code != 0:
+                    print(f"torchwork tune: worker {index} stopped ({_exit(code)}); its trial is queued again.",
+                          file=sys.stderr, flush=True)
+                    recover(study)
+                    waiting = study.get_trials(deepcopy=False, states=(_waiting(),))
+                    if waiting and restarts < 2 * options.trials and (deadline is None or time.time() < deadline):
+                        restarts += 1
+                        workers[index] = start_worker(folder, url, threads, index, quiet, deadline)
+            for line in progress.update(latest_attempts(study.get_trials(deepcopy=False))):
+                print(line, flush=True)
+    except BaseException:
+        for process in workers.values():
+            process.kill()
+        raise
+    for line in progress.update(latest_attempts(study.get_trials(deepcopy=False))):
+        print(line, flush=True)
+
+
+def _waiting() -> Any:
+    from optuna.trial import TrialState
+
+    return TrialState.WAITING
+
+
+def _exit(code: int) -> str:
+    if code < 0:
+        import signal
+
+        return f"killed by {signal.Signals(-code).name}"
+    return f"exit status {code}"
+
+
+def tune(options: TuneOptions) -> dict[str, Any]:
+    """Run (or continue) a study to ``options.trials`` trials; returns ``summary.json``'s content."""
+    from torchwork.tune.results import finish
+
+    started = time.perf_counter()
+    prepared = prepare(options)
+    threads = threads_per_worker(options.workers)
+    from torchwork.tune.storage import describe_url
+
+    print(f"torchwork tune: study {prepared['study'].study_name} in {describe_url(prepared['url'])}, "
+          f"{options.trials} trials ({prepared['queued']} new), {options.workers} worker(s) x {threads} thread(s), "
+          f"pruner {options.pruner}; folder {prepared['folder']}", flush=True)
+    run_workers(prepared, options, threads)
+    return finish(prepared, options, threads, started)
+
+
+def tune_main(args: Any) -> int:
+    """``torchwork tune RECIPE_OR_YAML --space SPACE.yaml --trials N ...``."""
+    options = TuneOptions(target=args.target, space=args.space, trials=args.trials, workers=args.workers,
+                          storage=args.storage, study=args.study, seed=args.seed, pruner=args.pruner,
+                          timeout=args.timeout, settings=list(args.set or []), final=not args.no_final)
+    summary = tune(options)
+    print(json.dumps({k: summary[k] for k in ("study", "best_value", "best_params", "best_trial", "trials")}))
+    return 0

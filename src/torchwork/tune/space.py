@@ -1,0 +1,265 @@
+"""The search space: one line of YAML per setting, validated before any trial, and each trial's params drawn
+from (seed, trial number) alone.
+
+A setting is a range (``low``, ``high``, optionally ``log: true`` or ``step``) or a list of ``choices``::
+
+    lr: {low: 1.0e-4, high: 0.1, log: true}
+    epochs: {choices: [4, 8, 12]}
+    max_length: {low: 16, high: 128, step: 16}
+
+A range is an integer range when the setting is an integer (the recipe's field says so) or when ``low``,
+``high`` and ``step`` are all integers; otherwise it is a float range.
+
+Trial ``n``'s params are point ``n`` of a scrambled Sobol sequence seeded with ``seed``, mapped onto each
+setting (log-uniform, on the step grid, or one of the choices). So they depend on nothing but the seed and
+the trial number: a study with one worker and one with eight try the same params, and a re-run from scratch
+repeats them (Optuna's samplers draw from the study's history, which depends on which worker asked first).
+
+Example:
+    >>> space = Space.from_mapping({"lr": {"low": 1e-4, "high": 0.1, "log": True}, "epochs": {"choices": [4, 8]}})
+    >>> params = space.params_for(0, seed=0)
+    >>> sorted(params), params == space.params_for(0, seed=0), params == space.params_for(1, seed=0)
+    (['epochs', 'lr'], True, False)
+    >>> Space.from_mapping({"lr": {"low": 0.1, "high": 0.01}})
+    Traceback (most recent call last):
+    ...
+    torchwork.errors.ConfigError: space: lr: low (0.1) must be below high (0.01).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+import math
+import os
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from torchwork.errors import ConfigError
+
+RANGE_KEYS = ("low", "high", "log", "step")
+ENTRY_KEYS = (*RANGE_KEYS, "choices")
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One setting of the space: a range (``low``..``high``, ``log``, ``step``) or ``choices``."""
+
+    name: str
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    step: float | None = None
+    integer: bool = False
+    choices: tuple[Any, ...] | None = None
+
+    def value_at(self, u: float) -> Any:
+        """The value at ``u`` in [0, 1) of this setting's range (or its choices)."""
+        if self.choices is not None:
+            return self.choices[min(int(u * len(self.choices)), len(self.choices) - 1)]
+        low, high = float(self.low), float(self.high)  # type: ignore[arg-type]
+        if self.log:
+            value = math.exp(math.log(low) + u * (math.log(high) - math.log(low)))
+            return min(max(int(round(value)), int(low)), int(high)) if self.integer else value
+        if self.step is not None:
+            points = int(round((high - low) / self.step)) + 1
+            value = low + min(int(u * points), points - 1) * self.step
+            return int(round(value)) if self.integer else round(value, 12)
+        if self.integer:
+            points = int(high - low) + 1
+            return int(low) + min(int(u * points), points - 1)
+        return low + u * (high - low)
+
+    def distribution(self) -> Any:
+        """The matching Optuna distribution (what the storage and the dashboard show)."""
+        from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+        if self.choices is not None:
+            return CategoricalDistribution(list(self.choices))
+        if self.integer:
+            return IntDistribution(int(self.low), int(self.high), log=self.log,  # type: ignore[arg-type]
+                                   step=int(self.step or 1))
+        return FloatDistribution(float(self.low), float(self.high), log=self.log,  # type: ignore[arg-type]
+                                 step=self.step)
+
+    def suggest(self, trial: Any) -> Any:
+        """Ask an Optuna trial for this setting (a queued trial answers with its fixed value)."""
+        if self.choices is not None:
+            return trial.suggest_categorical(self.name, list(self.choices))
+        if self.integer:
+            return trial.suggest_int(self.name, int(self.low), int(self.high),  # type: ignore[arg-type]
+                                     step=int(self.step or 1), log=self.log)
+        return trial.suggest_float(self.name, float(self.low), float(self.high),  # type: ignore[arg-type]
+                                   step=self.step, log=self.log)
+
+    def extremes(self) -> list[Any]:
+        """The values a trial can get at the edges (each choice, or low and high)."""
+        if self.choices is not None:
+            return list(self.choices)
+        return [self.value_at(0.0), self.value_at(1.0 - 1e-12)]
+
+    def describe(self) -> dict[str, Any]:
+        if self.choices is not None:
+            return {"choices": list(self.choices)}
+        entry: dict[str, Any] = {"low": self.low, "high": self.high}
+        if self.log:
+            entry["log"] = True
+        if self.step is not None:
+            entry["step"] = self.step
+        entry["type"] = "int" if self.integer else "float"
+        return entry
+
+
+class Space:
+    """The settings to tune, in a canonical (sorted) order."""
+
+    def __init__(self, settings: list[Setting]) -> None:
+        self.settings = sorted(settings, key=lambda s: s.name)
+
+    @property
+    def names(self) -> list[str]:
+        return [s.name for s in self.settings]
+
+    @classmethod
+    def from_mapping(cls, data: Any, integer_fields: set[str] | None = None, where: str = "space") -> Space:
+        """Parse and validate a space; ``integer_fields`` names the settings that are integers (None: a range
+        of integers is an integer range)."""
+        if not isinstance(data, Mapping) or not data:
+            raise ConfigError(f"{where}: a space is a mapping of settings, one per line, e.g. "
+                              "'lr: {low: 1.0e-4, high: 0.1, log: true}'.")
+        settings, problems = [], []
+        for name, entry in data.items():
+            try:
+                integer = None if integer_fields is None else str(name) in integer_fields
+                settings.append(_setting(str(name), entry, integer))
+            except ConfigError as error:
+                problems.append(str(error).rstrip("."))
+        if problems:
+            raise ConfigError(f"{where}: " + "; ".join(problems) + ".")
+        return cls(settings)
+
+    def params_for(self, number: int, seed: int) -> dict[str, Any]:
+        """Trial ``number``'s params: point ``number`` of the Sobol sequence scrambled with ``seed``."""
+        from scipy.stats import qmc
+
+        sobol = qmc.Sobol(d=len(self.settings), scramble=True, seed=_derived_seed(seed, self.names))
+        if number:
+            sobol.fast_forward(number)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "balance properties ... power of 2": one point at a time
+            point = sobol.random(1)[0]
+        return {s.name: s.value_at(float(u)) for s, u in zip(self.settings, point)}
+
+    def distributions(self) -> dict[str, Any]:
+        return {s.name: s.distribution() for s in self.settings}
+
+    def describe(self) -> dict[str, Any]:
+        """The space as plain data (stored with the study, compared when it is run again)."""
+        return {s.name: s.describe() for s in self.settings}
+
+    def describe_raw(self) -> dict[str, Any]:
+        """The space as its YAML would write it (``from_mapping`` reads it back to the same space)."""
+        return {name: {k: v for k, v in entry.items() if k != "type"} for name, entry in self.describe().items()}
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(json.dumps(self.describe(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def read_space(path: str | os.PathLike[str], integer_fields: set[str] | None = None) -> Space:
+    """A validated space from a YAML file (a one-line error for anything wrong in it)."""
+    from torchwork.recipes.config import read_yaml
+
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"space file {file} does not exist (write one setting per line, e.g. "
+                          "'lr: {low: 1.0e-4, high: 0.1, log: true}').")
+    try:
+        data = read_yaml(file)
+    except ConfigError as error:  # YAML's messages span lines; one line here
+        raise ConfigError(" ".join(str(error).split())) from None
+    return Space.from_mapping(data, integer_fields, where=f"space {file}")
+
+
+def check_names(space: Space, fields: list[str], refused: Mapping[str, str]) -> None:
+    """Refuse settings the recipe does not have (suggesting the one meant, as ``--set`` does) and those
+    the tuner sets itself (``refused``: name -> why)."""
+    from torchwork.recipes.config import suggest_setting
+
+    problems = []
+    for name in space.names:
+        if name in refused:
+            problems.append(f"{name!r} cannot be tuned ({refused[name]})")
+        elif name not in fields:
+            close = suggest_setting(name, fields)
+            problems.append(f"unknown setting {name!r}" + (f" (did you mean {close!r}?)" if close else ""))
+    if problems:
+        raise ConfigError("space: " + "; ".join(problems) + f". Settings: {', '.join(fields)}.")
+
+
+def _number(name: str, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{name}: {key} must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise ConfigError(f"{name}: {key} must be finite, got {value!r}")
+    return value
+
+
+def _setting(name: str, entry: Any, integer_field: bool | None) -> Setting:
+    if not isinstance(entry, Mapping):
+        raise ConfigError(f"{name}: write a range {{low: .., high: ..}} or {{choices: [..]}}, got {entry!r}")
+    unknown = [k for k in entry if k not in ENTRY_KEYS]
+    if unknown:
+        close = difflib.get_close_matches(str(unknown[0]), ENTRY_KEYS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"{name}: unknown key {unknown[0]!r}{hint}; use {', '.join(ENTRY_KEYS)}")
+    if "choices" in entry:
+        if set(entry) - {"choices"}:
+            raise ConfigError(f"{name}: choices cannot be combined with {', '.join(sorted(set(entry) - {'choices'}))}")
+        choices = entry["choices"]
+        if not isinstance(choices, list) or not choices:
+            raise ConfigError(f"{name}: choices must be a non-empty list, got {choices!r}")
+        if any(not isinstance(c, (str, int, float, bool)) or isinstance(c, float) and not math.isfinite(c)
+               for c in choices):
+            raise ConfigError(f"{name}: each choice must be a finite number, text or true/false, got {choices!r}")
+        if len({json.dumps(c) for c in choices}) != len(choices):
+            raise ConfigError(f"{name}: choices repeat a value: {choices!r}")
+        return Setting(name, choices=tuple(choices))
+    if "low" not in entry or "high" not in entry:
+        raise ConfigError(f"{name}: a range needs both low and high (or give choices: [..])")
+    low, high = _number(name, "low", entry["low"]), _number(name, "high", entry["high"])
+    log = entry.get("log", False)
+    if not isinstance(log, bool):
+        raise ConfigError(f"{name}: log must be true or false, got {log!r}")
+    step = entry.get("step")
+    if step is not None:
+        step = _number(name, "step", step)
+        if step <= 0:
+            raise ConfigError(f"{name}: step must be > 0, got {step!r}")
+        if log:
+            raise ConfigError(f"{name}: use either log or step, not both")
+    given = (low, high, *([step] if step is not None else []))
+    integer = integer_field if integer_field is not None else all(isinstance(v, int) for v in given)
+    if integer_field and not all(float(v).is_integer() for v in (low, high, *([step] if step else []))):
+        raise ConfigError(f"{name} is an integer setting: low, high and step must be integers")
+    if not low < high:
+        raise ConfigError(f"{name}: low ({low!r}) must be below high ({high!r})")
+    if log and low <= 0:
+        raise ConfigError(f"{name}: a log range needs low > 0, got {low!r}")
+    if step is not None:
+        points = (high - low) / step
+        if abs(points - round(points)) > 1e-9:
+            raise ConfigError(f"{name}: high - low ({high - low:g}) must be a multiple of step ({step:g})")
+    if integer:
+        low, high, step = int(low), int(high), int(step) if step is not None else None
+    return Setting(name, low=low, high=high, log=log, step=step, integer=integer)
+
+
+def _derived_seed(seed: int, names: list[str]) -> int:
+    """The Sobol scrambling seed: from the study's seed and the settings' names (so a space with one more
+    setting draws afresh rather than shifting every setting)."""
+    digest = hashlib.sha256(json.dumps([int(seed), names]).encode()).digest()
+    return int.from_bytes(digest[:8], "little")
