@@ -31,7 +31,12 @@ def _subset_with_fixes(split, rows, seed):
     return picked
 
 
-recipe.stratified_subset = _subset_with_fixes  # the name the recipe calls
-settings = {"model": "ngram", "subset": 300, "run_dir": "runs", "precision": "32", "threads": 1, "epochs": 6,
-            "batch_size": 32, "quantize": False, "export_formats": ("pt2",), **json.loads(sys.argv[1])}
-recipe.run(recipe.SentimentConfig(**settings))
+def main() -> None:
+    recipe.stratified_subset = _subset_with_fixes  # the name the recipe calls
+    settings = {"model": "ngram", "subset": 300, "run_dir": "runs", "precision": "32", "threads": 1, "epochs": 6,
+                "batch_size": 32, "quantize": False, "export_formats": ("pt2",), **json.loads(sys.argv[1])}
+    recipe.run(recipe.SentimentConfig(**settings))
+
+
+if __name__ == "__main__":  # pytest imports this file for its doctests; only the test runs it
+    main()
