@@ -50,7 +50,7 @@ def hand_loop(epochs: int = EPOCHS) -> int:
 
 def trainer_loop(epochs: int = EPOCHS) -> int:
     loader, model, optimizer, loss_fn = setup()
-    trainer = Trainer(model, optimizer, loss_fn, device="cpu", progress=False)
+    trainer = Trainer(model, optimizer, loss_fn, device="cpu", progress=False, threads=1)  # as the hand loop
     trainer.fit(loader, epochs=epochs)
     return trainer.global_step
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from torchwork.errors import ConfigError
 from torchwork.runs.options import RunOptions
+from torchwork.threads import check_threads
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,8 @@ class StepOptions:
         clip_grad_value: clip each gradient element to ``[-v, v]``.
         loss_weights: weights of the named losses when ``loss_fn`` returns a dict (missing names weigh 1).
         keep_fp32: submodule names or classes that run in fp32 under autocast.
+        threads: torch's CPU threads: ``"auto"`` (chosen for the machine as it is, timed on the first real
+            steps, re-checked when it changes: :mod:`torchwork.threads`) or a count, always honoured.
     """
 
     accumulate: int = 1
@@ -46,8 +49,10 @@ class StepOptions:
     clip_grad_value: float | None = None
     loss_weights: Mapping[str, float] | None = None
     keep_fp32: Iterable[str | type] = ()
+    threads: int | str = "auto"
 
     def __post_init__(self) -> None:
+        check_threads(self.threads)
         k = self.accumulate
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ConfigError(f"accumulate={k!r}: it is the number of micro-batches per optimizer "

@@ -51,7 +51,7 @@ class SentimentConfig:
     precision: str = "auto"  # auto | 32 | bf16
     export_formats: tuple[str, ...] = ("pt2", "onnx")
     quantize: bool = True
-    threads: int = 0  # torch threads (0: all CPUs)
+    threads: int = 0  # torch threads (0: auto, chosen for the machine as it is and re-checked; N: exactly N)
     # The model to serve: "ngram" (above, minutes) or "transformer" (MiniLM fine-tuned, below; the n-gram
     # model is then trained too, for the side-by-side comparison).
     model: str = "ngram"
@@ -146,7 +146,8 @@ def choose_precision(requested: str, model: Any, batch: Any, loss_fn: Any, steps
     for precision in seconds:
         trial = copy.deepcopy(model)
         trainers[precision] = Trainer(trial, torch.optim.AdamW(trial.parameters()), loss_fn, device="cpu",
-                                      precision=precision, guard=False, progress=False, distributed=False)
+                                      precision=precision, guard=False, progress=False, distributed=False,
+                                      threads=torch.get_num_threads())  # both timed alike
         trainers[precision].step(batch)  # warm-up
     for _ in range(steps):  # interleaved, so that machine noise hits both alike
         for precision, trainer in trainers.items():
@@ -199,8 +200,10 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
     from torchwork.recipes.models import TfidfNGramClassifier
 
     started = time.perf_counter()
-    if config.threads:
-        torch.set_num_threads(config.threads)
+    from torchwork.threads import choose_threads
+
+    # Before the timed choices below (precision, the transformer's strategy): the Trainer then re-times it.
+    choose_threads(config.threads or "auto", say=say)
     seed_everything(config.seed)
 
     say("== 1. Data: CrowdFlower tweets (dirty, imbalanced)")
@@ -245,6 +248,7 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
     scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=config.lr,
                                                     total_steps=config.epochs * len(train_loader))
     trainer = Trainer(model, optimizer, loss_fn, scheduler, device="cpu", precision=precision,
+                      threads=config.threads or "auto",
                       clip_grad_norm=config.clip_grad_norm, epoch_metrics={"macro_f1": macro_f1},
                       early_stopping=EarlyStopping("val_macro_f1", mode="max", patience=config.patience),
                       run_dir=config.run_dir, config={**dataclasses.asdict(config), "precision_chosen": precision,
