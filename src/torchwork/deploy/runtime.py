@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Sequence, Sized
 from pathlib import Path
 from typing import Any
 
+from torchwork.deploy import progress
 from torchwork.deploy.contents import load_preprocess
 from torchwork.deploy.manifest import FORMATS, PREFERENCE, Manifest, read_manifest, variant_format
 from torchwork.deploy.tensors import as_input_tuple, check_inputs, flatten_outputs
@@ -73,6 +74,7 @@ def run_in_chunks(run: Runner, inputs: tuple[Any, ...], static_batch: int | None
         if static_batch is not None and real < size:
             part = tuple(torch.cat([t, t[:1].expand(size - real, *t.shape[1:])]) for t in part)
         parts.append([out[:real] for out in run(part)])
+        progress.rows(start + real)
     return parts[0] if len(parts) == 1 else [torch.cat([p[i] for p in parts]) for i in range(len(parts[0]))]
 
 

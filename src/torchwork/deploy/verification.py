@@ -31,11 +31,12 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from torchwork.deploy import progress
 from torchwork.deploy.choice import MIN_PARITY_ROWS, MIN_TIMING_ROUNDS, choose_variant, spread
 from torchwork.deploy.contents import load_examples, load_preprocess, load_samples, weights_of
 from torchwork.deploy.manifest import Manifest, read_manifest
 from torchwork.deploy.parity import DEFAULT_ATOL, DEFAULT_RTOL, compare, first_line
-from torchwork.deploy.runtime import Runner, load_pt2, run_in_chunks, torch_runner, variant_runner
+from torchwork.deploy.runtime import CHUNK, Runner, load_pt2, run_in_chunks, torch_runner, variant_runner
 from torchwork.deploy.tensors import as_input_tuple, check_inputs
 from torchwork.deploy.trust import safe_member
 from torchwork.errors import ConfigError, ExportError
@@ -83,6 +84,7 @@ def interleaved_samples(calls: dict[str, Callable[[], Any]], rounds: int, repeat
             for _ in range(repeat):
                 call()
             samples[name].append((time.perf_counter() - started) / repeat)
+        progress.rows(round_index + 1)
     return samples
 
 
@@ -239,6 +241,8 @@ def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[An
     working: dict[str, Runner] = {}
     for name, run in runners.items():
         row: dict[str, Any] = {"kind": kinds[name]}
+        progress.stage("parity on the held-out inputs", variant=name, batch=static_batch or CHUNK,
+                       total=int(inputs[0].shape[0]))
         try:
             outputs = reference if name == reference_name else run_in_chunks(run, inputs, static_batch)
         except Exception as error:
@@ -257,7 +261,11 @@ def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[An
         rows[name] = row
     small, large = (static_batch, static_batch) if static_batch else (1, 64)
     one, many = _rows(inputs, small), _rows(inputs, large)
+    progress.stage(f"timing {', '.join(working)} (interleaved blocks of 10 calls)", batch=small, total=rounds,
+                   unit="rounds")
     latency = interleaved_seconds({n: functools.partial(r, one) for n, r in working.items()}, rounds, repeat=10)
+    progress.stage(f"timing {', '.join(working)} (interleaved blocks of 2 calls)", batch=large, total=rounds,
+                   unit="rounds")
     batch_rounds = interleaved_samples({n: functools.partial(r, many) for n, r in working.items()}, rounds, repeat=2)
     batch = {name: statistics.median(values) for name, values in batch_rounds.items()}
     for name in working:

@@ -367,6 +367,7 @@ def speed_ratios(artifact: Path, model: Any, texts: Sequence[str], rounds: int =
     import torch
 
     from torchwork.deploy import load_artifact
+    from torchwork.deploy.progress import rows, showing_progress, stage
     from torchwork.deploy.verification import SETTLE_S
 
     settle = SETTLE_S if settle is None else settle
@@ -386,13 +387,16 @@ def speed_ratios(artifact: Path, model: Any, texts: Sequence[str], rounds: int =
         for run in runners.values():  # warm-up
             run(block[0])
         seconds: dict[str, list[float]] = {name: [] for name in runners}
-        for round_index in range(rounds):
-            for name in list(runners)[round_index % 2:] + list(runners)[:round_index % 2]:
-                time.sleep(settle)
-                started = time.perf_counter()
-                for inputs in block:
-                    runners[name](inputs)
-                seconds[name].append((time.perf_counter() - started) / len(block))
+        with showing_progress("INT8 timing"):
+            stage("eager and onnx-int8, interleaved blocks", batch=size, total=rounds, unit="rounds")
+            for round_index in range(rounds):
+                for name in list(runners)[round_index % 2:] + list(runners)[:round_index % 2]:
+                    time.sleep(settle)
+                    started = time.perf_counter()
+                    for inputs in block:
+                        runners[name](inputs)
+                    seconds[name].append((time.perf_counter() - started) / len(block))
+                rows(round_index + 1)
         median = {name: statistics.median(values) for name, values in seconds.items()}
         result[f"batch_{size}"] = {"eager_per_s": round(size / median["eager"], 1),
                                    "int8_per_s": round(size / median["onnx-int8"], 1),
