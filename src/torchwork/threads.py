@@ -311,8 +311,13 @@ class ThreadTuner:
         if self.say is not None:
             self.say(self.choice.describe())
 
+    @property
+    def upcoming(self) -> int:
+        """The thread count the next step runs with (for a runtime whose threads are fixed per session)."""
+        return self._plan[0] if self.measuring and self._plan else self.choice.threads
+
     def before_step(self) -> None:
-        """Set the thread count the next step runs with."""
+        """Set torch's thread count for the next step."""
         if self.measuring and self._plan:
             set_threads(self._plan[0])
 

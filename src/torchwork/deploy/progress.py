@@ -35,7 +35,7 @@ class _Progress:
         self.state: dict[str, Any] = {}
         self.lock = threading.Lock()
         self.stopped = threading.Event()
-        self.last = 0.0
+        self.last = self.started  # the first line comes with the first stage
 
     def line(self) -> str:
         state = self.state
