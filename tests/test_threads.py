@@ -129,3 +129,20 @@ def test_a_neighbour_starting_mid_run_starts_a_re_check() -> None:
     tuner.before_step()
     tuner.after_step(0.001, 32)
     assert tuner.choice.threads == 1 and "others' CPU went from 0.0 to 1.6" in tuner.choice.reason
+
+
+@pytest.mark.parametrize("prelude,environment,expected", [
+    ("", {}, "True PASSIVE"),
+    ("", {"OMP_WAIT_POLICY": "ACTIVE"}, "False ACTIVE"),  # the user's policy stays
+    ("import torch\n", {}, "False None"),  # too late: libgomp read the environment when torch loaded
+])
+def test_passive_waiting_is_set_before_torch_loads_unless_the_user_chose(prelude: str, environment: dict[str, str],
+                                                                        expected: str) -> None:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"} | environment
+    code = (f"{prelude}import os\nfrom torchwork.threads import passive_waiting\n"
+            "print(passive_waiting(), os.environ.get('OMP_WAIT_POLICY'))")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+                          timeout=120)
+    assert done.stdout.split() == expected.split()
