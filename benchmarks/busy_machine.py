@@ -145,6 +145,8 @@ def compare(step: Callable[[int], Any], rounds: int, block: int) -> dict[str, An
     best = min(fixed, key=fixed.__getitem__)
     return {"auto_threads": chosen, "auto_reason": reason,
             "step_ms": {name: round(1e3 * m, 2) for name, m in median.items()}, "best_fixed": best,
+            # when auto runs the best fixed count, its ratio to it is the noise between identical blocks
+            "auto_same_as_best": configs[best] == chosen,
             "auto_vs_best": round(fixed[best] / median["auto"], 3),
             "auto_vs_all_cores": round(fixed[f"fixed_{usable_cpus()}"] / median["auto"], 3)}
 
