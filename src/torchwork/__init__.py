@@ -24,6 +24,7 @@ _LAZY: dict[str, str] = {
     "resolve_device": "torchwork.engine.devices",
     "move_to_device": "torchwork.engine.devices",
     "seed_everything": "torchwork.seeding",
+    "choose_threads": "torchwork.threads",
     # every error class, drawn as a tree in torchwork/errors.py
     **dict.fromkeys(["TorchworkError", "ConfigError", "BatchError", "LossError", "DeviceError", "CheckpointError",
                      "NonFiniteWeightsError", "DataError", "DistributedError", "ExportError", "QueueFullError",
@@ -55,5 +56,6 @@ if TYPE_CHECKING:  # pragma: no cover
         TorchworkError,
     )
     from torchwork.seeding import seed_everything  # noqa: F401
+    from torchwork.threads import choose_threads  # noqa: F401
 else:
     __getattr__, __dir__ = lazy_attributes("torchwork", _LAZY, globals())
