@@ -60,6 +60,8 @@ docs-output: $(STAMP)
 	$(BIN)/python docs/tools/docs_output.py $(if $(ALL),--all)
 
 bench: $(STAMP)
+	# the peers the benchmarks compare against (LitServe), pinned, so every side-by-side figure can be rerun
+	$(BIN)/pip install --quiet -c $(LOCK) -r requirements/bench.txt torch==2.13.0
 	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b; done
 
 lint: $(STAMP) typecheck

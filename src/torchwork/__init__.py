@@ -27,6 +27,7 @@ _LAZY: dict[str, str] = {
     # the Trainer's setting groups
     **dict.fromkeys(["StepOptions", "EvaluationOptions", "LoggingOptions", "DistributedOptions"], "torchwork.engine.options"),
     "RunOptions": "torchwork.runs.options",
+    "choose_threads": "torchwork.threads",
     # every error class, drawn as a tree in torchwork/errors.py
     **dict.fromkeys(["TorchworkError", "ConfigError", "BatchError", "LossError", "DeviceError", "CheckpointError",
                      "NonFiniteWeightsError", "DataError", "DistributedError", "ExportError", "QueueFullError",
@@ -60,5 +61,6 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from torchwork.runs.options import RunOptions  # noqa: F401
     from torchwork.seeding import seed_everything  # noqa: F401
+    from torchwork.threads import choose_threads  # noqa: F401
 else:
     __getattr__, __dir__ = lazy_attributes("torchwork", _LAZY, globals())

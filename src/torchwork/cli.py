@@ -329,6 +329,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     module_name, function_name = args._target.split(":")
+    from torchwork.threads import passive_waiting
+
+    passive_waiting()  # before torch loads: idle OpenMP threads sleep, not spin against a neighbour
     function = getattr(importlib.import_module(module_name), function_name)
     from torchwork.errors import TorchworkError
 

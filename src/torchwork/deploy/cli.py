@@ -137,12 +137,15 @@ def cli_export(args: argparse.Namespace) -> int:
 
 
 def cli_verify(args: argparse.Namespace) -> int:
+    from torchwork.deploy.progress import showing_progress
     from torchwork.deploy.verification import format_report, verify
     from torchwork.env.drift import warn_if_machine_differs
 
     warn_if_machine_differs(args.artifact)  # this machine against the exporting one: torch, build, ONNX Runtime
     variants = [v.strip() for v in args.variants.split(",")] if args.variants else None
-    report = verify(args.artifact, variants=variants, rounds=args.rounds, threads=args.threads,
-                    tolerance=args.tolerance, atol=args.atol, rtol=args.rtol, trust=tuple(args.trust), cpp=args.cpp)
+    with showing_progress("verify"):
+        report = verify(args.artifact, variants=variants, rounds=args.rounds, threads=args.threads,
+                        tolerance=args.tolerance, atol=args.atol, rtol=args.rtol, trust=tuple(args.trust),
+                        cpp=args.cpp)
     print(json.dumps(report, indent=2, default=str) if args.json else format_report(report))
     return 0 if report["ok"] else 1

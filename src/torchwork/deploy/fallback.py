@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from torchwork.deploy import progress
 from torchwork.deploy.runtime import Runner, onnx_session, softmax
 from torchwork.errors import ConfigError
 
@@ -97,5 +98,11 @@ def measure_margin(exact_path: Any, quantized_path: Any, feeds: Sequence[dict[st
     import numpy as np
 
     exact, quantized = onnx_session(exact_path, threads), onnx_session(quantized_path, threads)
-    first = [np.concatenate([session.run(None, dict(feed))[0] for feed in feeds]) for session in (exact, quantized)]
+    first = []
+    for done, session in enumerate((exact, quantized)):
+        outputs = []
+        for feed in feeds:
+            outputs.append(session.run(None, dict(feed))[0])
+            progress.rows(done * len(feeds) + len(outputs))
+        first.append(np.concatenate(outputs))
     return choose_margin(first[0], first[1], agreement, fixed)

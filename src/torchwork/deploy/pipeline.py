@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from torchwork.deploy import progress
 from torchwork.deploy.advice import graph_advice, model_advice
 from torchwork.deploy.aoti import NATIVE_TRUST, export_pt2_aoti
 from torchwork.deploy.contents import save_samples
@@ -352,7 +353,8 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
     module.eval()
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
     try:
-        report = _export_into(tmp, out, module, args, plan)
+        with progress.showing_progress("export"):
+            report = _export_into(tmp, out, module, args, plan)
         _commit(tmp, out)
         return report
     finally:
@@ -452,6 +454,7 @@ def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], plan:
     advice = model_advice(module, plan.formats)
     for fmt in plan.formats:
         path = tmp / VARIANT_FILES[fmt]
+        progress.stage(f"exporting and checking on {len(probes)} probes", variant=fmt)
         try:
             if fmt == "pt2":
                 info = export_pt2(module, args, path, names, dynamic)
@@ -565,6 +568,8 @@ def _quantize_variant(tmp: Path, variants: dict[str, Variant], refused: dict[str
     target = tmp / VARIANT_FILES["onnx-int8"]
     feeds = ([{name: tensor.numpy() for name, tensor in zip(names, probe.inputs)} for probe in probes]
              if plan.quantize_attention_mask is not None else [])  # what the fused graph is checked on
+    progress.stage("quantizing (calibration rows)" if calibration else "quantizing", variant="onnx-int8",
+                   total=len(calibration) or None, unit="batches")
     try:
         info = quantize_onnx(tmp / VARIANT_FILES["onnx"], target, plan.quantize_ops, plan.quantize_per_channel,
                              plan.quantize_smoothing, calibration, attention_mask=plan.quantize_attention_mask,
@@ -582,6 +587,8 @@ def _quantize_variant(tmp: Path, variants: dict[str, Variant], refused: dict[str
         return
     fallback = None
     if plan.quantize_fallback_agreement is not None:
+        progress.stage("the float fallback's margin on the calibration rows", variant="onnx-int8",
+                       total=2 * len(calibration), unit="batches")
         fallback = {"variant": "onnx", **measure_margin(tmp / VARIANT_FILES["onnx"], target, calibration,
                                                         plan.quantize_fallback_agreement, plan.threads,
                                                         plan.quantize_fallback_margin),

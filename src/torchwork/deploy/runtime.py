@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence, Sized
 from pathlib import Path
 from typing import Any
 
+from torchwork.deploy import progress
 from torchwork.deploy.aoti import aoti_runner, needs_native_trust, refuse_untrusted
 from torchwork.deploy.manifest import FORMATS
 from torchwork.deploy.tensors import flatten_outputs
@@ -73,6 +74,7 @@ def run_in_chunks(run: Runner, inputs: tuple[Any, ...], static_batch: int | None
         if static_batch is not None and real < size:
             part = tuple(torch.cat([t, t[:1].expand(size - real, *t.shape[1:])]) for t in part)
         parts.append([out[:real] for out in run(part)])
+        progress.rows(start + real)
     return parts[0] if len(parts) == 1 else [torch.cat([p[i] for p in parts]) for i in range(len(parts[0]))]
 
 

@@ -4,8 +4,12 @@ The eager reference is, in order: the ``model`` you pass (its architecture; the 
 loaded into a copy when they differ), else the artifact's ``model.pt2`` program run by PyTorch (checked
 first against ``weights.safetensors``). The CLI, which has no Python model, uses the second.
 
-Latency (batch 1) and throughput (batch 64) are measured interleaved (every round times each variant once,
-in a rotating order) and reported as ratios to the reference, so machine noise hits all of them alike.
+Latency (batch 1) and throughput (batch 64) are measured interleaved (every round times a block of calls of
+each variant, in a rotating order, each block after a pause of :data:`SETTLE_S`) and reported as ratios to
+the reference, so machine noise hits all of them alike. The pause is the timing rule of every speed table:
+ONNX Runtime's threads (and OpenMP's, after torch) spin for a while after a call, and a call of another
+runtime timed in that while runs slower (an eager MiniLM at batch 1: 363 ms right after ONNX Runtime, 18 ms
+after a pause).
 Timings cover the model only; preprocessing is the same for every variant. The variant to deploy is chosen
 by :func:`torchwork.deploy.choice.choose_variant`: the most exact one unless another is measurably faster
 (beyond the spread of the rounds) and checked on enough real inputs.
@@ -27,13 +31,14 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from torchwork.deploy import progress
 from torchwork.deploy.aoti import NATIVE_TRUST, needs_native_trust
 from torchwork.deploy.choice import MIN_PARITY_ROWS, MIN_TIMING_ROUNDS, choose_variant, spread
 from torchwork.deploy.contents import load_examples, load_preprocess, load_samples, weights_of
 from torchwork.deploy.loaded import variant_runner
 from torchwork.deploy.manifest import Manifest, read_manifest
 from torchwork.deploy.parity import DEFAULT_ATOL, DEFAULT_RTOL, compare, first_line
-from torchwork.deploy.runtime import Runner, load_pt2, run_in_chunks, torch_runner
+from torchwork.deploy.runtime import CHUNK, Runner, load_pt2, run_in_chunks, torch_runner
 from torchwork.deploy.tensors import as_input_tuple, check_inputs
 from torchwork.deploy.trust import safe_member
 from torchwork.errors import ConfigError, ExportError
@@ -46,16 +51,26 @@ def _rows(inputs: tuple[Any, ...], count: int) -> tuple[Any, ...]:
     return tuple(t[index] for t in inputs)
 
 
+SETTLE_S = 0.3  # the pause before each timed block, so the previous runtime's spinning threads have stopped
+
+
 def interleaved_seconds(calls: dict[str, Callable[[], Any]], rounds: int, repeat: int = 1,
-                        warmup: int = 2) -> dict[str, float]:
+                        warmup: int = 2, settle_s: float = SETTLE_S) -> dict[str, float]:
     """Median seconds per call of each function, timed in interleaved rounds (rotating order)."""
-    samples = interleaved_samples(calls, rounds, repeat, warmup)
+    samples = interleaved_samples(calls, rounds, repeat, warmup, settle_s)
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def interleaved_samples(calls: dict[str, Callable[[], Any]], rounds: int, repeat: int = 1,
-                        warmup: int = 2) -> dict[str, list[float]]:
-    """Seconds per call of each function in every round, timed in interleaved rounds (rotating order)."""
+                        warmup: int = 2, settle_s: float = SETTLE_S) -> dict[str, list[float]]:
+    """Seconds per call of each function in every round: each round times a block of ``repeat`` calls of
+    each, in a rotating order, each block ``settle_s`` after the previous one ended.
+
+    Example:
+        >>> seconds = interleaved_samples({"a": lambda: sum(range(100)), "b": lambda: None}, 3, settle_s=0)
+        >>> {name: len(values) for name, values in seconds.items()}
+        {'a': 3, 'b': 3}
+    """
     for _ in range(warmup):
         for call in calls.values():
             call()
@@ -65,10 +80,13 @@ def interleaved_samples(calls: dict[str, Callable[[], Any]], rounds: int, repeat
         shift = round_index % len(names)
         for name in names[shift:] + names[:shift]:
             call = calls[name]
+            if settle_s:
+                time.sleep(settle_s)
             started = time.perf_counter()
             for _ in range(repeat):
                 call()
             samples[name].append((time.perf_counter() - started) / repeat)
+        progress.rows(round_index + 1)
     return samples
 
 
@@ -248,6 +266,8 @@ def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[An
     working: dict[str, Runner] = {}
     for name, run in runners.items():
         row: dict[str, Any] = {"kind": kinds[name]}
+        progress.stage("parity on the held-out inputs", variant=name, batch=static_batch or CHUNK,
+                       total=int(inputs[0].shape[0]))
         try:
             outputs = reference if name == reference_name else run_in_chunks(run, inputs, static_batch)
         except Exception as error:
@@ -266,7 +286,11 @@ def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[An
         rows[name] = row
     small, large = (static_batch, static_batch) if static_batch else (1, 64)
     one, many = _rows(inputs, small), _rows(inputs, large)
+    progress.stage(f"timing {', '.join(working)} (interleaved blocks of 10 calls)", batch=small, total=rounds,
+                   unit="rounds")
     latency = interleaved_seconds({n: functools.partial(r, one) for n, r in working.items()}, rounds, repeat=10)
+    progress.stage(f"timing {', '.join(working)} (interleaved blocks of 2 calls)", batch=large, total=rounds,
+                   unit="rounds")
     batch_rounds = interleaved_samples({n: functools.partial(r, many) for n, r in working.items()}, rounds, repeat=2)
     batch = {name: statistics.median(values) for name, values in batch_rounds.items()}
     for name in working:
@@ -275,7 +299,8 @@ def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[An
                           throughput_ratio=batch[reference_name] / batch[name],
                           throughput_spread=spread(batch_rounds[name]) / batch[name])
     return {"variants": rows, "timing_batches": {"latency": small, "throughput": large},
-            "timing_rounds": batch_rounds}
+            "timing_rounds": batch_rounds, "timing_rule": f"{rounds} interleaved rounds of blocks (10 calls at "
+            f"batch {small}, 2 at batch {large}), each block {SETTLE_S} s after the previous one"}
 
 
 def _within_tolerance(row: dict[str, Any], reference: dict[str, Any], found: dict[str, Any],
@@ -330,7 +355,8 @@ def format_report(report: dict[str, Any]) -> str:
            "", *text, "",
            f"latency: batch {report['timing_batches']['latency']}, model only (ratio to the reference, lower is "
            f"faster); throughput: batch {report['timing_batches']['throughput']} (ratio, higher is faster; ± the "
-           "interquartile range of the rounds, as a share of the median)"]
+           "interquartile range of the rounds, as a share of the median)"
+           + (f"; {report['timing_rule']}" if report.get("timing_rule") else "")]
     if report.get("deploy"):
         out.append(f"* deploy: {report['deploy']} ({report['deploy_rule']})")
     for name, row in report["variants"].items():

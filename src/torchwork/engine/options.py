@@ -27,6 +27,7 @@ from typing import Any, TypedDict
 
 from torchwork.errors import ConfigError
 from torchwork.runs.options import RunOptions
+from torchwork.threads import check_threads
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,8 @@ class StepOptions:
         keep_fp32: submodule names or classes that run in fp32 under autocast.
         compile: ``False``, ``True`` or ``"auto"`` (compile when a measurement says it pays), or a
             :class:`~torchwork.engine.compiling.CompileOptions`; see :mod:`torchwork.engine.compiling`.
+        threads: torch's CPU threads: ``"auto"`` (chosen for the machine as it is, timed on the first real
+            steps, re-checked when it changes: :mod:`torchwork.threads`) or a count, always honoured.
     """
 
     accumulate: int = 1
@@ -49,11 +52,13 @@ class StepOptions:
     loss_weights: Mapping[str, float] | None = None
     keep_fp32: Iterable[str | type] = ()
     compile: Any = False
+    threads: int | str = "auto"
 
     def __post_init__(self) -> None:
         from torchwork.engine.compiling import CompileOptions
 
         CompileOptions.of(self.compile)  # checked before any work starts
+        check_threads(self.threads)
         k = self.accumulate
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ConfigError(f"accumulate={k!r}: it is the number of micro-batches per optimizer "
@@ -153,6 +158,7 @@ class TrainerKeywords(TypedDict, total=False):
     loss_weights: Mapping[str, float] | None
     keep_fp32: Iterable[str | type]
     compile: Any
+    threads: int | str
     # EvaluationOptions
     metrics: Mapping[str, Callable[[Any, Any], Any]]
     epoch_metrics: Mapping[str, Callable[[Any, Any], Any]]
@@ -170,6 +176,7 @@ class TrainerKeywords(TypedDict, total=False):
     checkpoint_monitor: tuple[str, str] | None
     config: Mapping[str, Any]
     tensorboard: bool
+    data_splits: Mapping[str, Any]
     # DistributedOptions
     distributed_timeout_s: float
     distributed_debug: bool | None

@@ -43,9 +43,11 @@ from torchwork.engine.options import (
 from torchwork.engine.precision import keep_in_fp32, resolve_precision
 from torchwork.engine.progress import ProgressBar, epoch_line
 from torchwork.engine.step import ForwardLoss, LocalSync, StepResult, StepSetup, optimizer_step
+from torchwork.engine.threads import thread_setting, thread_tuner
 from torchwork.errors import CheckpointError, ConfigError
 from torchwork.runs.options import RunOptions
 from torchwork.runs.resume import TrainingState
+from torchwork.threads import ThreadChoice, ThreadTuner
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -76,7 +78,9 @@ class Trainer:
         step_fn: ``step_fn(model, batch) -> loss`` replaces the ``(inputs, targets)`` convention.
         callbacks: objects with ``on_fit_start``, ``on_step_end``, ``on_epoch_end``, ``on_fit_end``.
         step: :class:`~torchwork.engine.options.StepOptions`: accumulate, clip_grad_norm, clip_grad_value,
-            loss_weights, keep_fp32, compile (``compile="auto"``: torch.compile only when it measurably pays).
+            loss_weights, keep_fp32, compile (``compile="auto"``: torch.compile only when it measurably pays),
+            threads (``"auto"``: chosen for the machine, see :mod:`torchwork.threads`; a count is always
+            honoured; the choice is said on stderr with progress on and kept in ``trainer.thread_choice``).
         evaluation: :class:`~torchwork.engine.options.EvaluationOptions`: metrics, epoch_metrics,
             early_stopping, plateau_monitor.
         logging: :class:`~torchwork.engine.options.LoggingOptions`: log_every_n_steps, progress,
@@ -118,6 +122,8 @@ class Trainer:
             if device == "auto" and torch.cuda.is_available():
                 device = f"cuda:{self.world.local_rank}"  # one GPU per process
         self.device = resolve_device(device)
+        self._thread_tuner: ThreadTuner | None = None
+        self._threads_auto, self._thread_choice = thread_setting(step.threads, self.device, self.world)
         self.model = model.to(self.device)
         check_model_on(self.model, self.device)
         # One micro-batch's forward pass and loss, checked (engine/step.py). What it calls: the model itself,
@@ -252,12 +258,25 @@ class Trainer:
         return StepSetup(self.optimizer, self.precision, sync, self._forward, self._forward.samples_in,
                          self.clip_grad_norm, self.clip_grad_value, None if self._plateau else self.scheduler)
 
+    @property
+    def thread_choice(self) -> ThreadChoice | None:
+        """torch's thread count and why (None with ``threads="auto"`` off the CPU, or before the first step)."""
+        return self._thread_tuner.choice if self._thread_tuner is not None else self._thread_choice
+
     def _run_window(self, window: Sequence[Any]) -> StepResult:
         """One optimizer step over the micro-batches of ``window`` (:func:`optimizer_step`), counted."""
         if self._compiler.pending:
             self._train_model = self._compiler.choose(self._train_model, self.model, forward_backward(self, window[0]),
                                                       self.state.global_step)
+        tuner = self._thread_tuner
+        if tuner is None and self._threads_auto:
+            tuner = self._thread_tuner = thread_tuner(self.world, bool(self.progress) and self.world.is_rank_zero)
+        if tuner is not None:
+            tuner.before_step()
+            started = time.perf_counter()
         result = optimizer_step(self._step, window)
+        if tuner is not None:
+            tuner.after_step(time.perf_counter() - started, result.samples)
         self._last_grad_norm = result.grad_norm
         state = self.state
         if not result.stepped:

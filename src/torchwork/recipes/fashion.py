@@ -104,8 +104,6 @@ def run(config: FashionConfig, serve: bool = False) -> dict[str, Any]:
     from torchwork.report.plots import confusion_png, curves_png
 
     started = time.perf_counter()
-    if config.threads:
-        torch.set_num_threads(config.threads)
     seed_everything(config.seed)
     say("== 1. Data: Fashion-MNIST")
     dataset = load_dataset("fashion_mnist", seed=config.seed)
@@ -126,6 +124,7 @@ def run(config: FashionConfig, serve: bool = False) -> dict[str, Any]:
     test_loader = loader(test, 512, num_workers=0)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
     trainer = Trainer(model, optimizer, nn.CrossEntropyLoss(), device="cpu", clip_grad_norm=5.0,
+                      threads=config.threads or "auto",
                       metrics={"accuracy": accuracy}, epoch_metrics={"macro_f1": macro_f1},
                       early_stopping=EarlyStopping("val_accuracy", mode="max", patience=config.patience),
                       run_dir=config.run_dir, config=dataclasses.asdict(config))
@@ -216,6 +215,7 @@ def pretrained_comparison(config: FashionConfig, dataset: Any, train: Any, test:
     say(plan.table())
     optimizer = torch.optim.AdamW(plan)
     trainer = Trainer(head, optimizer, nn.CrossEntropyLoss(), device="cpu", metrics={"accuracy": accuracy},
+                      threads=config.threads or "auto",
                       epoch_metrics={"macro_f1": macro_f1},
                       early_stopping=EarlyStopping("val_accuracy", mode="max", patience=config.patience + 1),
                       run_dir=str(run_path / "pretrained"), tensorboard=False,

@@ -52,7 +52,7 @@ class SentimentConfig:
     transformer_precision: str = "auto"  # the transformer's: auto (measured, or `precision` when set) | 32 | bf16
     export_formats: tuple[str, ...] = ("pt2", "onnx")
     quantize: bool = True
-    threads: int = 0  # torch threads (0: all CPUs)
+    threads: int = 0  # torch threads (0: auto, chosen for the machine as it is and re-checked; N: exactly N)
     # The model to serve: "ngram" (above, minutes) or "transformer" (MiniLM fine-tuned, below; the n-gram
     # model is then trained too, for the side-by-side comparison).
     model: str = "ngram"
@@ -111,6 +111,7 @@ def tfidf_baseline(train: Any, test: Any, classes: list[str]) -> dict[str, Any]:
     classifier.fit(features, train.labels)
     predictions = classifier.predict(vectorizer.transform(test.texts))
     return classification_metrics(test.labels, predictions, classes)
+
 
 
 def recorded_choices(config: SentimentConfig, classes: list[str]) -> dict[str, Any] | None:
@@ -175,6 +176,7 @@ def fit_ngram(config: SentimentConfig, train: Any, validation: Any, classes: lis
     scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=config.lr,
                                                     total_steps=config.epochs * len(train_loader))
     trainer = Trainer(model, optimizer, loss_fn, scheduler, device="cpu", precision=precision,
+                      threads=config.threads or "auto",
                       clip_grad_norm=config.clip_grad_norm, epoch_metrics={"macro_f1": macro_f1},
                       early_stopping=EarlyStopping("val_macro_f1", mode="max", patience=config.patience),
                       callbacks=callbacks, run_dir=config.run_dir, data_splits=data_splits or {},
@@ -234,9 +236,13 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
     from torchwork.recipes.recorded import recorded_config
 
     started = time.perf_counter()
+    from torchwork.threads import choose_threads
+
     recorded_threads = (recorded_config(dataclasses.asdict(config)) or {}).get("threads_used")
-    if config.threads or isinstance(recorded_threads, int) and recorded_threads > 0:
-        torch.set_num_threads(config.threads or recorded_threads)  # resumed: the threads the run had
+    if not config.threads and isinstance(recorded_threads, int) and recorded_threads > 0:
+        torch.set_num_threads(recorded_threads)  # resumed: the threads the run had
+    else:  # before the timed choices below (precision, the transformer's strategy); the Trainer re-times it
+        choose_threads(config.threads or "auto", say=say)
     seed_everything(config.seed)
 
     say("== 1. Data: CrowdFlower tweets (dirty, imbalanced)")
@@ -260,6 +266,7 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
     trainer, model, preprocessor = fitted["trainer"], fitted["model"], fitted["preprocessor"]
     history, precision, training_seconds = fitted["history"], fitted["precision"], fitted["training_seconds"]
     test_loader = loader(test, 512, num_workers=0, preprocessor=preprocessor)
+
     run_path = trainer.run_path
     if not trainer.world.is_rank_zero:
         return {}  # under torchrun, rank 0 evaluates, exports and reports

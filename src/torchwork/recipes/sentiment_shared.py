@@ -58,7 +58,8 @@ def choose_precision(requested: str, model: Any, batch: Any, loss_fn: Any, steps
     for precision in seconds:
         trial = copy.deepcopy(model)
         trainers[precision] = Trainer(trial, torch.optim.AdamW(trial.parameters()), loss_fn, device="cpu",
-                                      precision=precision, guard=False, progress=False, distributed=False)
+                                      precision=precision, guard=False, progress=False, distributed=False,
+                                      threads=torch.get_num_threads())  # both timed alike
         trainers[precision].step(batch)  # warm-up
     for _ in range(steps):  # interleaved, so that machine noise hits both alike
         for precision, trainer in trainers.items():

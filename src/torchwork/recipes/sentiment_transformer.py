@@ -334,6 +334,7 @@ def train_transformer(config: Any, train: Any, validation: Any, test: Any, class
     factor = warmup_decay(total_steps, config.warmup)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     trainer = Trainer(trained, optimizer, loss_fn, scheduler, device=device, precision=precision,
+                      threads=config.threads or "auto",
                       clip_grad_norm=config.clip_grad_norm, epoch_metrics={"macro_f1": macro_f1},
                       early_stopping=EarlyStopping("val_macro_f1", mode="max", patience=config.transformer_patience),
                       run_dir=run_dir, config={**dataclasses.asdict(config), "strategy": strategy,
@@ -404,7 +405,7 @@ def export_transformer(model: Any, config: Any, artifact: Path, train: Any, vali
 
 
 def speed_ratios(artifact: Path, model: Any, texts: Sequence[str], rounds: int = 5,
-                 batch_sizes: Sequence[int] = (1, 32), batches: int = 8, settle: float = 0.3) -> dict[str, Any]:
+                 batch_sizes: Sequence[int] = (1, 32), batches: int = 8, settle: float | None = None) -> dict[str, Any]:
     """Eager vs the INT8 variant: median items per second at each batch size, on real texts.
 
     Each round times ``batches`` calls of one, then of the other (the order rotating), ``settle`` seconds
@@ -414,6 +415,10 @@ def speed_ratios(artifact: Path, model: Any, texts: Sequence[str], rounds: int =
     import torch
 
     from torchwork.deploy import load_artifact
+    from torchwork.deploy.progress import rows, showing_progress, stage
+    from torchwork.deploy.verification import SETTLE_S
+
+    settle = SETTLE_S if settle is None else settle
 
     int8 = load_artifact(artifact, "onnx-int8")
     tokenizer = int8.preprocess
@@ -430,13 +435,16 @@ def speed_ratios(artifact: Path, model: Any, texts: Sequence[str], rounds: int =
         for run in runners.values():  # warm-up
             run(block[0])
         seconds: dict[str, list[float]] = {name: [] for name in runners}
-        for round_index in range(rounds):
-            for name in list(runners)[round_index % 2:] + list(runners)[:round_index % 2]:
-                time.sleep(settle)
-                started = time.perf_counter()
-                for inputs in block:
-                    runners[name](inputs)
-                seconds[name].append((time.perf_counter() - started) / len(block))
+        with showing_progress("INT8 timing"):
+            stage("eager and onnx-int8, interleaved blocks", batch=size, total=rounds, unit="rounds")
+            for round_index in range(rounds):
+                for name in list(runners)[round_index % 2:] + list(runners)[:round_index % 2]:
+                    time.sleep(settle)
+                    started = time.perf_counter()
+                    for inputs in block:
+                        runners[name](inputs)
+                    seconds[name].append((time.perf_counter() - started) / len(block))
+                rows(round_index + 1)
         median = {name: statistics.median(values) for name, values in seconds.items()}
         result[f"batch_{size}"] = {"eager_per_s": round(size / median["eager"], 1),
                                    "int8_per_s": round(size / median["onnx-int8"], 1),

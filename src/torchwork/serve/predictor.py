@@ -58,11 +58,11 @@ class ServedModel(Protocol):
 
 
 def available_cpus() -> int:
-    """CPUs this process may run on (the affinity mask, which containers narrow), at least 1."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
+    """CPUs this process may run on (the affinity mask and the cgroup's CPU quota, which containers narrow),
+    at least 1."""
+    from torchwork.threads import usable_cpus
+
+    return usable_cpus()
 
 
 _configured_threads: int | None = None

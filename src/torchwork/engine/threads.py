@@ -1,0 +1,42 @@
+"""The Trainer's ``threads=`` setting: an explicit count set at once, ``"auto"`` tuned on the CPU's real steps.
+
+Example:
+    >>> import torch
+    >>> from torchwork.distributed.env import World
+    >>> auto, choice = thread_setting(1, torch.device("cpu"), World())
+    >>> auto, choice.threads, torch.get_num_threads()
+    (False, 1, 1)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+from torchwork.threads import ThreadChoice, ThreadTuner, check_threads, set_threads, usable_cpus
+
+if TYPE_CHECKING:
+    import torch
+
+    from torchwork.distributed.env import World
+
+
+def thread_setting(threads: Any, device: torch.device, world: World) -> tuple[bool, ThreadChoice | None]:
+    """(tune on the steps?, the choice made now): an explicit count is set here; ``"auto"`` is tuned on the
+    first steps on the CPU (unless OMP_NUM_THREADS says the count), and leaves torch's threads alone on an
+    accelerator."""
+    explicit = check_threads(threads)
+    if explicit is None and os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]):
+        return False, ThreadChoice(int(os.environ["OMP_NUM_THREADS"]), "OMP_NUM_THREADS as set", usable_cpus())
+    if explicit is not None:
+        set_threads(explicit)
+        return False, ThreadChoice(explicit, f"threads={explicit} as asked", usable_cpus())
+    return device.type == "cpu", None
+
+
+def thread_tuner(world: World, speak: bool) -> ThreadTuner:
+    """The tuner of one process; ranks sharing a machine share its CPUs."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1) if world.is_distributed else 1
+    share = max(1, usable_cpus() // max(1, local))
+    return ThreadTuner(usable=share, say=(lambda line: print(line, file=sys.stderr, flush=True)) if speak else None)

@@ -1,0 +1,411 @@
+"""Compute threads chosen for the machine as it is: the CPUs this process may use, less what others use now.
+
+torch starts one thread per core whatever else runs. Beside a busy neighbour that loses badly: every
+parallel region waits at its barrier for the thread the neighbour has descheduled (a 2-layer transformer
+step on a 2-core machine beside a busy process: 1.40 s with 1 thread, 3.53 s with 2). ``threads="auto"``
+(the :class:`~torchwork.Trainer`'s default, the recipes' ``threads: 0``) therefore:
+
+1. counts the CPUs this process may use: its affinity mask and its cgroup's CPU quota
+   (:func:`usable_cpus`), not ``os.cpu_count()``;
+2. reads the CPU other processes use now (:func:`busy_cpus`, from ``/proc/stat`` less this process's own
+   time) and starts from the CPUs left free, rounded, at least one: the documented default;
+3. when that differs from all usable CPUs, and a step is long enough for threads to matter, times a few
+   real steps at both counts in interleaved blocks and keeps the default unless the other is faster by more
+   than the spread of the blocks;
+4. says its choice and the reason, and checks again when the CPU others use changes by a CPU or the
+   throughput falls by more than a third (a neighbour started).
+
+An explicit ``threads=N`` always wins. This module imports torch only inside the functions that set it.
+
+Example:
+    >>> from torchwork.threads import choose_threads, usable_cpus
+    >>> choose_threads(1).threads, choose_threads(1).reason
+    (1, 'threads=1 as asked')
+    >>> 1 <= choose_threads("auto").threads <= usable_cpus()
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from torchwork.errors import ConfigError
+
+MIN_STEP_S = 0.005  # below this a step is too short for torch to split it across threads: nothing to measure
+RECHECK_FALL = 1 / 3  # re-check when throughput falls by more than this share of the chosen count's
+RECHECK_BUSY_CPUS = 0.75  # ... or when the CPU others use moves by this much from what the choice saw
+WINDOW_S = 2.0  # throughput and the neighbours' CPU are read over windows of at least this long
+
+
+def usable_cpus() -> int:
+    """CPUs this process may use: its affinity mask, capped by its cgroup's CPU quota, at least 1.
+
+    Example:
+        >>> usable_cpus() >= 1
+        True
+    """
+    try:
+        count = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        count = os.cpu_count() or 1
+    quota = cgroup_cpu_quota()
+    if quota is not None:
+        count = min(count, max(1, math.floor(quota)))
+    return max(1, count)
+
+
+def cgroup_cpu_quota() -> float | None:
+    """The CPUs this process's cgroup may use per period (cgroup v2 ``cpu.max`` or v1 ``cfs_quota_us``),
+    or None when unlimited or unknown."""
+    for directory in _cgroup_dirs():
+        v2 = directory / "cpu.max"
+        if v2.is_file():
+            quota, _, period = v2.read_text().strip().partition(" ")
+            if quota != "max" and period:
+                return int(quota) / int(period)
+        v1 = directory / "cpu.cfs_quota_us"
+        if v1.is_file():
+            quota_us = int(v1.read_text())
+            period_us = int((directory / "cpu.cfs_period_us").read_text())
+            if quota_us > 0 and period_us > 0:
+                return quota_us / period_us
+    return None
+
+
+def _cgroup_dirs() -> list[Path]:
+    root = Path("/sys/fs/cgroup")
+    found = []
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "" or "cpu" in controllers.split(","):
+            base = root if controllers == "" else root / controllers
+            for candidate in (base / path.lstrip("/"), base):
+                if candidate.is_dir() and candidate not in found:
+                    found.append(candidate)
+    return found
+
+
+def _cpu_jiffies(cpus: set[int] | None) -> tuple[int, int]:
+    """(busy, total) jiffies of the given CPUs since boot, from /proc/stat."""
+    busy = total = 0
+    for line in Path("/proc/stat").read_text().splitlines():
+        name, *fields = line.split()
+        if not name.startswith("cpu") or name == "cpu":
+            continue
+        if cpus is not None and int(name[3:]) not in cpus:
+            continue
+        values = [int(v) for v in fields[:8]]  # user nice system idle iowait irq softirq steal
+        total += sum(values)
+        busy += sum(values) - values[3] - values[4]
+    return busy, total
+
+
+class CpuReader:
+    """The CPU other processes used between two readings: all CPU time on this process's CPUs, less its own.
+
+    Example:
+        >>> reader = CpuReader()
+        >>> reader.others() >= 0.0
+        True
+    """
+
+    def __init__(self) -> None:
+        try:
+            self._cpus: set[int] | None = set(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            self._cpus = None
+        self._last = self._read()
+
+    def _read(self) -> tuple[float, int, int]:
+        busy, total = _cpu_jiffies(self._cpus)
+        return time.process_time(), busy, total
+
+    def others(self) -> float:
+        """CPUs (a float) that other processes kept busy since the last reading (or since construction)."""
+        own, busy, total = self._read()
+        last_own, last_busy, last_total = self._last
+        self._last = own, busy, total
+        if total <= last_total:
+            return 0.0
+        cpus = len(self._cpus) if self._cpus is not None else os.cpu_count() or 1
+        seconds = (total - last_total) / cpus / os.sysconf("SC_CLK_TCK")
+        busy_cpus = (busy - last_busy) / os.sysconf("SC_CLK_TCK") / seconds
+        return max(0.0, busy_cpus - (own - last_own) / seconds)
+
+
+def busy_cpus(interval_s: float = 0.1) -> float:
+    """CPUs other processes are using now (a float), read over ``interval_s``; 0.0 where /proc is missing.
+
+    Example:
+        >>> 0.0 <= busy_cpus(0.05)
+        True
+    """
+    try:
+        reader = CpuReader()
+    except OSError:
+        return 0.0
+    time.sleep(interval_s)
+    return reader.others()
+
+
+_recent: tuple[float, float] | None = None  # (when, busy): one reading serves the Trainers made within a second
+
+
+def recent_busy_cpus(max_age_s: float = 1.0) -> float:
+    """:func:`busy_cpus`, or the reading this process took less than ``max_age_s`` ago."""
+    global _recent
+    now = time.monotonic()
+    if _recent is None or now - _recent[0] > max_age_s:
+        _recent = (now, busy_cpus())
+    return _recent[1]
+
+
+def free_cpus(usable: int, busy: float) -> int:
+    """The documented default of ``threads="auto"``: usable CPUs less the busy ones, rounded, at least 1.
+
+    Example:
+        >>> free_cpus(2, 0.2), free_cpus(2, 1.0), free_cpus(2, 7.5), free_cpus(8, 2.6)
+        (2, 1, 1, 5)
+    """
+    return max(1, min(usable, round(usable - busy)))
+
+
+@dataclasses.dataclass
+class ThreadChoice:
+    """What ``threads="auto"`` chose and why; ``step_s`` holds the median measured step per thread count."""
+
+    threads: int
+    reason: str
+    usable: int = 1
+    busy: float = 0.0
+    step_s: dict[int, float] = dataclasses.field(default_factory=dict)
+    spread: float | None = None
+
+    def describe(self) -> str:
+        """One line: the count and the reason."""
+        return f"threads: {self.threads} ({self.reason})"
+
+
+def passive_waiting() -> bool:
+    """Make OpenMP's idle threads sleep instead of spin (``OMP_WAIT_POLICY=PASSIVE``), unless the user set a
+    policy or torch (whose libgomp reads it once, at load) is already imported; True when it was set.
+
+    Measured (benchmarks/busy_machine.py, a 2-core machine beside a one-core neighbour, the transformer
+    training step): 2 threads 3.36 s per step passive against 12.75 s spinning (3.8x); 1 thread alike (0.98x).
+    The ``torchwork`` command calls it before anything imports torch.
+    """
+    import sys
+
+    if "OMP_WAIT_POLICY" in os.environ or "torch" in sys.modules:
+        return False
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    return True
+
+
+def check_threads(threads: Any, what: str = "threads") -> int | None:
+    """``threads`` as an int (explicit) or None (auto); a ConfigError for anything else.
+
+    Example:
+        >>> check_threads("auto"), check_threads(0), check_threads(3)
+        (None, None, 3)
+    """
+    if threads in ("auto", 0, None):
+        return None
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+        raise ConfigError(f"{what}={threads!r}: use 'auto' (or 0) to choose for the machine, or a thread count "
+                          ">= 1.")
+    return threads
+
+
+def set_threads(threads: int) -> None:
+    """Set torch's intra-op thread count (a no-op when it already is that)."""
+    import torch
+
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
+def choose_threads(threads: int | str | None = "auto", step: Callable[[], Any] | None = None, *,
+                   steps: int = 2, rounds: int = 3, apply: bool = True,
+                   say: Callable[[str], Any] | None = None) -> ThreadChoice:
+    """Choose torch's thread count for this machine now (see the module's docstring); ``apply`` sets it.
+
+    ``step`` is one real unit of work (a training step, a batch of inference): with it, when the machine is
+    busy, blocks of ``steps`` calls at each candidate count are timed in ``rounds`` interleaved rounds.
+    Tuning workers call it once each, before their trial. ``say`` receives the one-line choice.
+
+    Example:
+        >>> choose_threads(2, apply=False).threads
+        2
+    """
+    explicit = check_threads(threads)
+    if explicit is not None:
+        choice = ThreadChoice(explicit, f"threads={explicit} as asked", usable_cpus())
+    else:
+        tuner = ThreadTuner(steps=steps, rounds=rounds)
+        if step is not None and tuner.measuring:
+            while tuner.measuring:
+                tuner.before_step()
+                started = time.perf_counter()
+                step()
+                tuner.after_step(time.perf_counter() - started, 1)
+        choice = tuner.choice
+    if apply:
+        set_threads(choice.threads)
+    if say is not None:
+        say(choice.describe())
+    return choice
+
+
+class ThreadTuner:
+    """``threads="auto"`` inside a loop: call :meth:`before_step` and :meth:`after_step` around each real
+    step; it times the candidate counts on those steps, settles on one, and checks again when the machine
+    changes (the Trainer's CPU loop does this; ``choice`` is the current decision).
+
+    Example:
+        >>> tuner = ThreadTuner()
+        >>> for _ in range(3):
+        ...     tuner.before_step()
+        ...     tuner.after_step(0.001, 8)   # steps this short are not worth measuring
+        >>> tuner.measuring, tuner.choice.threads >= 1
+        (False, True)
+    """
+
+    def __init__(self, *, steps: int = 2, rounds: int = 3, say: Callable[[str], Any] | None = None,
+                 usable: int | None = None, busy: float | None = None,
+                 others: Callable[[], float] | None = None) -> None:
+        """``usable``, ``busy``: the CPUs to share and the others' use now (default: read);
+        ``others``: the others' CPU since its last call (default: :meth:`CpuReader.others`)."""
+        self.steps, self.rounds, self.say = max(1, steps), max(1, rounds), say
+        self.usable = usable if usable is not None else usable_cpus()
+        if others is None:
+            try:
+                others = CpuReader().others
+            except OSError:
+                others = None
+        self._others = others
+        self.changes: list[ThreadChoice] = []
+        self._window_started, self._window_samples, self._window_seconds = time.perf_counter(), 0, 0.0
+        self._start(busy if busy is not None else recent_busy_cpus(), "")
+
+    def _start(self, busy: float, why: str) -> None:
+        default = free_cpus(self.usable, busy)
+        self.busy = busy
+        self._why = why
+        self.candidates = sorted({default, self.usable})
+        self.default = default
+        self._plan: list[int] = []
+        self._samples: dict[int, list[float]] = {c: [] for c in self.candidates}
+        self._block: list[float] = []
+        self._baseline: float | None = None
+        self.measuring = len(self.candidates) > 1
+        base = f"{self.usable} usable CPU{'s' if self.usable != 1 else ''}, others use {busy:.1f} now"
+        if self.measuring:
+            # Warm-up: the first step at the default, unmeasured (allocations, first-call dispatch).
+            self._plan = [default] + [c for r in range(self.rounds) for c in _rotated(self.candidates, r)
+                                      for _ in range(self.steps)]
+            self._warmup = True
+            self.choice = ThreadChoice(default, f"{base}; measuring", self.usable, busy)
+        else:
+            self.choice = ThreadChoice(default, f"{why}{base}", self.usable, busy)
+            self._announce()
+        set_threads(self.choice.threads)
+
+    def _announce(self) -> None:
+        self.changes.append(self.choice)
+        if self.say is not None:
+            self.say(self.choice.describe())
+
+    @property
+    def upcoming(self) -> int:
+        """The thread count the next step runs with (for a runtime whose threads are fixed per session)."""
+        return self._plan[0] if self.measuring and self._plan else self.choice.threads
+
+    def before_step(self) -> None:
+        """Set torch's thread count for the next step."""
+        if self.measuring and self._plan:
+            set_threads(self._plan[0])
+
+    def after_step(self, seconds: float, samples: int) -> None:
+        """Record one step: its wall seconds and how many samples it processed."""
+        if self.measuring:
+            self._measured(seconds)
+            return
+        self._window_samples += samples
+        self._window_seconds += seconds
+        if time.perf_counter() - self._window_started >= WINDOW_S:
+            self._end_window(self._window_samples / max(self._window_seconds, 1e-9))
+
+    def _measured(self, seconds: float) -> None:
+        threads = self._plan.pop(0)
+        if self._warmup:
+            self._warmup = False
+            if seconds < MIN_STEP_S:
+                self._settle(self.default, f"a step takes {1e3 * seconds:.1f} ms, too short to measure")
+            return
+        self._block.append(seconds)
+        if len(self._block) == self.steps:
+            self._samples[threads].append(statistics.median(self._block))
+            self._block = []
+        if not self._plan:
+            medians = {c: statistics.median(v) for c, v in self._samples.items()}
+            spread = max(_relative_spread(v) for v in self._samples.values())
+            best = min(medians, key=medians.__getitem__)
+            measured = ", ".join(f"{c}: {1e3 * m:.1f} ms" for c, m in medians.items())
+            if best != self.default and medians[best] < medians[self.default] * (1 - spread):
+                why = f"step {measured}; {best} faster than the default {self.default} beyond the spread ±{spread:.0%}"
+            else:
+                best = self.default
+                why = f"step {measured}, spread ±{spread:.0%}; kept the free CPUs' count"
+            self._settle(best, why, medians, spread)
+
+    def _settle(self, threads: int, why: str, medians: dict[int, float] | None = None,
+                spread: float | None = None) -> None:
+        self.measuring = False
+        self._plan = []
+        base = f"{self.usable} usable CPUs, others use {self.busy:.1f} now"
+        self.choice = ThreadChoice(threads, f"{self._why}{base}; {why}", self.usable, self.busy,
+                                   dict(medians or {}), spread)
+        set_threads(threads)
+        self._announce()
+        self._window_started, self._window_samples, self._window_seconds = time.perf_counter(), 0, 0.0
+        if self._others is not None:
+            self._others()  # the next window's neighbours' CPU starts now
+
+    def _end_window(self, throughput: float) -> None:
+        busy = self._others() if self._others is not None else self.busy
+        self._window_started, self._window_samples, self._window_seconds = time.perf_counter(), 0, 0.0
+        if self._baseline is None:
+            self._baseline = throughput
+            return
+        if throughput < (1 - RECHECK_FALL) * self._baseline:
+            self._start(busy, f"re-checked: throughput fell from {self._baseline:,.0f} to {throughput:,.0f} "
+                              "samples/s; ")
+        elif abs(busy - self.busy) >= RECHECK_BUSY_CPUS and free_cpus(self.usable, busy) != self.default:
+            self._start(busy, f"re-checked: others' CPU went from {self.busy:.1f} to {busy:.1f}; ")
+
+
+def _rotated(items: list[int], shift: int) -> list[int]:
+    shift %= len(items)
+    return items[shift:] + items[:shift]
+
+
+def _relative_spread(values: list[float]) -> float:
+    """The interquartile range of ``values`` as a share of their median (0 for fewer than 2)."""
+    if len(values) < 2:
+        return 0.0
+    ordered = sorted(values)
+    quarter = (len(ordered) - 1) / 4
+    low, high = ordered[math.floor(quarter)], ordered[math.ceil(3 * quarter)]
+    return (high - low) / statistics.median(ordered)

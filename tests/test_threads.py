@@ -1,0 +1,148 @@
+"""threads="auto": fewer threads than cores beside a busy neighbour (real spinning processes, bounded in
+time), a re-check when throughput falls, and every explicit count honoured."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+import torch
+from torch import nn
+
+from torchwork import Trainer
+from torchwork.errors import ConfigError
+from torchwork.threads import ThreadTuner, busy_cpus, choose_threads, usable_cpus
+
+SPIN = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
+
+
+@contextlib.contextmanager
+def spinning_neighbours(count: int, seconds: float = 60.0) -> Iterator[None]:
+    """``count`` processes that each keep a CPU busy, for at most ``seconds`` (and stopped on exit)."""
+    processes = [subprocess.Popen([sys.executable, "-c", SPIN.format(seconds=seconds)]) for _ in range(count)]
+    try:
+        time.sleep(0.5)  # let them start spinning
+        yield
+    finally:
+        for process in processes:
+            process.kill()
+        for process in processes:
+            process.wait(timeout=10)
+
+
+def _data(batches: int = 14) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    generator = torch.Generator().manual_seed(0)
+    return [(torch.randn(128, 256, generator=generator), torch.randint(0, 4, (128,), generator=generator))
+            for _ in range(batches)]
+
+
+def _trainer(**keywords) -> Trainer:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 1024), nn.GELU(), nn.Linear(1024, 4))
+    return Trainer(model, torch.optim.AdamW(model.parameters()), nn.CrossEntropyLoss(), device="cpu",
+                   progress=False, guard=False, **keywords)
+
+
+needs_two_cpus = pytest.mark.skipif(usable_cpus() < 2, reason="needs 2 usable CPUs to choose fewer")
+
+
+@needs_two_cpus
+def test_beside_spinning_neighbours_auto_picks_fewer_threads_than_cores() -> None:
+    cpus = usable_cpus()
+    with spinning_neighbours(cpus):
+        assert busy_cpus(0.3) >= cpus / 2  # the neighbours are seen
+        trainer = _trainer()
+        trainer.fit(_data(), epochs=1)
+        choice = trainer.thread_choice
+    assert choice is not None and choice.threads < cpus, choice
+    assert torch.get_num_threads() == choice.threads
+    assert "others use" in choice.reason
+
+
+@needs_two_cpus
+def test_choose_threads_with_a_step_measures_beside_a_neighbour() -> None:
+    cpus = usable_cpus()
+    a, b = torch.randn(384, 384), torch.randn(384, 384)
+    with spinning_neighbours(cpus):
+        choice = choose_threads("auto", lambda: [a @ b for _ in range(8)], apply=False)
+    assert choice.threads < cpus, choice
+    if choice.step_s:  # measured (the step was long enough): both counts were timed
+        assert set(choice.step_s) == {choice.threads, cpus}
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_an_explicit_thread_count_is_honoured_busy_or_not(threads: int) -> None:
+    with spinning_neighbours(1, seconds=30):
+        trainer = _trainer(threads=threads)
+        trainer.fit(_data(4), epochs=1)
+    assert torch.get_num_threads() == threads
+    assert trainer.thread_choice is not None and trainer.thread_choice.threads == threads
+    assert choose_threads(threads).threads == threads == torch.get_num_threads()
+
+
+def test_omp_num_threads_counts_as_explicit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    trainer = _trainer()
+    trainer.fit(_data(2), epochs=1)
+    assert torch.get_num_threads() == 3 and trainer.thread_choice.reason == "OMP_NUM_THREADS as set"
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "many", True])
+def test_a_bad_thread_setting_is_refused_before_any_work(bad: object) -> None:
+    with pytest.raises(ConfigError, match="threads="):
+        _trainer(threads=bad)
+    with pytest.raises(ConfigError, match="threads="):
+        choose_threads(bad)  # type: ignore[arg-type]
+
+
+def test_a_throughput_fall_of_more_than_a_third_starts_a_re_check() -> None:
+    tuner = ThreadTuner(usable=2, busy=0.0, others=lambda: 0.0)  # quiet: all CPUs, nothing to measure
+    assert not tuner.measuring and tuner.choice.threads == 2
+
+    def window(step_s: float) -> None:
+        started = time.perf_counter()
+        while time.perf_counter() - started < 2.1:  # one window of WINDOW_S
+            tuner.after_step(step_s, 32)
+            time.sleep(0.05)
+
+    window(0.010)  # the baseline: 3,200 samples/s
+    window(0.012)  # a sixth slower: no re-check
+    assert len(tuner.changes) == 1
+    window(0.020)  # half the throughput: re-checked
+    assert len(tuner.changes) == 2
+    assert re.match(r"re-checked: throughput fell from 3,200 to 1,[5-7]\d\d samples/s", tuner.changes[-1].reason)
+
+
+def test_a_neighbour_starting_mid_run_starts_a_re_check() -> None:
+    readings = iter([0.0, 1.6])
+    tuner = ThreadTuner(usable=2, busy=0.0, others=lambda: next(readings, 1.6))
+    started = time.perf_counter()
+    while not tuner.measuring and time.perf_counter() - started < 5:  # two windows
+        tuner.after_step(0.001, 32)
+        time.sleep(0.05)
+    assert tuner.measuring and tuner.candidates == [1, 2]  # steps this short then settle on the default
+    tuner.before_step()
+    tuner.after_step(0.001, 32)
+    assert tuner.choice.threads == 1 and "others' CPU went from 0.0 to 1.6" in tuner.choice.reason
+
+
+@pytest.mark.parametrize("prelude,environment,expected", [
+    ("", {}, "True PASSIVE"),
+    ("", {"OMP_WAIT_POLICY": "ACTIVE"}, "False ACTIVE"),  # the user's policy stays
+    ("import torch\n", {}, "False None"),  # too late: libgomp read the environment when torch loaded
+])
+def test_passive_waiting_is_set_before_torch_loads_unless_the_user_chose(prelude: str, environment: dict[str, str],
+                                                                        expected: str) -> None:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"} | environment
+    code = (f"{prelude}import os\nfrom torchwork.threads import passive_waiting\n"
+            "print(passive_waiting(), os.environ.get('OMP_WAIT_POLICY'))")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+                          timeout=120)
+    assert done.stdout.split() == expected.split()
