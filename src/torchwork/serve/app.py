@@ -1,4 +1,5 @@
-"""The FastAPI application: ``POST /predict``, ``/healthz``, ``/readyz``, ``/metrics``, docs at ``/docs``.
+"""The FastAPI application: ``POST /predict``, ``/healthz``, ``/readyz``, ``/metrics``, docs at ``/docs``, and
+the Open Inference Protocol's ``/v2`` routes (:mod:`torchwork.serve.v2_routes`) through the same batcher.
 
 This module imports FastAPI; only the serving code path imports it.
 
@@ -7,8 +8,8 @@ Example (building the app does not start a server; :func:`torchwork.serve.serve`
     >>> from torchwork.serve import ServeConfig, TorchPredictor, create_app
     >>> predictor = TorchPredictor(torch.nn.Linear(4, 3), item_shape=(4,), labels=["a", "b", "c"])
     >>> app = create_app(predictor, ServeConfig(max_batch_size=16))
-    >>> sorted(app.openapi()["paths"])
-    ['/healthz', '/metrics', '/predict', '/readyz']
+    >>> sorted(path for path in app.openapi()["paths"] if not path.startswith("/v2/"))
+    ['/healthz', '/metrics', '/predict', '/readyz', '/v2']
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
@@ -34,10 +35,12 @@ from torchwork.serve.config import ServeConfig
 from torchwork.serve.connections import ConnectionGuard
 from torchwork.serve.encoding import answer, prediction_fragments
 from torchwork.serve.heap import settle_heap
+from torchwork.serve.inference_protocol import ProtocolError
 from torchwork.serve.metrics import ServerMetrics
 from torchwork.serve.model_process import ModelProcess
 from torchwork.serve.predictor import ServedModel
 from torchwork.serve.process_batcher import ProcessBatcher
+from torchwork.serve.request_body import read_body
 from torchwork.serve.schemas import (
     Limits,
     check_rectangular,
@@ -47,14 +50,17 @@ from torchwork.serve.schemas import (
     validation_errors,
     validation_message,
 )
+from torchwork.serve.v2_model import V2Model
+from torchwork.serve.v2_routes import add_v2_routes
 
 logger = logging.getLogger("torchwork.serve")
 
 
 class _State:
     def __init__(self, predictor: ServedModel, config: ServeConfig, model_process: ModelProcess | None,
-                 on_ready: Callable[[], None] | None) -> None:
+                 on_ready: Callable[[], None] | None, v2: V2Model) -> None:
         self.predictor = predictor
+        self.v2 = v2
         self.config = config
         self.model_process = model_process
         self.ready = threading.Event()
@@ -136,20 +142,22 @@ def _packer(predictor: ServedModel) -> Callable[[list[Any]], Any]:
 
 
 def create_app(predictor: ServedModel, config: ServeConfig | None = None,
-               model_process: ModelProcess | None = None, on_ready: Callable[[], None] | None = None) -> FastAPI:
+               model_process: ModelProcess | None = None, on_ready: Callable[[], None] | None = None,
+               name: str = "model", version: str = "1") -> FastAPI:
     """Build the FastAPI app serving ``predictor``: schemas from its declared input, a dynamic batcher.
 
     ``model_process``: run batches there (a :class:`ProcessBatcher` on the event loop; what ``torchwork
     serve`` does by default) instead of on a thread of this process; ``predictor`` still declares the input
     and answers small lone requests of a fast model on the event loop. ``on_ready()`` is called once the
-    model is warmed up and requests are answered (``/readyz`` says 200).
+    model is warmed up and requests are answered (``/readyz`` says 200). ``name`` and ``version``: what the
+    Open Inference Protocol's routes call the model (``/v2/models/NAME/versions/VERSION/infer``).
     """
     config = config or ServeConfig()
     if not isinstance(predictor, ServedModel):
         raise ConfigError(f"{predictor!r} is not a predictor: it needs kind, item_shape, dtype, labels and "
                           "predict_batch(items); build one with TorchPredictor or OnnxPredictor.")
-    state = _State(predictor, config, model_process, on_ready)
     limits = Limits(max_items=config.max_items, max_text_length=config.max_text_length)
+    state = _State(predictor, config, model_process, on_ready, V2Model(name, version, predictor, limits))
     request_schema = request_model(predictor.kind, predictor.item_shape, predictor.dtype, limits)
     response_schema, error_schema = response_models(predictor.labels)
 
@@ -177,32 +185,41 @@ def create_app(predictor: ServedModel, config: ServeConfig | None = None,
               retry_after: int | None = None) -> Response:
         return answer(status, error_body(message, errors), retry_after)
 
-    async def predict(request: Request) -> Response:
-        state.in_flight += 1
-        started = time.perf_counter()
-        status: int | None = 500
-        try:
-            response = await handle(request)
-            status = response.status_code
-            return response
-        except ClientDisconnect:  # the client's doing: nobody is there to answer
-            if request.scope.get("torchwork.body_timeout"):  # the connection guard answered 408 and closed
-                status = 408
-            else:
-                status = None
-                state.metrics.client_disconnects.inc()
-                client = request.client
-                logger.info("the client %s disconnected before sending its whole request body; not answered",
-                            f"{client.host}:{client.port}" if client else "")
-            return error(400, "the client disconnected")
-        except Exception:  # never a bare 500 page: log it, answer JSON, keep serving
-            logger.exception("unexpected error in POST /predict")
-            return error(500, "internal error while answering this request; the server keeps serving")
-        finally:
-            state.in_flight -= 1
-            if status is not None:
-                state.metrics.requests.inc(str(status))
-                state.metrics.latency.observe(time.perf_counter() - started)
+    def counted(handle: Callable[[Request], Awaitable[Response]], route: str,
+                fail: Callable[[int, str], Response] | None = None) -> Callable[[Request], Awaitable[Response]]:
+        """``handle`` with the request counted in the metrics (status, latency, in flight) and never a bare
+        500 page: an unexpected error is logged and answered as JSON (by ``fail``), and the server keeps
+        serving."""
+        fail = fail or error
+
+        async def counted_handler(request: Request) -> Response:
+            state.in_flight += 1
+            started = time.perf_counter()
+            status: int | None = 500
+            try:
+                response = await handle(request)
+                status = response.status_code
+                return response
+            except ClientDisconnect:  # the client's doing: nobody is there to answer
+                if request.scope.get("torchwork.body_timeout"):  # the connection guard answered 408 and closed
+                    status = 408
+                else:
+                    status = None
+                    state.metrics.client_disconnects.inc()
+                    client = request.client
+                    logger.info("the client %s disconnected before sending its whole request body; not answered",
+                                f"{client.host}:{client.port}" if client else "")
+                return fail(400, "the client disconnected")
+            except Exception:
+                logger.exception("unexpected error in POST %s", route)
+                return fail(500, "internal error while answering this request; the server keeps serving")
+            finally:
+                state.in_flight -= 1
+                if status is not None:
+                    state.metrics.requests.inc(str(status))
+                    state.metrics.latency.observe(time.perf_counter() - started)
+
+        return counted_handler
 
     async def handle(request: Request) -> Response:
         content_type = request.headers.get("content-type")
@@ -214,7 +231,7 @@ def create_app(predictor: ServedModel, config: ServeConfig | None = None,
                               "'Content-Type: application/json'")
         if not state.ready.is_set():
             return error(503, "the model is still warming up; retry shortly", retry_after=1)
-        body = await _read_body(request, config.max_body_bytes)
+        body = await read_body(request, config.max_body_bytes)
         if isinstance(body, str):
             status = 400 if body.startswith("header") else 413
             return error(status, body)
@@ -244,7 +261,7 @@ def create_app(predictor: ServedModel, config: ServeConfig | None = None,
                            (503, "not ready, or the queue is full (see Retry-After)"),
                            (504, "not answered within the server's timeout")]}
     app.add_api_route(
-        "/predict", predict, methods=["POST"], summary="Predict a batch of items",
+        "/predict", counted(handle, "/predict"), methods=["POST"], summary="Predict a batch of items",
         description=f"Body: {{\"inputs\": [item, ...]}} with 1 to {config.max_items} items. Answers "
                     "{\"predictions\": [...]}, one per item in order"
                     + (", each with the label and the probability of every class." if predictor.labels
@@ -268,29 +285,18 @@ def create_app(predictor: ServedModel, config: ServeConfig | None = None,
     async def metrics() -> PlainTextResponse:
         return PlainTextResponse(state.metrics.render(), media_type="text/plain; version=0.0.4")
 
+    def find(model_name: str, model_version: str | None) -> _State:
+        if model_name != name:
+            raise ProtocolError(404, f"no model {model_name!r} here; this server serves {name!r}")
+        if model_version is not None and model_version != version:
+            raise ProtocolError(404, f"model {name!r} has no version {model_version!r}; it has {version!r}")
+        return state
+
+    from torchwork import __version__
+
+    add_v2_routes(app, find, lambda: [(name, version, "READY" if state.ready.is_set() else "LOADING")],
+                  counted, __version__)
     return app
-
-
-async def _read_body(request: Request, limit: int) -> bytes | str:
-    """The request body, or a message if it is larger than ``limit`` (read no further than that)."""
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        try:
-            size = int(declared)
-        except ValueError:
-            return f"header content-length={declared!r} is not a number"
-        if size > limit:
-            return (f"body: {size} bytes is more than this server's limit of {limit} bytes "
-                    "(--max-body-bytes); send fewer items per request")
-        return await request.body()  # the HTTP layer stops at the declared length
-    chunks, total = [], 0
-    async for chunk in request.stream():  # chunked: count as it comes
-        total += len(chunk)
-        if total > limit:
-            return (f"body: more than this server's limit of {limit} bytes (--max-body-bytes); "
-                    "send fewer items per request")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _expire(job: Any, timeout_s: float) -> None:
@@ -313,6 +319,7 @@ def _warm_up(state: _State) -> None:
     sizes = [1] if state.model_process is not None else sorted({1, state.config.max_batch_size})
     try:
         if callable(examples):
+            state.v2.learn_outputs(state.predictor.predict_batch(examples(1)))
             for size in sizes:
                 state.run_batch(examples(size))
     except Exception:

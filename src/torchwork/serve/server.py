@@ -45,13 +45,14 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(predictor: ServedModel, config: ServeConfig | None = None, model_process: ModelProcess | None = None
-          ) -> None:
+def serve(predictor: ServedModel, config: ServeConfig | None = None, model_process: ModelProcess | None = None,
+          name: str = "model", version: str = "1") -> None:
     """Serve ``predictor`` over HTTP until SIGTERM/SIGINT, then finish in-flight requests and return.
 
     Prints ``warming up`` once the socket is bound, then, once the model is warmed up and requests are
     answered, ``ready: listening on http://HOST:PORT``: a request sent after that line gets its answer.
-    ``model_process``: run batches in that child process (see :func:`torchwork.serve.create_app`).
+    ``model_process``: run batches in that child process (see :func:`torchwork.serve.create_app`); ``name``
+    and ``version``: the model's in the Open Inference Protocol's routes (``/v2/models/NAME/infer``).
     """
     import uvicorn
 
@@ -63,16 +64,16 @@ def serve(predictor: ServedModel, config: ServeConfig | None = None, model_proce
     sock = bind(config.host, config.port)
     host, port = sock.getsockname()[:2]
     url_host = f"[{host}]" if ":" in host else host
-    name = f"{getattr(predictor, 'name', type(predictor).__name__)} ({predictor.kind})"
+    title = f"{getattr(predictor, 'name', type(predictor).__name__)} ({predictor.kind})"
     where = " in a model process" if model_process is not None else ""
 
     def ready() -> None:
-        print(f"torchwork serve: {name} ready: listening on http://{url_host}:{port} (docs at /docs); batches of "
+        print(f"torchwork serve: {title} ready: listening on http://{url_host}:{port} (docs at /docs); batches of "
               f"up to {config.max_batch_size}, wait at most {config.max_wait_ms:g} ms, {threads} model "
               f"thread(s){where}", flush=True)
 
-    app = create_app(predictor, config, model_process, on_ready=ready)
-    print(f"torchwork serve: {name} warming up{where}; the address follows once it answers", flush=True)
+    app = create_app(predictor, config, model_process, on_ready=ready, name=name, version=version)
+    print(f"torchwork serve: {title} warming up{where}; the address follows once it answers", flush=True)
     # The HTTP protocol with the connection guard: head, body and idle bounds, and --max-connections. The
     # loop is asyncio's even where uvloop is installed: measured, uvloop made the model-process mode slower.
     uv_config = uvicorn.Config(app, log_level=config.log_level, access_log=False, lifespan="on",
@@ -150,6 +151,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="serve the predictor FUNCTION(ARTIFACT) returns instead of the artifact's own")
     parser.add_argument("--variant", choices=sorted(VARIANT_FILES), default=None,
                         help="the artifact's model file to run (default: the one its manifest marks to deploy)")
+    parser.add_argument("--name", default=None,
+                        help="the model's name in the Open Inference Protocol's routes, /v2/models/NAME/infer "
+                             "(default: the artifact folder's name, or its run folder's for RUN/artifact)")
     parser.add_argument("--host", default=d.host, help=f"address to bind (default: {d.host}, this machine only)")
     parser.add_argument("--port", type=int, default=d.port, help=f"TCP port, 0 for a free one (default: {d.port})")
     parser.add_argument("--max-batch-size", type=int, default=d.max_batch_size,
@@ -218,8 +222,22 @@ def cli_main(args: argparse.Namespace) -> int:
 
         process = ModelProcess(load_predictor, args.artifact, args.factory, args.variant, threads=config.threads,
                                nice=args.model_nice)
-    serve(load_predictor(args.artifact, args.factory, args.variant), config, process)
+    serve(load_predictor(args.artifact, args.factory, args.variant), config, process,
+          name=args.name or model_name_for(args.artifact))
     return 0
+
+
+def model_name_for(artifact: str) -> str:
+    """A model name for the ``/v2`` routes from an artifact folder: its name, or its run folder's when it is
+    ``RUN/artifact``; characters other than letters, digits, ``.``, ``_`` and ``-`` become ``-``.
+
+    Example:
+        >>> model_name_for("runs/sentiment 2024/artifact")
+        'sentiment-2024'
+    """
+    path = Path(artifact).resolve() if not Path(artifact).name else Path(artifact)
+    folder = path.parent.name if path.name == "artifact" and path.parent.name else path.name
+    return "".join(c if c.isalnum() or c in "._-" else "-" for c in folder) or "model"
 
 
 def main(argv: Any = None) -> int:  # pragma: no cover - `python -m torchwork.serve.server`
