@@ -36,6 +36,7 @@ from torchwork.serve.connections import ConnectionGuard
 from torchwork.serve.encoding import answer, prediction_fragments
 from torchwork.serve.heap import settle_heap
 from torchwork.serve.inference_protocol import ProtocolError
+from torchwork.serve.keys import KeyCheck, KeyGuard
 from torchwork.serve.metrics import ServerMetrics
 from torchwork.serve.model_process import ModelProcess
 from torchwork.serve.predictor import ServedModel
@@ -143,14 +144,15 @@ def _packer(predictor: ServedModel) -> Callable[[list[Any]], Any]:
 
 def create_app(predictor: ServedModel, config: ServeConfig | None = None,
                model_process: ModelProcess | None = None, on_ready: Callable[[], None] | None = None,
-               name: str = "model", version: str = "1") -> FastAPI:
+               name: str = "model", version: str = "1", keys: KeyCheck | None = None) -> FastAPI:
     """Build the FastAPI app serving ``predictor``: schemas from its declared input, a dynamic batcher.
 
     ``model_process``: run batches there (a :class:`ProcessBatcher` on the event loop; what ``torchwork
     serve`` does by default) instead of on a thread of this process; ``predictor`` still declares the input
     and answers small lone requests of a fast model on the event loop. ``on_ready()`` is called once the
     model is warmed up and requests are answered (``/readyz`` says 200). ``name`` and ``version``: what the
-    Open Inference Protocol's routes call the model (``/v2/models/NAME/versions/VERSION/infer``).
+    Open Inference Protocol's routes call the model (``/v2/models/NAME/versions/VERSION/infer``). ``keys``:
+    every route but the health probes needs one of them (:mod:`torchwork.serve.keys`); SIGHUP reads them again.
     """
     config = config or ServeConfig()
     if not isinstance(predictor, ServedModel):
@@ -167,6 +169,8 @@ def create_app(predictor: ServedModel, config: ServeConfig | None = None,
             sizes = sorted({1, config.max_batch_size})  # the child warms itself up at these batch sizes
             await asyncio.get_running_loop().run_in_executor(None, model_process.start, sizes)
         await state.batcher.open()
+        if keys is not None:
+            _on_hangup(keys.rotate)
         threading.Thread(target=_warm_up, args=(state,), name="torchwork-warm-up", daemon=True).start()
         yield
         # uvicorn has already let in-flight requests finish; end the batcher after anything left.
@@ -176,6 +180,9 @@ def create_app(predictor: ServedModel, config: ServeConfig | None = None,
                   description=f"Predictions from {getattr(predictor, 'name', type(predictor).__name__)} "
                               f"({predictor.kind} input), batched dynamically.")
     app.state.torchwork = state
+    if keys is not None:
+        app.add_middleware(KeyGuard, check=keys)
+        state.metrics.extra.append(keys)
 
     def answer(status: int, body: bytes, retry_after: int | None = None) -> Response:
         headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
@@ -297,6 +304,16 @@ def create_app(predictor: ServedModel, config: ServeConfig | None = None,
     add_v2_routes(app, find, lambda: [(name, version, "READY" if state.ready.is_set() else "LOADING")],
                   counted, __version__)
     return app
+
+
+def _on_hangup(callback: Callable[[], None]) -> None:
+    """Call ``callback`` on the event loop at each SIGHUP (where the platform and thread allow a handler)."""
+    import signal
+
+    try:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, callback)
+    except (AttributeError, NotImplementedError, RuntimeError, ValueError):  # not POSIX, or not the main thread
+        logger.warning("SIGHUP cannot be handled here; restart the server to read its API keys again")
 
 
 def _expire(job: Any, timeout_s: float) -> None:

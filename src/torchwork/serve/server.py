@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchwork.errors import ConfigError
 from torchwork.serve.config import HTTP_PARSERS, ServeConfig
+from torchwork.serve.keys import ENVIRONMENT, KeyCheck, KeyRing, check_bind
 from torchwork.serve.predictor import ServedModel, available_cpus, configure_threads
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -46,13 +47,15 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def serve(predictor: ServedModel, config: ServeConfig | None = None, model_process: ModelProcess | None = None,
-          name: str = "model", version: str = "1") -> None:
+          name: str = "model", version: str = "1", keys: KeyCheck | None = None) -> None:
     """Serve ``predictor`` over HTTP until SIGTERM/SIGINT, then finish in-flight requests and return.
 
     Prints ``warming up`` once the socket is bound, then, once the model is warmed up and requests are
     answered, ``ready: listening on http://HOST:PORT``: a request sent after that line gets its answer.
     ``model_process``: run batches in that child process (see :func:`torchwork.serve.create_app`); ``name``
-    and ``version``: the model's in the Open Inference Protocol's routes (``/v2/models/NAME/infer``).
+    and ``version``: the model's in the Open Inference Protocol's routes (``/v2/models/NAME/infer``);
+    ``keys``: the API keys every route but the health probes needs (default: none, which a non-loopback
+    ``config.host`` refuses unless ``config.insecure_no_auth``).
     """
     import uvicorn
 
@@ -60,26 +63,29 @@ def serve(predictor: ServedModel, config: ServeConfig | None = None, model_proce
     from torchwork.serve.connections import guarded_protocol
 
     config = config or ServeConfig()
+    check_bind(config.host, keys.ring if keys is not None else None, config.insecure_no_auth)
     threads = configure_threads(config.threads)  # torch's; an OnnxPredictor fixed its own when built
     sock = bind(config.host, config.port)
     host, port = sock.getsockname()[:2]
     url_host = f"[{host}]" if ":" in host else host
+    scheme = "https" if config.ssl_certfile else "http"
     title = f"{getattr(predictor, 'name', type(predictor).__name__)} ({predictor.kind})"
     where = " in a model process" if model_process is not None else ""
 
     def ready() -> None:
-        print(f"torchwork serve: {title} ready: listening on http://{url_host}:{port} (docs at /docs); batches of "
+        print(f"torchwork serve: {title} ready: listening on {scheme}://{url_host}:{port} (docs at /docs); batches of "
               f"up to {config.max_batch_size}, wait at most {config.max_wait_ms:g} ms, {threads} model "
               f"thread(s){where}", flush=True)
 
-    app = create_app(predictor, config, model_process, on_ready=ready, name=name, version=version)
+    app = create_app(predictor, config, model_process, on_ready=ready, name=name, version=version, keys=keys)
     print(f"torchwork serve: {title} warming up{where}; the address follows once it answers", flush=True)
     # The HTTP protocol with the connection guard: head, body and idle bounds, and --max-connections. The
     # loop is asyncio's even where uvloop is installed: measured, uvloop made the model-process mode slower.
     uv_config = uvicorn.Config(app, log_level=config.log_level, access_log=False, lifespan="on",
                                timeout_graceful_shutdown=int(config.timeout_s) + 5, server_header=False,
                                http=guarded_protocol(app.state.torchwork.guard, config.http), loop="asyncio",
-                               timeout_keep_alive=config.idle_timeout_s)  # type: ignore[arg-type]
+                               timeout_keep_alive=config.idle_timeout_s,  # type: ignore[arg-type]
+                               ssl_certfile=config.ssl_certfile, ssl_keyfile=config.ssl_keyfile)
     # uvicorn installs its SIGTERM/SIGINT handlers: stop accepting, finish in-flight answers, run shutdown.
     uvicorn.Server(uv_config).run(sockets=[sock])
 
@@ -196,6 +202,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--http", choices=HTTP_PARSERS, default=d.http,
                         help=f"the HTTP parser: httptools (C, in torchwork[serve]) or h11 (pure Python) "
                              f"(default: {d.http})")
+    parser.add_argument("--api-key-file", metavar="FILE", default=None,
+                        help=f"API keys, one a line (or sha256:HEX digests); clients send 'Authorization: Bearer "
+                             f"KEY'; also read from {ENVIRONMENT} (comma-separated); SIGHUP reads the file again")
+    parser.add_argument("--open-metrics", action="store_true",
+                        help="leave /metrics open when keys are on (the health probes always are)")
+    parser.add_argument("--insecure-no-auth", action="store_true",
+                        help="serve a non-loopback --host without API keys (refused otherwise)")
+    parser.add_argument("--ssl-certfile", metavar="PEM", default=None, help="serve HTTPS with this certificate chain")
+    parser.add_argument("--ssl-keyfile", metavar="PEM", default=None, help="the certificate's private key")
     parser.add_argument("--log-level", default=d.log_level,
                         choices=["critical", "error", "warning", "info", "debug"], help="uvicorn's log level")
 
@@ -210,7 +225,13 @@ def cli_main(args: argparse.Namespace) -> int:
                          max_text_length=args.max_text_length, max_body_bytes=args.max_body_bytes,
                          timeout_s=args.timeout_s, threads=args.threads, log_level=args.log_level,
                          head_timeout_s=args.head_timeout_s, body_timeout_s=args.body_timeout_s,
-                         idle_timeout_s=args.idle_timeout_s, max_connections=args.max_connections, http=args.http)
+                         idle_timeout_s=args.idle_timeout_s, max_connections=args.max_connections, http=args.http,
+                         api_key_file=args.api_key_file, open_metrics=args.open_metrics,
+                         insecure_no_auth=args.insecure_no_auth, ssl_certfile=args.ssl_certfile,
+                         ssl_keyfile=args.ssl_keyfile)
+    ring = KeyRing.load(config.api_key_file)  # every setting checked before the model loads
+    check_bind(config.host, ring, config.insecure_no_auth, warn=False)
+    keys = KeyCheck(ring, config.open_metrics, config.api_key_file) if ring is not None else None
     if args.factory is None:
         check_not_a_run_folder(args.artifact)
     config.threads = configure_threads(config.threads)  # before the model exists: ONNX Runtime reads it
@@ -223,7 +244,7 @@ def cli_main(args: argparse.Namespace) -> int:
         process = ModelProcess(load_predictor, args.artifact, args.factory, args.variant, threads=config.threads,
                                nice=args.model_nice)
     serve(load_predictor(args.artifact, args.factory, args.variant), config, process,
-          name=args.name or model_name_for(args.artifact))
+          name=args.name or model_name_for(args.artifact), keys=keys)
     return 0
 
 
