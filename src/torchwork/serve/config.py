@@ -29,7 +29,8 @@ class ServeConfig:
     (C, in the ``serve`` extra; it took a third off the server's CPU per request) or ``"h11"`` (pure Python).
     Keys (:mod:`torchwork.serve.keys`): ``api_key_file`` (and ``TORCHWORK_API_KEYS``); ``open_metrics`` leaves
     ``/metrics`` open; ``insecure_no_auth`` lets a non-loopback ``host`` serve without keys. TLS: ``ssl_certfile``
-    and ``ssl_keyfile`` (PEM), both or neither.
+    and ``ssl_keyfile`` (PEM), both or neither. ``enable_model_control``: ``POST /v2/repository/models/NAME/load``
+    reloads a model (from loopback peers only, unless ``model_control_remote``).
     """
 
     host: str = "127.0.0.1"
@@ -53,6 +54,8 @@ class ServeConfig:
     insecure_no_auth: bool = False
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
+    enable_model_control: bool = False
+    model_control_remote: bool = False
 
     def __post_init__(self) -> None:
         positive = {"max_batch_size": self.max_batch_size, "max_queue": self.max_queue,

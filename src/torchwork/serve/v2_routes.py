@@ -87,8 +87,11 @@ def add_v2_routes(app: FastAPI, find: Callable[[str, str | None], Any], listing:
             header_length = None if declared is None else int(declared)
         except ValueError:
             return v2_error(400, f"header Inference-Header-Content-Length={declared!r} is not a number")
-        model: V2Model = state.v2
         try:
+            # Again, after the body came: nothing awaits from here to submit, so a reload that switched
+            # versions meanwhile is seen, and the old version's batcher is never handed a request.
+            state = found(request)
+            model: V2Model = state.v2
             parsed = parse_request(body, header_length)
             items = model.items(parsed)
             model.check_outputs(parsed)
@@ -173,3 +176,56 @@ def _keep_fragments(fragments: Any) -> tuple[int, Any]:
     """The batcher's encoder for a v2 request: keep its prediction fragments; the route turns them into
     output tensors on the event loop."""
     return 200, list(fragments)
+
+
+def add_model_control(app: FastAPI, known: Callable[[str], bool],
+                      reload: Callable[[str, str | None], Awaitable[str]], enabled: bool = False,
+                      remote: bool = False) -> None:
+    """``POST /v2/repository/models/{name}/load`` (Triton's model repository extension): load the model's
+    newest version, or the one the body names (``{"parameters": {"version": "3"}}``), from its model folder,
+    verified as any artifact, and switch to it with no downtime (:mod:`torchwork.serve.repository`).
+
+    Off (403) unless ``enabled``; from loopback peers only unless ``remote``; with keys on, it needs one like every route. A version that
+    fails to load or verify answers 400 with the reason, and the old version keeps serving.
+    """
+    from torchwork.serve.keys import is_loopback
+
+    async def load(request: Request) -> Response:
+        if not enabled:
+            return v2_error(403, "model control is off: start the server with --enable-model-control (or send "
+                                 "it SIGHUP to load every model's newest version)")
+        peer = request.client.host if request.client else ""
+        if not remote and not is_loopback(peer):
+            return v2_error(403, f"model control is allowed from this machine only, not from {peer}; start the "
+                                 "server with --model-control-remote to allow it from other machines")
+        name = request.path_params["name"]
+        if not known(name):
+            return v2_error(404, f"no model {name!r} here")
+        body = await read_body(request, 4096)
+        if isinstance(body, str):
+            return v2_error(413, body)
+        version = None
+        if body.strip():
+            try:
+                document = json.loads(body)
+                parameters = document.get("parameters") or {}
+                assert isinstance(parameters, dict)
+            except (ValueError, AttributeError, AssertionError):
+                return v2_error(400, 'the load request body must be a JSON object like '
+                                     '{"parameters": {"version": "2"}} (or empty: the newest version)')
+            unknown = sorted(set(parameters) - {"version"})
+            if unknown:
+                return v2_error(400, f"parameters {unknown} are not taken: only \"version\", a version folder "
+                                     "inside the model folder, can be loaded")
+            version = parameters.get("version")
+            if version is not None and not isinstance(version, str):
+                return v2_error(400, "parameters.version must be a string")
+        try:
+            serving = await reload(name, version)
+        except ProtocolError as problem:
+            return v2_error(problem.status, str(problem))
+        return Response(json.dumps({"name": name, "version": serving, "state": "READY"}).encode(), 200,
+                        media_type="application/json")
+
+    app.add_api_route("/v2/repository/models/{name}/load", load, methods=["POST"],
+                      summary="Load a model's newest (or named) version from its model folder, with no downtime")
