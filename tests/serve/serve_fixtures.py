@@ -159,14 +159,14 @@ def _server(folder: Path, factory: str, *flags: str) -> Iterator[ServerProcess]:
 @pytest.fixture(scope="session")
 def text_server(models_dir: Path) -> Iterator[ServerProcess]:
     yield from _server(models_dir, "text_predictor", "--max-batch-size", "16", "--max-items", "8",
-                       "--max-text-length", "200")
+                       "--max-text-length", "200", "--docs")
 
 
 @pytest.fixture(scope="session")
 def digits_server(models_dir: Path) -> Iterator[ServerProcess]:
     """Batches on a thread of the server (``--no-model-process``); the text server uses a model process."""
     yield from _server(models_dir, "digits_onnx_predictor", "--max-batch-size", "16", "--max-items", "8",
-                       "--max-body-bytes", "20000", "--no-model-process")
+                       "--max-body-bytes", "20000", "--no-model-process", "--docs")
 
 
 @pytest.fixture(scope="module", params=["--model-process", "--no-model-process"], ids=["process", "thread"])

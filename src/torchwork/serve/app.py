@@ -1,4 +1,5 @@
-"""The FastAPI application: ``POST /predict``, ``/healthz``, ``/readyz``, ``/metrics``, docs at ``/docs``, and
+"""The FastAPI application: ``POST /predict``, ``/healthz``, ``/readyz``, ``/metrics``, docs at ``/docs`` (with
+``--docs``), and
 the Open Inference Protocol's ``/v2`` routes (:mod:`torchwork.serve.v2_routes`) through the same batcher.
 
 This module imports FastAPI; only the serving code path imports it.
@@ -83,7 +84,7 @@ class _State:
 
     async def open(self) -> None:
         """Start the model process (a model that cannot be built raises here, with the reason) and the batcher."""
-        if self.model_process is not None:
+        if self.model_process is not None and self.model_process.pid is None:  # serve() may have started it
             sizes = sorted({1, self.config.max_batch_size})  # the child warms itself up at these batch sizes
             await asyncio.get_running_loop().run_in_executor(None, self.model_process.start, sizes)
         await self.batcher.open()
@@ -233,7 +234,12 @@ def create_app(predictor: ServedModel | None, config: ServeConfig | None = None,
             await slot.state.batcher.shutdown(config.timeout_s)
 
     description = ", ".join(f"{spec.name} ({spec.predictor.kind} input)" for spec in specs)
-    app = FastAPI(title="torchwork serve", lifespan=lifespan,
+    # The docs page loads Swagger UI from a public CDN (a third party's code in the operator's browser, broken
+    # offline), so it and the schema are served only when asked for; ReDoc and the OAuth2 page never. No
+    # trailing-slash redirects: Starlette builds their Location from the request's Host header.
+    app = FastAPI(title="torchwork serve", lifespan=lifespan, redirect_slashes=False,
+                  docs_url="/docs" if config.docs else None, openapi_url="/openapi.json" if config.docs else None,
+                  redoc_url=None, swagger_ui_oauth2_redirect_url=None,
                   description=f"Predictions from {description}, batched dynamically.")
     app.state.torchwork = next(iter(slots.values())).state
     app.state.torchwork_guard = guard
@@ -427,7 +433,8 @@ def _expire(job: Any, timeout_s: float) -> None:
 
 
 def _warm_up(state: _State, strict: bool = False) -> None:
-    """Run the model once at batch size 1 and once at the largest, then freeze the heap and say ready.
+    """Run the model once at batch size 1 and once at the largest, then freeze the heap and say ready (never
+    when this failed).
 
     With a model process, batches run there (it warmed itself up); this process's copy answers only lone
     requests, so it is warmed at batch size 1 alone.
@@ -445,6 +452,8 @@ def _warm_up(state: _State, strict: bool = False) -> None:
     except Exception:
         if strict:
             raise
-        logger.exception("warm-up failed; serving anyway, the first requests may be slow or fail")
+        logger.exception("model %s: the warm-up failed, so it is never reported ready (/readyz and "
+                         "/v2/health/ready answer 503); fix the model and restart", state.v2.name)
+        return
     settle_heap()
     state.ready.set()

@@ -30,7 +30,8 @@ class ServeConfig:
     Keys (:mod:`torchwork.serve.keys`): ``api_key_file`` (and ``TORCHWORK_API_KEYS``); ``open_metrics`` leaves
     ``/metrics`` open; ``insecure_no_auth`` lets a non-loopback ``host`` serve without keys. TLS: ``ssl_certfile``
     and ``ssl_keyfile`` (PEM), both or neither. ``enable_model_control``: ``POST /v2/repository/models/NAME/load``
-    reloads a model (from loopback peers only, unless ``model_control_remote``).
+    reloads a model (from loopback peers only, unless ``model_control_remote``). ``docs``: serve the interactive
+    API docs (``/docs``, whose page loads Swagger UI from a public CDN, and ``/openapi.json``); off by default.
     """
 
     host: str = "127.0.0.1"
@@ -56,6 +57,7 @@ class ServeConfig:
     ssl_keyfile: str | None = None
     enable_model_control: bool = False
     model_control_remote: bool = False
+    docs: bool = False
 
     def __post_init__(self) -> None:
         positive = {"max_batch_size": self.max_batch_size, "max_queue": self.max_queue,

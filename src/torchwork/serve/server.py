@@ -73,15 +73,19 @@ def serve(predictor: ServedModel | None, config: ServeConfig | None = None,
     host, port = sock.getsockname()[:2]
     url_host = f"[{host}]" if ":" in host else host
     scheme = "https" if config.ssl_certfile else "http"
+    docs = "docs at /docs; " if config.docs else ""
     served = [(spec.predictor, spec.model_process) for spec in models] or [(predictor, model_process)]
     title = ", ".join(f"{getattr(p, 'name', type(p).__name__)} ({p.kind})" for p, _ in served)
     where = " in a model process" if all(process is not None for _, process in served) else ""
 
     def ready() -> None:
-        print(f"torchwork serve: {title} ready: listening on {scheme}://{url_host}:{port} (docs at /docs); batches of "
+        print(f"torchwork serve: {title} ready: listening on {scheme}://{url_host}:{port} ({docs}batches of "
               f"up to {config.max_batch_size}, wait at most {config.max_wait_ms:g} ms, {threads} model "
-              f"thread(s){where}", flush=True)
+              f"thread(s){where})", flush=True)
 
+    for served_predictor, _ in served:  # a model that cannot answer its labels refuses to start, in one line
+        check_answers(served_predictor)
+    start_model_processes([process for _, process in served if process is not None], config.max_batch_size)
     app = create_app(predictor, config, model_process, on_ready=ready, name=name, version=version, keys=keys,
                      models=models)
     print(f"torchwork serve: {title} warming up{where}; the address follows once it answers", flush=True)
@@ -94,6 +98,37 @@ def serve(predictor: ServedModel | None, config: ServeConfig | None = None,
                                ssl_certfile=config.ssl_certfile, ssl_keyfile=config.ssl_keyfile)
     # uvicorn installs its SIGTERM/SIGINT handlers: stop accepting, finish in-flight answers, run shutdown.
     uvicorn.Server(uv_config).run(sockets=[sock])
+
+
+def check_answers(predictor: Any) -> None:
+    """Run ``predictor`` on one warm-up item and encode its answer; raise a one-line
+    :class:`~torchwork.errors.ConfigError` when that fails (a model whose output width is not its number of
+    labels, say), so that such a server never starts, let alone says ready."""
+    from torchwork.serve.encoding import prediction_fragments
+
+    examples = getattr(predictor, "example_items", None)
+    if not callable(examples):
+        return
+    try:
+        prediction_fragments(predictor.labels)(predictor.predict_batch(examples(1)))
+    except Exception as error:
+        name = getattr(predictor, "name", type(predictor).__name__)
+        raise ConfigError(f"{name}: the model fails on a warm-up item, so it is not served: "
+                          f"{type(error).__name__}: {error}") from None
+
+
+def start_model_processes(processes: Sequence[ModelProcess], max_batch_size: int) -> None:
+    """Start each model process (it builds and warms up its model) before the server starts; on a failure end
+    the ones started and raise its one-line :class:`~torchwork.errors.ModelProcessError`."""
+    started: list[ModelProcess] = []
+    try:
+        for process in processes:
+            process.start(sorted({1, max_batch_size}))
+            started.append(process)
+    except BaseException:
+        for process in started:
+            process.close()
+        raise
 
 
 def check_not_a_run_folder(folder: str) -> None:
@@ -225,6 +260,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "the model folder and switches to it with no downtime (SIGHUP does it anyway)")
     parser.add_argument("--model-control-remote", action="store_true",
                         help="allow model control from other machines (default: this machine only)")
+    parser.add_argument("--docs", action="store_true",
+                        help="serve the interactive API docs at /docs and the schema at /openapi.json (the page "
+                             "loads Swagger UI from a public CDN; off by default)")
     parser.add_argument("--log-level", default=d.log_level,
                         choices=["critical", "error", "warning", "info", "debug"], help="uvicorn's log level")
 
@@ -242,7 +280,7 @@ def cli_main(args: argparse.Namespace) -> int:
                          api_key_file=args.api_key_file, open_metrics=args.open_metrics,
                          insecure_no_auth=args.insecure_no_auth, ssl_certfile=args.ssl_certfile,
                          ssl_keyfile=args.ssl_keyfile, enable_model_control=args.enable_model_control,
-                         model_control_remote=args.model_control_remote)
+                         model_control_remote=args.model_control_remote, docs=args.docs)
     ring = KeyRing.load(config.api_key_file)  # every setting checked before the model loads
     check_bind(config.host, ring, config.insecure_no_auth, warn=False)
     keys = KeyCheck(ring, config.open_metrics, config.api_key_file) if ring is not None else None

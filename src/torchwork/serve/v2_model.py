@@ -37,8 +37,7 @@ class V2Model:
         if predictor.kind == "text":
             self.input_name, self.datatype = "text", "BYTES"
         else:
-            schema = getattr(predictor, "_schema", None)  # an artifact's manifest names its input
-            self.input_name = schema[0].name if schema else "input"
+            self.input_name = str(getattr(predictor, "input_name", "input"))  # an artifact's, from its manifest
             self.datatype = DATATYPE_OF[predictor.dtype]
             self.item_shape = tuple(predictor.item_shape)
         # What the outputs hold, learned from one warm-up answer (:meth:`learn_outputs`); FP32 until then.

@@ -151,8 +151,10 @@ def add_v2_routes(app: FastAPI, find: Callable[[str, str | None], Any], listing:
 
     async def index(request: Request) -> Response:
         body = await read_body(request, 4096)
+        if isinstance(body, str):
+            return v2_error(413, body)
         only_ready = False
-        if isinstance(body, bytes) and body.strip():
+        if body.strip():
             try:
                 only_ready = bool(json.loads(body).get("ready", False))
             except (ValueError, AttributeError):
