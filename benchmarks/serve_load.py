@@ -382,7 +382,7 @@ def run_client(port: int, bodies: list[bytes], concurrency: int, seconds: float,
             head_end = self.buffer.find(b"\r\n\r\n")
             if head_end < 0:
                 return
-            match = re.search(rb"content-length: *(\d+)", self.buffer[:head_end], re.I)
+            match = re.search(rb"(?:^|\r\n)content-length: *(\d+)", self.buffer[:head_end], re.I)
             total = head_end + 4 + int(match.group(1) if match else 0)
             if len(self.buffer) < total:
                 return

@@ -19,8 +19,7 @@ Example:
     >>> request = parse_request(body, None)
     >>> request.inputs[0].array
     array([1.5, 2. ], dtype=float32)
-    >>> answer, header_length = encode_response("m", "1", None,
-    ...     [("y", np.array([0.25], dtype=np.float32))], {"y": True})
+    >>> answer, header_length = encode_response("m", "1", None, [("y", "FP32", [1], [0.25])], {"y": True})
     >>> header_length, answer[header_length:] == np.float32(0.25).tobytes()
     (129, True)
 """
@@ -32,6 +31,9 @@ import math
 import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import numpy as np  # this module is imported by the app only, with its dependencies
+import orjson
 
 HEADER = "inference-header-content-length"  # the binary extension's request and answer header (lower case)
 
@@ -55,7 +57,8 @@ class ProtocolError(ValueError):
 
 @dataclasses.dataclass
 class InputTensor:
-    """One decoded input: its name, datatype, shape and elements (numeric array, or object array of bytes)."""
+    """One decoded input: its name, datatype, shape and elements (a numeric array of that shape, or for
+    ``BYTES`` the flat list of its elements' bytes)."""
 
     name: str
     datatype: str
@@ -83,7 +86,6 @@ class InferRequest:
 def parse_request(body: bytes, header_length: int | None, max_elements: int = 1 << 26) -> InferRequest:
     """Decode a request body; ``header_length``: the ``Inference-Header-Content-Length`` header (``None``:
     the whole body is JSON). Raise :class:`ProtocolError` (400) when it is not a well-formed request."""
-    import orjson
 
     if header_length is None:
         header, binary = body, memoryview(b"")
@@ -144,7 +146,6 @@ def _flag(value: Any, where: str) -> bool:
 
 def _input(entry: Any, where: str, binary: memoryview, offset: int, max_elements: int
            ) -> tuple[InputTensor, int]:
-    import numpy as np
 
     if not isinstance(entry, dict):
         raise ProtocolError(400, f"{where} must be an object with name, shape, datatype and data")
@@ -168,6 +169,7 @@ def _input(entry: Any, where: str, binary: memoryview, offset: int, max_elements
             raise ProtocolError(400, f"{where} has both \"data\" and binary_data_size; send one")
         raw = binary[offset:offset + size]
         offset += size
+        array: Any
         if datatype == "BYTES":
             array = _split_bytes(raw, count, where)
         else:
@@ -180,11 +182,10 @@ def _input(entry: Any, where: str, binary: memoryview, offset: int, max_elements
         if "data" not in entry:
             raise ProtocolError(400, f"{where} has no \"data\" and no binary_data_size")
         array = _json_data(entry["data"], datatype, count, where)
-    return InputTensor(name, datatype, tuple(shape), array.reshape(shape)), offset
+    return InputTensor(name, datatype, tuple(shape), array if datatype == "BYTES" else array.reshape(shape)), offset
 
 
 def _json_data(data: Any, datatype: str, count: int, where: str) -> Any:
-    import numpy as np
 
     flat = _flatten(data, where)
     if len(flat) != count:
@@ -192,9 +193,7 @@ def _json_data(data: Any, datatype: str, count: int, where: str) -> Any:
     if datatype == "BYTES":
         if not all(isinstance(value, str) for value in flat):
             raise ProtocolError(400, f"{where}: BYTES data in JSON must be strings")
-        array = np.empty(count, dtype=object)
-        array[:] = [value.encode() for value in flat]
-        return array
+        return [value.encode() for value in flat]
     numbers = (bool,) if datatype == "BOOL" else (int,) if "INT" in datatype else (int, float)
     for index, value in enumerate(flat):
         if not isinstance(value, numbers) or datatype != "BOOL" and isinstance(value, bool):
@@ -222,11 +221,9 @@ def _flatten(data: Any, where: str) -> list[Any]:
     return flat
 
 
-def _split_bytes(raw: memoryview, count: int, where: str) -> Any:
+def _split_bytes(raw: memoryview, count: int, where: str) -> list[bytes]:
     """A BYTES tensor's elements: each a 4-byte little-endian length, then that many bytes."""
-    import numpy as np
-
-    array = np.empty(count, dtype=object)
+    array: list[bytes] = [b""] * count
     offset = 0
     for index in range(count):
         if offset + 4 > len(raw):
@@ -252,40 +249,39 @@ def join_bytes(values: Sequence[bytes]) -> bytes:
     return b"".join(_LENGTH.pack(len(value)) + value for value in values)
 
 
-def datatype_of(array: Any) -> str:
-    """The protocol's datatype of a numpy array (an object array is BYTES)."""
-    if array.dtype.kind in "OSU":
-        return "BYTES"
-    name = array.dtype.name
-    if name not in DATATYPE_OF:
+def datatype_of(dtype: Any) -> str:
+    """The protocol's datatype of a numpy dtype.
+
+    Example:
+        >>> import numpy as np
+        >>> datatype_of(np.dtype("float32")), datatype_of(np.dtype("int64"))
+        ('FP32', 'INT64')
+    """
+    name = str(dtype)
+    if name not in DATATYPE_OF or name == "bfloat16":
         raise ProtocolError(500, f"the model's output is {name}, which the protocol has no datatype for")
     return DATATYPE_OF[name]
 
 
 def encode_response(model_name: str, version: str, request_id: str | None,
-                    outputs: Sequence[tuple[str, Any]], binary: Mapping[str, bool]) -> tuple[bytes, int | None]:
-    """An answer's body and its JSON length (``None`` when nothing is binary): ``outputs`` are (name, array)
-    in order; ``binary[name]`` says whether that output goes as raw bytes after the JSON."""
-    import numpy as np
-    import orjson
+                    outputs: Sequence[tuple[str, str, list[int], Any]], binary: Mapping[str, bool]
+                    ) -> tuple[bytes, int | None]:
+    """An answer's body and its JSON length (``None`` when nothing is binary). ``outputs`` are (name,
+    datatype, shape, elements) in order, the elements flat in row-major order (a list: numbers, or strings
+    for ``BYTES``); ``binary[name]`` says whether that output goes as raw bytes after the JSON."""
 
     entries, tails = [], []
-    for name, array in outputs:
-        datatype = datatype_of(array)
-        entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
+    for name, datatype, shape, values in outputs:
+        entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": shape}
         if binary.get(name, False):
             if datatype == "BYTES":
-                raw = join_bytes([value if isinstance(value, bytes) else str(value).encode()
-                                  for value in array.ravel()])
+                raw = join_bytes([value.encode() for value in values])
             else:
-                raw = np.ascontiguousarray(array, dtype=NUMERIC[datatype]).tobytes()
+                raw = np.asarray(values, dtype=NUMERIC[datatype]).tobytes()
             entry["parameters"] = {"binary_data_size": len(raw)}
             tails.append(raw)
-        elif datatype == "BYTES":
-            entry["data"] = [value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-                             for value in array.ravel()]
         else:
-            entry["data"] = array.ravel().tolist()
+            entry["data"] = values
         entries.append(entry)
     document: dict[str, Any] = {"model_name": model_name, "model_version": version}
     if request_id is not None:

@@ -21,7 +21,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from torchwork.serve.inference_protocol import DATATYPE_OF, InferRequest, ProtocolError, encode_response
+import numpy as np  # this module is imported by the app only, with its dependencies
+import orjson
+
+from torchwork.serve.inference_protocol import (
+    DATATYPE_OF,
+    InferRequest,
+    ProtocolError,
+    datatype_of,
+    encode_response,
+)
 from torchwork.serve.predictor import ServedModel
 from torchwork.serve.schemas import Limits
 
@@ -65,7 +74,6 @@ class V2Model:
 
     def learn_outputs(self, rows: Any) -> None:
         """Record the dtype and row shape of the model's output from a batch of its rows (warm-up)."""
-        import numpy as np
 
         array = np.asarray(rows)
         if array.dtype.kind == "f":
@@ -78,7 +86,6 @@ class V2Model:
     def items(self, request: InferRequest) -> list[Any]:
         """The request's items, in the form ``POST /predict`` validates them to; raise :class:`ProtocolError`
         (422) naming what does not fit this model."""
-        import numpy as np
 
         if len(request.inputs) != 1 or request.inputs[0].name != self.input_name:
             names = [tensor.name for tensor in request.inputs]
@@ -107,12 +114,12 @@ class V2Model:
                                      f"({float(array[tuple(where)])!r})")
         return list(array)
 
-    def _texts(self, shape: Sequence[int], array: Any) -> list[str]:
+    def _texts(self, shape: Sequence[int], values: list[bytes]) -> list[str]:
         if len(shape) not in (1, 2) or len(shape) == 2 and shape[1] != 1:
             raise ProtocolError(422, f"input 'text' has shape {list(shape)}; send [N] (or [N, 1]) strings")
         texts = []
         longest = self.limits.max_text_length
-        for index, value in enumerate(array.ravel()):
+        for index, value in enumerate(values):
             try:
                 text = value.decode()
             except UnicodeDecodeError:
@@ -134,8 +141,6 @@ class V2Model:
     def answer(self, request: InferRequest, fragments: Sequence[bytes | None]) -> tuple[bytes, int | None]:
         """The answer's body and JSON length from one request's prediction fragments (see
         :mod:`torchwork.serve.encoding`); :class:`ProtocolError` (422) for an item whose output is not finite."""
-        import numpy as np
-        import orjson
 
         for index, fragment in enumerate(fragments):
             if fragment is None:
@@ -143,15 +148,16 @@ class V2Model:
                                          "Infinity), so it cannot be answered; the input is probably far outside "
                                          "the range the model was trained on")
         predictions = [orjson.loads(fragment) for fragment in fragments]  # type: ignore[arg-type]
-        arrays: dict[str, Any] = {}
-        if self.labels is not None:
-            label = np.empty(len(predictions), dtype=object)
-            label[:] = [p["label"].encode() for p in predictions]
-            arrays["label"] = label
-            arrays["probabilities"] = np.array([list(p["probabilities"].values()) for p in predictions],
-                                               dtype=self.output_dtype)
+        count = len(predictions)
+        value_type = datatype_of(self.output_dtype)
+        outputs: dict[str, tuple[str, str, list[int], Any]] = {}
+        if self.labels is not None:  # plain lists: no array is needed for a JSON answer
+            outputs["label"] = ("label", "BYTES", [count], [p["label"] for p in predictions])
+            outputs["probabilities"] = ("probabilities", value_type, [count, len(self.labels)],
+                                        [v for p in predictions for v in p["probabilities"].values()])
         else:
-            arrays["output"] = np.array([p["output"] for p in predictions], dtype=self.output_dtype)
+            array = np.asarray([p["output"] for p in predictions], dtype=self.output_dtype)
+            outputs["output"] = ("output", value_type, list(array.shape), array.ravel().tolist())
         names = list(request.outputs) if request.outputs is not None else self.output_names
-        return encode_response(self.name, self.version, request.id, [(n, arrays[n]) for n in names],
+        return encode_response(self.name, self.version, request.id, [outputs[n] for n in names],
                                request.binary(names))
