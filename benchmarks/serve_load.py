@@ -751,9 +751,10 @@ def bench_protocol(args: argparse.Namespace) -> None:
 
 
 def bench_reload(folder: Path, examples: list[Any], args: argparse.Namespace, concurrency: int = 32,
-                 seconds: float = 4.0) -> dict[str, Any]:
-    """A model folder served by ``torchwork serve --enable-model-control``: the same run at concurrency 32
-    before, and with ``POST /v2/repository/models/text/load`` (the next version) sent 0.5 s into it."""
+                 seconds: float = 4.0, during_seconds: float = 14.0) -> dict[str, Any]:
+    """A model folder served by ``torchwork serve --enable-model-control``: a run at concurrency 32 before,
+    then a longer one (``during_seconds``, to cover the whole swap) with ``POST
+    /v2/repository/models/text/load`` (the next version) sent 0.5 s into it."""
     import http.client
     import shutil
 
@@ -776,7 +777,7 @@ def bench_reload(folder: Path, examples: list[Any], args: argparse.Namespace, co
         requests.write_text(json.dumps([r.decode("latin-1") for r in v2_requests("text", examples, True, None)]))
         before = load(port, requests, concurrency, seconds, args.warmup, raw=True)
         shutil.copytree(folder / "text-artifact", models / "text" / "2")
-        client = subprocess.Popen(load_command(port, requests, concurrency, seconds, args.warmup, raw=True),
+        client = subprocess.Popen(load_command(port, requests, concurrency, during_seconds, args.warmup, raw=True),
                                   stdout=subprocess.PIPE, text=True)
         time.sleep(args.warmup + 0.5)
         swap_started = time.perf_counter()
@@ -785,11 +786,12 @@ def bench_reload(folder: Path, examples: list[Any], args: argparse.Namespace, co
         response = conn.getresponse()
         answer = json.loads(response.read())
         swap_seconds = time.perf_counter() - swap_started
-        during = json.loads(client.communicate(timeout=seconds + 60)[0])
+        during = json.loads(client.communicate(timeout=during_seconds + 60)[0])
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(30)
-    return {"concurrency": concurrency, "seconds_per_run": seconds, "load_status": response.status,
+    return {"concurrency": concurrency, "seconds_before": seconds, "seconds_during": during_seconds,
+            "load_status": response.status,
             "version_after": answer.get("version"), "swap_seconds": round(swap_seconds, 2),
             "before": before, "during": during,
             "p99_during_over_before": _ratio(during["p99_ms"], before["p99_ms"])}
