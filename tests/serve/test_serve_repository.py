@@ -160,6 +160,8 @@ def test_sighup_loads_every_models_newest_version(repository, digits_artifact):
         assert time.monotonic() < deadline, server.stderr()
         time.sleep(0.2)
     assert infer(server, "beta", digits_artifact.images[:1])[0] == 200
+    serving = server.request("GET", "/v2/models/alpha")[2]["versions"][0]
+    assert f"model alpha: version {serving} serves now (was {serving})" not in server.stderr()  # already newest
 
 
 def non_loopback_address() -> str | None:

@@ -187,7 +187,7 @@ def create_app(predictor: ServedModel | None, config: ServeConfig | None = None,
     for spec in specs:
         slot_metrics = _slot_metrics(config.max_batch_size, slots, spec.name)
         slots[spec.name] = Slot(spec.name, new_state(spec.name, spec.version, spec.predictor, spec.model_process,
-                                                     slot_metrics), slot_metrics, spec.reload)
+                                                     slot_metrics), slot_metrics, spec.reload, spec.newest)
     single = next(iter(slots.values())) if len(slots) == 1 else None
     server_parts: list[Any] = [guard, *([keys] if keys is not None else [])]
 
@@ -213,7 +213,8 @@ def create_app(predictor: ServedModel | None, config: ServeConfig | None = None,
         if keys is not None:
             keys.rotate()
         for slot in slots.values():
-            if slot.reload is not None:
+            newest = slot.newest() if slot.newest is not None else None
+            if slot.reload is not None and newest != slot.state.v2.version:  # None: unknown, load anyway
                 task = asyncio.ensure_future(reload(slot.name, None))
                 task.add_done_callback(_log_reload)
                 slot.retiring.add(task)

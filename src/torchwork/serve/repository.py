@@ -23,6 +23,7 @@ import asyncio
 import dataclasses
 import logging
 import re
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,10 @@ NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 # reload(version or None: the newest) -> (version, predictor, model process or None); blocking, verifies
 Loader = Callable[[str | None], tuple[str, Any, Any]]
 
+# One version loads at a time, whichever model: torch.export.load is not thread-safe (two at once fail with
+# "_CURRENT_DESERIALIZER is already set"), and one load at a time leaves more of the cores to serving.
+_LOADING = threading.Lock()
+
 
 @dataclasses.dataclass
 class ModelSpec:
@@ -49,6 +54,8 @@ class ModelSpec:
     predictor: Any
     model_process: Any = None
     reload: Loader | None = None
+    newest: Callable[[], str | None] | None = None  # the newest version in the model folder (SIGHUP skips a
+    # model already serving it)
 
 
 def check_name(name: str, what: str = "model name") -> str:
@@ -102,8 +109,9 @@ def version_folder(root: Path, name: str, version: str | None) -> tuple[str, Pat
 class Slot:
     """One served model: the state serving now, its metrics across versions, how to load another version."""
 
-    def __init__(self, name: str, state: Any, metrics: Any, reload: Loader | None = None) -> None:
-        self.name, self.state, self.metrics, self.reload = name, state, metrics, reload
+    def __init__(self, name: str, state: Any, metrics: Any, reload: Loader | None = None,
+                 newest: Callable[[], str | None] | None = None) -> None:
+        self.name, self.state, self.metrics, self.reload, self.newest = name, state, metrics, reload, newest
         self.in_flight = 0
         self.loading: str | None = None  # the version being loaded, while it is
         self._lock = asyncio.Lock()
@@ -125,7 +133,7 @@ class Slot:
             old = self.state
             try:
                 self.loading = version or "newest"
-                found, predictor, process = await loop.run_in_executor(None, self.reload, version)
+                found, predictor, process = await loop.run_in_executor(None, _locked, self.reload, version)
                 self.loading = found
                 new = await start(found, predictor, process)
             except ProtocolError:
@@ -144,3 +152,8 @@ class Slot:
             task.add_done_callback(self.retiring.discard)
             logger.warning("model %s: version %s serves now (was %s)", self.name, found, old.v2.version)
             return found
+
+
+def _locked(reload: Loader, version: str | None) -> tuple[str, Any, Any]:
+    with _LOADING:
+        return reload(version)

@@ -305,7 +305,7 @@ def cli_main(args: argparse.Namespace) -> int:
         name, folder, _ = sources[0]
         serve(load_predictor(folder, args.factory, args.variant), config, process_for(folder), name=name, keys=keys)
         return 0
-    from torchwork.serve.repository import ModelSpec, version_folder
+    from torchwork.serve.repository import ModelSpec, version_folder, versions_in
 
     specs = []
     for name, folder, root in sources:
@@ -315,8 +315,13 @@ def cli_main(args: argparse.Namespace) -> int:
                 found, path = version_folder(root, name, version)
                 return found, load_predictor(str(path), args.factory, args.variant), process_for(str(path))
         version = Path(folder).name if root is not None else "1"
+        newest = None
+        if root is not None:
+            def newest(name: str = name, root: Path = root) -> str | None:
+                versions = versions_in(root / name)
+                return versions[-1] if versions else None
         specs.append(ModelSpec(name, version, load_predictor(folder, args.factory, args.variant),
-                               process_for(folder), reload))
+                               process_for(folder), reload, newest))
     serve(None, config, keys=keys, models=specs)
     return 0
 
