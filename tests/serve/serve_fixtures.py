@@ -9,7 +9,9 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -29,24 +31,28 @@ class ServerProcess:
     """``python -m torchwork.cli serve FOLDER [--factory serve_models:FACTORY] --port 0 ...`` in a subprocess.
 
     Without a factory it serves FOLDER as an exported artifact; its log goes to ``log_dir`` (default FOLDER).
+    ``env``: more environment variables; ``key``: sent as ``Authorization: Bearer KEY`` by :meth:`request`;
+    ``tls``: an SSL context for an HTTPS server (``--ssl-certfile``).
     """
 
     def __init__(self, folder: Path, factory: str | None, *flags: str, log_dir: Path | None = None,
-                 wait: bool = True) -> None:
+                 wait: bool = True, env: dict[str, str] | None = None, key: str | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.log = (log_dir or folder) / f"{factory or 'artifact'}-{os.getpid()}-{time.monotonic_ns()}.log"
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(HERE)])}
+        self.key, self.tls = key, tls
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(HERE)]), **(env or {})}
         command = [sys.executable, "-m", "torchwork.cli", "serve", str(folder),
                    *(["--factory", f"serve_models:{factory}"] if factory else []), "--port", "0",
                    "--threads", "1", *flags]
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, env=env)
         self.lines: list[str] = []  # "... warming up ...", then "... ready: listening on http://127.0.0.1:PORT ..."
-        while not self.lines or "listening on http://" not in self.lines[-1]:
+        while not self.lines or "listening on http" not in self.lines[-1]:
             self.lines.append(self.process.stdout.readline().decode())
             if not self.lines[-1]:
                 self.process.kill()
                 raise RuntimeError(f"server did not start: {self.lines!r}\n{self.stderr()}")
-        self.port = int(self.lines[-1].split("listening on http://127.0.0.1:")[1].split()[0])
+        self.port = int(re.search(r"listening on https?://\S+:(\d+)", self.lines[-1]).group(1))
         if wait:
             self.wait_ready()
 
@@ -67,6 +73,8 @@ class ServerProcess:
         raise RuntimeError(f"server not ready after {timeout} s:\n{self.stderr()}")
 
     def connection(self, timeout: float = 30.0) -> http.client.HTTPConnection:
+        if self.tls is not None:
+            return http.client.HTTPSConnection("127.0.0.1", self.port, timeout=timeout, context=self.tls)
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
 
     def request(self, method: str, path: str, body: bytes | Any = None, headers: dict[str, str] | None = None,
@@ -78,7 +86,9 @@ class ServerProcess:
         own = connection is None
         conn = connection or self.connection(timeout)
         try:
-            conn.request(method, path, body=body, headers={"Content-Type": "application/json", **(headers or {})})
+            auth = {"Authorization": f"Bearer {self.key}"} if self.key else {}
+            conn.request(method, path, body=body,
+                         headers={"Content-Type": "application/json", **auth, **(headers or {})})
             response = conn.getresponse()
             raw = response.read()
         finally:
@@ -149,14 +159,14 @@ def _server(folder: Path, factory: str, *flags: str) -> Iterator[ServerProcess]:
 @pytest.fixture(scope="session")
 def text_server(models_dir: Path) -> Iterator[ServerProcess]:
     yield from _server(models_dir, "text_predictor", "--max-batch-size", "16", "--max-items", "8",
-                       "--max-text-length", "200")
+                       "--max-text-length", "200", "--docs")
 
 
 @pytest.fixture(scope="session")
 def digits_server(models_dir: Path) -> Iterator[ServerProcess]:
     """Batches on a thread of the server (``--no-model-process``); the text server uses a model process."""
     yield from _server(models_dir, "digits_onnx_predictor", "--max-batch-size", "16", "--max-items", "8",
-                       "--max-body-bytes", "20000", "--no-model-process")
+                       "--max-body-bytes", "20000", "--no-model-process", "--docs")
 
 
 @pytest.fixture(scope="module", params=["--model-process", "--no-model-process"], ids=["process", "thread"])

@@ -212,3 +212,8 @@ def slow_text_predictor(folder: str) -> TorchPredictor:
     slow = SlowVocabulary([])
     slow.index, slow.max_length = vocabulary.index, vocabulary.max_length
     return TorchPredictor(model, kind="text", preprocess=slow, labels=TEXT_LABELS, name="slow-text")
+
+
+def wrong_labels_predictor(folder: str) -> TorchPredictor:
+    """The digits MLP (10 outputs) declared with 5 labels: a model that cannot answer its labels."""
+    return TorchPredictor(load_digits_mlp(folder), item_shape=(64,), labels=DIGIT_LABELS[:5], name="wrong-labels")

@@ -71,7 +71,7 @@ def text_server(text_artifact: TextArtifact, tmp_path_factory: pytest.TempPathFa
 @pytest.fixture(scope="module")
 def digits_server(digits_artifact: DigitsArtifact, tmp_path_factory: pytest.TempPathFactory
                   ) -> Iterator[ServerProcess]:
-    yield from _serve(digits_artifact.path, tmp_path_factory.mktemp("logs"), "--max-items", "8")
+    yield from _serve(digits_artifact.path, tmp_path_factory.mktemp("logs"), "--max-items", "8", "--docs")
 
 
 def assert_close_to_in_process(rows: np.ndarray, expected: np.ndarray, atol: float) -> None:
@@ -127,6 +127,14 @@ def test_texts_without_words_are_answered_and_an_empty_text_is_a_clear_422(text_
     status, _, body = text_server.request("POST", "/predict", b'{"inputs": ["\\ud800 lone", "ok"]}')
     assert status == 422 and body["detail"].startswith("body: Invalid JSON"), body
     assert text_server.request("GET", "/healthz")[0] == 200
+
+
+def test_no_docs_schema_or_redirects_unless_asked_for(text_server):
+    for path in ("/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"):
+        assert text_server.request("GET", path)[0] == 404, path
+    status, headers, _ = text_server.request("GET", "/readyz/", headers={"Host": "evil.example"})
+    assert status == 404 and "location" not in headers  # no redirect built from the Host header
+    assert "docs at" not in text_server.lines[-1]
 
 
 @settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -231,6 +239,13 @@ def test_untrusted_or_unservable_artifacts_are_refused_with_the_reason(tmp_path,
     (damaged / "model.int8.onnx").write_bytes(b"not a model")
     with pytest.raises(ExportError, match="damaged.*model.int8.onnx"):
         predictor_from_artifact(damaged)
+
+
+def test_an_artifact_whose_output_width_is_not_its_labels_is_refused_at_load(tmp_path, digits_artifact):
+    five = _edited_copy(digits_artifact.path, tmp_path / "five-labels",
+                        postprocess={"softmax": False, "labels": DIGIT_LABELS[:5]})
+    with pytest.raises(ConfigError, match="answers 10 values per item but the manifest names 5 labels"):
+        predictor_from_artifact(five)
 
 
 # ---------------------------------------------------------------- the recipe's demo client

@@ -8,6 +8,7 @@ instead of its artifact.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from serve_fixtures import SRC, ServerProcess, metric_value, models_dir, text_server  # noqa: F401
+from serve_fixtures import HERE, SRC, ServerProcess, metric_value, models_dir, text_server  # noqa: F401
 
 # Small bounds, so that each case takes seconds: head 3 s, body 2 s, idle 2 s, 4 connections.
 BOUNDS = ("--head-timeout-s", "3", "--body-timeout-s", "2", "--idle-timeout-s", "2", "--max-connections", "4",
@@ -219,3 +220,14 @@ def test_serving_a_run_folder_names_its_artifact_at_once(tmp_path):
     assert done.returncode == 2 and "warming up" not in done.stdout
     assert f"{run} is a training run folder, not an exported artifact" in done.stderr
     assert f"torchwork serve {run / 'artifact'}" in done.stderr
+
+
+@pytest.mark.parametrize("mode", ["--model-process", "--no-model-process"])
+def test_a_model_that_cannot_answer_its_labels_refuses_to_start_in_one_line(models_dir, mode):  # noqa: F811
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(HERE)])}
+    result = subprocess.run([sys.executable, "-m", "torchwork.cli", "serve", str(models_dir), "--factory",
+                             "serve_models:wrong_labels_predictor", "--port", "0", "--threads", "1", mode],
+                            capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 2, result.stderr
+    assert "fails on a warm-up item" in result.stderr and "for 5 labels" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and "ready" not in result.stdout

@@ -62,6 +62,10 @@ class ArtifactPredictor(ModelPredictor):
         self._schema: list[TensorSpec] = manifest.inputs
         self.static_batch: int | None = artifact.static_batch
         labels = artifact.labels
+        width = manifest.outputs[0].shape[-1] if manifest.outputs and manifest.outputs[0].shape else None
+        if labels is not None and isinstance(width, int) and width != len(labels):
+            raise ConfigError(f"artifact {artifact.directory}: its model answers {width} values per item but the "
+                              f"manifest names {len(labels)} labels; export it again with one label per output")
         output: Literal["logits", "probabilities"] = \
             "probabilities" if artifact.softmax or labels is None else "logits"
         name = name or f"{Path(artifact.directory).name} [{artifact.variant}]"
@@ -73,6 +77,7 @@ class ArtifactPredictor(ModelPredictor):
             self._check_text_preprocessor()
         else:
             spec = self._tensor_spec(artifact)
+            self.input_name: str = spec.name  # what the Open Inference Protocol's routes call the input
             shape = tuple(d if isinstance(d, int) else None for d in spec.shape[1:])
             super().__init__(kind="tensor", item_shape=shape, dtype=spec.dtype, labels=labels, output=output,
                              name=name)

@@ -59,15 +59,16 @@ logger = logging.getLogger("torchwork.serve")
 class Job:
     """One queued request: await it for its answer; ``cancel()`` it if nobody will wait any longer."""
 
-    __slots__ = ("items", "future", "cancelled", "answer", "rule")
+    __slots__ = ("items", "future", "cancelled", "answer", "rule", "encode")
 
     def __init__(self, items: Sequence[Any], future: asyncio.Future[Answer], rule: BatchingRule | None = None,
-                 ) -> None:
+                 encode: Callable[[Sequence[Any]], Any] | None = None) -> None:
         self.items = items
         self.future = future
         self.cancelled = False
         self.answer: Answer | None = None
         self.rule = rule
+        self.encode = encode  # this request's own encoder of its rows (else the rule's)
 
     def __await__(self) -> Generator[Any, None, Answer]:
         if self.rule is not None:
@@ -129,9 +130,10 @@ class BatchingRule:
         return self.submitted - self.taken
 
     # ------------------------------------------------------------------ on the event loop
-    def submit(self, items: Sequence[Any]) -> Job:
+    def submit(self, items: Sequence[Any], encode: Callable[[Sequence[Any]], Any] | None = None) -> Job:
         """Queue one request; raise :class:`~torchwork.errors.QueueFullError` when ``max_queue`` items wait
-        already or the server is shutting down (the server answers 503)."""
+        already or the server is shutting down (the server answers 503). ``encode``: this request's encoder
+        of its rows, in place of the rule's (another protocol's answer from the same batch)."""
         if self.loop is None:
             raise ServeError("the batcher is not started: call start(loop) (thread batcher) or await open() on the "
                              "event loop first")
@@ -140,7 +142,7 @@ class BatchingRule:
         queued = self.submitted - self.taken
         if queued and queued + len(items) > self.max_queue:
             raise QueueFullError(f"the queue holds {queued} items (--max-queue {self.max_queue}); retry later")
-        job = Job(items, self.loop.create_future(), self)
+        job = Job(items, self.loop.create_future(), self, encode)
         now = time.monotonic()
         self.gap = 0.8 * self.gap + 0.2 * min(now - self.last_arrival, 1.0)
         self.last_arrival = now
@@ -246,7 +248,7 @@ class BatchingRule:
         for job in jobs:
             end = start + len(job.items)
             try:
-                job.answer = self._encode(rows[start:end])
+                job.answer = (job.encode or self._encode)(rows[start:end])
             except Exception as error:
                 logger.exception("could not encode an answer")
                 job.answer = 500, error_body(f"the answer could not be encoded: {type(error).__name__}: {error}")
@@ -288,9 +290,9 @@ class Batching:
         """Items waiting for the model."""
         return self.rule.queued_items
 
-    def submit(self, items: Sequence[Any]) -> Job:
+    def submit(self, items: Sequence[Any], encode: Callable[[Sequence[Any]], Any] | None = None) -> Job:
         """Queue one request (on the event loop); see :meth:`BatchingRule.submit`."""
-        return self.rule.submit(items)
+        return self.rule.submit(items, encode)
 
     async def open(self) -> None:
         """Start answering on the running loop (each runner starts its thread or connects its process)."""

@@ -9,6 +9,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from torchwork.errors import ConfigError
 
@@ -26,6 +27,11 @@ class ServeConfig:
     request in progress is closed after ``idle_timeout_s``, and past ``max_connections`` open at once a
     new connection's request gets 503. ``http`` is the HTTP parser under the connection guard: ``"httptools"``
     (C, in the ``serve`` extra; it took a third off the server's CPU per request) or ``"h11"`` (pure Python).
+    Keys (:mod:`torchwork.serve.keys`): ``api_key_file`` (and ``TORCHWORK_API_KEYS``); ``open_metrics`` leaves
+    ``/metrics`` open; ``insecure_no_auth`` lets a non-loopback ``host`` serve without keys. TLS: ``ssl_certfile``
+    and ``ssl_keyfile`` (PEM), both or neither. ``enable_model_control``: ``POST /v2/repository/models/NAME/load``
+    reloads a model (from loopback peers only, unless ``model_control_remote``). ``docs``: serve the interactive
+    API docs (``/docs``, whose page loads Swagger UI from a public CDN, and ``/openapi.json``); off by default.
     """
 
     host: str = "127.0.0.1"
@@ -44,6 +50,14 @@ class ServeConfig:
     idle_timeout_s: float = 5.0
     max_connections: int = 1000
     http: str = "httptools"
+    api_key_file: str | None = None
+    open_metrics: bool = False
+    insecure_no_auth: bool = False
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    enable_model_control: bool = False
+    model_control_remote: bool = False
+    docs: bool = False
 
     def __post_init__(self) -> None:
         positive = {"max_batch_size": self.max_batch_size, "max_queue": self.max_queue,
@@ -60,5 +74,12 @@ class ServeConfig:
             raise ConfigError(f"threads={self.threads} must be at least 1.")
         if self.http not in HTTP_PARSERS:
             raise ConfigError(f"http={self.http!r}: choose one of {', '.join(HTTP_PARSERS)}.")
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ConfigError("TLS needs both --ssl-certfile (the certificate chain, PEM) and --ssl-keyfile (its "
+                              "private key, PEM); give both, or neither for plain HTTP.")
+        for flag, path in (("--ssl-certfile", self.ssl_certfile), ("--ssl-keyfile", self.ssl_keyfile),
+                           ("--api-key-file", self.api_key_file)):
+            if path is not None and not os.path.isfile(path):
+                raise ConfigError(f"{flag} {path}: no such file.")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port={self.port} is not a TCP port (0 picks a free one).")

@@ -39,12 +39,18 @@ class Counter:
     def inc(self, value: str = "", amount: int = 1) -> None:
         self.values[value] = self.values.get(value, 0) + amount
 
-    def render(self) -> str:
-        lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} counter"]
+    def head(self) -> list[str]:
+        return [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} counter"]
+
+    def samples(self, labels: str = "") -> list[str]:
+        """The sample lines, each with ``labels`` (``'model="a"'``) before its own label."""
         if self.label is None:
-            return "\n".join([*lines, f"{self.name} {self.values['']}"])
-        lines += [f'{self.name}{{{self.label}="{key}"}} {count}' for key, count in sorted(self.values.items())]
-        return "\n".join(lines)
+            return [f"{self.name}{{{labels}}} {self.values['']}" if labels else f"{self.name} {self.values['']}"]
+        joined = f"{labels}," if labels else ""
+        return [f'{self.name}{{{joined}{self.label}="{key}"}} {count}' for key, count in sorted(self.values.items())]
+
+    def render(self) -> str:
+        return "\n".join(self.head() + self.samples())
 
 
 class Gauge:
@@ -53,8 +59,14 @@ class Gauge:
     def __init__(self, name: str, help_text: str, read: Callable[[], float]) -> None:
         self.name, self.help, self.read = name, help_text, read
 
+    def head(self) -> list[str]:
+        return [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} gauge"]
+
+    def samples(self, labels: str = "") -> list[str]:
+        return [f"{self.name}{{{labels}}} {_number(self.read())}" if labels else f"{self.name} {_number(self.read())}"]
+
     def render(self) -> str:
-        return f"# HELP {self.name} {self.help}\n# TYPE {self.name} gauge\n{self.name} {_number(self.read())}"
+        return "\n".join(self.head() + self.samples())
 
 
 class Histogram:
@@ -72,14 +84,19 @@ class Histogram:
         self.sum += value
         self.count += 1
 
-    def render(self) -> str:
-        lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} histogram"]
-        running = 0
+    def head(self) -> list[str]:
+        return [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} histogram"]
+
+    def samples(self, labels: str = "") -> list[str]:
+        lines, running = [], 0
+        joined, alone = (f"{labels},", f"{{{labels}}}") if labels else ("", "")
         for bound, count in zip([*map(_number, self.bounds), "+Inf"], self.counts):
             running += count
-            lines.append(f'{self.name}_bucket{{le="{bound}"}} {running}')
-        lines += [f"{self.name}_sum {_number(self.sum)}", f"{self.name}_count {self.count}"]
-        return "\n".join(lines)
+            lines.append(f'{self.name}_bucket{{{joined}le="{bound}"}} {running}')
+        return [*lines, f"{self.name}_sum{alone} {_number(self.sum)}", f"{self.name}_count{alone} {self.count}"]
+
+    def render(self) -> str:
+        return "\n".join(self.head() + self.samples())
 
 
 class ServerMetrics:
@@ -88,7 +105,8 @@ class ServerMetrics:
 
     def __init__(self, max_batch_size: int, queue_depth: Callable[[], float],
                  in_flight: Callable[[], float], extra: Sequence[Any] = ()) -> None:
-        self.requests = Counter("torchwork_requests_total", "HTTP requests to /predict by status code", "status")
+        self.requests = Counter("torchwork_requests_total", "HTTP requests to /predict and /v2/.../infer by status "
+                                "code", "status")
         self.client_disconnects = Counter("torchwork_client_disconnects_total", "requests to /predict whose "
                                           "client disconnected before sending its whole body (not answered)")
         self.extra = list(extra)
@@ -105,7 +123,28 @@ class ServerMetrics:
         self.queue_depth = Gauge("torchwork_queue_depth", "items waiting for the model", queue_depth)
         self.in_flight = Gauge("torchwork_requests_in_flight", "requests to /predict being answered", in_flight)
 
+    def parts(self) -> list[Any]:
+        """The per-model metrics, in the order they are shown."""
+        return [self.requests, self.client_disconnects, self.latency, self.batch_size, self.batch_seconds,
+                self.queue_depth, self.in_flight]
+
     def render(self) -> str:
-        parts = [self.requests, self.client_disconnects, self.latency, self.batch_size, self.batch_seconds,
-                 self.queue_depth, self.in_flight, *self.extra]
-        return "\n".join(part.render() for part in parts) + "\n"
+        return "\n".join(part.render() for part in [*self.parts(), *self.extra]) + "\n"
+
+
+def render_models(models: Sequence[tuple[str, ServerMetrics]], extra: Sequence[Any] = ()) -> str:
+    """The metrics of several models, each sample labelled ``model="NAME"`` and each metric's HELP and TYPE
+    once (the exposition format groups a metric's samples), then ``extra``'s (the server's own).
+
+    Example:
+        >>> a, b = (ServerMetrics(2, lambda: 0, lambda: 0) for _ in range(2))
+        >>> a.requests.inc("200")
+        >>> [line for line in render_models([("a", a), ("b", b)]).splitlines() if "requests_total{" in line]
+        ['torchwork_requests_total{model="a",status="200"} 1']
+    """
+    lines: list[str] = []
+    for index, part in enumerate(models[0][1].parts() if models else []):
+        lines += part.head()
+        for name, metrics in models:
+            lines += metrics.parts()[index].samples(f'model="{name}"')
+    return "\n".join([*lines, *(part.render() for part in extra)]) + "\n"

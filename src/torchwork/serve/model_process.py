@@ -246,6 +246,8 @@ def _child_main(sock: socket.socket, build: Callable[..., Any], args: tuple[Any,
     # The server owns shutdown: a Ctrl-C or SIGTERM to the process group must not kill a batch in flight.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if hasattr(signal, "SIGHUP"):  # the server's: it reloads keys (and models); its default would end the child
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
     if nice and hasattr(os, "nice"):  # POSIX only
         os.nice(nice)
     try:

@@ -16,15 +16,18 @@ import json
 import logging
 import socket
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torchwork.errors import ConfigError
 from torchwork.serve.config import HTTP_PARSERS, ServeConfig
+from torchwork.serve.keys import ENVIRONMENT, KeyCheck, KeyRing, check_bind
 from torchwork.serve.predictor import ServedModel, available_cpus, configure_threads
 
 if TYPE_CHECKING:  # pragma: no cover
     from torchwork.serve.model_process import ModelProcess
+    from torchwork.serve.repository import ModelSpec
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -45,13 +48,18 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(predictor: ServedModel, config: ServeConfig | None = None, model_process: ModelProcess | None = None
-          ) -> None:
+def serve(predictor: ServedModel | None, config: ServeConfig | None = None,
+          model_process: ModelProcess | None = None, name: str = "model", version: str = "1",
+          keys: KeyCheck | None = None, models: Sequence[ModelSpec] = ()) -> None:
     """Serve ``predictor`` over HTTP until SIGTERM/SIGINT, then finish in-flight requests and return.
 
     Prints ``warming up`` once the socket is bound, then, once the model is warmed up and requests are
     answered, ``ready: listening on http://HOST:PORT``: a request sent after that line gets its answer.
-    ``model_process``: run batches in that child process (see :func:`torchwork.serve.create_app`).
+    ``model_process``: run batches in that child process (see :func:`torchwork.serve.create_app`); ``name``
+    and ``version``: the model's in the Open Inference Protocol's routes (``/v2/models/NAME/infer``);
+    ``keys``: the API keys every route but the health probes needs (default: none, which a non-loopback
+    ``config.host`` refuses unless ``config.insecure_no_auth``); ``models``: serve several instead of
+    ``predictor`` (see :func:`torchwork.serve.create_app`).
     """
     import uvicorn
 
@@ -59,28 +67,68 @@ def serve(predictor: ServedModel, config: ServeConfig | None = None, model_proce
     from torchwork.serve.connections import guarded_protocol
 
     config = config or ServeConfig()
+    check_bind(config.host, keys.ring if keys is not None else None, config.insecure_no_auth)
     threads = configure_threads(config.threads)  # torch's; an OnnxPredictor fixed its own when built
     sock = bind(config.host, config.port)
     host, port = sock.getsockname()[:2]
     url_host = f"[{host}]" if ":" in host else host
-    name = f"{getattr(predictor, 'name', type(predictor).__name__)} ({predictor.kind})"
-    where = " in a model process" if model_process is not None else ""
+    scheme = "https" if config.ssl_certfile else "http"
+    docs = "docs at /docs; " if config.docs else ""
+    served = [(spec.predictor, spec.model_process) for spec in models] or [(predictor, model_process)]
+    title = ", ".join(f"{getattr(p, 'name', type(p).__name__)} ({p.kind})" for p, _ in served)
+    where = " in a model process" if all(process is not None for _, process in served) else ""
 
     def ready() -> None:
-        print(f"torchwork serve: {name} ready: listening on http://{url_host}:{port} (docs at /docs); batches of "
+        print(f"torchwork serve: {title} ready: listening on {scheme}://{url_host}:{port} ({docs}batches of "
               f"up to {config.max_batch_size}, wait at most {config.max_wait_ms:g} ms, {threads} model "
-              f"thread(s){where}", flush=True)
+              f"thread(s){where})", flush=True)
 
-    app = create_app(predictor, config, model_process, on_ready=ready)
-    print(f"torchwork serve: {name} warming up{where}; the address follows once it answers", flush=True)
+    for served_predictor, _ in served:  # a model that cannot answer its labels refuses to start, in one line
+        check_answers(served_predictor)
+    start_model_processes([process for _, process in served if process is not None], config.max_batch_size)
+    app = create_app(predictor, config, model_process, on_ready=ready, name=name, version=version, keys=keys,
+                     models=models)
+    print(f"torchwork serve: {title} warming up{where}; the address follows once it answers", flush=True)
     # The HTTP protocol with the connection guard: head, body and idle bounds, and --max-connections. The
     # loop is asyncio's even where uvloop is installed: measured, uvloop made the model-process mode slower.
     uv_config = uvicorn.Config(app, log_level=config.log_level, access_log=False, lifespan="on",
                                timeout_graceful_shutdown=int(config.timeout_s) + 5, server_header=False,
-                               http=guarded_protocol(app.state.torchwork.guard, config.http), loop="asyncio",
-                               timeout_keep_alive=config.idle_timeout_s)  # type: ignore[arg-type]
+                               http=guarded_protocol(app.state.torchwork_guard, config.http), loop="asyncio",
+                               timeout_keep_alive=config.idle_timeout_s,  # type: ignore[arg-type]
+                               ssl_certfile=config.ssl_certfile, ssl_keyfile=config.ssl_keyfile)
     # uvicorn installs its SIGTERM/SIGINT handlers: stop accepting, finish in-flight answers, run shutdown.
     uvicorn.Server(uv_config).run(sockets=[sock])
+
+
+def check_answers(predictor: Any) -> None:
+    """Run ``predictor`` on one warm-up item and encode its answer; raise a one-line
+    :class:`~torchwork.errors.ConfigError` when that fails (a model whose output width is not its number of
+    labels, say), so that such a server never starts, let alone says ready."""
+    from torchwork.serve.encoding import prediction_fragments
+
+    examples = getattr(predictor, "example_items", None)
+    if not callable(examples):
+        return
+    try:
+        prediction_fragments(predictor.labels)(predictor.predict_batch(examples(1)))
+    except Exception as error:
+        name = getattr(predictor, "name", type(predictor).__name__)
+        raise ConfigError(f"{name}: the model fails on a warm-up item, so it is not served: "
+                          f"{type(error).__name__}: {error}") from None
+
+
+def start_model_processes(processes: Sequence[ModelProcess], max_batch_size: int) -> None:
+    """Start each model process (it builds and warms up its model) before the server starts; on a failure end
+    the ones started and raise its one-line :class:`~torchwork.errors.ModelProcessError`."""
+    started: list[ModelProcess] = []
+    try:
+        for process in processes:
+            process.start(sorted({1, max_batch_size}))
+            started.append(process)
+    except BaseException:
+        for process in started:
+            process.close()
+        raise
 
 
 def check_not_a_run_folder(folder: str) -> None:
@@ -145,11 +193,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from torchwork.deploy.manifest import VARIANT_FILES  # the artifact format: no torch import
 
     d = ServeConfig()
-    parser.add_argument("artifact", help="an exported artifact folder (see torchwork.deploy.export)")
+    parser.add_argument("artifact", nargs="+", metavar="ARTIFACT",
+                        help="an exported artifact folder (see torchwork.deploy.export); or NAME=ARTIFACT for each "
+                             "of several models; or a model folder holding NAME/VERSION/ artifacts (each model's "
+                             "newest version serves)")
     parser.add_argument("--factory", metavar="MODULE:FUNCTION",
                         help="serve the predictor FUNCTION(ARTIFACT) returns instead of the artifact's own")
     parser.add_argument("--variant", choices=sorted(VARIANT_FILES), default=None,
                         help="the artifact's model file to run (default: the one its manifest marks to deploy)")
+    parser.add_argument("--name", default=None,
+                        help="the model's name in the Open Inference Protocol's routes, /v2/models/NAME/infer "
+                             "(default: the artifact folder's name, or its run folder's for RUN/artifact)")
     parser.add_argument("--host", default=d.host, help=f"address to bind (default: {d.host}, this machine only)")
     parser.add_argument("--port", type=int, default=d.port, help=f"TCP port, 0 for a free one (default: {d.port})")
     parser.add_argument("--max-batch-size", type=int, default=d.max_batch_size,
@@ -192,34 +246,135 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--http", choices=HTTP_PARSERS, default=d.http,
                         help=f"the HTTP parser: httptools (C, in torchwork[serve]) or h11 (pure Python) "
                              f"(default: {d.http})")
+    parser.add_argument("--api-key-file", metavar="FILE", default=None,
+                        help=f"API keys, one a line (or sha256:HEX digests); clients send 'Authorization: Bearer "
+                             f"KEY'; also read from {ENVIRONMENT} (comma-separated); SIGHUP reads the file again")
+    parser.add_argument("--open-metrics", action="store_true",
+                        help="leave /metrics open when keys are on (the health probes always are)")
+    parser.add_argument("--insecure-no-auth", action="store_true",
+                        help="serve a non-loopback --host without API keys (refused otherwise)")
+    parser.add_argument("--ssl-certfile", metavar="PEM", default=None, help="serve HTTPS with this certificate chain")
+    parser.add_argument("--ssl-keyfile", metavar="PEM", default=None, help="the certificate's private key")
+    parser.add_argument("--enable-model-control", action="store_true",
+                        help="POST /v2/repository/models/NAME/load loads a model's newest (or named) version from "
+                             "the model folder and switches to it with no downtime (SIGHUP does it anyway)")
+    parser.add_argument("--model-control-remote", action="store_true",
+                        help="allow model control from other machines (default: this machine only)")
+    parser.add_argument("--docs", action="store_true",
+                        help="serve the interactive API docs at /docs and the schema at /openapi.json (the page "
+                             "loads Swagger UI from a public CDN; off by default)")
     parser.add_argument("--log-level", default=d.log_level,
                         choices=["critical", "error", "warning", "info", "debug"], help="uvicorn's log level")
 
 
 def cli_main(args: argparse.Namespace) -> int:
-    """``torchwork serve``: load the predictor with threads set for this machine, then serve it."""
+    """``torchwork serve``: load the predictors with threads set for this machine, then serve them."""
     from torchwork.env.drift import warn_if_machine_differs
 
-    warn_if_machine_differs(args.artifact)  # warns when torch, its build or ONNX Runtime differ from the exporter's
     config = ServeConfig(host=args.host, port=args.port, max_batch_size=args.max_batch_size,
                          max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, max_items=args.max_items,
                          max_text_length=args.max_text_length, max_body_bytes=args.max_body_bytes,
                          timeout_s=args.timeout_s, threads=args.threads, log_level=args.log_level,
                          head_timeout_s=args.head_timeout_s, body_timeout_s=args.body_timeout_s,
-                         idle_timeout_s=args.idle_timeout_s, max_connections=args.max_connections, http=args.http)
-    if args.factory is None:
-        check_not_a_run_folder(args.artifact)
+                         idle_timeout_s=args.idle_timeout_s, max_connections=args.max_connections, http=args.http,
+                         api_key_file=args.api_key_file, open_metrics=args.open_metrics,
+                         insecure_no_auth=args.insecure_no_auth, ssl_certfile=args.ssl_certfile,
+                         ssl_keyfile=args.ssl_keyfile, enable_model_control=args.enable_model_control,
+                         model_control_remote=args.model_control_remote, docs=args.docs)
+    ring = KeyRing.load(config.api_key_file)  # every setting checked before the model loads
+    check_bind(config.host, ring, config.insecure_no_auth, warn=False)
+    keys = KeyCheck(ring, config.open_metrics, config.api_key_file) if ring is not None else None
+    sources = served_sources(args.artifact, args.name)  # (name, artifact folder, model folder or None)
+    for _, folder, _ in sources:
+        if args.factory is None:
+            check_not_a_run_folder(folder)
+        warn_if_machine_differs(folder)  # warns when torch, its build or ONNX Runtime differ from the exporter's
     config.threads = configure_threads(config.threads)  # before the model exists: ONNX Runtime reads it
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    process = None
-    if args.model_process:
+
+    def process_for(folder: str) -> ModelProcess | None:
+        if not args.model_process:
+            return None
         from torchwork.serve.model_process import ModelProcess
 
-        process = ModelProcess(load_predictor, args.artifact, args.factory, args.variant, threads=config.threads,
-                               nice=args.model_nice)
-    serve(load_predictor(args.artifact, args.factory, args.variant), config, process)
+        return ModelProcess(load_predictor, folder, args.factory, args.variant, threads=config.threads,
+                            nice=args.model_nice)
+
+    if len(sources) == 1 and sources[0][2] is None:
+        name, folder, _ = sources[0]
+        serve(load_predictor(folder, args.factory, args.variant), config, process_for(folder), name=name, keys=keys)
+        return 0
+    from torchwork.serve.repository import ModelSpec, version_folder, versions_in
+
+    specs = []
+    for name, folder, root in sources:
+        reload = None
+        if root is not None:
+            def reload(version: str | None, name: str = name, root: Path = root) -> tuple[str, Any, Any]:
+                found, path = version_folder(root, name, version)
+                return found, load_predictor(str(path), args.factory, args.variant), process_for(str(path))
+        version = Path(folder).name if root is not None else "1"
+        newest = None
+        if root is not None:
+            def newest(name: str = name, root: Path = root) -> str | None:
+                versions = versions_in(root / name)
+                return versions[-1] if versions else None
+        specs.append(ModelSpec(name, version, load_predictor(folder, args.factory, args.variant),
+                               process_for(folder), reload, newest))
+    serve(None, config, keys=keys, models=specs)
     return 0
+
+
+def served_sources(arguments: list[str], name: str | None) -> list[tuple[str, str, Path | None]]:
+    """What ``torchwork serve ARG ...`` serves: (model name, artifact folder, model folder or None) each.
+
+    ``ARTIFACT`` (named ``--name`` or after its folder); ``NAME=ARTIFACT ...``; or a model folder
+    ``models/`` holding ``NAME/VERSION/manifest.json``: every model in it at its newest version, which SIGHUP
+    and ``POST /v2/repository/models/NAME/load`` can replace.
+
+    Example:
+        >>> served_sources(["digits=runs/a/artifact", "text=runs/b/artifact"], None)[1][:2]
+        ('text', 'runs/b/artifact')
+    """
+    from torchwork.serve.repository import check_name, versions_in
+
+    if len(arguments) == 1 and "=" not in arguments[0]:
+        root = Path(arguments[0])
+        if root.is_dir() and not (root / "manifest.json").exists():
+            models = [(child.name, versions_in(child)) for child in sorted(root.iterdir()) if child.is_dir()]
+            models = [(model, versions) for model, versions in models if versions]
+            if models:
+                if name is not None:
+                    raise ConfigError("--name names a single artifact; a model folder names its models by their "
+                                      "folders (models/NAME/VERSION/)")
+                return [(check_name(model), str(root / model / versions[-1]), root) for model, versions in models]
+        return [(check_name(name or model_name_for(arguments[0])), arguments[0], None)]
+    if name is not None:
+        raise ConfigError("--name names a single artifact; with several, write NAME=ARTIFACT for each")
+    sources: list[tuple[str, str, Path | None]] = []
+    for argument in arguments:
+        model, equals, folder = argument.partition("=")
+        if not equals or not folder:
+            raise ConfigError(f"{argument!r}: to serve several models write NAME=ARTIFACT for each "
+                              "(e.g. digits=runs/digits/artifact), or serve one model folder models/NAME/VERSION/")
+        if any(model == seen for seen, _, _ in sources):
+            raise ConfigError(f"model name {model!r} is given twice; each model needs its own name")
+        sources.append((check_name(model), folder, None))
+    return sources
+
+
+def model_name_for(artifact: str) -> str:
+    """A model name for the ``/v2`` routes from an artifact folder: its name, or its run folder's when it is
+    ``RUN/artifact``; characters other than letters, digits, ``.``, ``_`` and ``-`` become ``-``.
+
+    Example:
+        >>> model_name_for("runs/sentiment 2024/artifact")
+        'sentiment-2024'
+    """
+    path = Path(artifact).resolve() if not Path(artifact).name else Path(artifact)
+    folder = path.parent.name if path.name == "artifact" and path.parent.name else path.name
+    return "".join(c if c.isalnum() or c in "._-" else "-" for c in folder) or "model"
 
 
 def main(argv: Any = None) -> int:  # pragma: no cover - `python -m torchwork.serve.server`

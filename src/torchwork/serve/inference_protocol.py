@@ -1,0 +1,293 @@
+"""The Open Inference Protocol's tensors (KServe v2, as Triton speaks it): requests in, answers out.
+
+A request is a JSON object (``{"id", "parameters", "inputs": [...], "outputs": [...]}``); each input names
+its ``datatype`` and ``shape`` and carries its elements either as JSON ``data`` (flat in row-major order,
+or nested) or, with the binary tensor extension, as raw bytes after the JSON: the request's
+``Inference-Header-Content-Length`` header says where the JSON ends, and each binary input's
+``parameters.binary_data_size`` how many bytes it takes, in input order. Binary numbers are little-endian;
+a ``BYTES`` element is a 4-byte little-endian length and that many bytes. Answers use the same encoding:
+an output is sent binary when the request asks for it (``outputs[i].parameters.binary_data``, or
+``parameters.binary_data_output`` for every output), which is what ``tritonclient.http`` asks by default.
+
+Everything here is data: sizes are checked against the body before anything is read, element counts against
+the shape, and nothing else is interpreted. A malformed request raises :class:`ProtocolError` with the HTTP
+status to answer (400: not the protocol; 422: the protocol, but not what this model takes).
+
+Example:
+    >>> import numpy as np
+    >>> body = b'{"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1.5, 2]}]}'
+    >>> request = parse_request(body, None)
+    >>> request.inputs[0].array
+    array([1.5, 2. ], dtype=float32)
+    >>> answer, header_length = encode_response("m", "1", None, [("y", "FP32", [1], [0.25])], {"y": True})
+    >>> header_length, answer[header_length:] == np.float32(0.25).tobytes()
+    (129, True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import struct
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np  # this module is imported by the app only, with its dependencies
+import orjson
+
+HEADER = "inference-header-content-length"  # the binary extension's request and answer header (lower case)
+
+# The protocol's datatypes and numpy's (little-endian); BYTES is an object array of bytes.
+NUMERIC = {"BOOL": "|b1", "UINT8": "|u1", "UINT16": "<u2", "UINT32": "<u4", "UINT64": "<u8", "INT8": "|i1",
+           "INT16": "<i2", "INT32": "<i4", "INT64": "<i8", "FP16": "<f2", "FP32": "<f4", "FP64": "<f8"}
+DATATYPE_OF = {"bool": "BOOL", "uint8": "UINT8", "uint16": "UINT16", "uint32": "UINT32", "uint64": "UINT64",
+               "int8": "INT8", "int16": "INT16", "int32": "INT32", "int64": "INT64", "float16": "FP16",
+               "float32": "FP32", "float64": "FP64", "bfloat16": "FP32"}  # bfloat16 items travel as FP32
+_LENGTH = struct.Struct("<I")
+
+
+class ProtocolError(ValueError):
+    """A request the protocol (or this model) cannot take; ``status`` is the HTTP status to answer. It never
+    reaches a user as an exception (the routes answer it), so it is not one of torchwork's error classes."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclasses.dataclass
+class InputTensor:
+    """One decoded input: its name, datatype, shape and elements (a numeric array of that shape, or for
+    ``BYTES`` the flat list of its elements' bytes)."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    array: Any
+
+
+@dataclasses.dataclass
+class InferRequest:
+    """A decoded request: its id (echoed back), inputs, the outputs asked for (``None``: every output) with
+    whether each is wanted binary, and whether unnamed outputs are binary (``binary_data_output``)."""
+
+    id: str | None
+    inputs: list[InputTensor]
+    outputs: dict[str, bool | None] | None
+    binary_output: bool
+
+    def binary(self, names: Sequence[str]) -> dict[str, bool]:
+        """Whether each of ``names`` goes binary: as its entry in ``outputs`` asks, else as
+        ``binary_data_output`` says."""
+        asked = self.outputs or {}
+        return {name: self.binary_output if asked.get(name) is None else bool(asked[name]) for name in names}
+
+
+def parse_request(body: bytes, header_length: int | None, max_elements: int = 1 << 26) -> InferRequest:
+    """Decode a request body; ``header_length``: the ``Inference-Header-Content-Length`` header (``None``:
+    the whole body is JSON). Raise :class:`ProtocolError` (400) when it is not a well-formed request."""
+
+    if header_length is None:
+        header, binary = body, memoryview(b"")
+    else:
+        if not 0 <= header_length <= len(body):
+            raise ProtocolError(400, f"Inference-Header-Content-Length={header_length} but the body has "
+                                     f"{len(body)} bytes")
+        header, binary = body[:header_length], memoryview(body)[header_length:]
+    try:
+        document = orjson.loads(header)
+    except orjson.JSONDecodeError as error:
+        raise ProtocolError(400, f"the request is not valid JSON ({error}); send an object like "
+                                 '{"inputs": [{"name": ..., "shape": [...], "datatype": ..., "data": [...]}]}') from None
+    if not isinstance(document, dict):
+        raise ProtocolError(400, f"the request is a JSON {type(document).__name__}, not an object with \"inputs\"")
+    request_id = document.get("id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise ProtocolError(400, "\"id\" must be a string")
+    parameters = _object(document.get("parameters"), "parameters")
+    inputs = document.get("inputs")
+    if not isinstance(inputs, list) or not inputs:
+        raise ProtocolError(400, "\"inputs\" must be a non-empty list of tensors")
+    decoded, offset = [], 0
+    for index, entry in enumerate(inputs):
+        tensor, offset = _input(entry, f"inputs[{index}]", binary, offset, max_elements)
+        decoded.append(tensor)
+    if offset != len(binary):
+        raise ProtocolError(400, f"{len(binary) - offset} bytes of binary data after the inputs' "
+                                 "binary_data_size; the sizes and the body disagree")
+    outputs = None
+    if document.get("outputs") is not None:
+        if not isinstance(document["outputs"], list):
+            raise ProtocolError(400, "\"outputs\" must be a list of {\"name\": ...}")
+        outputs = {}
+        for index, entry in enumerate(document["outputs"]):
+            if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+                raise ProtocolError(400, f"outputs[{index}] must be an object with a \"name\"")
+            wanted = _object(entry.get("parameters"), f"outputs[{index}].parameters")
+            flag = wanted.get("binary_data")
+            outputs[entry["name"]] = None if flag is None else _flag(flag, f"outputs[{index}].binary_data")
+    return InferRequest(request_id, decoded, outputs,
+                        _flag(parameters.get("binary_data_output", False), "parameters.binary_data_output"))
+
+
+def _object(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ProtocolError(400, f"\"{where}\" must be an object")
+    return value
+
+
+def _flag(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ProtocolError(400, f"{where} must be true or false")
+    return value
+
+
+def _input(entry: Any, where: str, binary: memoryview, offset: int, max_elements: int
+           ) -> tuple[InputTensor, int]:
+
+    if not isinstance(entry, dict):
+        raise ProtocolError(400, f"{where} must be an object with name, shape, datatype and data")
+    name, datatype, shape = entry.get("name"), entry.get("datatype"), entry.get("shape")
+    if not isinstance(name, str):
+        raise ProtocolError(400, f"{where}.name must be a string")
+    if datatype != "BYTES" and datatype not in NUMERIC:
+        raise ProtocolError(400, f"{where}.datatype={datatype!r} is not one of the protocol's: "
+                                 f"{', '.join([*NUMERIC, 'BYTES'])}")
+    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+        raise ProtocolError(400, f"{where}.shape must be a list of non-negative integers, got {shape!r}")
+    count = math.prod(shape)
+    if count > max_elements:
+        raise ProtocolError(400, f"{where}.shape {shape} holds {count} elements, more than this server takes")
+    size = _object(entry.get("parameters"), f"{where}.parameters").get("binary_data_size")
+    if size is not None:
+        if type(size) is not int or size < 0 or offset + size > len(binary):
+            raise ProtocolError(400, f"{where}.binary_data_size={size!r} but {len(binary) - offset} bytes of "
+                                     "binary data are left in the body")
+        if "data" in entry:
+            raise ProtocolError(400, f"{where} has both \"data\" and binary_data_size; send one")
+        raw = binary[offset:offset + size]
+        offset += size
+        array: Any
+        if datatype == "BYTES":
+            array = _split_bytes(raw, count, where)
+        else:
+            item = np.dtype(NUMERIC[datatype])
+            if size != count * item.itemsize:
+                raise ProtocolError(400, f"{where}: {size} bytes of binary data for shape {shape} of {datatype} "
+                                         f"(which takes {count * item.itemsize})")
+            array = np.frombuffer(raw, dtype=item)
+    else:
+        if "data" not in entry:
+            raise ProtocolError(400, f"{where} has no \"data\" and no binary_data_size")
+        array = _json_data(entry["data"], datatype, count, where)
+    return InputTensor(name, datatype, tuple(shape), array if datatype == "BYTES" else array.reshape(shape)), offset
+
+
+def _json_data(data: Any, datatype: str, count: int, where: str) -> Any:
+
+    flat = _flatten(data, where)
+    if len(flat) != count:
+        raise ProtocolError(400, f"{where}: {len(flat)} elements in \"data\" for a shape of {count}")
+    if datatype == "BYTES":
+        if not all(isinstance(value, str) for value in flat):
+            raise ProtocolError(400, f"{where}: BYTES data in JSON must be strings")
+        return [value.encode() for value in flat]
+    numbers = (bool,) if datatype == "BOOL" else (int,) if "INT" in datatype else (int, float)
+    for index, value in enumerate(flat):
+        if not isinstance(value, numbers) or datatype != "BOOL" and isinstance(value, bool):
+            raise ProtocolError(400, f"{where}.data[{index}]={value!r} is not a {datatype} number")
+    try:
+        with np.errstate(over="ignore"):
+            return np.array(flat, dtype=NUMERIC[datatype])
+    except OverflowError:
+        raise ProtocolError(422, f"{where}: a number is outside the range of {datatype}") from None
+
+
+def _flatten(data: Any, where: str) -> list[Any]:
+    if not isinstance(data, list):
+        raise ProtocolError(400, f"{where}.data must be a list")
+    if not data or not isinstance(data[0], list):
+        return data
+    flat: list[Any] = []
+    stack = [data]
+    while stack:  # row-major order, nested to any depth
+        value = stack.pop()
+        for child in reversed(value) if isinstance(value, list) else ():
+            stack.append(child)
+        if not isinstance(value, list):
+            flat.append(value)
+    return flat
+
+
+def _split_bytes(raw: memoryview, count: int, where: str) -> list[bytes]:
+    """A BYTES tensor's elements: each a 4-byte little-endian length, then that many bytes."""
+    array: list[bytes] = [b""] * count
+    offset = 0
+    for index in range(count):
+        if offset + 4 > len(raw):
+            raise ProtocolError(400, f"{where}: the binary data ends before BYTES element {index} of {count}")
+        (length,) = _LENGTH.unpack_from(raw, offset)
+        offset += 4
+        if offset + length > len(raw):
+            raise ProtocolError(400, f"{where}: BYTES element {index} says {length} bytes; fewer are left")
+        array[index] = bytes(raw[offset:offset + length])
+        offset += length
+    if offset != len(raw):
+        raise ProtocolError(400, f"{where}: {len(raw) - offset} bytes left after {count} BYTES elements")
+    return array
+
+
+def join_bytes(values: Sequence[bytes]) -> bytes:
+    """BYTES elements as the binary extension sends them (each behind its 4-byte little-endian length).
+
+    Example:
+        >>> join_bytes([b"ab", b""])
+        b'\\x02\\x00\\x00\\x00ab\\x00\\x00\\x00\\x00'
+    """
+    return b"".join(_LENGTH.pack(len(value)) + value for value in values)
+
+
+def datatype_of(dtype: Any) -> str:
+    """The protocol's datatype of a numpy dtype.
+
+    Example:
+        >>> import numpy as np
+        >>> datatype_of(np.dtype("float32")), datatype_of(np.dtype("int64"))
+        ('FP32', 'INT64')
+    """
+    name = str(dtype)
+    if name not in DATATYPE_OF or name == "bfloat16":
+        raise ProtocolError(500, f"the model's output is {name}, which the protocol has no datatype for")
+    return DATATYPE_OF[name]
+
+
+def encode_response(model_name: str, version: str, request_id: str | None,
+                    outputs: Sequence[tuple[str, str, list[int], Any]], binary: Mapping[str, bool]
+                    ) -> tuple[bytes, int | None]:
+    """An answer's body and its JSON length (``None`` when nothing is binary). ``outputs`` are (name,
+    datatype, shape, elements) in order, the elements flat in row-major order (a list: numbers, or strings
+    for ``BYTES``); ``binary[name]`` says whether that output goes as raw bytes after the JSON."""
+
+    entries, tails = [], []
+    for name, datatype, shape, values in outputs:
+        entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": shape}
+        if binary.get(name, False):
+            if datatype == "BYTES":
+                raw = join_bytes([value.encode() for value in values])
+            else:
+                raw = np.asarray(values, dtype=NUMERIC[datatype]).tobytes()
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            tails.append(raw)
+        else:
+            entry["data"] = values
+        entries.append(entry)
+    document: dict[str, Any] = {"model_name": model_name, "model_version": version}
+    if request_id is not None:
+        document["id"] = request_id
+    document["outputs"] = entries
+    header = orjson.dumps(document)
+    if not tails:
+        return header, None
+    return header + b"".join(tails), len(header)

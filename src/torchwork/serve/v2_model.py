@@ -1,0 +1,163 @@
+"""One served model as the Open Inference Protocol describes it: its input and outputs, requests turned into
+the batcher's items, and the batcher's answers turned into output tensors.
+
+A text model takes one ``BYTES`` input named ``text`` of shape ``[N]`` (or ``[N, 1]``), each element a UTF-8
+string; a tensor model one input of its datatype (``FP32`` for float32, ...) and shape ``[N, *item]``. A
+classifier answers two outputs, ``label`` (``BYTES [N]``) and ``probabilities`` (``[N, len(labels)]``, in
+the order of the labels); any other model one, ``output`` (``[N, *row]``). The outputs are read from the very
+answers ``POST /predict`` gives (the JSON fragments the model process encodes), so the two routes answer
+the same numbers for the same items.
+
+Example:
+    >>> import torch
+    >>> from torchwork.serve import TorchPredictor
+    >>> model = V2Model("digits", "1", TorchPredictor(torch.nn.Linear(4, 3), item_shape=(4,), labels="abc"))
+    >>> model.metadata()["inputs"], [o["name"] for o in model.metadata()["outputs"]]
+    ([{'name': 'input', 'datatype': 'FP32', 'shape': [-1, 4]}], ['label', 'probabilities'])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np  # this module is imported by the app only, with its dependencies
+import orjson
+
+from torchwork.serve.inference_protocol import (
+    DATATYPE_OF,
+    InferRequest,
+    ProtocolError,
+    datatype_of,
+    encode_response,
+)
+from torchwork.serve.predictor import ServedModel
+from torchwork.serve.schemas import Limits
+
+
+class V2Model:
+    """``predictor`` served as ``name`` (version ``version``) under ``/v2/models/``."""
+
+    def __init__(self, name: str, version: str, predictor: ServedModel, limits: Limits | None = None) -> None:
+        self.name, self.version, self.predictor = name, version, predictor
+        self.limits = limits or Limits()
+        self.labels = list(predictor.labels) if predictor.labels is not None else None
+        self.item_shape: tuple[int | None, ...] = ()
+        if predictor.kind == "text":
+            self.input_name, self.datatype = "text", "BYTES"
+        else:
+            self.input_name = str(getattr(predictor, "input_name", "input"))  # an artifact's, from its manifest
+            self.datatype = DATATYPE_OF[predictor.dtype]
+            self.item_shape = tuple(predictor.item_shape)
+        # What the outputs hold, learned from one warm-up answer (:meth:`learn_outputs`); FP32 until then.
+        self.output_dtype: Any = "float32"
+        self.row_shape: tuple[int, ...] | None = None
+        self.output_names = ["label", "probabilities"] if self.labels is not None else ["output"]
+
+    # ------------------------------------------------------------------ metadata
+    def metadata(self) -> dict[str, Any]:
+        """``GET /v2/models/{name}``: inputs and outputs with name, datatype and shape (-1: any length)."""
+        shape = [-1, *(-1 if d is None else d for d in self.item_shape)]
+        value_type = DATATYPE_OF.get(str(self.output_dtype), "FP32")
+        if self.labels is not None:
+            outputs = [{"name": "label", "datatype": "BYTES", "shape": [-1]},
+                       {"name": "probabilities", "datatype": value_type, "shape": [-1, len(self.labels)]}]
+        else:
+            free = None in self.item_shape or self.row_shape is None
+            row = [-1] * len(self.row_shape or (0,)) if free else list(self.row_shape or ())
+            outputs = [{"name": "output", "datatype": value_type, "shape": [-1, *row]}]
+        variant = getattr(self.predictor, "variant", None)
+        return {"name": self.name, "versions": [self.version],
+                "platform": f"torchwork_{variant}" if variant else "torchwork",
+                "inputs": [{"name": self.input_name, "datatype": self.datatype, "shape": shape}],
+                "outputs": outputs}
+
+    def learn_outputs(self, rows: Any) -> None:
+        """Record the dtype and row shape of the model's output from a batch of its rows (warm-up)."""
+
+        array = np.asarray(rows)
+        if array.dtype.kind == "f":
+            self.output_dtype = array.dtype.name
+        elif array.dtype.kind in "iub" and self.labels is None:
+            self.output_dtype = array.dtype.name
+        self.row_shape = tuple(array.shape[1:])
+
+    # ------------------------------------------------------------------ requests
+    def items(self, request: InferRequest) -> list[Any]:
+        """The request's items, in the form ``POST /predict`` validates them to; raise :class:`ProtocolError`
+        (422) naming what does not fit this model."""
+
+        if len(request.inputs) != 1 or request.inputs[0].name != self.input_name:
+            names = [tensor.name for tensor in request.inputs]
+            raise ProtocolError(422, f"model {self.name!r} takes one input {self.input_name!r} ({self.datatype}); "
+                                     f"the request has {names}")
+        tensor = request.inputs[0]
+        if tensor.datatype != self.datatype:
+            raise ProtocolError(422, f"input {self.input_name!r} is {self.datatype}, not {tensor.datatype}")
+        count = tensor.shape[0] if tensor.shape else 0
+        if not 1 <= count <= self.limits.max_items:
+            raise ProtocolError(422, f"input {self.input_name!r}: {count} items; send 1 to "
+                                     f"{self.limits.max_items} (the first dimension of its shape)")
+        if self.datatype == "BYTES":
+            return self._texts(tensor.shape, tensor.array)
+        item = tensor.shape[1:]
+        wanted = self.item_shape
+        if len(item) != len(wanted) or any(w is not None and w != got for w, got in zip(wanted, item)) or \
+                any(w is None and not 1 <= got <= self.limits.max_free_dim for w, got in zip(wanted, item)):
+            expected = ", ".join("N" if d is None else str(d) for d in wanted)
+            raise ProtocolError(422, f"input {self.input_name!r} has shape {list(tensor.shape)}; this model takes "
+                                     f"[items, {expected}]")
+        array = tensor.array
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
+            where = [int(i) for i in np.argwhere(~np.isfinite(array))[0]]
+            raise ProtocolError(422, f"input {self.input_name!r} at {where} is not a finite number "
+                                     f"({float(array[tuple(where)])!r})")
+        return list(array)
+
+    def _texts(self, shape: Sequence[int], values: list[bytes]) -> list[str]:
+        if len(shape) not in (1, 2) or len(shape) == 2 and shape[1] != 1:
+            raise ProtocolError(422, f"input 'text' has shape {list(shape)}; send [N] (or [N, 1]) strings")
+        texts = []
+        longest = self.limits.max_text_length
+        for index, value in enumerate(values):
+            try:
+                text = value.decode()
+            except UnicodeDecodeError:
+                raise ProtocolError(422, f"input 'text' element {index} is not UTF-8 text") from None
+            if not 1 <= len(text) <= longest:
+                raise ProtocolError(422, f"input 'text' element {index} has {len(text)} characters; send 1 to "
+                                         f"{longest}")
+            texts.append(text)
+        return texts
+
+    def check_outputs(self, request: InferRequest) -> None:
+        """Refuse (400) an output the request names that this model does not have."""
+        for name in request.outputs or ():
+            if name not in self.output_names:
+                raise ProtocolError(400, f"model {self.name!r} has no output {name!r}; its outputs are "
+                                         f"{self.output_names}")
+
+    # ------------------------------------------------------------------ answers
+    def answer(self, request: InferRequest, fragments: Sequence[bytes | None]) -> tuple[bytes, int | None]:
+        """The answer's body and JSON length from one request's prediction fragments (see
+        :mod:`torchwork.serve.encoding`); :class:`ProtocolError` (422) for an item whose output is not finite."""
+
+        for index, fragment in enumerate(fragments):
+            if fragment is None:
+                raise ProtocolError(422, f"item {index}: the model's output for it is not a finite number (NaN or "
+                                         "Infinity), so it cannot be answered; the input is probably far outside "
+                                         "the range the model was trained on")
+        predictions = [orjson.loads(fragment) for fragment in fragments]  # type: ignore[arg-type]
+        count = len(predictions)
+        value_type = datatype_of(self.output_dtype)
+        outputs: dict[str, tuple[str, str, list[int], Any]] = {}
+        if self.labels is not None:  # plain lists: no array is needed for a JSON answer
+            outputs["label"] = ("label", "BYTES", [count], [p["label"] for p in predictions])
+            outputs["probabilities"] = ("probabilities", value_type, [count, len(self.labels)],
+                                        [v for p in predictions for v in p["probabilities"].values()])
+        else:
+            array = np.asarray([p["output"] for p in predictions], dtype=self.output_dtype)
+            outputs["output"] = ("output", value_type, list(array.shape), array.ravel().tolist())
+        names = list(request.outputs) if request.outputs is not None else self.output_names
+        return encode_response(self.name, self.version, request.id, [outputs[n] for n in names],
+                               request.binary(names))
