@@ -67,6 +67,7 @@ def test_resume_reads_the_recorded_baseline_and_precision_instead_of_measuring_a
     manifest = json.loads((resumed_run / "manifest.json").read_text())
     manifest["config"]["baseline"]["macro_f1"] = 0.123456
     manifest["config"]["precision_chosen"] = other = "bf16" if recorded["precision_chosen"] == "32" else "32"
+    manifest["training"]["precision"] = other  # what the trainer records of the same decision
     (resumed_run / "manifest.json").write_text(json.dumps(manifest))
     again = subprocess.run(quickstart_command(run.parent), capture_output=True, text=True, timeout=900,
                            env={**os.environ, "TORCHWORK_RESUME": str(resumed_run)})

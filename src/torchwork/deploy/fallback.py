@@ -19,6 +19,9 @@ Example:
     True
     >>> choose_margin(exact, quantized, agreement=0.6)["margin"] is None   # 2 of 3 agree already
     True
+    >>> kept = choose_margin(exact, quantized, agreement=0.6, fixed=0.5)     # a resumed run's own margin
+    >>> kept["margin"], kept["agreement_with"]
+    (0.5, 1.0)
 """
 
 from __future__ import annotations
