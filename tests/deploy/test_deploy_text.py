@@ -213,3 +213,25 @@ def test_links_out_of_the_artifact_and_special_files_are_refused_before_reading(
         with pytest.raises(ExportError, match=message):  # the server's path: the file table is checked later
             read_manifest(copy, check_files=False)
             load_artifact(copy)
+
+
+def test_an_oversized_tokenizer_json_is_refused_before_it_is_read(tmp_path):
+    import json as json_module
+    import time as time_module
+
+    from torchwork.deploy.wordpiece import (
+        MAX_TOKENIZER_BYTES,
+        SETTINGS_FILE,
+        TOKENIZER_FILE,
+        SubwordTokenizer,
+    )
+
+    (tmp_path / SETTINGS_FILE).write_text(json_module.dumps({"max_length": 64, "tokenizer": TOKENIZER_FILE}))
+    with open(tmp_path / TOKENIZER_FILE, "wb") as handle:  # sparse: its size, without the bytes
+        handle.truncate(MAX_TOKENIZER_BYTES + 1)
+    started = time_module.perf_counter()
+    with pytest.raises(ConfigError, match="it is not a tokenizer to load"):
+        SubwordTokenizer.load(tmp_path)
+    with pytest.raises(ConfigError, match="it is not a tokenizer to load"):
+        SubwordTokenizer.from_file(tmp_path / TOKENIZER_FILE)
+    assert time_module.perf_counter() - started < 5  # refused from its size, not parsed

@@ -27,6 +27,16 @@ from torchwork.errors import ConfigError
 
 TOKENIZER_FILE = "tokenizer.json"
 SETTINGS_FILE = "subword.json"
+# A real vocabulary's tokenizer.json is under 20 MB (MiniLM's: 0.7 MB; XLM-R's 250k pieces: 17 MB); parsed, a
+# 200 MB one cost 3.1 GB per process. Anything over this is refused before it is read.
+MAX_TOKENIZER_BYTES = 64 * 2**20
+
+
+def _check_size(size: int, where: object) -> None:
+    if size > MAX_TOKENIZER_BYTES:
+        raise ConfigError(f"{where} is {size / 2**20:.0f} MiB, over the {MAX_TOKENIZER_BYTES // 2**20} MiB a "
+                          "tokenizer.json may take (real vocabularies are under 20 MB; parsing one this size "
+                          "costs gigabytes per process): it is not a tokenizer to load.")
 
 
 class SubwordTokenizer:
@@ -37,6 +47,7 @@ class SubwordTokenizer:
 
         if not isinstance(max_length, int) or max_length < 2:
             raise ConfigError(f"max_length={max_length!r}: use an integer >= 2 (special tokens included).")
+        _check_size(len(tokenizer_json), "the tokenizer.json text")
         try:
             tokenizer = Tokenizer.from_str(tokenizer_json)
         except Exception as error:
@@ -49,6 +60,7 @@ class SubwordTokenizer:
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"{path} does not exist: pass a tokenizer.json file.")
+        _check_size(path.stat().st_size, path)
         return cls(path.read_text(encoding="utf-8"), max_length)
 
     def __call__(self, texts: Sequence[str] | str) -> tuple[Any, Any]:
@@ -81,6 +93,7 @@ class SubwordTokenizer:
         directory = Path(directory)
         try:
             settings = json.loads((directory / SETTINGS_FILE).read_text(encoding="utf-8"))
+            _check_size((directory / TOKENIZER_FILE).stat().st_size, directory / TOKENIZER_FILE)
             text = (directory / TOKENIZER_FILE).read_text(encoding="utf-8")
         except (OSError, ValueError) as error:
             raise ConfigError(f"{directory} does not hold a SubwordTokenizer ({SETTINGS_FILE} and "
