@@ -64,6 +64,27 @@ LossFn = Callable[[Any, Any], Any]
 StepFn = Callable[[nn.Module, Any], Any]
 
 
+class _Setting:
+    """A Trainer setting, read from its group in ``trainer.options`` (one home per setting: nothing is
+    copied onto the Trainer). Read-only: a new value means a new group (``dataclasses.replace``)."""
+
+    def __init__(self, group: str) -> None:
+        self.group = group
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, trainer: Any, owner: type | None = None) -> Any:
+        if trainer is None:
+            return self
+        return getattr(trainer.options[self.group], self.name)
+
+    def __set__(self, trainer: Any, value: Any) -> None:
+        raise AttributeError(f"trainer.{self.name} is read from trainer.options[{self.group!r}]: build the Trainer "
+                             f"with the new value ({self.name}=...), or replace the group with dataclasses.replace.")
+
+
 class Trainer:
     """Trains ``model`` with ``optimizer`` on ``loss_fn(outputs, targets)``.
 
@@ -109,7 +130,6 @@ class Trainer:
         groups = group_keywords(keywords, step=step, evaluation=evaluation, logging=logging, run=run,
                                 distributed=distributed)
         step, evaluation, logging, run = groups["step"], groups["evaluation"], groups["logging"], groups["run"]
-        self.options = groups  # every setting, by group, as given
         if loss_fn is None and step_fn is None:
             raise ConfigError("Trainer needs loss_fn(outputs, targets) or step_fn(model, batch) -> loss.")
 
@@ -138,37 +158,24 @@ class Trainer:
         self.optimizer = optimizer
         self._check_optimizer(model, optimizer)
         self.loss_fn, self.step_fn, self.scheduler = loss_fn, step_fn, scheduler
-        self.plateau_monitor = evaluation.plateau_monitor
         self._plateau = isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
         self.precision = resolve_precision(precision, self.device)
         self.scaler = self.precision.scaler
         keep_fp32 = step.keep_fp32
         self._fp32_hooks = keep_in_fp32(model, keep_fp32, self.device.type) if keep_fp32 else []
-        self.accumulate = step.accumulate
-        self.clip_grad_norm, self.clip_grad_value = step.clip_grad_norm, step.clip_grad_value
-        self.loss_weights = step.loss_weights
-        self.metrics = dict(evaluation.metrics)
-        self.epoch_metrics = dict(evaluation.epoch_metrics)
         early_stopping = evaluation.early_stopping
         if isinstance(early_stopping, str):
             mode = "min" if "loss" in early_stopping else "max"
             early_stopping = EarlyStopping(monitor=early_stopping, mode=mode)
-        self.early_stopping = early_stopping
+        evaluation = dataclasses.replace(evaluation, early_stopping=early_stopping)
         self.callbacks = [*callbacks, *([early_stopping] if early_stopping is not None else [])]
-        self.loggers = list(logging.loggers)
-        self.log_every_n_steps = logging.log_every_n_steps
-        self.progress = logging.progress
-        self.progress_every_s = logging.progress_every_s
+        self.loggers = list(logging.loggers)  # in use now: fit adds the run folder's while it runs
         self._epochs_total: int | None = None
         if run.checkpoint_monitor is None and early_stopping is not None:
             run = dataclasses.replace(run, checkpoint_monitor=(early_stopping.monitor, early_stopping.mode))
-        self.run_options = run
-        self.run_dir = run.run_dir
-        self.checkpoint_every_n_steps = run.checkpoint_every_n_steps
-        self.keep_checkpoints = run.keep_checkpoints
-        self.checkpoint_monitor = run.checkpoint_monitor
-        self.config = dict(run.config)
-        self.tensorboard = run.tensorboard
+        # every setting, by group, resolved (an early-stopping metric name made an EarlyStopping, best.pt's
+        # monitor defaulted to it): read from here by the properties below, never copied onto the Trainer
+        self.options = {**groups, "evaluation": evaluation, "run": run}
         self.run_path: Path | None = None  # set by fit() when run_dir is given
         self.guard = None
         if guard:
@@ -187,6 +194,30 @@ class Trainer:
         self._totals: dict[str, Any] = {}
         self._checkpointing = False
         self._interrupt = InterruptFlag()
+
+    # ------------------------------------------------------------------ settings, each read from its group
+    accumulate = _Setting("step")
+    clip_grad_norm = _Setting("step")
+    clip_grad_value = _Setting("step")
+    loss_weights = _Setting("step")
+    metrics = _Setting("evaluation")
+    epoch_metrics = _Setting("evaluation")
+    early_stopping = _Setting("evaluation")
+    plateau_monitor = _Setting("evaluation")
+    log_every_n_steps = _Setting("logging")
+    progress = _Setting("logging")
+    progress_every_s = _Setting("logging")
+    run_dir = _Setting("run")
+    checkpoint_every_n_steps = _Setting("run")
+    keep_checkpoints = _Setting("run")
+    checkpoint_monitor = _Setting("run")
+    config = _Setting("run")
+    tensorboard = _Setting("run")
+
+    @property
+    def run_options(self) -> RunOptions:
+        """Where this Trainer keeps its runs, and how it checkpoints (``options["run"]``)."""
+        return cast(RunOptions, self.options["run"])
 
     @property
     def _train_model(self) -> nn.Module:
