@@ -84,7 +84,7 @@ def main() -> None:
             callbacks.append(KillAt(args.kill_rank, args.kill_at))
         if args.diverge_at:
             callbacks.append(DivergeAt(args.diverge_at))
-        trainer = Trainer(model, optimizer, nn.CrossEntropyLoss(), device="cpu", accumulate=accumulate,
+        trainer = Trainer(model, optimizer, nn.CrossEntropyLoss(), device="cpu", threads=1, accumulate=accumulate,
                           run_dir=args.run_dir, checkpoint_every_n_steps=args.every, callbacks=callbacks,
                           tensorboard=False, progress=False, distributed_timeout_s=60)
         history = trainer.fit(train, val_loader=DataLoader(dataset, batch_size=16), epochs=args.epochs,

@@ -74,7 +74,7 @@ def main() -> None:
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 4) * 0.97 ** step)
     unfreezing = GradualUnfreezing(optimizer, plan, {1: "blocks.1", 2: ["blocks.0", "stem"]}, scheduler=scheduler)
     callbacks = [unfreezing] + ([KillAt(args.kill_at)] if args.kill_at else [])
-    trainer = Trainer(model, optimizer, nn.CrossEntropyLoss(), scheduler, device="cpu", run_dir=args.run_dir,
+    trainer = Trainer(model, optimizer, nn.CrossEntropyLoss(), scheduler, device="cpu", threads=1, run_dir=args.run_dir,
                       checkpoint_every_n_steps=3, callbacks=callbacks, tensorboard=False, progress=False,
                       clip_grad_norm=1.0, log_every_n_steps=1)
     trainer.fit(train, epochs=4, resume="latest")

@@ -96,7 +96,7 @@ def main() -> None:
         callbacks.append(KillAt(args.kill_at))
     if args.nan_at:
         callbacks.append(NaNAt(args.nan_at))
-    trainer = Trainer(model, optimizer, nn.CrossEntropyLoss(), scheduler, device="cpu", run_dir=args.run_dir,
+    trainer = Trainer(model, optimizer, nn.CrossEntropyLoss(), scheduler, device="cpu", threads=1, run_dir=args.run_dir,
                       checkpoint_every_n_steps=args.every, keep_checkpoints=3, callbacks=callbacks,
                       log_every_n_steps=1, config={"script": "resume_script", "epochs": args.epochs},
                       tensorboard=False, progress=False)

@@ -38,12 +38,12 @@ def main() -> None:
     data = [(x[i:i + 16], y[i:i + 16]) for i in range(0, 96, 16)]
     # first: a bigger model pretrained; its weights start the second one (a different model)
     first = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
-    pre = Trainer(first, torch.optim.SGD(first.parameters(), lr=0.1), nn.CrossEntropyLoss(), device="cpu",
+    pre = Trainer(first, torch.optim.SGD(first.parameters(), lr=0.1), nn.CrossEntropyLoss(), device="cpu", threads=1,
                   run_dir=args.run_dir, progress=False, tensorboard=False, guard=False)
     pre.fit(data, data[:2], epochs=2)
     second = nn.Sequential(first[0], nn.Tanh(), nn.Dropout(0.2), nn.Linear(16, 3))
     callbacks = [KillAt(args.kill_at)] if args.kill_at else []
-    tune = Trainer(second, torch.optim.AdamW(second.parameters(), lr=1e-2), nn.CrossEntropyLoss(), device="cpu",
+    tune = Trainer(second, torch.optim.AdamW(second.parameters(), lr=1e-2), nn.CrossEntropyLoss(), device="cpu", threads=1,
                    run_dir=pre.run_path / "finetune", checkpoint_every_n_steps=2, progress=False,
                    tensorboard=False, guard=False, callbacks=callbacks)
     tune.fit(data, data[:2], epochs=3)
