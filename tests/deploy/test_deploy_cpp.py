@@ -8,6 +8,7 @@ temporary cache, or in ``$TORCHWORK_CPP_CACHE`` when set, which is reused across
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -73,12 +74,12 @@ def test_cpp_runner_matches_eager_on_the_digits_mlp(digits_artifact, runner, cpp
     assert row["max_abs"] <= 1e-5, row
     assert row["latency_b1_ms"] > 0 and row["throughput_b64_per_s"] > 0 and row["latency_ratio"] > 0
     assert report["variants"]["pt2-aoti"]["max_abs"] <= 1e-5
-    eager = digits_mlp().eval()(data["x_test"]).argmax(dim=1)
+    eager = copy.deepcopy(digits_mlp()).eval()(data["x_test"]).argmax(dim=1)
     assert row["accuracy"] == pytest.approx(float((eager == data["y_test"]).double().mean()))
     # the TorchScript variant through torch::jit::load, on the bundled examples (the runner's default inputs)
     outputs, info = run_cpp(runner.binary, digits_artifact, "torchscript", (data["x_test"][:8],))
     with torch.no_grad():
-        expected = digits_mlp().eval()(data["x_test"][:8])
+        expected = copy.deepcopy(digits_mlp()).eval()(data["x_test"][:8])
     assert info["outputs"][0]["shape"] == [8, 10]
     assert (outputs[0] - expected).abs().max() <= 1e-5
 
@@ -181,7 +182,7 @@ def test_a_native_library_loads_only_when_named_or_trusted(digits_artifact):
     assert load_artifact(digits_artifact, trust=("native",)).variant in ("pt2-aoti", "torchscript")
     named = load_artifact(digits_artifact, "pt2-aoti")
     with torch.no_grad():
-        assert (named(x) - digits_mlp().eval()(x)).abs().max() <= 1e-5
+        assert (named(x) - copy.deepcopy(digits_mlp()).eval()(x)).abs().max() <= 1e-5
     with pytest.raises(ExportError, match="native shared library, which runs as code when loaded"):
         open_runner(digits_artifact / "model.aoti.pt2", "pt2-aoti")
     with one_thread():

@@ -41,7 +41,8 @@ def tiny_fit(run_dir: Path, seed: int = 0, lr: float = 0.05, epochs: int = 3, re
     seed_everything(seed)
     model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 2))
     trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=lr), nn.CrossEntropyLoss(), device="cpu",
-                      run_dir=run_dir, progress=False, config={"lr": lr, "epochs": epochs, "seed": seed}, **kwargs)
+                      run_dir=run_dir, progress=False, config={"lr": lr, "epochs": epochs, "seed": seed},
+                      **{"threads": 1, **kwargs})  # a fixed count: "auto" follows the machine's load
     train, val = tensor_loaders(seed, relabel=relabel)
     trainer.fit(train, val, epochs=epochs)
     return trainer

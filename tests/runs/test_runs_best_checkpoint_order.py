@@ -1,8 +1,11 @@
 """A kill between a run's step checkpoint and its best.pt must not lose best.pt for good: a resume from that
 step checkpoint restores the best value, so a later epoch that only equals it would never write best.pt again.
-best.pt and best.json are therefore written before the step checkpoint."""
+best.pt is a hard link to its step checkpoint, made after it; a resume that finds best.json behind the best
+value it restores points best.pt at the checkpoint it resumes from (CheckpointManager.restore_best)."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 import torch
@@ -15,19 +18,30 @@ class Killed(BaseException):
     pass
 
 
-def test_no_step_checkpoint_is_left_without_its_best(tmp_path, monkeypatch) -> None:
+def test_a_kill_before_best_pt_is_mended_by_the_resume(tmp_path, monkeypatch) -> None:
     manager = CheckpointManager(tmp_path, monitor="val_f1", mode="max")
     state = {"model": {"w": torch.ones(2)}, "counters": {"global_step": 5}}
-    real, calls = checkpoint.save_checkpoint, []
 
-    def dies_on_the_second_write(data, path):
-        calls.append(path.name)
-        if len(calls) == 2:
-            raise Killed  # the process dies between the two writes
-        return real(data, path)
+    def dies(source, target):
+        raise Killed  # the process dies after the step checkpoint, before best.pt points at it
 
-    monkeypatch.setattr(checkpoint, "save_checkpoint", dies_on_the_second_write)
+    monkeypatch.setattr(checkpoint, "link_checkpoint", dies)
     with pytest.raises(Killed):
         manager.save(state, 5, {"val_f1": 0.5})
-    if manager.step_checkpoints():  # what a resume would continue from
-        assert (tmp_path / "best.json").is_file() and (tmp_path / "best.pt").is_file()
+    monkeypatch.undo()
+    (step,) = manager.step_checkpoints()
+    assert not (tmp_path / "best.pt").exists()
+
+    resumed = CheckpointManager(tmp_path, monitor="val_f1", mode="max")
+    resumed.restore_best(0.5, step, 5)  # the value the step checkpoint recorded
+    assert (tmp_path / "best.pt").stat().st_ino == step.stat().st_ino or (tmp_path / "best.pt").is_file()
+    assert json.loads((tmp_path / "best.json").read_text())["value"] == 0.5
+
+
+def test_a_resume_whose_best_is_recorded_leaves_best_pt_alone(tmp_path) -> None:
+    manager = CheckpointManager(tmp_path, monitor="val_f1", mode="max")
+    first = manager.save({"model": {"w": torch.ones(2)}, "counters": {"global_step": 5}}, 5, {"val_f1": 0.7})
+    later = manager.save({"model": {"w": torch.zeros(2)}, "counters": {"global_step": 9}}, 9, {"val_f1": 0.6})
+    assert first is not None and later is not None
+    CheckpointManager(tmp_path, monitor="val_f1", mode="max").restore_best(0.7, later, 9)
+    assert json.loads((tmp_path / "best.json").read_text())["step"] == 5  # still the best one

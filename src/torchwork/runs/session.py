@@ -71,6 +71,9 @@ class RunSession:
         manifest_path = self.path / "manifest.json"
         manifest = _read_manifest(manifest_path)
         manifest.setdefault("resumes", []).append(self._resume_record)
+        manifest.update(running_fields())  # running again, under this process
+        for ended in ("ended", "error"):
+            manifest.pop(ended, None)
         write_json(manifest_path, manifest)
         self._resume_record = None
 
@@ -110,16 +113,13 @@ class RunSession:
             manifest = {**current, "lineage": lineage, "started": now(), "resumes": []}
             splits = {"train": train_loader, "validation": val_loader, **options.data_splits}
             manifest.update(record_start(run, splits, monitor, mode))
+            write_json(manifest_path, manifest)
         else:
             manifest = _read_manifest(manifest_path)  # damaged: refused before anything is written
-            # recorded by record_resume() once the state is restored: a resume that fails is never recorded
+            # written by record_resume() once the state is restored: a resume that fails changes nothing
             record = {"at": now(), "from": checkpoint.name if checkpoint else None, "step": resume_step}
             if manifest.get("training", {}).get("epochs") != epochs:
                 record["epochs"] = epochs  # extended (or shortened) when resumed
-            manifest.update(running_fields())
-            for ended in ("ended", "error"):
-                manifest.pop(ended, None)
-        write_json(manifest_path, manifest)
         if state is None:
             print(format_summary(manifest, run), file=sys.stderr)
         else:
@@ -164,7 +164,8 @@ class RunSession:
             logger.close()
         manifest_path = self.path / "manifest.json"
         try:
-            manifest = json.loads(manifest_path.read_text())
+            # a resume that failed before its state was restored leaves the manifest as it was
+            manifest = None if self._resume_record is not None else json.loads(manifest_path.read_text())
         except (OSError, ValueError):
             manifest = None  # removed or damaged meanwhile: nothing to add the end to
         if isinstance(manifest, dict):
