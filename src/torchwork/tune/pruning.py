@@ -64,9 +64,9 @@ class PruningCallback(Callback):
         history = list(trainer.history)  # restored from the checkpoint when resuming
         self.resumed_epochs = len(history)
         for logs in history:
-            self._report(logs["epoch"], logs[self.monitor])
+            self._report(_index(logs), logs[self.monitor])
         if history:
-            self._check(trainer, history[-1]["epoch"])
+            self._check(trainer, _index(history[-1]))
             stopper = getattr(trainer, "early_stopping", None)
             if stopper is not None and getattr(stopper, "bad_epochs", 0) >= getattr(stopper, "patience", 1):
                 trainer.should_stop = True  # killed after early stopping's last checkpoint: it had stopped
@@ -74,5 +74,10 @@ class PruningCallback(Callback):
     def on_epoch_end(self, trainer: Any, logs: dict[str, Any]) -> None:
         if self.monitor not in logs:
             raise ConfigError(f"the tuner prunes on {self.monitor!r}, but the epoch logged only {sorted(logs)}.")
-        self._report(logs["epoch"], logs[self.monitor])
-        self._check(trainer, logs["epoch"])
+        self._report(_index(logs), logs[self.monitor])
+        self._check(trainer, _index(logs))
+
+
+def _index(logs: dict[str, Any]) -> int:
+    """The epoch's 0-based index, Optuna's step: the Trainer's logs count epochs from 1."""
+    return int(logs["epoch"]) - 1
