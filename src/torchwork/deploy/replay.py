@@ -18,9 +18,12 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from torchwork.env.known_answers import CheckResult, _compare
 from torchwork.errors import ExportError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torchwork.env.known_answers import CheckResult
 
 QUANTIZED_ATOL, QUANTIZED_RTOL = 1e-3, 1e-2
 
@@ -35,6 +38,7 @@ def replay_artifact(directory: str | os.PathLike[str]) -> list[CheckResult]:
     from torchwork.deploy.runtime import open_runner
     from torchwork.deploy.tensors import load_tensors
     from torchwork.deploy.trust import safe_member
+    from torchwork.env.known_answers import CheckResult, _compare  # numpy: not at import (torchwork --help)
 
     root = Path(directory)
     if not (root / MANIFEST).is_file():
