@@ -36,7 +36,7 @@ def fit(runs: Path, activation: type = nn.ReLU, lr: float = 3e-3, epochs: int = 
         scheduler: object = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, total_steps=epochs * 3)
     else:
         scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2)
-    trainer = Trainer(model, optimizer, nn.CrossEntropyLoss(), scheduler, device="cpu", run_dir=runs,
+    trainer = Trainer(model, optimizer, nn.CrossEntropyLoss(), scheduler, device="cpu", threads=1, run_dir=runs,
                       progress=False, tensorboard=False, guard=False, config={"lr": lr})
     trainer.fit(data(), data()[:1], epochs=epochs, resume=resume)
     return trainer
