@@ -5,10 +5,9 @@ reads the docstrings for the API reference, and Material for MkDocs, the usual M
 maintenance mode in late 2025 (see design/docs-generator.md).
 """
 
-import os
-import sys
-
-sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "src")))
+# autodoc imports torchwork as installed (``make venv`` installs it editable); no sys.path edit here, since
+# pytest imports this file too (--doctest-modules) and a source folder put first on the path changes what
+# importlib.metadata finds in the test process.
 
 project = "torchwork"
 author = "the torchwork developers"

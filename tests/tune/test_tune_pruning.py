@@ -54,7 +54,10 @@ def test_a_resumed_fit_reports_its_restored_epochs_once(tmp_path) -> None:
 
 @pytest.mark.parametrize("pruner", ["median", "hyperband"])
 def test_a_worse_trial_is_pruned_before_its_last_epoch(tmp_path, pruner) -> None:
-    study = optuna.create_study(pruner=make_pruner(pruner, max_epochs=6, trials=4))
+    # Hyperband puts each trial in a bracket by a hash of the study's name and the trial's number, and
+    # compares a trial only with those of its bracket: a fixed name keeps the good trials beside the bad one
+    # (Optuna's default name is random, so with it this test would pass or fail by chance).
+    study = optuna.create_study(pruner=make_pruner(pruner, max_epochs=6, trials=4), study_name="pruning")
     for index in range(3):  # good trials finish first
         trial = study.ask()
         _trainer(tmp_path / f"good{index}", PruningCallback(trial, "val_loss", epochs=6)).fit(_data(0), _data(1), epochs=6)

@@ -16,18 +16,29 @@ from __future__ import annotations
 
 import importlib.metadata as metadata
 import json
+import os
 import platform
 import time
+from pathlib import Path
 
 from torchwork.env.versions import build_from_version, canonical_name
 
 
 def _editable(dist: metadata.Distribution) -> bool:
+    """Installed from a local folder: pip's record says so, or the metadata sits in a source tree.
+
+    The second case is a ``NAME.egg-info`` that setuptools leaves beside the sources (``src/``), found first
+    when that folder is on ``sys.path`` before site-packages.
+    """
     try:
         direct = json.loads(dist.read_text("direct_url.json") or "{}")
     except ValueError:
-        return False
-    return bool(direct.get("dir_info"))
+        direct = {}
+    if direct.get("dir_info"):
+        return True
+    where = getattr(dist, "_path", None)  # PathDistribution's folder; other finders have none
+    return (isinstance(where, os.PathLike) and str(where).endswith(".egg-info")
+            and Path(where).parent.name not in ("site-packages", "dist-packages"))
 
 
 def torch_index(build: str | None) -> str | None:

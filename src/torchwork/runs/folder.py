@@ -12,14 +12,31 @@ Example:
 from __future__ import annotations
 
 import datetime
+import re
 import secrets
+import time
 from pathlib import Path
+
+_ID = re.compile("[0-9a-f]{6}")
+_LAST_ID = 0xFFFFFF
 
 
 def new_run_folder(run_dir: str | Path) -> Path:
-    """Create and return a fresh run folder under ``run_dir``; names sort by start time."""
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    path = Path(run_dir) / f"{stamp}-{secrets.token_hex(3)}"
+    """Create and return a fresh run folder under ``run_dir``; names sort by start time.
+
+    Two runs started in the same second would sort by their random ids; so a later one's id is drawn above
+    the ids already taken in that second, and "the latest run" stays the one started last.
+    """
+    root = Path(run_dir)
+    while True:
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        taken = [int(p.name.rpartition("-")[2], 16) for p in (root.glob(f"{stamp}-*") if root.is_dir() else [])
+                 if _ID.fullmatch(p.name.rpartition("-")[2])]
+        low = max(taken, default=-1) + 1
+        if low <= _LAST_ID:
+            break
+        time.sleep(0.05)  # the second's ids are all above: the next second starts afresh
+    path = root / f"{stamp}-{low + secrets.randbelow(min(_LAST_ID - low + 1, 4096)):06x}"  # a small step: room for many
     (path / "checkpoints").mkdir(parents=True, exist_ok=False)
     return path
 
