@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
+from engine_helpers import batches, small_trainer
 
 from torchwork import Trainer
 from torchwork.engine.checkpoint import TrainerCheckpoint
@@ -22,14 +22,7 @@ FILE_ENTRIES = ["format_version", "world_size", "per_rank", "model", "optimizer"
 
 
 def _trainer(seed: int = 0) -> tuple[Trainer, list[tuple[torch.Tensor, torch.Tensor]]]:
-    torch.manual_seed(seed)
-    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
-    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 2)
-    data = [(torch.randn(8, 4), torch.randint(0, 2, (8,))) for _ in range(4)]
-    trainer = Trainer(model, optimizer, nn.CrossEntropyLoss(), scheduler, device="cpu", progress=False, threads=1,
-                      early_stopping="train_loss")
-    return trainer, data
+    return small_trainer(threads=1, early_stopping="train_loss"), batches(4, seed)
 
 
 def test_the_fields_are_the_file_entries_in_order() -> None:
@@ -62,7 +55,8 @@ def test_a_checkpoint_without_the_entries_older_versions_lacked_resumes_exactly(
     for name in ("world_size", "per_rank", "callbacks", "scaler", "history"):
         del state[name]
     expected = trainer.step(data[1])
-    resumed, _ = _trainer(seed=1)
+    resumed = small_trainer(threads=1, early_stopping="train_loss")
+    torch.manual_seed(1)  # other RNG streams than the saved ones: the checkpoint must bring them back
     resumed.load_state_dict(state)
     assert resumed.global_step == 4 and resumed.history == []
     assert torch.equal(resumed.step(data[1]), expected)
@@ -82,3 +76,44 @@ def test_a_damaged_field_is_refused_before_anything_is_kept() -> None:
     with pytest.raises(CheckpointError, match="given to load_state_dict cannot be resumed"):
         trainer.load_state_dict(state)
     assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+
+
+# Trainer.save and Trainer.load: the payload through the file, both ways.
+def test_save_and_load_continue_an_own_loop_exactly(tmp_path) -> None:
+    trainer = small_trainer()
+    for batch in batches(3):
+        trainer.step(batch)
+    path = tmp_path / "own.pt"
+    trainer.save(path)
+    assert (tmp_path / "own.pt.sha256").exists()
+    later = batches(4, seed=1)
+    expected = [float(trainer.step(batch)) for batch in later]
+
+    again = small_trainer()
+    again.load(path)
+    assert again.global_step == 3 and again.scheduler.last_epoch == 3
+    assert [float(again.step(batch)) for batch in later] == expected  # dropout's RNG stream included
+    for a, b in zip(trainer.model.parameters(), again.model.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_save_writes_fits_format_both_ways(tmp_path) -> None:
+    trainer = small_trainer(run_dir=tmp_path / "runs")
+    trainer.fit(batches(4), epochs=1)
+    checkpoint = sorted((trainer.run_path / "checkpoints").glob("step-*.pt"))[-1]
+    loaded = small_trainer()
+    loaded.load(checkpoint)  # fit's checkpoint, read by load
+    assert loaded.global_step == 4 and loaded.epoch == 1
+    loaded.save(tmp_path / "mine.pt")
+    resumed = small_trainer()
+    history = resumed.fit(batches(4), epochs=2, resume=tmp_path / "mine.pt")  # save's file, read by fit
+    assert [h["epoch"] for h in history] == [1, 2] and resumed.global_step == 8
+
+
+def test_load_refuses_a_damaged_file(tmp_path) -> None:
+    trainer = small_trainer()
+    trainer.step(batches(1)[0])
+    trainer.save(tmp_path / "own.pt")
+    (tmp_path / "own.pt").write_bytes((tmp_path / "own.pt").read_bytes()[:-10])
+    with pytest.raises(CheckpointError, match="checksum mismatch"):
+        small_trainer().load(tmp_path / "own.pt")

@@ -1,7 +1,8 @@
-"""engine/options.py: the flat keywords are typed, and stay the groups' fields."""
+"""engine/options.py: the setting groups and the flat keywords they replace (typed, the groups' fields)."""
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
 import textwrap
@@ -9,8 +10,14 @@ import typing
 from pathlib import Path
 
 import pytest
+import torch
+from engine_helpers import batches, small_trainer
 
+from torchwork import Trainer
 from torchwork.engine import options
+from torchwork.engine.options import DistributedOptions, EvaluationOptions, LoggingOptions, StepOptions
+from torchwork.errors import ConfigError
+from torchwork.runs.options import RunOptions
 
 
 def test_the_typed_flat_keywords_are_exactly_the_groups_fields() -> None:
@@ -55,3 +62,34 @@ def test_settings_live_in_their_group_and_are_read_from_it() -> None:
     assert not copied & set(vars(trainer)), "settings copied onto the Trainer"
     with pytest.raises(AttributeError, match="read from trainer.options"):
         trainer.accumulate = 2
+
+
+def test_the_constructor_has_at_most_15_parameters() -> None:
+    assert len(inspect.signature(Trainer.__init__).parameters) - 1 <= 15  # self aside
+
+
+def test_groups_and_flat_keywords_mean_the_same() -> None:
+    grouped = small_trainer(step=StepOptions(accumulate=2, clip_grad_norm=1.0),
+                       logging=LoggingOptions(log_every_n_steps=7, progress=False), run=RunOptions(keep_checkpoints=2),
+                       evaluation=EvaluationOptions(early_stopping="val_loss"),
+                       distributed=DistributedOptions(enabled=False))
+    flat = small_trainer(accumulate=2, clip_grad_norm=1.0, log_every_n_steps=7, keep_checkpoints=2,
+                    early_stopping="val_loss", distributed=False)
+    for t in (grouped, flat):
+        assert (t.accumulate, t.clip_grad_norm, t.log_every_n_steps, t.keep_checkpoints) == (2, 1.0, 7, 2)
+        assert t.checkpoint_monitor == ("val_loss", "min") and t.guard.check_every == 7
+    assert grouped.options["step"] == flat.options["step"]
+    losses = []
+    for t in (grouped, flat):
+        torch.manual_seed(1)  # the same dropout masks for both
+        losses.append([float(t.step(*batches(2, seed))) for seed in range(3)])
+    assert losses[0] == losses[1]
+
+
+def test_a_setting_given_twice_or_unknown_is_refused() -> None:
+    with pytest.raises(ConfigError, match="accumulate= and step= both given"):
+        small_trainer(step=StepOptions(), accumulate=2)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'acumulate'"):
+        small_trainer(acumulate=2)
+    with pytest.raises(ConfigError, match="log_every_n_steps=0"):
+        LoggingOptions(log_every_n_steps=0)
