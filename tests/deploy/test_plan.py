@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from type_check import type_errors
 
 from torchwork.deploy import export
 from torchwork.deploy.plan import ExportKeywords, ExportPlan
@@ -18,6 +19,22 @@ from torchwork.errors import ConfigError
 
 def test_the_typed_flat_keywords_are_exactly_the_plans_fields() -> None:
     assert list(typing.get_type_hints(ExportKeywords)) == [f.name for f in dataclasses.fields(ExportPlan)]
+
+
+@pytest.mark.slow
+def test_a_type_checker_flags_a_misspelt_or_mistyped_flat_keyword(tmp_path: Path) -> None:
+    errors, output = type_errors(tmp_path, """
+        import torch
+        from torchwork.deploy import ExportPlan, export
+        model, x = torch.nn.Linear(2, 2), torch.randn(2, 2)
+        export(model, x, "a", formats=("onnx",), quantize="int8", batch_sizes=(1, 8))
+        export(model, x, "b", ExportPlan(formats="onnx", quantize="int8"), overwrite=True)
+        export(model, x, "c", quantise="int8")
+        export(model, x, "d", verify_rounds="5")
+    """)
+    assert len(errors) == 2, output
+    assert 'Unexpected keyword argument "quantise" for "export"; did you mean "quantize"?' in errors[0]
+    assert 'Argument "verify_rounds" to "export" has incompatible type "str"; expected "int"' in errors[1]
 
 
 def test_every_plan_field_keeps_the_default_export_had() -> None:
