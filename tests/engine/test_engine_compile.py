@@ -1,7 +1,8 @@
 """compile=True | False | "auto": the measured decision, the model's names in checkpoints, resume across
 compiled and eager, and the graph breaks / recompiles in the run's manifest.
 
-Compiling on this CPU takes tens of seconds, so the models are tiny and the tests that compile are slow.
+Compiling on this CPU takes tens of seconds, so the models are tiny and the tests that compile are slow. The
+decision rule on its own (no compiling): test_compiling.py.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 from torch import nn
 
 from torchwork import Trainer
-from torchwork.engine.compiling import CompileOptions, decide
+from torchwork.engine.compiling import CompileOptions
 from torchwork.errors import ConfigError
 
 
@@ -54,18 +55,6 @@ def test_compile_settings_are_checked_before_any_work():
         _trainer(_model(), compile="yes")
     with pytest.raises(ConfigError, match="rounds=2"):
         CompileOptions.of(CompileOptions("auto", rounds=2))
-
-
-def test_the_rule_keeps_eager_unless_compiled_wins_beyond_noise_and_pays_back():
-    noisy_eager, noisy_compiled = [0.010, 0.012, 0.009, 0.011, 0.010], [0.0098, 0.0105, 0.0091, 0.0120, 0.0099]
-    use, reason, figures = decide(noisy_eager, noisy_compiled, 5.0, 100_000)
-    assert not use and "not faster by more than the spread" in reason
-    use, reason, figures = decide([0.010] * 5, [0.005] * 5, 30.0, 1_000)
-    assert not use and figures["break_even_step"] == 6_000 and "6,000 steps and 1,000 remain" in reason
-    use, reason, _ = decide([0.010] * 5, [0.005] * 5, 30.0, None)
-    assert not use and "unknown" in reason
-    use, reason, figures = decide([0.010] * 5, [0.005] * 5, 30.0, 10_000)
-    assert use and figures["speedup"] == 2.0 and "pays after 6,000 of the 10,000 remaining steps" in reason
 
 
 def _slow_backend(graph, example_inputs):

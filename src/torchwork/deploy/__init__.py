@@ -22,10 +22,11 @@ from torchwork.deploy.contents import load_weights
 from torchwork.deploy.loaded import LoadedArtifact, load_artifact
 from torchwork.deploy.manifest import Manifest, read_manifest
 from torchwork.deploy.pipeline import export
+from torchwork.deploy.plan import ExportPlan
 from torchwork.deploy.preprocess import TokenIdsPreprocessor
 from torchwork.deploy.quantize import torch_dynamic_int8
 from torchwork.deploy.replay import replay_artifact
 from torchwork.deploy.verification import format_report, verify
 
-__all__ = ["LoadedArtifact", "Manifest", "TokenIdsPreprocessor", "export", "format_report", "load_artifact", "load_weights",
+__all__ = ["ExportPlan", "LoadedArtifact", "Manifest", "TokenIdsPreprocessor", "export", "format_report", "load_artifact", "load_weights",
            "read_manifest", "replay_artifact", "torch_dynamic_int8", "verify"]

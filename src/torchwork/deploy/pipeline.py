@@ -25,16 +25,15 @@ import shutil
 import tempfile
 import time
 import warnings
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchwork.deploy import progress
 from torchwork.deploy.advice import graph_advice, model_advice
 from torchwork.deploy.aoti import NATIVE_TRUST, export_pt2_aoti
 from torchwork.deploy.contents import save_samples
-from torchwork.deploy.fallback import check_agreement, measure_margin
+from torchwork.deploy.fallback import measure_margin
 from torchwork.deploy.formats import (
     TORCHSCRIPT_DEPRECATED,
     TRACE_EXPLANATION,
@@ -47,7 +46,6 @@ from torchwork.deploy.manifest import (
     EXAMPLE_OUTPUTS,
     EXAMPLES,
     FORMAT_VERSION,
-    FORMATS,
     MANIFEST,
     PARITY,
     PREPROCESS_DIR,
@@ -61,26 +59,21 @@ from torchwork.deploy.manifest import (
     Variant,
     variant_format,
 )
-from torchwork.deploy.parity import DEFAULT_ATOL, DEFAULT_RTOL, check_variant, make_probes
-from torchwork.deploy.quantize import CONV_ADVICE, DEFAULT_OPS, check_activations, quantize_onnx
+from torchwork.deploy.parity import check_variant, make_probes
+from torchwork.deploy.plan import ExportPlan, parse_formats  # noqa: F401 (parse_formats: its old import path)
+from torchwork.deploy.quantize import CONV_ADVICE, quantize_onnx
 from torchwork.deploy.runtime import open_runner
-from torchwork.deploy.smoothing import check_alpha
 from torchwork.deploy.tensors import as_input_tuple, check_inputs, dtype_name, flatten_outputs, save_tensors
 from torchwork.deploy.trust import class_spec, file_table, resolve_class
 from torchwork.errors import ConfigError, ExportError
 from torchwork.files import current_umask, fsync_dir, write_json
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from torchwork.deploy.plan import ExportKeywords
+
 PROBE_POOL = 512  # held-out rows used to build probes
-
-
-def parse_formats(formats: str | Iterable[str]) -> list[str]:
-    """``"onnx,pt2"`` or ``("onnx", "pt2")`` -> a checked, de-duplicated list."""
-    items = formats.split(",") if isinstance(formats, str) else list(formats)
-    chosen = list(dict.fromkeys(f.strip().lower() for f in items if f.strip()))
-    unknown = [f for f in chosen if f not in FORMATS]
-    if not chosen or unknown:
-        raise ConfigError(f"formats={formats!r}: choose from {', '.join(FORMATS)} (e.g. 'pt2,onnx').")
-    return chosen
 
 
 def dynamic_spec(args: Sequence[Any], dynamic_batch: bool, dynamic_length: bool | None) -> list[dict[int, str]]:
@@ -242,25 +235,18 @@ def _save_preprocess(preprocess: Any, tmp: Path, samples: Any) -> PreprocessEntr
     return PreprocessEntry(spec, PREPROCESS_DIR, trust_needed=module.split(".")[0] if outside else None)
 
 
-def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
-           formats: str | Sequence[str] = ("pt2", "onnx"), dynamic_batch: bool = True, preprocess: Any = None, *,
-           dynamic_length: bool | None = None, input_names: Sequence[str] | None = None,
-           output_names: Sequence[str] | None = None, labels: Sequence[str] | None = None, softmax: bool = False,
-           samples: Any = None, targets: Any = None, quantize: str | None = None,
-           quantize_ops: Sequence[str] = DEFAULT_OPS, torchscript_method: str = "trace", strict: bool = True,
-           overwrite: bool = False, atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL,
-           batch_sizes: Sequence[int] = (1, 3, 64), lengths: Sequence[int] | None = None,
-           tolerance: float = 0.01, verify_rounds: int = 20, threads: int | None = None,
-           quantize_per_channel: bool = False, quantize_smoothing: float | None = None,
-           calibration: Any = None, quantize_attention_mask: str | None = None,
-           quantize_fallback_agreement: float | None = None, quantize_fallback_margin: float | None = None,
-           deploy: str | None = None, cpp: bool = False, quantize_activations: str = "dynamic") -> dict[str, Any]:
+def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str], plan: ExportPlan | None = None, *,
+           overwrite: bool = False, **keywords: Unpack[ExportKeywords]) -> dict[str, Any]:
     """Export ``model`` to the artifact directory ``out_dir`` and check every format against eager.
 
     Args:
         model: the eager ``nn.Module`` (any mode; exported in eval mode, its modes restored afterwards).
         example_inputs: a tensor or a tuple of tensors, the arguments of ``forward``.
         out_dir: the artifact directory to create.
+        plan: an :class:`~torchwork.deploy.plan.ExportPlan` holding every setting below, checked when it is
+            built; or give the settings as flat keywords (``formats=("onnx",), quantize="int8"``, typed by
+            :class:`~torchwork.deploy.plan.ExportKeywords`), not both.
+        overwrite: replace an existing artifact at ``out_dir`` (after the new one is complete).
         formats: any of ``"pt2"``, ``"onnx"``, ``"torchscript"`` (legacy, deprecated), ``"pt2-aoti"``
             (AOTInductor: compiled ahead of time to a native library, see :mod:`torchwork.deploy.aoti`).
         dynamic_batch: dim 0 of every input is dynamic.
@@ -288,7 +274,6 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
         cpp: add the C++ runner's sources (``cpp/``, a CMake project) to the artifact; needs ``"pt2-aoti"``
             or ``"torchscript"`` in ``formats`` (see :mod:`torchwork.deploy.cpp_runner`).
         strict: raise when any format is refused (default); False writes the rest and reports ``ok: false``.
-        overwrite: replace an existing artifact at ``out_dir`` (after the new one is complete).
         atol, rtol: parity tolerance; batch_sizes, lengths: the probes; tolerance: accuracy a quantized
             variant may lose; verify_rounds, threads: timing of the export-time verification.
         deploy: the variant to deploy when it passes verification, instead of the one timing picks (a
@@ -300,52 +285,11 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
 
     if not isinstance(model, nn.Module):
         raise ConfigError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
-    chosen = parse_formats(formats)
-    if quantize not in (None, "int8"):
-        raise ConfigError(f"quantize={quantize!r}: the supported value is 'int8' (ONNX Runtime dynamic).")
-    if quantize and "onnx" not in chosen:
-        raise ConfigError("quantize='int8' quantizes the ONNX variant: add 'onnx' to formats.")
-    if quantize_attention_mask is not None and not quantize:
-        raise ConfigError("quantize_attention_mask fuses attention for INT8: pass quantize='int8' with it.")
-    if quantize_fallback_agreement is not None:
-        check_agreement(quantize_fallback_agreement)
-        problem = ("it needs quantize='int8'" if not quantize else "it needs calibration= (training or validation "
-                   "rows)" if calibration is None or not len(calibration) else "it needs a dynamic batch size"
-                   if not dynamic_batch else "it is for classifiers: pass labels= or softmax=True"
-                   if labels is None and not softmax else None)
-        if problem:
-            raise ConfigError(f"quantize_fallback_agreement={quantize_fallback_agreement}: {problem}.")
-    check_activations(quantize_activations)
-    if quantize_activations == "static" and (not quantize or calibration is None or not len(calibration)):
-        raise ConfigError("quantize_activations='static' fixes INT8 activation scales from calibration rows: pass "
-                          "quantize='int8' and calibration= (validation rows).")
-    if quantize_smoothing is not None:
-        check_alpha(quantize_smoothing)
-        if calibration is None or not len(calibration):
-            raise ConfigError("quantize_smoothing needs calibration= (real training or validation inputs) to "
-                              "measure the activations' ranges on.")
-    if torchscript_method not in ("trace", "script"):
-        raise ConfigError(f"torchscript_method={torchscript_method!r}: choose 'trace' or 'script'.")
-    if any(int(b) < 1 for b in batch_sizes) or not batch_sizes:
-        raise ConfigError(f"batch_sizes={batch_sizes!r} must be positive integers.")
-    if cpp and not {"pt2-aoti", "torchscript"} & set(chosen):
-        raise ConfigError("cpp=True (--cpp) adds the C++ runner, which loads 'pt2-aoti' or 'torchscript': add one "
-                          "of them to formats.")
-    if "torchscript" in chosen:
+    plan = ExportPlan.of(plan, keywords)  # every setting checked before any work starts
+    if "torchscript" in plan.formats:
         warnings.warn(TORCHSCRIPT_DEPRECATED, FutureWarning, stacklevel=2)
     args = as_input_tuple(example_inputs)
     out = _prepare_out_dir(out_dir, overwrite)
-    plan = ExportPlan(formats=chosen, dynamic_batch=dynamic_batch, dynamic_length=dynamic_length,
-                      preprocess=preprocess, input_names=input_names, output_names=output_names, labels=labels,
-                      softmax=softmax, samples=samples, targets=targets, quantize=quantize,
-                      quantize_ops=tuple(quantize_ops), torchscript_method=torchscript_method, strict=strict,
-                      atol=atol, rtol=rtol, batch_sizes=[int(b) for b in batch_sizes], lengths=lengths,
-                      tolerance=tolerance, verify_rounds=verify_rounds, threads=threads,
-                      quantize_per_channel=quantize_per_channel, quantize_smoothing=quantize_smoothing,
-                      calibration=calibration, quantize_attention_mask=quantize_attention_mask,
-                      quantize_fallback_agreement=quantize_fallback_agreement,
-                      quantize_fallback_margin=quantize_fallback_margin, deploy=deploy, cpp=bool(cpp),
-                      quantize_activations=quantize_activations)
 
     on_cpu = all(t.device.type == "cpu" for t in [*model.parameters(), *model.buffers()])
     module = model if on_cpu else copy.deepcopy(model).cpu()
@@ -361,43 +305,6 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str],
         for submodule, mode in zip(module.modules(), modes):
             submodule.training = mode
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-@dataclass(frozen=True)
-class ExportPlan:
-    """What :func:`export` was asked to do, checked: the formats, the dynamic dims, what is bundled, the
-    parity tolerance and probes (see :func:`export` for each setting)."""
-
-    formats: list[str]
-    dynamic_batch: bool = True
-    dynamic_length: bool | None = None
-    preprocess: Any = None
-    input_names: Sequence[str] | None = None
-    output_names: Sequence[str] | None = None
-    labels: Sequence[str] | None = None
-    softmax: bool = False
-    samples: Any = None
-    targets: Any = None
-    quantize: str | None = None
-    quantize_ops: tuple[str, ...] = DEFAULT_OPS
-    torchscript_method: str = "trace"
-    strict: bool = True
-    atol: float = DEFAULT_ATOL
-    rtol: float = DEFAULT_RTOL
-    batch_sizes: Sequence[int] = (1, 3, 64)
-    lengths: Sequence[int] | None = None
-    tolerance: float = 0.01
-    verify_rounds: int = 20
-    threads: int | None = None
-    quantize_per_channel: bool = False
-    quantize_smoothing: float | None = None
-    calibration: Any = None
-    quantize_attention_mask: str | None = None
-    quantize_fallback_agreement: float | None = None
-    quantize_fallback_margin: float | None = None
-    deploy: str | None = None
-    cpp: bool = False
-    quantize_activations: str = "dynamic"
 
 
 def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], plan: ExportPlan) -> dict[str, Any]:
@@ -571,7 +478,7 @@ def _quantize_variant(tmp: Path, variants: dict[str, Variant], refused: dict[str
     progress.stage("quantizing (calibration rows)" if calibration else "quantizing", variant="onnx-int8",
                    total=len(calibration) or None, unit="batches")
     try:
-        info = quantize_onnx(tmp / VARIANT_FILES["onnx"], target, plan.quantize_ops, plan.quantize_per_channel,
+        info = quantize_onnx(tmp / VARIANT_FILES["onnx"], target, tuple(plan.quantize_ops), plan.quantize_per_channel,
                              plan.quantize_smoothing, calibration, attention_mask=plan.quantize_attention_mask,
                              check_feeds=feeds, activations=plan.quantize_activations)
         check = check_variant(open_runner(target, "onnx", plan.threads), probes, eager_outputs, exact=False)

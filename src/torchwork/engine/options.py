@@ -149,7 +149,7 @@ _FLAT.update(distributed_timeout_s=("distributed", "timeout_s"), distributed_deb
 class TrainerKeywords(TypedDict, total=False):
     """The flat keywords ``Trainer(...)`` takes beside the groups, typed, so that an editor completes them
     and a type checker flags a misspelt one (``Trainer(model, optimizer, acumulate=4)``). Each is a field of
-    one group; ``tests/engine/test_engine_options_and_checkpoints.py`` keeps this list equal to the groups'."""
+    one group; ``tests/engine/test_options.py`` keeps this list equal to the groups'."""
 
     # StepOptions
     accumulate: int

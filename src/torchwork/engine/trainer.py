@@ -30,6 +30,7 @@ from torch import nn
 from torchwork.distributed.env import World, world_from_env
 from torchwork.engine.batches import call_model, concat_outputs, inputs_of, length_or_none, split_error
 from torchwork.engine.callbacks import EarlyStopping
+from torchwork.engine.checkpoint import TrainerCheckpoint
 from torchwork.engine.compiling import Compiler, forward_backward, planned_steps
 from torchwork.engine.devices import batch_size_of, check_model_on, move_to_device, resolve_device
 from torchwork.engine.interrupt import InterruptFlag, TrainingInterrupted
@@ -648,57 +649,14 @@ class Trainer:
     # ------------------------------------------------------------------ state (checkpoints)
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue training exactly: weights, optimizer, scheduler, scaler, every
-        RNG stream, the data position, counters, history and callback state."""
-        from torchwork.runs.checkpoint import FORMAT_VERSION, clean_state_dict, unwrap_model
-
-        own = self.state.rank_state(self._totals)
-        per_rank = None
-        if self.world.is_distributed:
-            from torchwork.distributed.setup import gather_object
-
-            per_rank = gather_object(move_to_device(own, torch.device("cpu")))  # each rank resumes its own
-        return {
-            "format_version": FORMAT_VERSION,
-            "world_size": self.world.world_size,
-            "per_rank": per_rank,
-            "model": clean_state_dict(unwrap_model(self.model).state_dict()),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
-            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
-            "counters": self.state.counters(),
-            **own,
-            "history": list(self.history),
-            "callbacks": [c.state_dict() if hasattr(c, "state_dict") else None for c in self.callbacks],
-        }
+        RNG stream, the data position, counters, history and callback state (a
+        :class:`~torchwork.engine.checkpoint.TrainerCheckpoint`, as the dict written to disk)."""
+        return TrainerCheckpoint.capture(self).state_dict()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore what :meth:`state_dict` saved (every RNG stream included)."""
-        from torchwork.runs.checkpoint import clean_state_dict, unwrap_model
-        from torchwork.runs.contents import check_contents, check_optimizer_fits
-
-        check_contents(state, "given to load_state_dict")  # every field, before anything is touched
-        try:
-            unwrap_model(self.model).load_state_dict(clean_state_dict(state["model"]))
-        except RuntimeError as error:
-            raise CheckpointError(f"the checkpoint's weights do not fit this model: {error}") from None
-        # Callbacks first: one that added parameter groups during training (gradual unfreezing) adds them
-        # again, so that the optimizer and scheduler states fit.
-        for callback, saved in zip(self.callbacks, state.get("callbacks") or []):
-            if saved is not None and hasattr(callback, "load_state_dict"):
-                callback.load_state_dict(saved)
-        check_optimizer_fits(self.optimizer, state["optimizer"])
-        try:
-            self.optimizer.load_state_dict(state["optimizer"])
-            if self.scheduler is not None and state.get("scheduler") is not None:
-                self.scheduler.load_state_dict(state["scheduler"])
-            if self.scaler is not None and state.get("scaler"):
-                self.scaler.load_state_dict(state["scaler"])
-        except (KeyError, TypeError, ValueError, RuntimeError) as error:
-            raise CheckpointError(f"the checkpoint's optimizer, scheduler or scaler state does not fit this "
-                                  f"Trainer ({type(error).__name__}: {str(error)[:200]}).") from None
-        own = self.state.restore(state, self.world.rank, self.world.world_size)  # RNG streams last
-        if own.get("epoch_totals"):
-            self._totals = move_to_device(dict(own["epoch_totals"]), self.device)
+        """Restore what :meth:`state_dict` saved (every RNG stream included); every field is checked
+        before anything is touched."""
+        TrainerCheckpoint.from_state_dict(state, "given to load_state_dict").restore(self)
 
     # ------------------------------------------------------------------ modes
     def _capture_train_modes(self) -> None:

@@ -1,0 +1,179 @@
+"""What :func:`~torchwork.deploy.export` is asked to do, in one typed, self-checking home.
+
+:class:`ExportPlan` holds every setting of an export (formats, dynamic dims, what is bundled, the parity
+tolerance and probes, INT8 quantization, verification, the C++ runner) and checks them all when it is
+built, before any work starts. ``export(model, example_inputs, out_dir, plan)`` takes one; the flat keywords
+(``export(model, x, out, formats=("onnx",), quantize="int8")``) are the shorthand that builds one, typed by
+:class:`ExportKeywords` so that an editor completes them and a type checker flags a misspelt one.
+
+Example:
+    >>> from torchwork.deploy.plan import ExportPlan
+    >>> plan = ExportPlan(formats="onnx,pt2", quantize="int8", batch_sizes=(1, 8))
+    >>> plan.formats, plan.batch_sizes
+    (['onnx', 'pt2'], [1, 8])
+    >>> ExportPlan(formats=("pt2",), quantize="int8")
+    Traceback (most recent call last):
+    ...
+    torchwork.errors.ConfigError: quantize='int8' quantizes the ONNX variant: add 'onnx' to formats.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+from torchwork.deploy.fallback import check_agreement
+from torchwork.deploy.manifest import FORMATS
+from torchwork.deploy.parity import DEFAULT_ATOL, DEFAULT_RTOL
+from torchwork.deploy.quantize import DEFAULT_OPS, check_activations
+from torchwork.deploy.smoothing import check_alpha
+from torchwork.errors import ConfigError
+
+
+def parse_formats(formats: str | Iterable[str]) -> list[str]:
+    """``"onnx,pt2"`` or ``("onnx", "pt2")`` -> a checked, de-duplicated list."""
+    items = formats.split(",") if isinstance(formats, str) else list(formats)
+    chosen = list(dict.fromkeys(f.strip().lower() for f in items if f.strip()))
+    unknown = [f for f in chosen if f not in FORMATS]
+    if not chosen or unknown:
+        raise ConfigError(f"formats={formats!r}: choose from {', '.join(FORMATS)} (e.g. 'pt2,onnx').")
+    return chosen
+
+
+@dataclass(frozen=True)
+class ExportPlan:
+    """What :func:`~torchwork.deploy.export` was asked to do, checked when built: the formats, the dynamic
+    dims, what is bundled, the parity tolerance and probes (see :func:`~torchwork.deploy.export` for each
+    setting). ``formats`` is kept as the checked list of names, ``batch_sizes`` as a list of ints and
+    ``quantize_ops`` as a tuple."""
+
+    formats: Sequence[str] = ("pt2", "onnx")
+    dynamic_batch: bool = True
+    dynamic_length: bool | None = None
+    preprocess: Any = None
+    input_names: Sequence[str] | None = None
+    output_names: Sequence[str] | None = None
+    labels: Sequence[str] | None = None
+    softmax: bool = False
+    samples: Any = None
+    targets: Any = None
+    quantize: str | None = None
+    quantize_ops: Sequence[str] = DEFAULT_OPS
+    torchscript_method: str = "trace"
+    strict: bool = True
+    atol: float = DEFAULT_ATOL
+    rtol: float = DEFAULT_RTOL
+    batch_sizes: Sequence[int] = (1, 3, 64)
+    lengths: Sequence[int] | None = None
+    tolerance: float = 0.01
+    verify_rounds: int = 20
+    threads: int | None = None
+    quantize_per_channel: bool = False
+    quantize_smoothing: float | None = None
+    calibration: Any = None
+    quantize_attention_mask: str | None = None
+    quantize_fallback_agreement: float | None = None
+    quantize_fallback_margin: float | None = None
+    deploy: str | None = None
+    cpp: bool = False
+    quantize_activations: str = "dynamic"
+
+    def __post_init__(self) -> None:
+        chosen = parse_formats(self.formats)
+        quantize, calibration = self.quantize, self.calibration
+        if quantize not in (None, "int8"):
+            raise ConfigError(f"quantize={quantize!r}: the supported value is 'int8' (ONNX Runtime dynamic).")
+        if quantize and "onnx" not in chosen:
+            raise ConfigError("quantize='int8' quantizes the ONNX variant: add 'onnx' to formats.")
+        if self.quantize_attention_mask is not None and not quantize:
+            raise ConfigError("quantize_attention_mask fuses attention for INT8: pass quantize='int8' with it.")
+        agreement = self.quantize_fallback_agreement
+        if agreement is not None:
+            check_agreement(agreement)
+            problem = ("it needs quantize='int8'" if not quantize else "it needs calibration= (training or "
+                       "validation rows)" if calibration is None or not len(calibration) else "it needs a dynamic "
+                       "batch size" if not self.dynamic_batch else "it is for classifiers: pass labels= or "
+                       "softmax=True" if self.labels is None and not self.softmax else None)
+            if problem:
+                raise ConfigError(f"quantize_fallback_agreement={agreement}: {problem}.")
+        check_activations(self.quantize_activations)
+        if self.quantize_activations == "static" and (not quantize or calibration is None or not len(calibration)):
+            raise ConfigError("quantize_activations='static' fixes INT8 activation scales from calibration rows: "
+                              "pass quantize='int8' and calibration= (validation rows).")
+        if self.quantize_smoothing is not None:
+            check_alpha(self.quantize_smoothing)
+            if calibration is None or not len(calibration):
+                raise ConfigError("quantize_smoothing needs calibration= (real training or validation inputs) to "
+                                  "measure the activations' ranges on.")
+        if self.torchscript_method not in ("trace", "script"):
+            raise ConfigError(f"torchscript_method={self.torchscript_method!r}: choose 'trace' or 'script'.")
+        if any(int(b) < 1 for b in self.batch_sizes) or not self.batch_sizes:
+            raise ConfigError(f"batch_sizes={self.batch_sizes!r} must be positive integers.")
+        if self.cpp and not {"pt2-aoti", "torchscript"} & set(chosen):
+            raise ConfigError("cpp=True (--cpp) adds the C++ runner, which loads 'pt2-aoti' or 'torchscript': add "
+                              "one of them to formats.")
+        object.__setattr__(self, "formats", chosen)
+        object.__setattr__(self, "quantize_ops", tuple(self.quantize_ops))
+        object.__setattr__(self, "batch_sizes", [int(b) for b in self.batch_sizes])
+        object.__setattr__(self, "cpp", bool(self.cpp))
+
+    @classmethod
+    def of(cls, plan: ExportPlan | None, keywords: Mapping[str, Any]) -> ExportPlan:
+        """The plan from ``plan`` or from flat ``keywords`` (:class:`ExportKeywords`), not both."""
+        for name in keywords:
+            if name not in _FIELDS:
+                raise TypeError(f"export() got an unexpected keyword argument {name!r}")
+        if isinstance(plan, (str, list, tuple)) and "formats" not in keywords:
+            keywords, plan = {**keywords, "formats": plan}, None  # the formats, where earlier versions took them
+        if plan is None:
+            return cls(**keywords)
+        if not isinstance(plan, ExportPlan):
+            raise ConfigError(f"export()'s fourth argument is an ExportPlan, got {type(plan).__name__}: pass "
+                              "the formats by name (formats=...).")
+        if keywords:
+            names = ", ".join(f"{name}=" for name in keywords)
+            raise ConfigError(f"{names} and an ExportPlan both given: put them into the plan "
+                              f"(dataclasses.replace(plan, {next(iter(keywords))}=...)).")
+        return plan
+
+
+_FIELDS = {f.name for f in dataclasses.fields(ExportPlan)}
+
+
+class ExportKeywords(TypedDict, total=False):
+    """The flat keywords ``export(...)`` takes instead of an :class:`ExportPlan`, typed, so that an editor
+    completes them and a type checker flags a misspelt one (``export(model, x, out, quantise="int8")``).
+    Each is a field of :class:`ExportPlan`; ``tests/deploy/test_plan.py`` keeps the two lists equal."""
+
+    formats: str | Sequence[str]
+    dynamic_batch: bool
+    dynamic_length: bool | None
+    preprocess: Any
+    input_names: Sequence[str] | None
+    output_names: Sequence[str] | None
+    labels: Sequence[str] | None
+    softmax: bool
+    samples: Any
+    targets: Any
+    quantize: str | None
+    quantize_ops: Sequence[str]
+    torchscript_method: str
+    strict: bool
+    atol: float
+    rtol: float
+    batch_sizes: Sequence[int]
+    lengths: Sequence[int] | None
+    tolerance: float
+    verify_rounds: int
+    threads: int | None
+    quantize_per_channel: bool
+    quantize_smoothing: float | None
+    calibration: Any
+    quantize_attention_mask: str | None
+    quantize_fallback_agreement: float | None
+    quantize_fallback_margin: float | None
+    deploy: str | None
+    cpp: bool
+    quantize_activations: str

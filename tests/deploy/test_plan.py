@@ -1,0 +1,71 @@
+"""deploy/plan.py: export()'s settings have one typed home, and the flat keywords stay its fields."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import typing
+from pathlib import Path
+
+import pytest
+import torch
+from type_check import type_errors
+
+from torchwork.deploy import export
+from torchwork.deploy.plan import ExportKeywords, ExportPlan
+from torchwork.errors import ConfigError
+
+
+def test_the_typed_flat_keywords_are_exactly_the_plans_fields() -> None:
+    assert list(typing.get_type_hints(ExportKeywords)) == [f.name for f in dataclasses.fields(ExportPlan)]
+
+
+@pytest.mark.slow
+def test_a_type_checker_flags_a_misspelt_or_mistyped_flat_keyword(tmp_path: Path) -> None:
+    errors, output = type_errors(tmp_path, """
+        import torch
+        from torchwork.deploy import ExportPlan, export
+        model, x = torch.nn.Linear(2, 2), torch.randn(2, 2)
+        export(model, x, "a", formats=("onnx",), quantize="int8", batch_sizes=(1, 8))
+        export(model, x, "b", ExportPlan(formats="onnx", quantize="int8"), overwrite=True)
+        export(model, x, "c", quantise="int8")
+        export(model, x, "d", verify_rounds="5")
+    """)
+    assert len(errors) == 2, output
+    assert 'Unexpected keyword argument "quantise" for "export"; did you mean "quantize"?' in errors[0]
+    assert 'Argument "verify_rounds" to "export" has incompatible type "str"; expected "int"' in errors[1]
+
+
+def test_every_plan_field_keeps_the_default_export_had() -> None:
+    # the flat form builds ExportPlan(**keywords): a field's default is what export() used when not given
+    defaults = {f.name: f.default for f in dataclasses.fields(ExportPlan)}
+    assert defaults["formats"] == ("pt2", "onnx") and defaults["batch_sizes"] == (1, 3, 64)
+    assert defaults["strict"] is True and defaults["tolerance"] == 0.01 and defaults["verify_rounds"] == 20
+    assert list(inspect.signature(export).parameters) == ["model", "example_inputs", "out_dir", "plan", "overwrite",
+                                                          "keywords"]
+
+
+def test_a_plan_and_the_flat_keywords_write_the_same_artifact(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    x = torch.randn(2, 4)
+    flat = export(model, x, tmp_path / "flat", formats=("pt2",), batch_sizes=(1, 5), labels=["a", "b", "c"])
+    planned = export(model, x, tmp_path / "plan", ExportPlan(formats=("pt2",), batch_sizes=(1, 5),
+                                                            labels=["a", "b", "c"]))
+    assert flat["ok"] and planned["ok"] and flat["variants"] == planned["variants"] == ["pt2"]
+    assert (json.loads((tmp_path / "flat" / "manifest.json").read_text())["postprocess"]
+            == json.loads((tmp_path / "plan" / "manifest.json").read_text())["postprocess"])
+    positional = export(model, x, tmp_path / "positional", "pt2")  # where earlier versions took the formats
+    assert positional["variants"] == ["pt2"]
+
+
+def test_a_plan_and_flat_keywords_together_or_a_misspelt_one_are_refused(tmp_path: Path) -> None:
+    model, x = torch.nn.Linear(4, 2), torch.randn(2, 4)
+    with pytest.raises(ConfigError, match=r"quantize= and an ExportPlan both given: put them into the plan"):
+        export(model, x, tmp_path / "a", ExportPlan(formats=("onnx",)), quantize="int8")
+    with pytest.raises(TypeError, match="export\\(\\) got an unexpected keyword argument 'quantise'"):
+        export(model, x, tmp_path / "b", quantise="int8")  # type: ignore[call-arg]
+    with pytest.raises(ConfigError, match="batch_sizes=\\(0,\\) must be positive integers"):
+        ExportPlan(batch_sizes=(0,))
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

@@ -1,0 +1,119 @@
+"""engine/checkpoint.py: the Trainer's checkpoint payload, typed, and the file format it keeps."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+from engine_helpers import batches, small_trainer
+
+from torchwork import Trainer
+from torchwork.engine.checkpoint import TrainerCheckpoint
+from torchwork.errors import CheckpointError
+from torchwork.runs.checkpoint import load_checkpoint
+
+# The entries of a checkpoint file, in the order they are written (the on-disk format: a change here is a
+# change of format_version, not a refactoring).
+FILE_ENTRIES = ["format_version", "world_size", "per_rank", "model", "optimizer", "scheduler", "scaler", "counters",
+                "rng", "epoch_start_rng", "loader_rng", "epoch_totals", "history", "callbacks"]
+
+
+def _trainer(seed: int = 0) -> tuple[Trainer, list[tuple[torch.Tensor, torch.Tensor]]]:
+    return small_trainer(threads=1, early_stopping="train_loss"), batches(4, seed)
+
+
+def test_the_fields_are_the_file_entries_in_order() -> None:
+    fields = [f.name for f in dataclasses.fields(TrainerCheckpoint)]
+    assert fields == [*FILE_ENTRIES, "extra"]
+    trainer, data = _trainer()
+    trainer.fit(data, epochs=1)
+    assert list(trainer.state_dict()) == FILE_ENTRIES
+
+
+def test_state_dict_and_load_state_dict_round_trip_with_what_a_run_folder_adds(tmp_path: Path) -> None:
+    trainer, data = _trainer()
+    trainer.fit(data, epochs=1)
+    trainer.step(data[0])
+    trainer.save(tmp_path / "c.pt")
+    state = load_checkpoint(tmp_path / "c.pt")
+    state["best_value"], state["run"] = 0.5, "20260101-000000"
+    checkpoint = TrainerCheckpoint.from_state_dict(state)
+    assert checkpoint.counters["global_step"] == 5 and checkpoint.scheduler is not None
+    assert checkpoint.extra == {"best_value": 0.5, "run": "20260101-000000"}
+    again = checkpoint.state_dict()
+    assert list(again) == list(state)
+    assert all(again[name] is state[name] for name in state)  # the same objects: nothing copied or rebuilt
+
+
+def test_a_checkpoint_without_the_entries_older_versions_lacked_resumes_exactly() -> None:
+    trainer, data = _trainer()
+    trainer.fit(data, epochs=1)
+    state = copy.deepcopy(trainer.state_dict())  # its tensors are the live ones: the step below changes them
+    for name in ("world_size", "per_rank", "callbacks", "scaler", "history"):
+        del state[name]
+    expected = trainer.step(data[1])
+    resumed = small_trainer(threads=1, early_stopping="train_loss")
+    torch.manual_seed(1)  # other RNG streams than the saved ones: the checkpoint must bring them back
+    resumed.load_state_dict(state)
+    assert resumed.global_step == 4 and resumed.history == []
+    assert torch.equal(resumed.step(data[1]), expected)
+
+
+def test_a_damaged_field_is_refused_before_anything_is_kept() -> None:
+    trainer, data = _trainer()
+    trainer.fit(data, epochs=1)
+    state = trainer.state_dict()
+    state["counters"] = {**state["counters"], "epoch": -1}
+    checkpoint = TrainerCheckpoint()
+    with pytest.raises(CheckpointError, match=r"checkpoint c\.pt cannot be resumed: counters\['epoch'\] is -1, "
+                                              r"not a count \(an integer >= 0\)\."):
+        checkpoint.load_state_dict(state, "c.pt")
+    assert checkpoint == TrainerCheckpoint()
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    with pytest.raises(CheckpointError, match="given to load_state_dict cannot be resumed"):
+        trainer.load_state_dict(state)
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+
+
+# Trainer.save and Trainer.load: the payload through the file, both ways.
+def test_save_and_load_continue_an_own_loop_exactly(tmp_path) -> None:
+    trainer = small_trainer()
+    for batch in batches(3):
+        trainer.step(batch)
+    path = tmp_path / "own.pt"
+    trainer.save(path)
+    assert (tmp_path / "own.pt.sha256").exists()
+    later = batches(4, seed=1)
+    expected = [float(trainer.step(batch)) for batch in later]
+
+    again = small_trainer()
+    again.load(path)
+    assert again.global_step == 3 and again.scheduler.last_epoch == 3
+    assert [float(again.step(batch)) for batch in later] == expected  # dropout's RNG stream included
+    for a, b in zip(trainer.model.parameters(), again.model.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_save_writes_fits_format_both_ways(tmp_path) -> None:
+    trainer = small_trainer(run_dir=tmp_path / "runs")
+    trainer.fit(batches(4), epochs=1)
+    checkpoint = sorted((trainer.run_path / "checkpoints").glob("step-*.pt"))[-1]
+    loaded = small_trainer()
+    loaded.load(checkpoint)  # fit's checkpoint, read by load
+    assert loaded.global_step == 4 and loaded.epoch == 1
+    loaded.save(tmp_path / "mine.pt")
+    resumed = small_trainer()
+    history = resumed.fit(batches(4), epochs=2, resume=tmp_path / "mine.pt")  # save's file, read by fit
+    assert [h["epoch"] for h in history] == [1, 2] and resumed.global_step == 8
+
+
+def test_load_refuses_a_damaged_file(tmp_path) -> None:
+    trainer = small_trainer()
+    trainer.step(batches(1)[0])
+    trainer.save(tmp_path / "own.pt")
+    (tmp_path / "own.pt").write_bytes((tmp_path / "own.pt").read_bytes()[:-10])
+    with pytest.raises(CheckpointError, match="checksum mismatch"):
+        small_trainer().load(tmp_path / "own.pt")
