@@ -16,9 +16,10 @@ from torchwork.errors import CheckpointError
 from torchwork.runs.checkpoint import load_checkpoint
 
 # The entries of a checkpoint file, in the order they are written (the on-disk format: a change here is a
-# change of format_version, not a refactoring).
+# change of format_version, not a refactoring; an entry added at the end that older checkpoints may lack,
+# like "threads", is not).
 FILE_ENTRIES = ["format_version", "world_size", "per_rank", "model", "optimizer", "scheduler", "scaler", "counters",
-                "rng", "epoch_start_rng", "loader_rng", "epoch_totals", "history", "callbacks"]
+                "rng", "epoch_start_rng", "loader_rng", "epoch_totals", "history", "callbacks", "threads"]
 
 
 def _trainer(seed: int = 0) -> tuple[Trainer, list[tuple[torch.Tensor, torch.Tensor]]]:
@@ -52,7 +53,7 @@ def test_a_checkpoint_without_the_entries_older_versions_lacked_resumes_exactly(
     trainer, data = _trainer()
     trainer.fit(data, epochs=1)
     state = copy.deepcopy(trainer.state_dict())  # its tensors are the live ones: the step below changes them
-    for name in ("world_size", "per_rank", "callbacks", "scaler", "history"):
+    for name in ("world_size", "per_rank", "callbacks", "scaler", "history", "threads"):
         del state[name]
     expected = trainer.step(data[1])
     resumed = small_trainer(threads=1, early_stopping="train_loss")
@@ -117,3 +118,31 @@ def test_load_refuses_a_damaged_file(tmp_path) -> None:
     (tmp_path / "own.pt").write_bytes((tmp_path / "own.pt").read_bytes()[:-10])
     with pytest.raises(CheckpointError, match="checksum mismatch"):
         small_trainer().load(tmp_path / "own.pt")
+
+
+def test_a_resume_under_threads_auto_keeps_the_count_the_run_had(tmp_path: Path) -> None:
+    previous = torch.get_num_threads()
+    try:
+        trainer, data = _trainer()
+        trainer.fit(data, epochs=1)
+        trainer.save(tmp_path / "c.pt")
+        assert load_checkpoint(tmp_path / "c.pt")["threads"] == 1
+        torch.set_num_threads(2)
+        auto = small_trainer(threads="auto", early_stopping="train_loss")
+        auto.fit(data, epochs=2, resume=tmp_path / "c.pt")
+        assert torch.get_num_threads() == 1 and auto.thread_choice.threads == 1
+        assert auto.thread_choice.reason.startswith("recorded by the run being resumed")
+        explicit = small_trainer(threads=2, early_stopping="train_loss")  # a count asked for always wins
+        explicit.fit(data, epochs=2, resume=tmp_path / "c.pt")
+        assert torch.get_num_threads() == 2 and explicit.thread_choice.threads == 2
+    finally:
+        torch.set_num_threads(previous)
+
+
+@pytest.mark.parametrize("threads", [0, -1, 1.5, "2", True])
+def test_a_checkpoint_with_a_thread_count_that_is_not_one_is_refused(threads) -> None:
+    trainer, data = _trainer()
+    trainer.fit(data, epochs=1)
+    state = dict(trainer.state_dict(), threads=threads)
+    with pytest.raises(CheckpointError, match="'threads' is .*not a thread count"):
+        small_trainer(threads=1).load_state_dict(state)

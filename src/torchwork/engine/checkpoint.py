@@ -54,7 +54,9 @@ class TrainerCheckpoint:
     ``counters`` (global_step, skipped_steps, epoch, batch_in_epoch); ``rng`` (every RNG stream);
     ``epoch_start_rng`` (mid-epoch: the streams that decided the epoch's order); ``loader_rng`` (at an
     epoch's end: the train loader's own generator); ``epoch_totals`` (mid-epoch: the epoch's running
-    totals); ``history`` (one record per epoch); ``callbacks`` (each callback's state, or None).
+    totals); ``history`` (one record per epoch); ``callbacks`` (each callback's state, or None);
+    ``threads`` (on the CPU, torch's thread count the run had chosen: a resume with ``threads="auto"`` keeps
+    it, so that the continuation computes as the run did; older checkpoints lack it).
     ``extra``: what was written beside these (a run folder's ``best_value`` and ``run``), kept as it was.
     """
 
@@ -72,6 +74,7 @@ class TrainerCheckpoint:
     epoch_totals: dict[str, Any] | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
     callbacks: list[Any] = field(default_factory=list)
+    threads: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ the file's dict
@@ -121,7 +124,8 @@ class TrainerCheckpoint:
                    scheduler=scheduler.state_dict() if scheduler is not None else None,
                    scaler=scaler.state_dict() if scaler is not None else None,
                    counters=trainer.state.counters(), **own, history=list(trainer.history),
-                   callbacks=[c.state_dict() if hasattr(c, "state_dict") else None for c in trainer.callbacks])
+                   callbacks=[c.state_dict() if hasattr(c, "state_dict") else None for c in trainer.callbacks],
+                   threads=_threads_in_use(trainer))
 
     def restore(self, trainer: Trainer) -> None:
         """Put this checkpoint back into ``trainer``: weights, callbacks, optimizer, scheduler, scaler, then
@@ -148,7 +152,35 @@ class TrainerCheckpoint:
         except (KeyError, TypeError, ValueError, RuntimeError) as error:
             raise CheckpointError(f"the checkpoint's optimizer, scheduler or scaler state does not fit this "
                                   f"Trainer ({type(error).__name__}: {str(error)[:200]}).") from None
+        _keep_threads(trainer, self.threads)
         world = trainer.world
         own = trainer.state.restore(self.state_dict(), world.rank, world.world_size)  # RNG streams last
         if own.get("epoch_totals"):
             trainer._totals = move_to_device(dict(own["epoch_totals"]), trainer.device)
+
+
+def _threads_in_use(trainer: Trainer) -> int | None:
+    """The thread count the run settled on (not a candidate being timed), on the CPU."""
+    if trainer.device.type != "cpu":
+        return None
+    choice = trainer.thread_choice
+    return choice.threads if choice is not None else torch.get_num_threads()
+
+
+def _keep_threads(trainer: Trainer, threads: int | None) -> None:
+    """Under ``threads="auto"``, continue with the count the run had: a count measured again on a machine
+    that is busier or quieter now would change how every reduction is split, so the resumed run would not
+    compute as the uninterrupted one. An explicit ``threads=N`` (or OMP_NUM_THREADS) always wins."""
+    from torchwork.threads import ThreadChoice, set_threads, usable_cpus
+
+    if not threads or not trainer._threads_auto:
+        return
+    trainer._threads_auto = False
+    trainer._thread_tuner = None
+    set_threads(threads)
+    trainer._thread_choice = ThreadChoice(threads, "recorded by the run being resumed; threads=N to choose "
+                                          "another", usable_cpus())
+    if trainer.progress and trainer.world.is_rank_zero:
+        import sys
+
+        print(trainer._thread_choice.describe(), file=sys.stderr, flush=True)

@@ -73,6 +73,9 @@ def _check(state: Any) -> None:
         raise _Bad("'callbacks' is not a list.")
     world = state.get("world_size", 1)
     _count(world, "'world_size'")
+    threads = state.get("threads")
+    if threads is not None and not (_integer(threads) and threads >= 1):
+        raise _Bad(f"'threads' is {_shown(threads)}, not a thread count (an integer >= 1).")
     best = state.get("best_value")
     if best is not None and not (_number(best) and math.isfinite(best)):
         raise _Bad(f"'best_value' is {_shown(best)}, not a finite number.")
