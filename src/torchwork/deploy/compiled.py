@@ -30,11 +30,10 @@ from torchwork.deploy.contents import load_examples
 from torchwork.deploy.runtime import load_pt2, torch_runner
 from torchwork.deploy.trust import safe_member
 from torchwork.deploy.verification import _rows, interleaved_samples
+from torchwork.engine.compiling import compile_batch_dynamic
 from torchwork.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from torch import nn
-
     from torchwork.deploy.loaded import LoadedArtifact
 
 SERVE_COMPILE = ("off", "on", "auto")
@@ -46,15 +45,6 @@ def compile_setting(value: str) -> str:
     if value not in SERVE_COMPILE:
         raise ConfigError(f"--compile {value!r}: choose auto, on or off.")
     return value
-
-
-def compile_module(module: nn.Module, backend: Any = "inductor") -> nn.Module:
-    """``module`` under ``torch.compile``, called with its inputs' batch dimension marked dynamic."""
-    import torch
-
-    from torchwork.engine.compiling import BatchDynamic
-
-    return BatchDynamic(torch.compile(module, backend=backend))
 
 
 def compile_artifact(artifact: LoadedArtifact, setting: str, *, rounds: int = 7,
@@ -73,7 +63,7 @@ def compile_artifact(artifact: LoadedArtifact, setting: str, *, rounds: int = 7,
     manifest = artifact.manifest
     program = load_pt2(safe_member(artifact.directory, manifest.variants["pt2"].file, "variant 'pt2'"))
     eager = torch_runner(program.module())
-    compiled = torch_runner(compile_module(program.module(), backend))
+    compiled = torch_runner(compile_batch_dynamic(program.module(), backend))
     examples = load_examples(artifact.directory, manifest)
     sizes = (manifest.static_batch,) if manifest.static_batch else TIMED_BATCHES
     started = time.perf_counter()

@@ -145,6 +145,13 @@ class BatchDynamic(nn.Module):
         return self.compiled(*args, **kwargs)
 
 
+def compile_batch_dynamic(module: nn.Module, backend: Any = "inductor", mode: str | None = None) -> nn.Module:
+    """``torch.compile(module)`` called with its inputs' batch dimension marked dynamic (:class:`BatchDynamic`):
+    what the Trainer trains with by default, and what ``torchwork verify --compile`` and ``torchwork serve
+    --compile`` run."""
+    return BatchDynamic(torch.compile(module, backend=backend, mode=mode))
+
+
 def _snapshot(model: nn.Module) -> dict[str, Any]:
     state = {k: v.detach().clone() for k, v in model.state_dict(keep_vars=True).items()}
     grads = [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
@@ -182,8 +189,9 @@ class Compiler:
 
     def _compile(self, module: nn.Module) -> nn.Module:
         options = self.options
-        compiled = torch.compile(module, backend=options.backend, mode=options.mode, dynamic=options.dynamic)
-        return BatchDynamic(compiled) if options.dynamic is None else compiled
+        if options.dynamic is None:
+            return compile_batch_dynamic(module, options.backend, options.mode)
+        return torch.compile(module, backend=options.backend, mode=options.mode, dynamic=options.dynamic)
 
     def choose(self, module: nn.Module, model: nn.Module, fwd_bwd: Callable[[nn.Module], Any],
                steps_done: int, synchronize: Callable[[], None] = lambda: None) -> nn.Module:
