@@ -143,7 +143,8 @@ def minilm_inference(top: nn.Module, inputs: tuple[torch.Tensor, torch.Tensor], 
     from torchwork.engine.compiling import compile_batch_dynamic
 
     top.eval()
-    export(top, (inputs[0][:8], inputs[1][:8]), root / "minilm", formats=("pt2", "onnx"), verify_rounds=2)
+    export(top, (inputs[0][:8], inputs[1][:8]), root / "minilm", formats=("pt2", "onnx"), dynamic_length=False,
+           verify_rounds=2)
     runners = {"eager": torch_runner(top), "compiled": torch_runner(compile_batch_dynamic(top)),
                "onnxruntime": load_artifact(root / "minilm", "onnx", threads=1).run_model}
     out: dict = {}

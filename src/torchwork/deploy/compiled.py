@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
@@ -81,7 +82,7 @@ def compile_artifact(artifact: LoadedArtifact, setting: str, *, rounds: int = 7,
         once = time.perf_counter()
         eager(batch)
         repeat = max(1, min(200, math.ceil(0.02 / max(time.perf_counter() - once, 1e-6))))  # samples of ~20 ms
-        samples = interleaved_samples({"eager": lambda b=batch: eager(b), "compiled": lambda b=batch: compiled(b)},
+        samples = interleaved_samples({"eager": functools.partial(eager, batch), "compiled": functools.partial(compiled, batch)},
                                       rounds, repeat=repeat, settle_s=0.0)
         eager_s, compiled_s = statistics.median(samples["eager"]), statistics.median(samples["compiled"])
         noise = max(spread(samples["eager"]), spread(samples["compiled"]))

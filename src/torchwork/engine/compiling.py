@@ -48,7 +48,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -135,7 +135,9 @@ class BatchDynamic(nn.Module):
     batch size, the short last batch included). It holds the compiled module without registering it, so its
     own ``state_dict()`` is empty and nothing of it reaches a checkpoint."""
 
-    def __init__(self, compiled: nn.Module) -> None:
+    compiled: Callable[..., Any]
+
+    def __init__(self, compiled: Callable[..., Any]) -> None:
         super().__init__()
         self.__dict__["compiled"] = compiled  # not a submodule: the model's names stay the model's
 
@@ -191,7 +193,8 @@ class Compiler:
         options = self.options
         if options.dynamic is None:
             return compile_batch_dynamic(module, options.backend, options.mode)
-        return torch.compile(module, backend=options.backend, mode=options.mode, dynamic=options.dynamic)
+        return cast(nn.Module, torch.compile(module, backend=options.backend, mode=options.mode,
+                                             dynamic=options.dynamic))
 
     def choose(self, module: nn.Module, model: nn.Module, fwd_bwd: Callable[[nn.Module], Any],
                steps_done: int, synchronize: Callable[[], None] = lambda: None) -> nn.Module:

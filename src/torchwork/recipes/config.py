@@ -28,7 +28,7 @@ from torchwork.errors import ConfigError
 
 C = TypeVar("C")
 EXPORT_FORMATS = ("pt2", "onnx", "torchscript")
-COMPILE_CHOICES = {"auto": "auto", "true": True, "on": True, "yes": True, "false": False, "off": False, "no": False}
+COMPILE_CHOICES: dict[str, bool | str] = {"auto": "auto", "true": True, "on": True, "yes": True, "false": False, "off": False, "no": False}
 
 # Names people bring from other libraries -> torchwork's setting; suggested when the setting exists.
 ALIASES = {
