@@ -128,6 +128,9 @@ def _verify_arguments(parser: argparse.ArgumentParser) -> None:
                              "'native': load a pt2-aoti variant (a native library)")
     parser.add_argument("--cpp", action="store_true",
                         help="also build the C++ runner against the torch wheel's libtorch and add a cpp row")
+    parser.add_argument("--compile", action="store_true",
+                        help="also run the eager reference under torch.compile and add a compiled row "
+                             "(parity, speed, compile seconds; served by torchwork serve --compile)")
 
 def _doctor_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true",

@@ -182,3 +182,22 @@ def test_auto_trains_on_in_eager_when_compiling_fails(tmp_path):
     record = _manifest(tmp_path)["compile"]
     assert record["compiled"] is False and "compiling failed" in record["reason"]
     assert "no C++ compiler on this machine" in record["reason"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dynamic, most_recompiles", [(None, 0), (False, 1)])
+def test_recompiles_stay_at_most_one_per_batch_bucket_over_epochs_with_a_short_last_batch(
+        tmp_path, dynamic, most_recompiles):
+    # 40 rows in batches of 16: 16, 16 and a short 8 every epoch. The default marks the batch dimension
+    # dynamic, so one graph serves both sizes; dynamic=False compiles one graph per size (two buckets).
+    # threads=1: Dynamo also guards on torch's thread count, which threads="auto" would try several of.
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(40, 8, generator=g), torch.randn(40, 1, generator=g)
+    batches = [(x[i:i + 16], y[i:i + 16]) for i in range(0, 40, 16)]
+    assert [len(b[0]) for b in batches] == [16, 16, 8]
+    trainer = _trainer(_model(), compile=CompileOptions(True, backend="eager", dynamic=dynamic),
+                       run_dir=tmp_path, threads=1)
+    trainer.fit(batches, epochs=3)
+    record = _manifest(tmp_path)["compile"]
+    assert record["compiled"] is True and record["recompile_limit_hit"] == []
+    assert record["recompiles"] == most_recompiles, record["recompiled_functions"]

@@ -23,6 +23,7 @@ def test_yaml_config_and_overrides(tmp_path):
     ("epochs=0", "must be >= 1"),
     ("chars=maybe", "expected true or false"),
     ("precision=fp8", "precision='fp8'"),
+    ("compile=fast", "compile='fast': use auto, true or false"),
     ("export_formats=onnx,tflite", "tflite"),
     ("epochs", "key=value"),
 ])
@@ -68,6 +69,19 @@ def test_bad_files_and_recipes(tmp_path):
 def test_every_bad_value_is_refused_naming_only_itself(assignments, message):
     with pytest.raises(ConfigError, match=message):
         resolve("sentiment", assignments)
+
+
+def test_compile_is_a_recipe_setting_read_from_yaml_and_set_as_the_trainer_takes_it(tmp_path):
+    from torchwork.recipes.config import compile_choice
+
+    path = tmp_path / "exp.yaml"
+    for recipe in ("sentiment", "fashion"):
+        assert compile_choice(resolve(recipe)[1].compile) is False  # eager unless asked: compiling loses here
+        for written, meant in (("true", True), ("auto", "auto"), ("off", False)):
+            path.write_text(f"recipe: {recipe}\ncompile: {written}\n")
+            assert compile_choice(resolve(str(path))[1].compile) == meant
+    with pytest.raises(ConfigError, match="compile='1.5'"):
+        resolve("fashion", ["compile=1.5"])
 
 
 def test_yaml_overflow_and_booleans_are_config_errors(tmp_path):

@@ -146,6 +146,6 @@ def cli_verify(args: argparse.Namespace) -> int:
     with showing_progress("verify"):
         report = verify(args.artifact, variants=variants, rounds=args.rounds, threads=args.threads,
                         tolerance=args.tolerance, atol=args.atol, rtol=args.rtol, trust=tuple(args.trust),
-                        cpp=args.cpp)
+                        cpp=args.cpp, compile=args.compile)
     print(json.dumps(report, indent=2, default=str) if args.json else format_report(report))
     return 0 if report["ok"] else 1

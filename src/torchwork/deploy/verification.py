@@ -152,7 +152,7 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
            variants: Sequence[str] | None = None, atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL,
            tolerance: float = 0.01, rounds: int = 20, threads: int | None = None, torch_ao: bool = False,
            trust: Iterable[str] = (), cpp: bool = False,
-           cpp_cache: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+           cpp_cache: str | os.PathLike[str] | None = None, compile: bool = False) -> dict[str, Any]:
     """Compare every variant of an artifact with eager on real inputs; ``report["ok"]`` is False on failure.
 
     Args:
@@ -169,6 +169,9 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
             ``"native"``: load a ``pt2-aoti`` variant (a native library) without naming it in ``variants``.
         cpp: also build the C++ runner (cached in ``cpp_cache``, see :mod:`torchwork.deploy.cpp_runner`), run
             the artifact's ``pt2-aoti`` (else TorchScript) variant with it and add a ``cpp`` row.
+        compile: also run the reference under ``torch.compile`` (Inductor, batch dimension dynamic) and add a
+            ``compiled`` row: parity and speed against eager, its compile seconds. It is not a file of the
+            artifact, so it is never the one to deploy (``torchwork serve --compile`` serves it).
     """
     import torch
 
@@ -216,7 +219,18 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
             runners["torch-ao-int8"] = torch_runner(torch_dynamic_int8(reference_module))
             kinds["torch-ao-int8"] = "comparison"
         static_batch = manifest.static_batch
+        compile_seconds, failed = None, None
+        if compile:
+            try:
+                runners["compiled"], compile_seconds = _compiled_runner(reference_module, model_inputs, static_batch)
+                kinds["compiled"] = "compiled"
+            except Exception as error:  # noqa: BLE001 - whatever the backend raises is the row's finding
+                failed = {"kind": "compiled", "ok": False, "problem": f"torch.compile failed: {first_line(error)}"}
         report = _measure(runners, kinds, model_inputs, targets, atol, rtol, tolerance, rounds, static_batch)
+        if compile_seconds is not None:
+            report["variants"]["compiled"]["compile_seconds"] = compile_seconds
+        if failed is not None:
+            report["variants"]["compiled"] = failed
         if cpp:
             report["variants"]["cpp"] = _cpp_row(root, manifest, runners[reference_name], report, model_inputs,
                                                  targets, atol, rtol, rounds, threads, cpp_cache)
@@ -233,7 +247,7 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
     for name, reason in reasons.items():
         report["variants"][name]["choice"] = reason
     report.update(
-        ok=all(r["ok"] for r in report["variants"].values() if r["kind"] != "comparison"),
+        ok=all(r["ok"] for r in report["variants"].values() if r["kind"] not in ("comparison", "compiled")),
         artifact=str(root), reference=reference_label,
         inputs={"source": source, "count": int(model_inputs[0].shape[0]), "preprocessed": preprocess is not None,
                 "targets": targets is not None},
@@ -245,6 +259,18 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
                     f"more than the spread (IQR) of >= {MIN_TIMING_ROUNDS} timing rounds",
         refused_at_export=manifest.refused, advice=manifest.advice, not_loaded=skipped)
     return report
+
+
+def _compiled_runner(module: Any, inputs: tuple[Any, ...], static_batch: int | None) -> tuple[Runner, float]:
+    """The reference under torch.compile, and the seconds its first calls (batch 1 and 64) took to compile."""
+    from torchwork.engine.compiling import compile_batch_dynamic
+
+    run = torch_runner(compile_batch_dynamic(module))
+    progress.stage("compiling the reference with torch.compile (Inductor)")
+    started = time.perf_counter()
+    for size in (static_batch,) if static_batch else (1, 64):
+        run(_rows(inputs, size))
+    return run, time.perf_counter() - started
 
 
 def _cpp_row(root: Path, manifest: Manifest, reference: Runner, report: dict[str, Any], inputs: tuple[Any, ...],
@@ -279,7 +305,7 @@ def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[An
         row.update(max_abs=found["max_abs"], max_rel=found["max_rel"], top1_agreement=found["top1_agreement"])
         if targets is not None and outputs[0].ndim == 2:
             row["accuracy"] = float((outputs[0].argmax(dim=1) == targets).double().mean())
-        if kinds[name] == "exact" or kinds[name] == "reference":
+        if kinds[name] in ("exact", "reference", "compiled"):
             row.update(ok=found["ok"], problem=found.get("problem"))
         else:
             row.update(_within_tolerance(row, rows[reference_name], found, tolerance))
@@ -365,6 +391,10 @@ def format_report(report: dict[str, Any]) -> str:
     for name, row in report["variants"].items():
         if row.get("problem") and not row.get("choice"):
             out.append(f"{name}: {row['problem']}")
+    compiled = report["variants"].get("compiled")
+    if compiled and compiled.get("compile_seconds") is not None:
+        out.append(f"compiled: the reference under torch.compile (not a file of the artifact; torchwork serve "
+                   f"--compile serves it); compiling took {compiled['compile_seconds']:.1f} s")
     cpp = report["variants"].get("cpp")
     if cpp and cpp.get("runs"):
         out.append(f"cpp: the C++ runner (torchwork-run, no Python) on the {cpp['runs']} variant; its build "

@@ -15,6 +15,15 @@ compiled, the graph breaks (with the user's file:line and the reason) and the re
 and whether ``torch._dynamo.config.recompile_limit`` made the frame fall back to eager) are recorded and
 written to the run's ``manifest.json`` under ``"compile"``.
 
+Shapes are bucketed so that recompiles stay at most one per bucket: with ``dynamic=None`` (the default) the
+batch dimension of every tensor the compiled model is called with is marked dynamic
+(``torch._dynamo.maybe_mark_dynamic``) before the call, so the first graph already serves every batch size
+and an epoch's short last batch costs no recompile (each recompile costs about the compile seconds again).
+Other dimensions (a text model's length) are left to the loader's buckets (``torchwork.data`` length
+buckets): Dynamo compiles the first length statically and, at the second, once more with that dimension
+dynamic. A batch of one row is the exception Dynamo makes (sizes 0 and 1 are always specialised): one more
+graph. ``dynamic=False`` keeps every shape static (a graph per batch size), ``dynamic=True`` makes all dynamic.
+
 Example:
     >>> plan = CompileOptions.of("auto")
     >>> plan.enabled, plan.backend
@@ -36,10 +45,10 @@ import math
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -107,6 +116,44 @@ def decide(eager: Sequence[float], compiled: Sequence[float], compile_seconds: f
                   "model is compiled"), figures
 
 
+def mark_batch_dynamic(value: Any) -> None:
+    """Mark dimension 0 of every tensor in ``value`` (a tensor, or tuples, lists and dicts of them) dynamic
+    for ``torch.compile``, when it has one (a scalar or a batch of one row is left as it is)."""
+    if isinstance(value, torch.Tensor):
+        if value.ndim and value.shape[0] > 1:
+            torch._dynamo.maybe_mark_dynamic(value, 0)
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            mark_batch_dynamic(item)
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            mark_batch_dynamic(item)
+
+
+class BatchDynamic(nn.Module):
+    """A compiled module called with the batch dimension of its inputs marked dynamic (one graph for every
+    batch size, the short last batch included). It holds the compiled module without registering it, so its
+    own ``state_dict()`` is empty and nothing of it reaches a checkpoint."""
+
+    compiled: Callable[..., Any]
+
+    def __init__(self, compiled: Callable[..., Any]) -> None:
+        super().__init__()
+        self.__dict__["compiled"] = compiled  # not a submodule: the model's names stay the model's
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        mark_batch_dynamic(args)
+        mark_batch_dynamic(kwargs)
+        return self.compiled(*args, **kwargs)
+
+
+def compile_batch_dynamic(module: nn.Module, backend: Any = "inductor", mode: str | None = None) -> nn.Module:
+    """``torch.compile(module)`` called with its inputs' batch dimension marked dynamic (:class:`BatchDynamic`):
+    what the Trainer trains with by default, and what ``torchwork verify --compile`` and ``torchwork serve
+    --compile`` run."""
+    return BatchDynamic(torch.compile(module, backend=backend, mode=mode))
+
+
 def _snapshot(model: nn.Module) -> dict[str, Any]:
     state = {k: v.detach().clone() for k, v in model.state_dict(keep_vars=True).items()}
     grads = [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
@@ -144,7 +191,10 @@ class Compiler:
 
     def _compile(self, module: nn.Module) -> nn.Module:
         options = self.options
-        return torch.compile(module, backend=options.backend, mode=options.mode, dynamic=options.dynamic)
+        if options.dynamic is None:
+            return compile_batch_dynamic(module, options.backend, options.mode)
+        return cast(nn.Module, torch.compile(module, backend=options.backend, mode=options.mode,
+                                             dynamic=options.dynamic))
 
     def choose(self, module: nn.Module, model: nn.Module, fwd_bwd: Callable[[nn.Module], Any],
                steps_done: int, synchronize: Callable[[], None] = lambda: None) -> nn.Module:

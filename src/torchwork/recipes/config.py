@@ -28,6 +28,7 @@ from torchwork.errors import ConfigError
 
 C = TypeVar("C")
 EXPORT_FORMATS = ("pt2", "onnx", "torchscript")
+COMPILE_CHOICES: dict[str, bool | str] = {"auto": "auto", "true": True, "on": True, "yes": True, "false": False, "off": False, "no": False}
 
 # Names people bring from other libraries -> torchwork's setting; suggested when the setting exists.
 ALIASES = {
@@ -174,6 +175,23 @@ def check_settings(config: Any, *, at_least: dict[str, float] | None = None,
             problems.append(f"{name}={value}: choose one or more of {', '.join(choices)}")
     if problems:
         raise ConfigError("; ".join(problems) + ".")
+
+
+def compile_choice(value: Any) -> bool | str:
+    """A recipe's ``compile`` setting as the Trainer's ``compile=``: ``True``, ``False`` or ``"auto"``.
+
+    Example:
+        >>> compile_choice("auto"), compile_choice("True"), compile_choice("off")
+        ('auto', True, False)
+        >>> compile_choice("fast")
+        Traceback (most recent call last):
+        ...
+        torchwork.errors.ConfigError: compile='fast': use auto, true or false.
+    """
+    choice = COMPILE_CHOICES.get(str(value).strip().lower())
+    if choice is None:
+        raise ConfigError(f"compile={value!r}: use auto, true or false.")
+    return choice
 
 
 def parse_assignments(assignments: list[str]) -> dict[str, str]:

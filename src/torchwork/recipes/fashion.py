@@ -23,7 +23,7 @@ import dataclasses
 import time
 from typing import Any
 
-from torchwork.recipes.config import EXPORT_FORMATS, check_settings
+from torchwork.recipes.config import EXPORT_FORMATS, check_settings, compile_choice
 
 
 @dataclasses.dataclass
@@ -38,6 +38,9 @@ class FashionConfig:
     patience: int = 2
     export_formats: tuple[str, ...] = ("pt2", "onnx")
     threads: int = 0
+    # torch.compile the training step: false (eager, the default: on a CPU like this one compiling loses),
+    # true, or auto (compiled only when a measurement on this machine says it pays over the run's steps)
+    compile: str = "false"
     eval_subset: int = 0  # evaluate on this many test images (0: all); the pretrained model validates on as many
     pretrained: bool = False  # also fine-tune EfficientNet-Lite0 (frozen backbone) and compare
     pretrained_size: int = 64  # images are resized to this for EfficientNet
@@ -49,6 +52,7 @@ class FashionConfig:
                                        "seed": 0, "eval_subset": 0, "pretrained_epochs": 1, "pretrained_size": 32},
                        above={"lr": 0, "pretrained_lr": 0}, some_of={"export_formats": EXPORT_FORMATS},
                        zero_or_at_least={"subset": (100, "ten images of each of the ten classes")})
+        compile_choice(self.compile)
 
 
 def say(text: str = "") -> None:
@@ -124,7 +128,7 @@ def run(config: FashionConfig, serve: bool = False) -> dict[str, Any]:
     test_loader = loader(test, 512, num_workers=0)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
     trainer = Trainer(model, optimizer, nn.CrossEntropyLoss(), device="cpu", clip_grad_norm=5.0,
-                      threads=config.threads or "auto",
+                      threads=config.threads or "auto", compile=compile_choice(config.compile),
                       metrics={"accuracy": accuracy}, epoch_metrics={"macro_f1": macro_f1},
                       early_stopping=EarlyStopping("val_accuracy", mode="max", patience=config.patience),
                       run_dir=config.run_dir, config=dataclasses.asdict(config))
@@ -215,7 +219,7 @@ def pretrained_comparison(config: FashionConfig, dataset: Any, train: Any, test:
     say(plan.table())
     optimizer = torch.optim.AdamW(plan)
     trainer = Trainer(head, optimizer, nn.CrossEntropyLoss(), device="cpu", metrics={"accuracy": accuracy},
-                      threads=config.threads or "auto",
+                      threads=config.threads or "auto", compile=compile_choice(config.compile),
                       epoch_metrics={"macro_f1": macro_f1},
                       early_stopping=EarlyStopping("val_accuracy", mode="max", patience=config.patience + 1),
                       run_dir=str(run_path / "pretrained"), tensorboard=False,

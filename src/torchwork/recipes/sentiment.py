@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any
 
-from torchwork.recipes.config import EXPORT_FORMATS, check_settings
+from torchwork.recipes.config import EXPORT_FORMATS, check_settings, compile_choice
 from torchwork.recipes.sentiment_shared import choose_precision, precision_words, stratified_subset
 from torchwork.recipes.sentiment_transformer import STRATEGIES
 
@@ -52,6 +52,9 @@ class SentimentConfig:
     transformer_precision: str = "auto"  # the transformer's: auto (measured, or `precision` when set) | 32 | bf16
     export_formats: tuple[str, ...] = ("pt2", "onnx")
     quantize: bool = True
+    # torch.compile the training step: false (eager, the default: on a CPU like this one compiling loses),
+    # true, or auto (compiled only when a measurement on this machine says it pays over the run's steps)
+    compile: str = "false"
     threads: int = 0  # torch threads (0: auto, chosen for the machine as it is and re-checked; N: exactly N)
     # The model to serve: "ngram" (above, minutes) or "transformer" (MiniLM fine-tuned, below; the n-gram
     # model is then trained too, for the side-by-side comparison).
@@ -89,6 +92,7 @@ class SentimentConfig:
                        some_of={"export_formats": EXPORT_FORMATS},
                        zero_or_at_least={"subset": (MIN_SUBSET, "fewer rows per split leave too few tweets of "
                                                     "the rarest class, positive, to train on and to score")})
+        compile_choice(self.compile)
         from torchwork.recipes.sentiment_transformer import validate_settings
 
         validate_settings(self)  # the upper bounds
@@ -176,7 +180,7 @@ def fit_ngram(config: SentimentConfig, train: Any, validation: Any, classes: lis
     scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=config.lr,
                                                     total_steps=config.epochs * len(train_loader))
     trainer = Trainer(model, optimizer, loss_fn, scheduler, device="cpu", precision=precision,
-                      threads=config.threads or "auto",
+                      threads=config.threads or "auto", compile=compile_choice(config.compile),
                       clip_grad_norm=config.clip_grad_norm, epoch_metrics={"macro_f1": macro_f1},
                       early_stopping=EarlyStopping("val_macro_f1", mode="max", patience=config.patience),
                       callbacks=callbacks, run_dir=config.run_dir, data_splits=data_splits or {},

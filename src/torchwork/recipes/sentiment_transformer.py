@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from torchwork.errors import ConfigError
+from torchwork.recipes.config import compile_choice
 
 STRATEGIES = ("auto", "cached", "full")
 FULL_BUDGET_S = 300.0  # whole fine-tuning is always affordable under this estimate
@@ -334,7 +335,7 @@ def train_transformer(config: Any, train: Any, validation: Any, test: Any, class
     factor = warmup_decay(total_steps, config.warmup)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     trainer = Trainer(trained, optimizer, loss_fn, scheduler, device=device, precision=precision,
-                      threads=config.threads or "auto",
+                      threads=config.threads or "auto", compile=compile_choice(config.compile),
                       clip_grad_norm=config.clip_grad_norm, epoch_metrics={"macro_f1": macro_f1},
                       early_stopping=EarlyStopping("val_macro_f1", mode="max", patience=config.transformer_patience),
                       run_dir=run_dir, config={**dataclasses.asdict(config), "strategy": strategy,

@@ -33,6 +33,7 @@ Example:
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -61,6 +62,7 @@ class ArtifactPredictor(ModelPredictor):
         self.variant: str = artifact.variant
         self._schema: list[TensorSpec] = manifest.inputs
         self.static_batch: int | None = artifact.static_batch
+        self.compile_decision: dict[str, Any] | None = None  # torchwork.deploy.compiled's, when asked
         labels = artifact.labels
         width = manifest.outputs[0].shape[-1] if manifest.outputs and manifest.outputs[0].shape else None
         if labels is not None and isinstance(width, int) and width != len(labels):
@@ -148,11 +150,12 @@ class ArtifactPredictor(ModelPredictor):
 
 
 def predictor_from_artifact(directory: str | os.PathLike[str], variant: str | None = None, *,
-                            threads: int | None = None) -> ArtifactPredictor:
+                            threads: int | None = None, compile: str = "off") -> ArtifactPredictor:
     """The predictor of an artifact folder written by ``torchwork.deploy.export``.
 
     ``variant`` picks the model file (default: the one the manifest marks to deploy, else ONNX, then pt2);
-    ``threads`` is ONNX Runtime's compute threads (default: as configured for the server). Raises
+    ``threads`` is ONNX Runtime's compute threads (default: as configured for the server); ``compile``
+    (``"off"``, ``"on"`` or ``"auto"``) compiles the pt2 program (:mod:`torchwork.deploy.compiled`). Raises
     :class:`~torchwork.errors.ExportError` when the folder is not a complete, unmodified artifact.
     """
     try:
@@ -170,5 +173,14 @@ def predictor_from_artifact(directory: str | os.PathLike[str], variant: str | No
                           "namespace. An artifact is untrusted data, so torchwork serve imports only torchwork "
                           "classes. If you trust it, serve it with --factory module:function returning "
                           "torchwork.serve.ArtifactPredictor(torchwork.deploy.load_artifact(dir, trust=(...,))).")
-    return ArtifactPredictor(load_artifact(folder, variant, threads=threads or default_threads()))
+    loaded = load_artifact(folder, variant, threads=threads or default_threads())
+    decision = None
+    if compile != "off":
+        from torchwork.deploy.compiled import compile_artifact
+
+        decision = compile_artifact(loaded, compile)
+        print(f"torchwork serve: compile={compile} for {folder}: {decision['reason']}", file=sys.stderr, flush=True)
+    predictor = ArtifactPredictor(loaded)
+    predictor.compile_decision = decision
+    return predictor
 

@@ -162,13 +162,18 @@ def check_not_a_run_folder(folder: str) -> None:
     raise ConfigError(f"{path} is a training run folder, not an exported artifact; {advice}.")
 
 
-def load_predictor(artifact: str, factory: str | None = None, variant: str | None = None) -> ServedModel:
+def load_predictor(artifact: str, factory: str | None = None, variant: str | None = None,
+                   compile: str = "off") -> ServedModel:
     """``factory`` ("module:function") called with ``artifact``, or the artifact's own predictor (running
-    ``variant``, default the one its manifest marks to deploy)."""
+    ``variant``, default the one its manifest marks to deploy; its pt2 program compiled as ``compile``,
+    ``"auto" | "on" | "off"``, says: :mod:`torchwork.deploy.compiled`)."""
     if factory is None:
         from torchwork.serve.artifact import predictor_from_artifact
 
-        return predictor_from_artifact(artifact, variant)
+        return predictor_from_artifact(artifact, variant, compile=compile)
+    if compile != "off":
+        raise ConfigError("--compile compiles an artifact's pt2 program; with --factory your function builds "
+                          "the predictor, so compile there (or leave --compile off).")
     if variant is not None:
         raise ConfigError("--variant picks a model file of an exported artifact; with --factory your function "
                           "builds the predictor, so choose the model there.")
@@ -201,6 +206,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="serve the predictor FUNCTION(ARTIFACT) returns instead of the artifact's own")
     parser.add_argument("--variant", choices=sorted(VARIANT_FILES), default=None,
                         help="the artifact's model file to run (default: the one its manifest marks to deploy)")
+    parser.add_argument("--compile", choices=["auto", "on", "off"], default="off",
+                        help="torch.compile the artifact's pt2 program (served with --variant pt2): on; auto, "
+                             "only when eager and compiled timed at batch 1 and 32 say compiled wins beyond the "
+                             "spread; off, as exported (default)")
     parser.add_argument("--name", default=None,
                         help="the model's name in the Open Inference Protocol's routes, /v2/models/NAME/infer "
                              "(default: the artifact folder's name, or its run folder's for RUN/artifact)")
@@ -298,12 +307,12 @@ def cli_main(args: argparse.Namespace) -> int:
             return None
         from torchwork.serve.model_process import ModelProcess
 
-        return ModelProcess(load_predictor, folder, args.factory, args.variant, threads=config.threads,
+        return ModelProcess(load_predictor, folder, args.factory, args.variant, args.compile, threads=config.threads,
                             nice=args.model_nice)
 
     if len(sources) == 1 and sources[0][2] is None:
         name, folder, _ = sources[0]
-        serve(load_predictor(folder, args.factory, args.variant), config, process_for(folder), name=name, keys=keys)
+        serve(load_predictor(folder, args.factory, args.variant, args.compile), config, process_for(folder), name=name, keys=keys)
         return 0
     from torchwork.serve.repository import ModelSpec, version_folder, versions_in
 
@@ -313,14 +322,14 @@ def cli_main(args: argparse.Namespace) -> int:
         if root is not None:
             def reload(version: str | None, name: str = name, root: Path = root) -> tuple[str, Any, Any]:
                 found, path = version_folder(root, name, version)
-                return found, load_predictor(str(path), args.factory, args.variant), process_for(str(path))
+                return found, load_predictor(str(path), args.factory, args.variant, args.compile), process_for(str(path))
         version = Path(folder).name if root is not None else "1"
         newest = None
         if root is not None:
             def newest(name: str = name, root: Path = root) -> str | None:
                 versions = versions_in(root / name)
                 return versions[-1] if versions else None
-        specs.append(ModelSpec(name, version, load_predictor(folder, args.factory, args.variant),
+        specs.append(ModelSpec(name, version, load_predictor(folder, args.factory, args.variant, args.compile),
                                process_for(folder), reload, newest))
     serve(None, config, keys=keys, models=specs)
     return 0
