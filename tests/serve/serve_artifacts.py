@@ -92,14 +92,15 @@ def digits() -> tuple[torch.Tensor, torch.Tensor]:
     return images, torch.from_numpy(data.target.astype("int64"))
 
 
-def build_digits_artifact(out: Path) -> DigitsArtifact:
-    """A digits CNN trained on 1,500 images, exported (pt2, ONNX) with the other 297 held out."""
+def build_digits_artifact(out: Path, seed: int = 0) -> DigitsArtifact:
+    """A digits CNN trained on 1,500 images (weights drawn with ``seed``), exported (pt2, ONNX) with the other
+    297 held out."""
     from torchwork.deploy import export
 
     threads = _few_threads()
     try:
         images, targets = digits()
-        torch.manual_seed(0)
+        torch.manual_seed(seed)
         model = train_briefly(DigitsCNN(), (images[:1500],), targets[:1500], steps=60)
         export(model, images[:4], out, formats=("pt2", "onnx"), labels=DIGIT_LABELS, samples=images[1500:],
                targets=targets[1500:], verify_rounds=2)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -175,17 +176,21 @@ def create_app(predictor: ServedModel | None, config: ServeConfig | None = None,
         check_name(spec.version, "version")
     if len({spec.name for spec in specs}) != len(specs):
         raise ConfigError(f"model names {[spec.name for spec in specs]}: each model needs its own name")
-    limits = Limits(max_items=config.max_items, max_text_length=config.max_text_length)
+    # Each model's own settings (batch size, payload size, queue...) over the server's, checked as ServeConfig
+    # checks them; the connection guard and keys are the server's.
+    configs = {spec.name: dataclasses.replace(config, **spec.limits) if spec.limits else config for spec in specs}
     guard = ConnectionGuard(head_timeout_s=config.head_timeout_s, body_timeout_s=config.body_timeout_s,
                             idle_timeout_s=config.idle_timeout_s, max_connections=config.max_connections)
     slots: dict[str, Slot] = {}
 
     def new_state(spec_name: str, spec_version: str, served: ServedModel, process: ModelProcess | None,
                   metrics: ServerMetrics) -> _State:
-        return _State(served, config, process, V2Model(spec_name, spec_version, served, limits), metrics)
+        own = configs[spec_name]
+        limits = Limits(max_items=own.max_items, max_text_length=own.max_text_length)
+        return _State(served, own, process, V2Model(spec_name, spec_version, served, limits), metrics)
 
     for spec in specs:
-        slot_metrics = _slot_metrics(config.max_batch_size, slots, spec.name)
+        slot_metrics = _slot_metrics(configs[spec.name].max_batch_size, slots, spec.name)
         slots[spec.name] = Slot(spec.name, new_state(spec.name, spec.version, spec.predictor, spec.model_process,
                                                      slot_metrics), slot_metrics, spec.reload, spec.newest)
     single = next(iter(slots.values())) if len(slots) == 1 else None
@@ -207,7 +212,7 @@ def create_app(predictor: ServedModel | None, config: ServeConfig | None = None,
 
     async def reload(slot_name: str, version_name: str | None) -> str:
         slot = slots[slot_name]
-        return await slot.swap(version_name, lambda v, p, m: start(v, p, m, slot), config.timeout_s)
+        return await slot.swap(version_name, lambda v, p, m: start(v, p, m, slot), configs[slot_name].timeout_s)
 
     def reload_all() -> None:
         if keys is not None:
@@ -232,7 +237,7 @@ def create_app(predictor: ServedModel | None, config: ServeConfig | None = None,
         # uvicorn has already let in-flight requests finish; end the batchers after anything left.
         for slot in slots.values():
             await asyncio.gather(*slot.retiring, return_exceptions=True)
-            await slot.state.batcher.shutdown(config.timeout_s)
+            await slot.state.batcher.shutdown(configs[slot.name].timeout_s)
 
     description = ", ".join(f"{spec.name} ({spec.predictor.kind} input)" for spec in specs)
     # The docs page loads Swagger UI from a public CDN (a third party's code in the operator's browser, broken
@@ -307,7 +312,7 @@ def create_app(predictor: ServedModel | None, config: ServeConfig | None = None,
         assert single is not None  # the route is there only for a single model
         if not single.state.ready.is_set():
             return error(503, "the model is still warming up; retry shortly", retry_after=1)
-        body = await read_body(request, config.max_body_bytes)
+        body = await read_body(request, single.state.config.max_body_bytes)
         if isinstance(body, str):
             status = 400 if body.startswith("header") else 413
             return error(status, body)
@@ -344,7 +349,7 @@ def create_app(predictor: ServedModel | None, config: ServeConfig | None = None,
                                (504, "not answered within the server's timeout")]}
         app.add_api_route(
             "/predict", counted(handle, "/predict"), methods=["POST"], summary="Predict a batch of items",
-            description=f"Body: {{\"inputs\": [item, ...]}} with 1 to {config.max_items} items. Answers "
+            description=f"Body: {{\"inputs\": [item, ...]}} with 1 to {single.state.config.max_items} items. Answers "
                         "{\"predictions\": [...]}, one per item in order"
                         + (", each with the label and the probability of every class." if served.labels
                            else ", each with the model's output."),
