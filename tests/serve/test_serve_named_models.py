@@ -36,7 +36,7 @@ def named(artifacts, tmp_path_factory: pytest.TempPathFactory):
     server = ServerProcess([f"alpha={root / 'alpha'}", f"beta={root / 'beta'}"], None, "--enable-model-control",
                            "--api-key-file", str(keys), "--max-batch-size", "8",
                            "--model-limit", "alpha:max-batch-size=2", "--model-limit", "alpha:max-items=2",
-                           "--model-limit", "alpha:max-body-bytes=2048", log_dir=root, key=KEY)
+                           "--model-limit", "alpha:max-body-bytes=2048", "--threads", "auto", log_dir=root, key=KEY)
     try:
         yield server, root
     finally:
@@ -90,6 +90,16 @@ def test_each_model_has_its_own_limits_and_metrics(named, artifacts):
     assert 'torchwork_batch_size_bucket{model="beta",le="8"}' in metrics
     assert metric_value(metrics, 'torchwork_requests_total{model="alpha",status="413"}') == 1
     assert metric_value(metrics, 'torchwork_requests_total{model="beta",status="200"}') == 2
+
+
+def test_each_model_process_chose_its_threads_and_said_why(named):
+    server, _ = named
+    from torchwork.threads import usable_cpus
+
+    for name in ("alpha", "beta"):
+        line = next(line for line in server.lines if f"model {name}: the model process" in line)
+        count = int(line.split(" runs ")[1].split()[0])
+        assert 1 <= count <= usable_cpus() and f"(auto: {usable_cpus()} usable CPU" in line, line
 
 
 def test_a_named_artifact_reloads_from_its_own_folder(named, artifacts):

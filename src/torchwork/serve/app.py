@@ -74,9 +74,14 @@ class _State:
         self.run_batch = lambda items: fragments(predictor.predict_batch(items))
         options: dict[str, Any] = {"max_batch_size": config.max_batch_size, "max_wait_s": config.max_wait_ms / 1000,
                    "max_queue": config.max_queue, "cost": request_cost(predictor)}
+        # A predictor that holds no model (its tokenizer is loaded in the model process only) never runs here.
+        self.remote_only = bool(getattr(predictor, "runs_in_model_process", False))
+        if self.remote_only and model_process is None:
+            raise ConfigError(f"{getattr(predictor, 'name', predictor)} runs in a model process only; serve it "
+                              "with one (--model-process)")
         self.batcher: Batching = (Batcher(self.run_batch, answer, **options) if model_process is None else
                                  ProcessBatcher(model_process, answer, run_inline=self.run_batch,
-                                                pack=_packer(predictor), **options))
+                                                pack=_packer(predictor), inline=not self.remote_only, **options))
         self.metrics = metrics
         self.batcher.metrics = metrics
         self.deadlines = Deadlines(config.timeout_s)
@@ -451,7 +456,9 @@ def _warm_up(state: _State, strict: bool = False) -> None:
     examples = getattr(state.predictor, "example_items", None)
     sizes = [1] if state.model_process is not None else sorted({1, state.config.max_batch_size})
     try:
-        if callable(examples):
+        if state.remote_only:  # no model here: the model process warmed itself up, and its rows say the rest
+            state.v2.learn_outputs(state.model_process.probe_rows)  # type: ignore[union-attr]
+        elif callable(examples):
             state.v2.learn_outputs(state.predictor.predict_batch(examples(1)))
             for size in sizes:
                 state.run_batch(examples(size))

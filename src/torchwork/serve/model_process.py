@@ -73,6 +73,7 @@ class ModelProcess:
         self.say = say if say is not None else _print
         self.threads_chosen: int | None = None  # what the child runs with, and why (it says so when it starts)
         self.threads_reason: str | None = None
+        self.probe_rows: Any = None  # the model's rows for one warm-up item, for a server that holds no model
         self.start_timeout_s = start_timeout_s
         self.warm_up: tuple[int, ...] = ()  # batch sizes the child runs once before it says ready
         self._lock = threading.Lock()  # blocking use: one batch on the socket at a time
@@ -134,7 +135,7 @@ class ModelProcess:
         if status != "ready":
             self._stop_child()
             raise ModelProcessError(f"the model process could not build its predictor: {detail}")
-        self.threads_chosen, self.threads_reason = detail
+        self.threads_chosen, self.threads_reason, self.probe_rows = detail
         self.say(f"torchwork serve: model {self.name}: the model process (pid {self._process.pid}) runs "
                  f"{self.threads_chosen} thread(s) ({self.threads_reason})")
 
@@ -270,16 +271,18 @@ def _child_main(sock: socket.socket, build: Callable[..., Any], args: tuple[Any,
         predictor = build(*args)
         fragments = prediction_fragments(predictor.labels)
         examples = getattr(predictor, "example_items", None)
+        probe = None
         if callable(examples):
             for size in warm_up:
                 fragments(predictor.predict_batch(examples(size)))
+            probe = predictor.predict_batch(examples(1))
     except BaseException as error:  # tell the server why, then exit
         _send(sock, ("failed", f"{type(error).__name__}: {error}"))
         return
     settle_heap()  # as the server does
     import torch
 
-    _send(sock, ("ready", (torch.get_num_threads(), choice.reason)))
+    _send(sock, ("ready", (torch.get_num_threads(), choice.reason, probe)))
     while True:
         try:
             message = _receive(sock)

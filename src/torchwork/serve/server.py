@@ -113,8 +113,8 @@ def check_answers(predictor: Any) -> None:
     from torchwork.serve.encoding import prediction_fragments
 
     examples = getattr(predictor, "example_items", None)
-    if not callable(examples):
-        return
+    if not callable(examples) or getattr(predictor, "runs_in_model_process", False):
+        return  # (a model process runs and encodes its warm-up batches before the server starts)
     try:
         prediction_fragments(predictor.labels)(predictor.predict_batch(examples(1)))
     except Exception as error:
@@ -325,6 +325,17 @@ def cli_main(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
+    def server_copy(folder: str) -> ServedModel:
+        """The server's predictor: the model itself, which answers lone light requests here, or, for an
+        artifact whose preprocessor carries a tokenizer.json served with a model process, its manifest alone
+        (the vocabulary is then loaded once, in the model process, where every request runs)."""
+        if args.model_process and args.factory is None:
+            from torchwork.serve.artifact import DeclaredPredictor, tokenizer_in
+
+            if tokenizer_in(folder):
+                return DeclaredPredictor(Path(folder), args.variant)
+        return load_predictor(folder, args.factory, args.variant)
+
     def process_for(folder: str, name: str) -> ModelProcess | None:
         if not args.model_process:
             return None
@@ -342,7 +353,7 @@ def cli_main(args: argparse.Namespace) -> int:
         if root is not None:
             def reload(version: str | None, name: str = name, root: Path = root) -> tuple[str, Any, Any]:
                 found, path = version_folder(root, name, version)
-                return found, load_predictor(str(path), args.factory, args.variant), process_for(str(path), name)
+                return found, server_copy(str(path)), process_for(str(path), name)
 
             def newest(name: str = name, root: Path = root) -> str | None:
                 versions = versions_in(root / name)
@@ -350,10 +361,10 @@ def cli_main(args: argparse.Namespace) -> int:
             version = Path(folder).name
         else:  # NAME=ARTIFACT (or one ARTIFACT): a reload reads that folder again
             def build(path: Path, name: str = name) -> tuple[Any, Any]:
-                return load_predictor(str(path), args.factory, args.variant), process_for(str(path), name)
+                return server_copy(str(path)), process_for(str(path), name)
             source = ArtifactFolder(name, Path(folder), build)
             reload, newest, version = source.reload, source.newest, "1"
-        specs.append(ModelSpec(name, version, load_predictor(folder, args.factory, args.variant),
+        specs.append(ModelSpec(name, version, server_copy(folder),
                                process_for(folder, name), reload, newest, limits.get(name, {})))
     serve(None, config, keys=keys, models=specs)
     return 0
