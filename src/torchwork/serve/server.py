@@ -90,11 +90,11 @@ def serve(predictor: ServedModel | None, config: ServeConfig | None = None,
 
     for served_predictor, _, _ in served:  # a model that cannot answer its labels refuses to start, in one line
         check_answers(served_predictor)
+    print(f"torchwork serve: {title} warming up{' in a model process' if in_processes else ''}; the address "
+          "follows once it answers", flush=True)
     start_model_processes([(process, size) for _, process, size in served if process is not None])
     app = create_app(predictor, config, model_process, on_ready=ready, name=name, version=version, keys=keys,
                      models=models)
-    print(f"torchwork serve: {title} warming up{' in a model process' if in_processes else ''}; the address "
-          "follows once it answers", flush=True)
     # The HTTP protocol with the connection guard: head, body and idle bounds, and --max-connections. The
     # loop is asyncio's even where uvloop is installed: measured, uvloop made the model-process mode slower.
     uv_config = uvicorn.Config(app, log_level=config.log_level, access_log=False, lifespan="on",
@@ -253,7 +253,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"process, and for the server's copy: N, else CPUs - 1 = {max(1, available_cpus() - 1)}")
     parser.add_argument("--model-process", action=argparse.BooleanOptionalAction, default=True,
                         help="run batches in a child process, off the server's GIL (default); the server keeps "
-                             "a copy of the model for lone requests, so the model is loaded twice: "
+                             "a copy of the model for lone requests, so the model is loaded twice (but a text "
+                             "artifact with a tokenizer.json is loaded in the child only, and runs there): "
                              "--no-model-process runs batches on a thread of the server, the model loaded "
                              "once (less memory, e.g. a large model on a GPU; less throughput under load)")
     parser.add_argument("--model-nice", type=int, default=10, metavar="N",
@@ -350,6 +351,7 @@ def cli_main(args: argparse.Namespace) -> int:
     specs = []
     for name, folder, root in sources:
         reload: Any
+        newest: Any
         if root is not None:
             def reload(version: str | None, name: str = name, root: Path = root) -> tuple[str, Any, Any]:
                 found, path = version_folder(root, name, version)
