@@ -154,7 +154,8 @@ def test_the_model_process_exits_when_its_server_dies(tmp_path):
     # The server's end of the pipe closes when the server dies: the child must not outlive it.
     code = ("import sys, os; sys.path.insert(0, sys.argv[1]); "
             "from serve_models import refusing_predictor; from torchwork.serve import ModelProcess; "
-            "p = ModelProcess(refusing_predictor, '', threads=1); p.start(); print(p.pid, flush=True); "
+            "p = ModelProcess(refusing_predictor, '', threads=1, say=lambda line: None); p.start(); "
+            "print(p.pid, flush=True); "
             "os.kill(os.getpid(), 9)")
     import subprocess
     import sys
