@@ -144,3 +144,37 @@ def test_sighup_reloads_a_named_artifact_only_when_its_folder_changed(named, art
     expected = probabilities(infer(server, "alpha", artifacts[0].images[:1])[2])  # alpha serves the seed-1 model
     np.testing.assert_allclose(probabilities(infer(server, "beta", artifacts[0].images[:1])[2]), expected, atol=1e-5)
     assert server.request("GET", "/v2/models/alpha")[2]["versions"] == [alpha]  # unchanged: not reloaded
+
+
+# ---------------------------------------------------------------- the settings, checked before any model loads
+def test_model_limits_are_checked_before_any_model_loads():
+    from torchwork.errors import ConfigError
+    from torchwork.serve import ServeConfig
+    from torchwork.serve.server import model_limits
+
+    config = ServeConfig()
+    assert model_limits(["a:max-queue=4", "a:max-wait-ms=0.5"], ["a", "b"], config) == \
+        {"a": {"max_queue": 4, "max_wait_ms": 0.5}}
+    for flag, words in [("c:max-queue=4", "no model 'c' is served"), ("a:threads=2", "not a setting a model"),
+                        ("a:max-queue=four", "not an integer"), ("a:max-wait-ms=nan", "max_wait_ms=nan"),
+                        ("a:timeout-s=inf", "timeout_s=inf"), ("a:max-batch-size=0", "max_batch_size=0"),
+                        ("a-max-queue=4", "NAME:SETTING=VALUE")]:
+        with pytest.raises(ConfigError, match=words):
+            model_limits([flag], ["a", "b"], config)
+
+
+def test_each_models_batcher_deadlines_and_schema_take_its_own_limits():
+    import torch
+
+    from torchwork.serve import ServeConfig, TorchPredictor, create_app
+    from torchwork.serve.repository import ModelSpec
+
+    specs = [ModelSpec(name, "1", TorchPredictor(torch.nn.Linear(4, 2), item_shape=(4,)), limits=limits)
+             for name, limits in [("small", {"max_queue": 3, "max_batch_size": 2, "timeout_s": 1.5, "max_items": 2}),
+                                  ("large", {})]]
+    slots = create_app(None, ServeConfig(max_batch_size=16), models=specs).state.torchwork_slots
+    small, large = slots["small"].state, slots["large"].state
+    assert (small.batcher.rule.max_queue, small.batcher.rule.max_batch_size, small.deadlines.timeout_s) == (3, 2, 1.5)
+    assert (large.batcher.rule.max_queue, large.batcher.rule.max_batch_size, large.deadlines.timeout_s) == \
+        (1024, 16, 30.0)
+    assert small.v2.limits.max_items == 2 and large.v2.limits.max_items == 64

@@ -68,8 +68,8 @@ class ServeConfig:
         for name, value in positive.items():
             if not value > 0 or value == float("inf"):  # NaN and infinity too
                 raise ConfigError(f"{name}={value} must be positive and finite.")
-        if self.max_wait_ms < 0:
-            raise ConfigError(f"max_wait_ms={self.max_wait_ms} must be 0 (never wait) or more.")
+        if not 0 <= self.max_wait_ms < float("inf"):  # NaN too
+            raise ConfigError(f"max_wait_ms={self.max_wait_ms} must be 0 (never wait) or more, and finite.")
         if self.threads is not None and self.threads < 1:
             raise ConfigError(f"threads={self.threads} must be at least 1.")
         if self.http not in HTTP_PARSERS:
