@@ -178,3 +178,7 @@ def test_each_models_batcher_deadlines_and_schema_take_its_own_limits():
     assert (large.batcher.rule.max_queue, large.batcher.rule.max_batch_size, large.deadlines.timeout_s) == \
         (1024, 16, 30.0)
     assert small.v2.limits.max_items == 2 and large.v2.limits.max_items == 64
+    from torchwork.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="not settings a model may have its own of"):
+        create_app(None, ServeConfig(), models=[ModelSpec("x", "1", specs[1].predictor, limits={"port": 1})])

@@ -43,7 +43,7 @@ from torchwork.serve.metrics import ServerMetrics, render_models
 from torchwork.serve.model_process import ModelProcess
 from torchwork.serve.predictor import ServedModel
 from torchwork.serve.process_batcher import ProcessBatcher
-from torchwork.serve.repository import ModelSpec, Slot, check_name
+from torchwork.serve.repository import MODEL_SETTINGS, ModelSpec, Slot, check_name
 from torchwork.serve.request_body import read_body
 from torchwork.serve.schemas import (
     Limits,
@@ -168,8 +168,9 @@ def create_app(predictor: ServedModel | None, config: ServeConfig | None = None,
     model is warmed up and requests are answered (``/readyz`` says 200). ``name`` and ``version``: what the
     Open Inference Protocol's routes call the model (``/v2/models/NAME/versions/VERSION/infer``). ``keys``:
     every route but the health probes needs one of them (:mod:`torchwork.serve.keys`); SIGHUP reads them again.
-    ``models``: serve these instead of ``predictor`` (``None``), each with its own batcher, model process and
-    metrics (:mod:`torchwork.serve.repository`); ``POST /predict`` is there only for a single model.
+    ``models``: serve these instead of ``predictor`` (``None``), each with its own batcher, model process,
+    limits (``ModelSpec.limits``, over ``config``'s) and metrics (:mod:`torchwork.serve.repository`);
+    ``POST /predict`` is there only for a single model.
     """
     config = config or ServeConfig()
     specs = list(models) or [ModelSpec(name, version, predictor, model_process)]
@@ -183,6 +184,11 @@ def create_app(predictor: ServedModel | None, config: ServeConfig | None = None,
         raise ConfigError(f"model names {[spec.name for spec in specs]}: each model needs its own name")
     # Each model's own settings (batch size, payload size, queue...) over the server's, checked as ServeConfig
     # checks them; the connection guard and keys are the server's.
+    for spec in specs:
+        unknown = sorted(set(spec.limits) - set(MODEL_SETTINGS))
+        if unknown:
+            raise ConfigError(f"model {spec.name!r}: {unknown} are not settings a model may have its own of; "
+                              f"those are {', '.join(MODEL_SETTINGS)}")
     configs = {spec.name: dataclasses.replace(config, **spec.limits) if spec.limits else config for spec in specs}
     guard = ConnectionGuard(head_timeout_s=config.head_timeout_s, body_timeout_s=config.body_timeout_s,
                             idle_timeout_s=config.idle_timeout_s, max_connections=config.max_connections)
