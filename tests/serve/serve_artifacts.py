@@ -92,14 +92,15 @@ def digits() -> tuple[torch.Tensor, torch.Tensor]:
     return images, torch.from_numpy(data.target.astype("int64"))
 
 
-def build_digits_artifact(out: Path) -> DigitsArtifact:
-    """A digits CNN trained on 1,500 images, exported (pt2, ONNX) with the other 297 held out."""
+def build_digits_artifact(out: Path, seed: int = 0) -> DigitsArtifact:
+    """A digits CNN trained on 1,500 images (weights drawn with ``seed``), exported (pt2, ONNX) with the other
+    297 held out."""
     from torchwork.deploy import export
 
     threads = _few_threads()
     try:
         images, targets = digits()
-        torch.manual_seed(0)
+        torch.manual_seed(seed)
         model = train_briefly(DigitsCNN(), (images[:1500],), targets[:1500], steps=60)
         export(model, images[:4], out, formats=("pt2", "onnx"), labels=DIGIT_LABELS, samples=images[1500:],
                targets=targets[1500:], verify_rounds=2)
@@ -141,3 +142,43 @@ def build_static_length_artifact(out: Path, texts: list[str]) -> tuple[nn.Module
     export(model, pre(texts[:4], max_length=STATIC_LENGTH), out, formats=("pt2",), dynamic_length=False,
            preprocess=pre, labels=["a", "b"], softmax=True)
     return model, pre
+
+
+class MaskedMeanEmbedding(nn.Module):
+    """Token ids and attention mask (a SubwordTokenizer's outputs) -> logits: an embedding's masked mean."""
+
+    def __init__(self, vocab_size: int, classes: int) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, 16)
+        self.head = nn.Linear(16, classes)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        weights = mask.unsqueeze(-1).to(torch.float32)
+        pooled = (self.embedding(ids) * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
+        return self.head(pooled)
+
+
+def build_subword_artifact(out: Path) -> TextArtifact:
+    """A masked-mean embedding classifier over MiniLM's real WordPiece tokenizer (its tokenizer.json bundled),
+    trained briefly on 400 real tweets and exported (ONNX)."""
+    from torchwork.data import load_dataset
+    from torchwork.deploy import export
+    from torchwork.deploy.wordpiece import SubwordTokenizer
+    from torchwork.finetune.minilm import minilm_folder
+
+    threads = _few_threads()
+    try:
+        dataset = load_dataset("tweets", seed=0)
+        rng = np.random.default_rng(0)
+        rows = rng.permutation(len(dataset.train))[:400].tolist()
+        texts = [dataset.train.texts[i] for i in rows]
+        tokenizer = SubwordTokenizer.from_file(minilm_folder() / "tokenizer.json", max_length=48)
+        classes = list(dataset.classes)
+        torch.manual_seed(0)
+        model = train_briefly(MaskedMeanEmbedding(tokenizer.tokenizer.get_vocab_size(), len(classes)),
+                              tokenizer(texts), torch.tensor([dataset.train.labels[i] for i in rows]), steps=20)
+        export(model, tokenizer(texts[:8]), out, formats=("onnx",), preprocess=tokenizer, labels=classes,
+               softmax=True, verify_rounds=1)
+    finally:
+        torch.set_num_threads(threads)
+    return TextArtifact(out, classes, [dataset.test.texts[i] for i in range(0, 200, 10)])

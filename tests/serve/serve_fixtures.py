@@ -30,18 +30,19 @@ SRC = HERE.parents[1] / "src"
 class ServerProcess:
     """``python -m torchwork.cli serve FOLDER [--factory serve_models:FACTORY] --port 0 ...`` in a subprocess.
 
-    Without a factory it serves FOLDER as an exported artifact; its log goes to ``log_dir`` (default FOLDER).
+    Without a factory it serves FOLDER as an exported artifact (a list: each NAME=ARTIFACT); its log goes to ``log_dir`` (default FOLDER).
     ``env``: more environment variables; ``key``: sent as ``Authorization: Bearer KEY`` by :meth:`request`;
     ``tls``: an SSL context for an HTTPS server (``--ssl-certfile``).
     """
 
-    def __init__(self, folder: Path, factory: str | None, *flags: str, log_dir: Path | None = None,
+    def __init__(self, folder: Path | list[str], factory: str | None, *flags: str, log_dir: Path | None = None,
                  wait: bool = True, env: dict[str, str] | None = None, key: str | None = None,
                  tls: ssl.SSLContext | None = None) -> None:
         self.log = (log_dir or folder) / f"{factory or 'artifact'}-{os.getpid()}-{time.monotonic_ns()}.log"
         self.key, self.tls = key, tls
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(HERE)]), **(env or {})}
-        command = [sys.executable, "-m", "torchwork.cli", "serve", str(folder),
+        folders = [str(f) for f in folder] if isinstance(folder, (list, tuple)) else [str(folder)]  # NAME=ARTIFACT...
+        command = [sys.executable, "-m", "torchwork.cli", "serve", *folders,
                    *(["--factory", f"serve_models:{factory}"] if factory else []), "--port", "0",
                    "--threads", "1", *flags]
         with open(self.log, "wb") as log:

@@ -20,6 +20,7 @@ from serve_fixtures import ServerProcess, metric_value, parallel, probabilities
 from serve_models import crashing_predictor, refusing_predictor, unbuildable_predictor
 
 from torchwork.deploy import load_artifact
+from torchwork.errors import ConfigError
 from torchwork.serve import ModelProcess
 from torchwork.serve.model_process import ModelProcessError
 
@@ -153,7 +154,8 @@ def test_the_model_process_exits_when_its_server_dies(tmp_path):
     # The server's end of the pipe closes when the server dies: the child must not outlive it.
     code = ("import sys, os; sys.path.insert(0, sys.argv[1]); "
             "from serve_models import refusing_predictor; from torchwork.serve import ModelProcess; "
-            "p = ModelProcess(refusing_predictor, '', threads=1); p.start(); print(p.pid, flush=True); "
+            "p = ModelProcess(refusing_predictor, '', threads=1, say=lambda line: None); p.start(); "
+            "print(p.pid, flush=True); "
             "os.kill(os.getpid(), 9)")
     import subprocess
     import sys
@@ -161,3 +163,51 @@ def test_the_model_process_exits_when_its_server_dies(tmp_path):
     here = os.path.dirname(__file__)
     done = subprocess.run([sys.executable, "-c", code, here], capture_output=True, text=True, timeout=120)
     wait_gone(int(done.stdout.split()[0]))  # the model process does not outlive its server
+
+
+# ---------------------------------------------------------------- its thread count
+def test_the_model_process_chooses_its_threads_for_the_machine_and_says_why(tmp_path):
+    from torchwork.threads import usable_cpus
+
+    said: list[str] = []
+    process = ModelProcess(refusing_predictor, "", say=said.append, name="tiny")  # threads=None: auto
+    process.start()
+    try:
+        assert 1 <= process.threads_chosen <= max(1, usable_cpus() - 1)
+        assert process.threads_reason.startswith(f"auto: {usable_cpus()} usable CPU"), process.threads_reason
+        assert said == [f"torchwork serve: model tiny: the model process (pid {process.pid}) runs "
+                        f"{process.threads_chosen} thread(s) ({process.threads_reason})"]
+    finally:
+        process.close()
+
+
+def test_an_explicit_thread_count_wins_even_beside_a_busy_neighbour(tmp_path):
+    import subprocess
+    import sys
+
+    neighbour = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 30\n"
+                                  "while time.time() < end: pass"])  # one core busy, bounded in time
+    try:
+        process = ModelProcess(refusing_predictor, "", threads=2, say=lambda line: None)
+        process.start()
+        try:
+            assert (process.threads_chosen, process.threads_reason) == (2, "threads=2 as asked")
+        finally:
+            process.close()
+    finally:
+        neighbour.kill()
+        neighbour.wait()
+
+
+def test_auto_threads_leave_the_event_loop_a_cpu_and_count_the_neighbours(monkeypatch):
+    import torchwork.threads
+    from torchwork.serve.model_process import model_threads
+
+    monkeypatch.setattr(torchwork.threads, "usable_cpus", lambda: 8)
+    for busy, expected, left in [(0.0, 7, True), (2.6, 5, False), (7.5, 1, False)]:
+        monkeypatch.setattr(torchwork.threads, "recent_busy_cpus", lambda busy=busy: busy)
+        choice = model_threads()
+        assert choice.threads == expected and ("one left to the server's event loop" in choice.reason) == left
+    assert model_threads(3).threads == 3
+    with pytest.raises(ConfigError, match="thread count of 1 or more"):
+        ModelProcess(refusing_predictor, "", threads=0)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -42,7 +43,7 @@ from torchwork.serve.metrics import ServerMetrics, render_models
 from torchwork.serve.model_process import ModelProcess
 from torchwork.serve.predictor import ServedModel
 from torchwork.serve.process_batcher import ProcessBatcher
-from torchwork.serve.repository import ModelSpec, Slot, check_name
+from torchwork.serve.repository import MODEL_SETTINGS, ModelSpec, Slot, check_name
 from torchwork.serve.request_body import read_body
 from torchwork.serve.schemas import (
     Limits,
@@ -73,9 +74,14 @@ class _State:
         self.run_batch = lambda items: fragments(predictor.predict_batch(items))
         options: dict[str, Any] = {"max_batch_size": config.max_batch_size, "max_wait_s": config.max_wait_ms / 1000,
                    "max_queue": config.max_queue, "cost": request_cost(predictor)}
+        # A predictor that holds no model (its tokenizer is loaded in the model process only) never runs here.
+        self.remote_only = bool(getattr(predictor, "runs_in_model_process", False))
+        if self.remote_only and model_process is None:
+            raise ConfigError(f"{getattr(predictor, 'name', predictor)} runs in a model process only; serve it "
+                              "with one (--model-process)")
         self.batcher: Batching = (Batcher(self.run_batch, answer, **options) if model_process is None else
                                  ProcessBatcher(model_process, answer, run_inline=self.run_batch,
-                                                pack=_packer(predictor), **options))
+                                                pack=_packer(predictor), inline=not self.remote_only, **options))
         self.metrics = metrics
         self.batcher.metrics = metrics
         self.deadlines = Deadlines(config.timeout_s)
@@ -162,8 +168,9 @@ def create_app(predictor: ServedModel | None, config: ServeConfig | None = None,
     model is warmed up and requests are answered (``/readyz`` says 200). ``name`` and ``version``: what the
     Open Inference Protocol's routes call the model (``/v2/models/NAME/versions/VERSION/infer``). ``keys``:
     every route but the health probes needs one of them (:mod:`torchwork.serve.keys`); SIGHUP reads them again.
-    ``models``: serve these instead of ``predictor`` (``None``), each with its own batcher, model process and
-    metrics (:mod:`torchwork.serve.repository`); ``POST /predict`` is there only for a single model.
+    ``models``: serve these instead of ``predictor`` (``None``), each with its own batcher, model process,
+    limits (``ModelSpec.limits``, over ``config``'s) and metrics (:mod:`torchwork.serve.repository`);
+    ``POST /predict`` is there only for a single model.
     """
     config = config or ServeConfig()
     specs = list(models) or [ModelSpec(name, version, predictor, model_process)]
@@ -175,17 +182,26 @@ def create_app(predictor: ServedModel | None, config: ServeConfig | None = None,
         check_name(spec.version, "version")
     if len({spec.name for spec in specs}) != len(specs):
         raise ConfigError(f"model names {[spec.name for spec in specs]}: each model needs its own name")
-    limits = Limits(max_items=config.max_items, max_text_length=config.max_text_length)
+    # Each model's own settings (batch size, payload size, queue...) over the server's, checked as ServeConfig
+    # checks them; the connection guard and keys are the server's.
+    for spec in specs:
+        unknown = sorted(set(spec.limits) - set(MODEL_SETTINGS))
+        if unknown:
+            raise ConfigError(f"model {spec.name!r}: {unknown} are not settings a model may have its own of; "
+                              f"those are {', '.join(MODEL_SETTINGS)}")
+    configs = {spec.name: dataclasses.replace(config, **spec.limits) if spec.limits else config for spec in specs}
     guard = ConnectionGuard(head_timeout_s=config.head_timeout_s, body_timeout_s=config.body_timeout_s,
                             idle_timeout_s=config.idle_timeout_s, max_connections=config.max_connections)
     slots: dict[str, Slot] = {}
 
     def new_state(spec_name: str, spec_version: str, served: ServedModel, process: ModelProcess | None,
                   metrics: ServerMetrics) -> _State:
-        return _State(served, config, process, V2Model(spec_name, spec_version, served, limits), metrics)
+        own = configs[spec_name]
+        limits = Limits(max_items=own.max_items, max_text_length=own.max_text_length)
+        return _State(served, own, process, V2Model(spec_name, spec_version, served, limits), metrics)
 
     for spec in specs:
-        slot_metrics = _slot_metrics(config.max_batch_size, slots, spec.name)
+        slot_metrics = _slot_metrics(configs[spec.name].max_batch_size, slots, spec.name)
         slots[spec.name] = Slot(spec.name, new_state(spec.name, spec.version, spec.predictor, spec.model_process,
                                                      slot_metrics), slot_metrics, spec.reload, spec.newest)
     single = next(iter(slots.values())) if len(slots) == 1 else None
@@ -207,7 +223,7 @@ def create_app(predictor: ServedModel | None, config: ServeConfig | None = None,
 
     async def reload(slot_name: str, version_name: str | None) -> str:
         slot = slots[slot_name]
-        return await slot.swap(version_name, lambda v, p, m: start(v, p, m, slot), config.timeout_s)
+        return await slot.swap(version_name, lambda v, p, m: start(v, p, m, slot), configs[slot_name].timeout_s)
 
     def reload_all() -> None:
         if keys is not None:
@@ -232,7 +248,7 @@ def create_app(predictor: ServedModel | None, config: ServeConfig | None = None,
         # uvicorn has already let in-flight requests finish; end the batchers after anything left.
         for slot in slots.values():
             await asyncio.gather(*slot.retiring, return_exceptions=True)
-            await slot.state.batcher.shutdown(config.timeout_s)
+            await slot.state.batcher.shutdown(configs[slot.name].timeout_s)
 
     description = ", ".join(f"{spec.name} ({spec.predictor.kind} input)" for spec in specs)
     # The docs page loads Swagger UI from a public CDN (a third party's code in the operator's browser, broken
@@ -307,7 +323,7 @@ def create_app(predictor: ServedModel | None, config: ServeConfig | None = None,
         assert single is not None  # the route is there only for a single model
         if not single.state.ready.is_set():
             return error(503, "the model is still warming up; retry shortly", retry_after=1)
-        body = await read_body(request, config.max_body_bytes)
+        body = await read_body(request, single.state.config.max_body_bytes)
         if isinstance(body, str):
             status = 400 if body.startswith("header") else 413
             return error(status, body)
@@ -344,7 +360,7 @@ def create_app(predictor: ServedModel | None, config: ServeConfig | None = None,
                                (504, "not answered within the server's timeout")]}
         app.add_api_route(
             "/predict", counted(handle, "/predict"), methods=["POST"], summary="Predict a batch of items",
-            description=f"Body: {{\"inputs\": [item, ...]}} with 1 to {config.max_items} items. Answers "
+            description=f"Body: {{\"inputs\": [item, ...]}} with 1 to {single.state.config.max_items} items. Answers "
                         "{\"predictions\": [...]}, one per item in order"
                         + (", each with the label and the probability of every class." if served.labels
                            else ", each with the model's output."),
@@ -446,7 +462,9 @@ def _warm_up(state: _State, strict: bool = False) -> None:
     examples = getattr(state.predictor, "example_items", None)
     sizes = [1] if state.model_process is not None else sorted({1, state.config.max_batch_size})
     try:
-        if callable(examples):
+        if state.remote_only:  # no model here: the model process warmed itself up, and its rows say the rest
+            state.v2.learn_outputs(state.model_process.probe_rows)  # type: ignore[union-attr]
+        elif callable(examples):
             state.v2.learn_outputs(state.predictor.predict_batch(examples(1)))
             for size in sizes:
                 state.run_batch(examples(size))

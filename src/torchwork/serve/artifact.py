@@ -149,6 +149,54 @@ class ArtifactPredictor(ModelPredictor):
         return self.artifact.rows(inputs)
 
 
+class DeclaredPredictor(ModelPredictor):
+    """A text artifact as the server declares it, read from its manifest alone: what an item is, the labels,
+    the variant; no model and no tokenizer, so :meth:`predict_batch` refuses. The server holds this when
+    the model runs in a model process and its preprocessor carries a ``tokenizer.json`` (see
+    :func:`tokenizer_in`): the vocabulary, up to 64 MiB of it and many times that parsed, is then loaded
+    once, in the model process, and every request runs there (``runs_in_model_process``).
+    """
+
+    runs_in_model_process = True
+
+    def __init__(self, folder: Path, variant: str | None = None) -> None:
+        from torchwork.deploy.manifest import read_manifest
+
+        manifest = read_manifest(folder, check_files=False)  # the model process checks every file
+        labels = manifest.postprocess.labels if manifest.postprocess is not None else None
+        self.variant = variant or manifest.deploy or next(iter(manifest.variants), "onnx")
+        super().__init__(kind="text", preprocess=self._elsewhere, labels=labels,
+                         output="probabilities", name=f"{folder.name} [{self.variant}]")
+
+    def _elsewhere(self, texts: list[str]) -> Any:
+        raise ConfigError(f"{self.name} runs in its model process only (its tokenizer is loaded there): send "
+                          "the items to the model process")
+
+    def predict_batch(self, items: Any) -> Any:
+        return self._elsewhere(list(items))
+
+
+def tokenizer_in(directory: str | os.PathLike[str]) -> bool:
+    """Whether an artifact's bundled preprocessor carries a ``tokenizer.json`` (a subword vocabulary).
+
+    Example:
+        >>> import tempfile
+        >>> tokenizer_in(tempfile.mkdtemp())
+        False
+    """
+    from torchwork.deploy.manifest import PREPROCESS_DIR, read_manifest
+    from torchwork.deploy.wordpiece import TOKENIZER_FILE
+
+    folder = Path(directory)
+    try:
+        manifest = read_manifest(folder, check_files=False)
+    except Exception:  # not an artifact (a factory's folder, say): the loader says what is wrong
+        return False
+    if manifest.preprocess is None:
+        return False
+    return (folder / str(manifest.preprocess.dir or PREPROCESS_DIR) / TOKENIZER_FILE).is_file()
+
+
 def predictor_from_artifact(directory: str | os.PathLike[str], variant: str | None = None, *,
                             threads: int | None = None, compile: str = "off") -> ArtifactPredictor:
     """The predictor of an artifact folder written by ``torchwork.deploy.export``.

@@ -21,7 +21,9 @@ class ServeConfig:
     """Every server setting; the ``torchwork serve`` flags of the same names set them.
 
     ``max_wait_ms`` is an upper bound: the batcher waits only while requests keep arriving concurrently.
-    ``threads`` is the model's compute threads (default: every CPU but one, left to the event loop).
+    ``threads`` is the compute threads of the model in this process (default: every CPU but one, left to
+    the event loop); a :class:`~torchwork.serve.ModelProcess` chooses its own for the machine as it is unless
+    given a count (``torchwork serve --threads N`` gives it N).
     Connections: a request's head must arrive within ``head_timeout_s`` of its first byte and its body
     within ``body_timeout_s`` of its head (else 408 and the connection is closed), a connection with no
     request in progress is closed after ``idle_timeout_s``, and past ``max_connections`` open at once a
@@ -68,8 +70,8 @@ class ServeConfig:
         for name, value in positive.items():
             if not value > 0 or value == float("inf"):  # NaN and infinity too
                 raise ConfigError(f"{name}={value} must be positive and finite.")
-        if self.max_wait_ms < 0:
-            raise ConfigError(f"max_wait_ms={self.max_wait_ms} must be 0 (never wait) or more.")
+        if not 0 <= self.max_wait_ms < float("inf"):  # NaN too
+            raise ConfigError(f"max_wait_ms={self.max_wait_ms} must be 0 (never wait) or more, and finite.")
         if self.threads is not None and self.threads < 1:
             raise ConfigError(f"threads={self.threads} must be at least 1.")
         if self.http not in HTTP_PARSERS:

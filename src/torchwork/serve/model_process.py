@@ -61,11 +61,19 @@ class ModelProcess:
     """
 
     def __init__(self, build: Callable[..., Any], *args: Any, threads: int | None = None, nice: int = 10,
-                 start_timeout_s: float = 300.0) -> None:
+                 start_timeout_s: float = 300.0, name: str = "model",
+                 say: Callable[[str], Any] | None = None) -> None:
         if not 0 <= nice <= 19:
             raise ConfigError(f"nice={nice}: the model process's niceness must be 0 (same CPU priority as the "
                               "server) to 19 (lowest)")
-        self.build, self.args, self.threads, self.nice = build, args, threads, nice
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise ConfigError(f"threads={threads!r}: give a thread count of 1 or more, or None to choose for the "
+                              "machine as it is")
+        self.build, self.args, self.threads, self.nice, self.name = build, args, threads, nice, name
+        self.say = say if say is not None else _print
+        self.threads_chosen: int | None = None  # what the child runs with, and why (it says so when it starts)
+        self.threads_reason: str | None = None
+        self.probe_rows: Any = None  # the model's rows for one warm-up item, for a server that holds no model
         self.start_timeout_s = start_timeout_s
         self.warm_up: tuple[int, ...] = ()  # batch sizes the child runs once before it says ready
         self._lock = threading.Lock()  # blocking use: one batch on the socket at a time
@@ -127,6 +135,9 @@ class ModelProcess:
         if status != "ready":
             self._stop_child()
             raise ModelProcessError(f"the model process could not build its predictor: {detail}")
+        self.threads_chosen, self.threads_reason, self.probe_rows = detail
+        self.say(f"torchwork serve: model {self.name}: the model process (pid {self._process.pid}) runs "
+                 f"{self.threads_chosen} thread(s) ({self.threads_reason})")
 
     def predict_batch(self, items: Sequence[Any]) -> Any:
         """Rows for ``items``, computed in the child (blocking); raise :class:`ModelProcessError` with the child's error
@@ -255,18 +266,23 @@ def _child_main(sock: socket.socket, build: Callable[..., Any], args: tuple[Any,
         from torchwork.serve.heap import settle_heap
         from torchwork.serve.predictor import configure_threads
 
-        configure_threads(threads)
+        choice = model_threads(threads)
+        configure_threads(choice.threads)  # before the model is built: ONNX Runtime fixes its threads then
         predictor = build(*args)
         fragments = prediction_fragments(predictor.labels)
         examples = getattr(predictor, "example_items", None)
+        probe = None
         if callable(examples):
             for size in warm_up:
                 fragments(predictor.predict_batch(examples(size)))
+            probe = predictor.predict_batch(examples(1))
     except BaseException as error:  # tell the server why, then exit
         _send(sock, ("failed", f"{type(error).__name__}: {error}"))
         return
     settle_heap()  # as the server does
-    _send(sock, ("ready", None))
+    import torch
+
+    _send(sock, ("ready", (torch.get_num_threads(), choice.reason, probe)))
     while True:
         try:
             message = _receive(sock)
@@ -284,6 +300,39 @@ def _child_main(sock: socket.socket, build: Callable[..., Any], args: tuple[Any,
             _send(sock, answer)
         except OSError:  # the server is gone
             return
+
+
+def model_threads(threads: int | None = None) -> Any:
+    """The model process's compute threads (a :class:`~torchwork.threads.ThreadChoice`): ``threads`` when
+    given, else chosen for the machine as it is: the CPUs this process may use (affinity, cgroup quota) less
+    those other processes use now, and one left to the server's event loop, at least 1.
+
+    Not measured by timing steps, as the Trainer does: ONNX Runtime fixes its thread count when the model is
+    built, so trying another count would mean building the model again.
+
+    Example:
+        >>> model_threads(3).threads, model_threads(3).reason
+        (3, 'threads=3 as asked')
+        >>> from torchwork.threads import usable_cpus
+        >>> 1 <= model_threads().threads <= usable_cpus()
+        True
+    """
+    from torchwork.threads import ThreadChoice, free_cpus, recent_busy_cpus, usable_cpus
+
+    usable = usable_cpus()
+    if threads is not None:
+        return ThreadChoice(threads, f"threads={threads} as asked", usable)
+    busy = recent_busy_cpus()
+    free = free_cpus(usable, busy)
+    count = max(1, min(free, usable - 1))
+    reason = f"auto: {usable} usable CPU{'s' if usable != 1 else ''}, others use {busy:.1f} now"
+    if count < free:
+        reason += ", one left to the server's event loop"
+    return ThreadChoice(count, reason, usable, busy)
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
 
 
 def _predict_in_chunks(predictor: Any, items: Any, chunk: int | None) -> Any:

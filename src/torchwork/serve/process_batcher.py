@@ -45,16 +45,18 @@ class ProcessBatcher(Batching):
 
     ``encode(fragments) -> (status, body)`` joins one request's fragments; ``run_inline(items) ->
     fragments`` runs a lone request here; ``pack(items)`` turns a batch's items into what is sent (one
-    array for fixed-shape tensors pickles far faster than nested lists). The other options are
+    array for fixed-shape tensors pickles far faster than nested lists); ``inline=False``: never run a
+    request here (this process holds no model, as for a text model whose tokenizer only the child loads).
+    The other options are
     :class:`~torchwork.serve.batching.BatchingRule`'s.
     """
 
     def __init__(self, process: ModelProcess, encode: Callable[[Sequence[Any]], Answer], *,
                  run_inline: Callable[[list[Any]], Sequence[Any]], pack: Callable[[list[Any]], Any] = list,
-                 busy_inline_s: float = 0.05, **options: Any) -> None:
+                 busy_inline_s: float = 0.05, inline: bool = True, **options: Any) -> None:
         self.rule = BatchingRule(run_inline, encode, **options)  # its run: only lone requests, here
         self.process, self._pack = process, pack
-        self.busy_inline_s = busy_inline_s
+        self.busy_inline_s, self.inline = busy_inline_s, inline
         self._in_flight_cost = 0.0  # the cost of the batch in the child
         # The child's seconds and cost units over recent batches, decaying: its time per unit of cost in a
         # batch, weighted by cost, so a lone request's hand-off overhead does not make a batch look long.
@@ -78,7 +80,7 @@ class ProcessBatcher(Batching):
 
     def _idle(self) -> bool:
         """Nothing waits, and the child is free or busy for long with a batch; then hold the local model."""
-        if not self._connected or self._waiting or self._alone:
+        if not self.inline or not self._connected or self._waiting or self._alone:
             return False
         if self._in_flight is not None and self._child_remaining() < self.busy_inline_s:
             return False

@@ -38,6 +38,10 @@ NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 # reload(version or None: the newest) -> (version, predictor, model process or None); blocking, verifies
 Loader = Callable[[str | None], tuple[str, Any, Any]]
 
+# The settings each model may have its own of (``--model-limit NAME:SETTING=VALUE``); the rest are the server's.
+MODEL_SETTINGS = ("max_batch_size", "max_wait_ms", "max_queue", "max_items", "max_text_length", "max_body_bytes",
+                  "timeout_s")
+
 # One version loads at a time, whichever model: torch.export.load is not thread-safe (two at once fail with
 # "_CURRENT_DESERIALIZER is already set"), and one load at a time leaves more of the cores to serving.
 _LOADING = threading.Lock()
@@ -56,6 +60,8 @@ class ModelSpec:
     reload: Loader | None = None
     newest: Callable[[], str | None] | None = None  # the newest version in the model folder (SIGHUP skips a
     # model already serving it)
+    limits: dict[str, Any] = dataclasses.field(default_factory=dict)  # this model's own settings among
+    # MODEL_SETTINGS (batch size, payload size, queue...), over the server's
 
 
 def check_name(name: str, what: str = "model name") -> str:
@@ -106,6 +112,54 @@ def version_folder(root: Path, name: str, version: str | None) -> tuple[str, Pat
     return version, folder
 
 
+def manifest_digest(folder: Path) -> str | None:
+    """The SHA-256 of ``folder/manifest.json`` (which holds every file's checksum), or None when unreadable."""
+    import hashlib
+
+    try:
+        return hashlib.sha256((folder / "manifest.json").read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+class ArtifactFolder:
+    """A model served from its own artifact folder (``torchwork serve NAME=ARTIFACT``): a reload reads that
+    folder again, verified as at start, and serves it as the next version number (``1``, ``2``, ...).
+
+    Only that folder: a load that names a version is refused (400), as there is no other. ``build(folder)``
+    returns (predictor, model process or None). :meth:`newest` tells SIGHUP whether the folder changed since
+    it was last loaded (its manifest, which holds every file's checksum, differs), so a SIGHUP that only
+    rotates keys reloads nothing.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (folder / "manifest.json").write_text("{}")
+        >>> source = ArtifactFolder("digits", folder, lambda path: ("predictor", None))
+        >>> source.newest(), source.reload(None)[:2]
+        ('1', ('2', 'predictor'))
+    """
+
+    def __init__(self, name: str, folder: Path, build: Callable[[Path], tuple[Any, Any]]) -> None:
+        self.name, self.folder, self.build = name, folder, build
+        self.loaded, self.digest = 1, manifest_digest(folder)
+
+    def reload(self, version: str | None) -> tuple[str, Any, Any]:
+        """Load the folder again (blocking; verifies every file); the version it will serve as."""
+        if version is not None:
+            raise ProtocolError(400, f"model {self.name!r} is served from its artifact folder {self.folder}, which "
+                                     "holds one version: send no version to load that folder again (replace its "
+                                     "files first), or serve a model folder models/NAME/VERSION/ to pick versions")
+        digest = manifest_digest(self.folder)
+        predictor, process = self.build(self.folder)
+        self.loaded, self.digest = self.loaded + 1, digest
+        return str(self.loaded), predictor, process
+
+    def newest(self) -> str | None:
+        """The version last loaded while the folder is unchanged since; None (load it) once it changed."""
+        return str(self.loaded) if manifest_digest(self.folder) == self.digest else None
+
+
 class Slot:
     """One served model: the state serving now, its metrics across versions, how to load another version."""
 
@@ -123,8 +177,8 @@ class Slot:
         process) -> state``, switch to it, and retire the old state; return the version now serving.
         Raise :class:`ProtocolError` (400, 409) with the reason when the old version keeps serving."""
         if self.reload is None:
-            raise ProtocolError(400, f"model {self.name!r} was not served from a model folder, so it has no other "
-                                     "version to load; serve a folder models/NAME/VERSION/ to reload")
+            raise ProtocolError(400, f"model {self.name!r} was built in this program, not read from an artifact "
+                                     "folder, so there is nothing to load it again from")
         if self._lock.locked():
             raise ProtocolError(409, f"model {self.name!r} is loading version {self.loading} already; retry once "
                                      "it is done")

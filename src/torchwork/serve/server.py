@@ -74,21 +74,27 @@ def serve(predictor: ServedModel | None, config: ServeConfig | None = None,
     url_host = f"[{host}]" if ":" in host else host
     scheme = "https" if config.ssl_certfile else "http"
     docs = "docs at /docs; " if config.docs else ""
-    served = [(spec.predictor, spec.model_process) for spec in models] or [(predictor, model_process)]
-    title = ", ".join(f"{getattr(p, 'name', type(p).__name__)} ({p.kind})" for p, _ in served)
-    where = " in a model process" if all(process is not None for _, process in served) else ""
+    served = [(spec.predictor, spec.model_process, spec.limits.get("max_batch_size", config.max_batch_size))
+              for spec in models] or [(predictor, model_process, config.max_batch_size)]
+    title = ", ".join(f"{getattr(p, 'name', type(p).__name__)} ({p.kind})" for p, _, _ in served)
+    in_processes = all(process is not None for _, process, _ in served)
+    sizes = sorted({size for _, _, size in served})
 
     def ready() -> None:
+        chosen = sorted({process.threads_chosen for _, process, _ in served if process is not None
+                         and process.threads_chosen is not None}) if in_processes else [threads]
+        counts = "/".join(map(str, chosen)) or str(threads)
         print(f"torchwork serve: {title} ready: listening on {scheme}://{url_host}:{port} ({docs}batches of "
-              f"up to {config.max_batch_size}, wait at most {config.max_wait_ms:g} ms, {threads} model "
-              f"thread(s){where})", flush=True)
+              f"up to {'/'.join(map(str, sizes))}, wait at most {config.max_wait_ms:g} ms, {counts} model "
+              f"thread(s){' in a model process' if in_processes else ''})", flush=True)
 
-    for served_predictor, _ in served:  # a model that cannot answer its labels refuses to start, in one line
+    for served_predictor, _, _ in served:  # a model that cannot answer its labels refuses to start, in one line
         check_answers(served_predictor)
-    start_model_processes([process for _, process in served if process is not None], config.max_batch_size)
+    print(f"torchwork serve: {title} warming up{' in a model process' if in_processes else ''}; the address "
+          "follows once it answers", flush=True)
+    start_model_processes([(process, size) for _, process, size in served if process is not None])
     app = create_app(predictor, config, model_process, on_ready=ready, name=name, version=version, keys=keys,
                      models=models)
-    print(f"torchwork serve: {title} warming up{where}; the address follows once it answers", flush=True)
     # The HTTP protocol with the connection guard: head, body and idle bounds, and --max-connections. The
     # loop is asyncio's even where uvloop is installed: measured, uvloop made the model-process mode slower.
     uv_config = uvicorn.Config(app, log_level=config.log_level, access_log=False, lifespan="on",
@@ -107,8 +113,8 @@ def check_answers(predictor: Any) -> None:
     from torchwork.serve.encoding import prediction_fragments
 
     examples = getattr(predictor, "example_items", None)
-    if not callable(examples):
-        return
+    if not callable(examples) or getattr(predictor, "runs_in_model_process", False):
+        return  # (a model process runs and encodes its warm-up batches before the server starts)
     try:
         prediction_fragments(predictor.labels)(predictor.predict_batch(examples(1)))
     except Exception as error:
@@ -117,12 +123,13 @@ def check_answers(predictor: Any) -> None:
                           f"{type(error).__name__}: {error}") from None
 
 
-def start_model_processes(processes: Sequence[ModelProcess], max_batch_size: int) -> None:
-    """Start each model process (it builds and warms up its model) before the server starts; on a failure end
-    the ones started and raise its one-line :class:`~torchwork.errors.ModelProcessError`."""
+def start_model_processes(processes: Sequence[tuple[ModelProcess, int]]) -> None:
+    """Start each model process (it builds and warms up its model at batch sizes 1 and its model's largest)
+    before the server starts; on a failure end the ones started and raise its one-line
+    :class:`~torchwork.errors.ModelProcessError`."""
     started: list[ModelProcess] = []
     try:
-        for process in processes:
+        for process, max_batch_size in processes:
             process.start(sorted({1, max_batch_size}))
             started.append(process)
     except BaseException:
@@ -193,6 +200,24 @@ def load_predictor(artifact: str, factory: str | None = None, variant: str | Non
     return predictor
 
 
+def thread_count(text: str) -> int | None:
+    """``--threads``: ``auto`` (None: chosen for the machine) or a count of at least 1.
+
+    Example:
+        >>> thread_count("auto"), thread_count("3")
+        (None, 3)
+    """
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a thread count (1 or more) or auto") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"{count}: give a thread count of 1 or more, or auto")
+    return count
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``torchwork serve`` flags (called by the CLI)."""
     from torchwork.deploy.manifest import VARIANT_FILES  # the artifact format: no torch import
@@ -230,11 +255,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"largest request body (default: {d.max_body_bytes})")
     parser.add_argument("--timeout-s", type=float, default=d.timeout_s,
                         help=f"answer 504 if a request is not predicted in this time (default: {d.timeout_s:g})")
-    parser.add_argument("--threads", type=int, default=None,
-                        help=f"model compute threads (default: CPUs - 1 = {max(1, available_cpus() - 1)})")
+    parser.add_argument("--threads", type=thread_count, default=None, metavar="N|auto",
+                        help="the model process's compute threads (default: auto, chosen for the machine as it "
+                             "is when the model process starts: the CPUs this process may use less those other "
+                             "processes use now, printed with the reason; N always wins); without a model "
+                             f"process, and for the server's copy: N, else CPUs - 1 = {max(1, available_cpus() - 1)}")
     parser.add_argument("--model-process", action=argparse.BooleanOptionalAction, default=True,
                         help="run batches in a child process, off the server's GIL (default); the server keeps "
-                             "a copy of the model for lone requests, so the model is loaded twice: "
+                             "a copy of the model for lone requests, so the model is loaded twice (but a text "
+                             "artifact with a tokenizer.json is loaded in the child only, and runs there): "
                              "--no-model-process runs batches on a thread of the server, the model loaded "
                              "once (less memory, e.g. a large model on a GPU; less throughput under load)")
     parser.add_argument("--model-nice", type=int, default=10, metavar="N",
@@ -267,6 +296,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--enable-model-control", action="store_true",
                         help="POST /v2/repository/models/NAME/load loads a model's newest (or named) version from "
                              "the model folder and switches to it with no downtime (SIGHUP does it anyway)")
+    parser.add_argument("--model-limit", action="append", metavar="NAME:SETTING=VALUE",
+                        help="model NAME's own limit, over the flag of that name, e.g. text:max-batch-size=8 "
+                             "(repeat it; settings: max-batch-size, max-wait-ms, max-queue, max-items, "
+                             "max-text-length, max-body-bytes, timeout-s)")
     parser.add_argument("--model-control-remote", action="store_true",
                         help="allow model control from other machines (default: this machine only)")
     parser.add_argument("--docs", action="store_true",
@@ -302,37 +335,86 @@ def cli_main(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
-    def process_for(folder: str) -> ModelProcess | None:
+    def server_copy(folder: str) -> ServedModel:
+        """The server's predictor: the model itself, which answers lone light requests here, or, for an
+        artifact whose preprocessor carries a tokenizer.json served with a model process, its manifest alone
+        (the vocabulary is then loaded once, in the model process, where every request runs)."""
+        if args.model_process and args.factory is None:
+            from torchwork.serve.artifact import DeclaredPredictor, tokenizer_in
+
+            if tokenizer_in(folder):
+                return DeclaredPredictor(Path(folder), args.variant)
+        return load_predictor(folder, args.factory, args.variant, args.compile)
+
+    def process_for(folder: str, name: str) -> ModelProcess | None:
         if not args.model_process:
             return None
         from torchwork.serve.model_process import ModelProcess
 
-        return ModelProcess(load_predictor, folder, args.factory, args.variant, args.compile, threads=config.threads,
-                            nice=args.model_nice)
+        return ModelProcess(load_predictor, folder, args.factory, args.variant, args.compile, threads=args.threads,
+                            nice=args.model_nice, name=name)
 
-    if len(sources) == 1 and sources[0][2] is None:
-        name, folder, _ = sources[0]
-        serve(load_predictor(folder, args.factory, args.variant, args.compile), config, process_for(folder), name=name, keys=keys)
-        return 0
-    from torchwork.serve.repository import ModelSpec, version_folder, versions_in
+    from torchwork.serve.repository import ArtifactFolder, ModelSpec, version_folder, versions_in
 
+    limits = model_limits(args.model_limit, [name for name, _, _ in sources], config)
     specs = []
     for name, folder, root in sources:
-        reload = None
+        reload: Any
+        newest: Any
         if root is not None:
             def reload(version: str | None, name: str = name, root: Path = root) -> tuple[str, Any, Any]:
                 found, path = version_folder(root, name, version)
-                return found, load_predictor(str(path), args.factory, args.variant, args.compile), process_for(str(path))
-        version = Path(folder).name if root is not None else "1"
-        newest = None
-        if root is not None:
+                return found, server_copy(str(path)), process_for(str(path), name)
+
             def newest(name: str = name, root: Path = root) -> str | None:
                 versions = versions_in(root / name)
                 return versions[-1] if versions else None
-        specs.append(ModelSpec(name, version, load_predictor(folder, args.factory, args.variant, args.compile),
-                               process_for(folder), reload, newest))
+            version = Path(folder).name
+        else:  # NAME=ARTIFACT (or one ARTIFACT): a reload reads that folder again
+            def build(path: Path, name: str = name) -> tuple[Any, Any]:
+                return server_copy(str(path)), process_for(str(path), name)
+            source = ArtifactFolder(name, Path(folder), build)
+            reload, newest, version = source.reload, source.newest, "1"
+        specs.append(ModelSpec(name, version, server_copy(folder),
+                               process_for(folder, name), reload, newest, limits.get(name, {})))
     serve(None, config, keys=keys, models=specs)
     return 0
+
+
+def model_limits(given: Sequence[str] | None, names: Sequence[str], config: ServeConfig) -> dict[str, dict[str, Any]]:
+    """``--model-limit NAME:SETTING=VALUE`` flags as each model's own settings, checked (a setting's value as
+    ServeConfig checks it) before any model loads.
+
+    Example:
+        >>> model_limits(["text:max-batch-size=8", "text:max-body-bytes=65536"], ["text", "digits"], ServeConfig())
+        {'text': {'max_batch_size': 8, 'max_body_bytes': 65536}}
+    """
+    import dataclasses
+
+    from torchwork.serve.repository import MODEL_SETTINGS
+
+    found: dict[str, dict[str, Any]] = {}
+    flags = ", ".join(setting.replace("_", "-") for setting in MODEL_SETTINGS)
+    for text in given or []:
+        name, colon, rest = text.partition(":")
+        setting, equals, value = rest.partition("=")
+        setting = setting.strip().replace("-", "_")
+        if not colon or not equals:
+            raise ConfigError(f"--model-limit {text!r}: write NAME:SETTING=VALUE, e.g. text:max-batch-size=8")
+        if name not in names:
+            raise ConfigError(f"--model-limit {text!r}: no model {name!r} is served (the models: {', '.join(names)})")
+        if setting not in MODEL_SETTINGS:
+            raise ConfigError(f"--model-limit {text!r}: {setting.replace('_', '-')!r} is not a setting a model may "
+                              f"have its own of; those are {flags}")
+        kind = type(getattr(config, setting))
+        try:
+            number = kind(value)
+        except ValueError:
+            raise ConfigError(f"--model-limit {text!r}: {value!r} is not a{'n integer' if kind is int else ' number'}"
+                              ) from None
+        found.setdefault(name, {})[setting] = number
+        dataclasses.replace(config, **found[name])  # ServeConfig says what is out of range, naming the setting
+    return found
 
 
 def served_sources(arguments: list[str], name: str | None) -> list[tuple[str, str, Path | None]]:
