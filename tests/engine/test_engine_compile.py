@@ -201,3 +201,33 @@ def test_recompiles_stay_at_most_one_per_batch_bucket_over_epochs_with_a_short_l
     record = _manifest(tmp_path)["compile"]
     assert record["compiled"] is True and record["recompile_limit_hit"] == []
     assert record["recompiles"] == most_recompiles, record["recompiled_functions"]
+
+
+class _AlternatingTuner:
+    """A threads="auto" tuner on a busy machine, as far as the compiled graph can tell: each step at
+    another thread count (as while it times 1 against 2)."""
+
+    def __init__(self) -> None:
+        self.steps, self.choice = 0, None
+
+    def before_step(self) -> None:
+        self.steps += 1
+        torch.set_num_threads(1 + self.steps % 2)
+
+    def after_step(self, seconds: float, samples: int) -> None:
+        pass
+
+
+@pytest.mark.slow
+def test_a_compiled_run_under_threads_auto_keeps_one_thread_count(tmp_path, monkeypatch):
+    import torchwork.engine.trainer as trainer_module
+
+    tuners: list[_AlternatingTuner] = []
+    monkeypatch.setattr(trainer_module, "thread_tuner", lambda *a: tuners.append(_AlternatingTuner()) or tuners[-1])
+    trainer = _trainer(_model(), compile=CompileOptions(True, backend="eager"), run_dir=tmp_path, threads="auto")
+    trainer.fit(_batches(), epochs=2)
+    assert tuners == [] and "kept while compiled" in trainer.thread_choice.reason
+    assert _manifest(tmp_path)["compile"]["recompiles"] == 0
+    eager = _trainer(_model(), compile=False, threads="auto")  # not compiled: the tuner works as ever
+    eager.fit(_batches(), epochs=1)
+    assert len(tuners) == 1 and tuners[0].steps == 6

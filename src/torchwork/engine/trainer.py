@@ -300,6 +300,8 @@ class Trainer:
         if self._compiler.pending:
             self._train_model = self._compiler.choose(self._train_model, self.model, forward_backward(self, window[0]),
                                                       self.state.global_step)
+            if self._threads_auto and (self._compiler.decision or {}).get("compiled"):
+                self._fix_threads_for_compiled()
         tuner = self._thread_tuner
         if tuner is None and self._threads_auto:
             tuner = self._thread_tuner = thread_tuner(self.world, bool(self.progress) and self.world.is_rank_zero)
@@ -315,6 +317,18 @@ class Trainer:
             state.skipped_steps += 1
         state.global_step += 1
         return result
+
+    def _fix_threads_for_compiled(self) -> None:
+        """A compiled model's graphs are guarded on torch's thread count (a change recompiles them): under
+        ``threads="auto"`` the count is chosen once, for the machine as it is now, and kept."""
+        from torchwork.threads import choose_threads
+
+        self._threads_auto, self._thread_tuner = False, None
+        choice = choose_threads("auto")
+        choice.reason += "; kept while compiled (a change of thread count recompiles)"
+        self._thread_choice = choice
+        if self.progress and self.world.is_rank_zero:
+            print(choice.describe(), file=sys.stderr, flush=True)
 
     def _all_reduce_sum(self, values: list[float]) -> list[float]:
         from torchwork.distributed.setup import all_reduce_sum
