@@ -49,14 +49,25 @@ def command(runs: Path, study: str, trials: int, subset: int, *extra: str, final
             "--set", "batch_size=64", *([] if final else ["--no-final"]), *extra]
 
 
+def children_cpu_s() -> float:
+    """CPU seconds of this process's finished children and theirs (a killed worker's included: the tune
+    command reaps it): the compute a study used, less swayed by the other jobs on a shared machine than wall
+    time is."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_study(runs: Path, study: str, trials: int, subset: int, *extra: str, final: bool = False) -> dict[str, Any]:
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), children_cpu_s()
     done = subprocess.run(command(runs, study, trials, subset, *extra, final=final), env=env(), capture_output=True,
                           text=True)
     if done.returncode != 0:
         raise SystemExit(done.stdout[-2000:] + done.stderr[-2000:])
     seconds = time.perf_counter() - started
-    return {**json.loads((runs / "tune" / study / "summary.json").read_text()), "wall_s": seconds}
+    return {**json.loads((runs / "tune" / study / "summary.json").read_text()), "wall_s": seconds,
+            "cpu_s": children_cpu_s() - cpu}
 
 
 def outcome(runs: Path, study: str) -> dict[int, Any]:
@@ -148,7 +159,7 @@ def killed_study(runs: Path, trials: int, subset: int, kills: int, seed: int = 0
     import psutil
 
     rng = random.Random(seed)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), children_cpu_s()
     process = subprocess.Popen(command(runs, "killed", trials, subset, "--pruner", "none"), env=env(),
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     done_kills = 0
@@ -159,7 +170,8 @@ def killed_study(runs: Path, trials: int, subset: int, kills: int, seed: int = 0
             os.kill(children[0].pid, signal.SIGKILL)
             done_kills += 1
     process.wait()
-    return {"kills": done_kills, "wall_s": time.perf_counter() - started, "returncode": process.returncode}
+    return {"kills": done_kills, "wall_s": time.perf_counter() - started, "returncode": process.returncode,
+            "cpu_s": children_cpu_s() - cpu}
 
 
 def main() -> None:
@@ -204,6 +216,7 @@ def main() -> None:
         result["workers"] = {"one_trials_per_min": round(60 * trials / off["wall_s"], 2),
                              "two_trials_per_min": round(60 * trials / two["wall_s"], 2),
                              "speedup": round(off["wall_s"] / two["wall_s"], 2), "same_params": same,
+                             "one_cpu_s": round(off["cpu_s"], 1), "two_cpu_s": round(two["cpu_s"], 1),
                              "threads_per_worker": two["threads_per_worker"]}
         goals["two_workers_1.7x"] = result["workers"]["speedup"] >= 1.7
     if "kill" in parts:
@@ -218,6 +231,8 @@ def main() -> None:
                           "same_scores": {n: o[2] for n, o in ours.items()} == {n: o[2] for n, o in theirs.items()},
                           "wall_s": round(killed["wall_s"], 1), "uninterrupted_wall_s": round(off["wall_s"], 1),
                           "lost_s_per_kill": round((killed["wall_s"] - off["wall_s"]) / max(killed["kills"], 1), 1),
+                          "cpu_s": round(killed["cpu_s"], 1), "uninterrupted_cpu_s": round(off["cpu_s"], 1),
+                          "lost_cpu_s_per_kill": round((killed["cpu_s"] - off["cpu_s"]) / max(killed["kills"], 1), 1),
                           "attempts": sum(1 for _ in attempt_numbers(runs, "killed"))}
         goals["kill_equal_to_uninterrupted"] = result["kill"]["equal_to_uninterrupted"] and \
             result["kill"]["kills"] == kills
