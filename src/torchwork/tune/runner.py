@@ -279,7 +279,14 @@ def tune_objective(objective: str, space: str | Mapping[str, Any], trials: int, 
     with ``run_dir=trial.run_dir`` and ``callbacks=trial.callbacks`` and returns its validation score.
     K ``workers`` processes each load it by that name; everything else is as for a recipe (seeded params
     from the trial number, pruning on ``metric``, a killed worker's trial resumed from its checkpoint).
-    The study's folder is ``<run_dir>/tune/<study>/``; returns ``summary.json``'s content."""
+    The study's folder is ``<run_dir>/tune/<study>/``; returns ``summary.json``'s content. A bad name is
+    refused before anything is written:
+
+        >>> tune_objective("train.py", {"lr": {"low": 0.01, "high": 0.1}}, trials=4, metric="val_loss")
+        Traceback (most recent call last):
+        ...
+        torchwork.errors.ConfigError: 'train.py' is not an objective: write path/to/file.py:function or package.module:function (a function of the trial that trains a Trainer and returns its validation score).
+    """
     return tune(TuneOptions(objective, space, trials, workers=workers, storage=storage, study=study, seed=seed,
                             pruner=pruner, timeout=timeout, final=False, metric=metric, direction=direction,
                             run_dir=run_dir))
