@@ -3,7 +3,7 @@
 - storage: 8 processes running the workers' storage protocol (claim, heartbeat, 8 reports, tell) on one SQLite
   file, with torchwork's storage (WAL, BEGIN IMMEDIATE, busy timeout) against Optuna's plain SQLite URL:
   "database is locked" errors and trials per second;
-- pruning: the quickstart's n-gram model on a subset, the same seed and trials with the median pruner and
+- pruning: the quickstart's n-gram model on a subset, the same seed and trials with the default pruner and
   without: best params found, epochs trained;
 - workers: 2 workers against 1 (no pruning): trials per minute;
 - kill: random SIGKILLs of workers during a study; the study compared with the uninterrupted one (params,
@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from results import record  # benchmarks/results.py: print the figures and log them in RESULTS.md
+
 ROOT = Path(__file__).resolve().parents[1]
 SPACE = ("lr: {low: 1.0e-3, high: 0.3, log: true}\nl2: {low: 1.0e-6, high: 1.0e-3, log: true}\n"
          "epochs: {choices: [4, 8]}\nmax_length: {low: 32, high: 96, step: 32}\n")
@@ -47,14 +49,25 @@ def command(runs: Path, study: str, trials: int, subset: int, *extra: str, final
             "--set", "batch_size=64", *([] if final else ["--no-final"]), *extra]
 
 
+def children_cpu_s() -> float:
+    """CPU seconds of this process's finished children and theirs (a killed worker's included: the tune
+    command reaps it): the compute a study used, less swayed by the other jobs on a shared machine than wall
+    time is."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_study(runs: Path, study: str, trials: int, subset: int, *extra: str, final: bool = False) -> dict[str, Any]:
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), children_cpu_s()
     done = subprocess.run(command(runs, study, trials, subset, *extra, final=final), env=env(), capture_output=True,
                           text=True)
     if done.returncode != 0:
         raise SystemExit(done.stdout[-2000:] + done.stderr[-2000:])
     seconds = time.perf_counter() - started
-    return {**json.loads((runs / "tune" / study / "summary.json").read_text()), "wall_s": seconds}
+    return {**json.loads((runs / "tune" / study / "summary.json").read_text()), "wall_s": seconds,
+            "cpu_s": children_cpu_s() - cpu}
 
 
 def outcome(runs: Path, study: str) -> dict[int, Any]:
@@ -68,6 +81,22 @@ def outcome(runs: Path, study: str) -> dict[int, Any]:
     loaded = optuna.load_study(study_name=study, storage=open_storage(default_url(runs / "tune" / study)))
     return {n: (t.state.name, t.params, t.value, dict(t.intermediate_values))
             for n, t in latest_attempts(loaded.get_trials()).items()}
+
+
+def rank_of(runs: Path, study: str, trial: int) -> int:
+    """Trial ``trial``'s place among the study's complete trials, best first (0: the best)."""
+    done = {n: o[2] for n, o in outcome(runs, study).items() if o[0] == "COMPLETE"}
+    return sorted(done, key=lambda n: (-done[n], n)).index(trial)
+
+
+def attempt_numbers(runs: Path, study: str) -> list[int]:
+    """The tuner trial number of every Optuna trial (every attempt, killed ones included)."""
+    import optuna
+
+    from torchwork.tune.storage import default_url, open_storage
+
+    loaded = optuna.load_study(study_name=study, storage=open_storage(default_url(runs / "tune" / study)))
+    return [t.user_attrs["trial"] for t in loaded.get_trials() if "trial" in t.user_attrs]
 
 
 # ----------------------------------------------------------------------------------------------- storage
@@ -130,18 +159,19 @@ def killed_study(runs: Path, trials: int, subset: int, kills: int, seed: int = 0
     import psutil
 
     rng = random.Random(seed)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), children_cpu_s()
     process = subprocess.Popen(command(runs, "killed", trials, subset, "--pruner", "none"), env=env(),
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     done_kills = 0
     while process.poll() is None and done_kills < kills:
-        time.sleep(rng.uniform(5.0, 25.0))
+        time.sleep(rng.uniform(4.0, 14.0))  # the 16-trial study runs ~2.5 min: room for 10 kills
         children = [c for c in psutil.Process(process.pid).children() if c.is_running()]
         if children and process.poll() is None:
             os.kill(children[0].pid, signal.SIGKILL)
             done_kills += 1
     process.wait()
-    return {"kills": done_kills, "wall_s": time.perf_counter() - started, "returncode": process.returncode}
+    return {"kills": done_kills, "wall_s": time.perf_counter() - started, "returncode": process.returncode,
+            "cpu_s": children_cpu_s() - cpu}
 
 
 def main() -> None:
@@ -159,13 +189,14 @@ def main() -> None:
     parts = set(args.only.split(","))
     result: dict[str, Any] = {"cores": len(os.sched_getaffinity(0)), "trials": trials, "subset": subset}
     folder = Path(tempfile.mkdtemp(prefix="torchwork-tune-bench-"))
+    goals: dict[str, bool] = {}
     if "storage" in parts:
         result["storage"] = {"torchwork": storage_stress(folder, plain=False),
                              "optuna_plain_sqlite": storage_stress(folder, plain=True)}
     if parts & {"pruning", "workers", "kill"}:
         off = run_study(folder / "off" / "runs", "off", trials, subset, "--pruner", "none")
     if "pruning" in parts:
-        on = run_study(folder / "on" / "runs", "on", trials, subset, "--pruner", "median")
+        on = run_study(folder / "on" / "runs", "on", trials, subset)  # the default pruner
         result["pruning"] = {
             "off": {"best_trial": off["best_trial"], "best_value": off["best_value"], "best_params": off["best_params"],
                     "epochs_trained": off["epochs_trained"], "wall_s": round(off["wall_s"], 1)},
@@ -173,7 +204,11 @@ def main() -> None:
                    "epochs_trained": on["epochs_trained"], "pruned": on["trials"]["pruned"],
                    "wall_s": round(on["wall_s"], 1)},
             "same_best_trial": on["best_trial"] == off["best_trial"],
+            # where the pruned study's best stands among the unpruned study's trials (0: the same best)
+            "on_best_rank_without_pruning": rank_of(folder / "off" / "runs", "off", on["best_trial"]),
             "epochs_saved": round(1 - on["epochs_trained"] / off["epochs_trained"], 3)}
+        goals["pruning_same_best_and_40pct_fewer_epochs"] = (result["pruning"]["same_best_trial"]
+                                                             and result["pruning"]["epochs_saved"] >= 0.4)
     if "workers" in parts:
         two = run_study(folder / "two" / "runs", "two", trials, subset, "--pruner", "none", "--workers", "2")
         same = {n: o[1] for n, o in outcome(folder / "two" / "runs", "two").items()} == \
@@ -181,7 +216,9 @@ def main() -> None:
         result["workers"] = {"one_trials_per_min": round(60 * trials / off["wall_s"], 2),
                              "two_trials_per_min": round(60 * trials / two["wall_s"], 2),
                              "speedup": round(off["wall_s"] / two["wall_s"], 2), "same_params": same,
+                             "one_cpu_s": round(off["cpu_s"], 1), "two_cpu_s": round(two["cpu_s"], 1),
                              "threads_per_worker": two["threads_per_worker"]}
+        goals["two_workers_1.7x"] = result["workers"]["speedup"] >= 1.7
     if "kill" in parts:
         kills = 10 if not args.short else 3
         runs = folder / "killed" / "runs"
@@ -193,13 +230,22 @@ def main() -> None:
                           "same_params": {n: o[1] for n, o in ours.items()} == {n: o[1] for n, o in theirs.items()},
                           "same_scores": {n: o[2] for n, o in ours.items()} == {n: o[2] for n, o in theirs.items()},
                           "wall_s": round(killed["wall_s"], 1), "uninterrupted_wall_s": round(off["wall_s"], 1),
-                          "lost_s_per_kill": round((killed["wall_s"] - off["wall_s"]) / max(killed["kills"], 1), 1)}
+                          "lost_s_per_kill": round((killed["wall_s"] - off["wall_s"]) / max(killed["kills"], 1), 1),
+                          "cpu_s": round(killed["cpu_s"], 1), "uninterrupted_cpu_s": round(off["cpu_s"], 1),
+                          "lost_cpu_s_per_kill": round((killed["cpu_s"] - off["cpu_s"]) / max(killed["kills"], 1), 1),
+                          "attempts": sum(1 for _ in attempt_numbers(runs, "killed"))}
+        goals["kill_equal_to_uninterrupted"] = result["kill"]["equal_to_uninterrupted"] and \
+            result["kill"]["kills"] == kills
     if args.full:
         full_runs = folder / "full" / "runs"
-        full_summary = run_study(full_runs, "full", 24, 0, "--pruner", "median", final=True)
+        full_summary = run_study(full_runs, "full", 24, 0, final=True)
         result["full"] = {k: full_summary.get(k) for k in ("best_value", "best_params", "defaults", "best_rerun",
                                                            "gain_over_defaults", "seconds")}
-    print(json.dumps(result))
+    result["goals_met"] = goals
+    record(result)
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)  # 16-trial studies leave over a gigabyte of checkpoints
 
 
 if __name__ == "__main__":

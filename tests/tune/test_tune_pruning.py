@@ -52,7 +52,7 @@ def test_a_resumed_fit_reports_its_restored_epochs_once(tmp_path) -> None:
     assert study.trials[1].intermediate_values == expected  # the same values, bit for bit
 
 
-@pytest.mark.parametrize("pruner", ["median", "hyperband"])
+@pytest.mark.parametrize("pruner", ["percentile", "median", "hyperband"])
 def test_a_worse_trial_is_pruned_before_its_last_epoch(tmp_path, pruner) -> None:
     # Hyperband puts each trial in a bracket by a hash of the study's name and the trial's number, and
     # compares a trial only with those of its bracket: a fixed name keeps the good trials beside the bad one

@@ -26,7 +26,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """One worker, the median pruner: the study the others are compared with."""
+    """One worker, the default pruner: the study the others are compared with."""
     runs = tmp_path_factory.mktemp("reference") / "runs"
     done = run_tune(runs, "ref")
     return runs, done

@@ -13,12 +13,7 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import os
-import sys
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 from torchwork.errors import ConfigError
@@ -29,32 +24,9 @@ FACTORY_KEYS = {"model", "example_inputs", "preprocess", "labels", "softmax", "s
 
 def load_factory(spec: str) -> Callable[[], Any]:
     """``file.py:function`` or ``package.module:function`` -> the function (the user's own code)."""
-    target, _, name = spec.rpartition(":")
-    if not target or not name.isidentifier():
-        raise ConfigError(f"{spec!r} is not a model factory: write path/to/file.py:function or "
-                          "package.module:function (a function returning the model and example inputs).")
-    if target.endswith(".py") or "/" in target or os.sep in target:
-        path = Path(target).resolve()
-        if not path.is_file():
-            raise ConfigError(f"model factory file {target} does not exist.")
-        module_spec = importlib.util.spec_from_file_location(f"_torchwork_factory_{path.stem}", path)
-        if module_spec is None or module_spec.loader is None:
-            raise ConfigError(f"cannot load {target} as a Python module.")
-        module = importlib.util.module_from_spec(module_spec)
-        sys.path.insert(0, str(path.parent))  # so that the file can import its neighbours
-        try:
-            module_spec.loader.exec_module(module)
-        finally:
-            sys.path.remove(str(path.parent))
-    else:
-        try:
-            module = importlib.import_module(target)
-        except ImportError as error:
-            raise ConfigError(f"cannot import {target!r} for the model factory {spec!r}: {error}.") from error
-    factory = getattr(module, name, None)
-    if not callable(factory):
-        raise ConfigError(f"{target} has no function {name!r}.")
-    return factory
+    from torchwork.user_code import load_function
+
+    return load_function(spec, "model factory", "a function returning the model and example inputs")
 
 
 def build_from_factory(spec: str) -> dict[str, Any]:

@@ -235,6 +235,11 @@ class Trainer:
 
     # ------------------------------------------------------------------ where training is (self.state)
     @property
+    def epochs_planned(self) -> int | None:
+        """The ``epochs`` of the running (or last) ``fit`` (None before the first)."""
+        return self._epochs_total
+
+    @property
     def global_step(self) -> int:
         """Optimizer steps attempted (``self.state.global_step``)."""
         return self.state.global_step

@@ -4,7 +4,7 @@ and reproducible. See docs/tune.md.
 Example:
     >>> from torchwork.tune import TuneOptions
     >>> TuneOptions("sentiment", "space.yaml", trials=16).pruner
-    'median'
+    'percentile'
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from torchwork.lazy import lazy_attributes
 
 _LAZY: dict[str, str] = {
     "tune": "torchwork.tune.runner",
+    "tune_objective": "torchwork.tune.runner",
+    "TrialSetup": "torchwork.tune.objective",
     "TuneOptions": "torchwork.tune.runner",
     "Space": "torchwork.tune.space",
     "read_space": "torchwork.tune.space",
@@ -25,8 +27,9 @@ _LAZY: dict[str, str] = {
 __all__ = list(_LAZY)
 
 if TYPE_CHECKING:  # pragma: no cover
+    from torchwork.tune.objective import TrialSetup  # noqa: F401
     from torchwork.tune.pruning import PruningCallback  # noqa: F401
-    from torchwork.tune.runner import TuneOptions, tune  # noqa: F401
+    from torchwork.tune.runner import TuneOptions, tune, tune_objective  # noqa: F401
     from torchwork.tune.show import show  # noqa: F401
     from torchwork.tune.space import Space, read_space  # noqa: F401
 else:

@@ -29,8 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--study", metavar="NAME", help="the study's name (default: RECIPE-SPACE)")
     parser.add_argument("--seed", type=int, default=0,
                         help="seeds every trial and draws trial n's params from (seed, n) (default: 0)")
-    parser.add_argument("--pruner", default="median", choices=["median", "hyperband", "none"],
-                        help="stop unpromising trials from their per-epoch validation score (default: median)")
+    parser.add_argument("--pruner", default="percentile", choices=["percentile", "median", "hyperband", "none"],
+                        help="stop unpromising trials from their per-epoch validation score (default: percentile, "
+                             "the bottom 40%% at an epoch)")
     parser.add_argument("--timeout", type=float, metavar="SECONDS", help="start no trial after this many seconds")
     parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="a setting of the recipe, for every trial")
     parser.add_argument("--no-final", action="store_true",

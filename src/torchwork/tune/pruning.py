@@ -6,12 +6,12 @@ already holds, each once and with the value the checkpoint recorded, then asks t
 lost, nothing reported twice.
 
 Example:
-    >>> make_pruner("none").__class__.__name__, make_pruner("median").__class__.__name__
-    ('NopPruner', 'MedianPruner')
+    >>> make_pruner("percentile").__class__.__name__, make_pruner("median").__class__.__name__
+    ('PercentilePruner', 'MedianPruner')
     >>> make_pruner("asha")
     Traceback (most recent call last):
     ...
-    torchwork.errors.ConfigError: --pruner 'asha': use median, hyperband or none.
+    torchwork.errors.ConfigError: --pruner 'asha': use percentile, median, hyperband or none.
 """
 
 from __future__ import annotations
@@ -21,18 +21,30 @@ from typing import Any
 from torchwork.engine.callbacks import Callback
 from torchwork.errors import ConfigError
 
-PRUNERS = ("median", "hyperband", "none")
+PRUNERS = ("percentile", "median", "hyperband", "none")
+DEFAULT_PRUNER = "percentile"
+# The default: prune a trial whose best score so far is in the bottom 40% of the scores the finished trials had
+# at the same epoch, from the first epoch on, once 2 trials have finished. Chosen on three recorded n-gram
+# studies (benchmarks/tune.py's space; 16 trials x 2 seeds on 3000 rows, 6 trials on 300), replayed through
+# Optuna's pruners: it kept each study's best trial with 59%, 52% and 39% fewer epochs, where the median from
+# the second epoch after a quarter of the trials (the old default) lost the 6-trial study's best and saved only
+# 28% and 38% on the 16-trial ones. Under a one-cycle schedule a long trial's early epochs score below a
+# short one's: cutting at the median of so few trials threw good long trials out.
+PERCENTILE_KEPT = 60.0
 
 
-def make_pruner(name: str, max_epochs: int = 12, trials: int = 16) -> Any:
-    """``median`` (Optuna's MedianPruner, from the second epoch on, once a quarter of the trials, at least 1
-    and at most 4, have finished), ``hyperband`` (epochs as the resource) or ``none``."""
+def make_pruner(name: str, max_epochs: int | None = 12, trials: int = 16) -> Any:
+    """``percentile`` (the default: Optuna's PercentilePruner keeping the top 60%, from the first epoch on, once
+    2 trials have finished), ``median`` (Optuna's MedianPruner, from the second epoch on, once a quarter of the
+    trials, at least 1 and at most 4, have finished), ``hyperband`` (epochs as the resource) or ``none``."""
     import optuna
 
+    if name == "percentile":
+        return optuna.pruners.PercentilePruner(PERCENTILE_KEPT, n_startup_trials=2, n_warmup_steps=0)
     if name == "median":
         return optuna.pruners.MedianPruner(n_startup_trials=min(4, max(1, trials // 4)), n_warmup_steps=1)
     if name == "hyperband":
-        return optuna.pruners.HyperbandPruner(min_resource=1, max_resource=max(int(max_epochs), 1),
+        return optuna.pruners.HyperbandPruner(min_resource=1, max_resource=max(int(max_epochs), 1) if max_epochs else "auto",
                                               reduction_factor=3)
     if name == "none":
         return optuna.pruners.NopPruner()
@@ -48,6 +60,7 @@ class PruningCallback(Callback):
         self.pruned_at: int | None = None
         self.reported: list[int] = []
         self.resumed_epochs = 0
+        self.trainer: Any = None  # the Trainer it was given to (set when its fit starts)
 
     def _report(self, epoch: int, value: float) -> None:
         self.trial.report(float(value), step=int(epoch))
@@ -61,6 +74,9 @@ class PruningCallback(Callback):
             trainer.should_stop = True
 
     def on_fit_start(self, trainer: Any) -> None:
+        self.trainer = trainer
+        if self.epochs is None:  # a user's own Trainer: its fit says how many epochs it trains
+            self.epochs = getattr(trainer, "epochs_planned", None)
         history = list(trainer.history)  # restored from the checkpoint when resuming
         self.resumed_epochs = len(history)
         for logs in history:

@@ -46,10 +46,11 @@ def best_attempt(attempts: dict[int, Any], direction: str) -> Any:
     return min(done, key=key)
 
 
-def write_best_yaml(path: Path, config: dict[str, Any], comment: str) -> None:
+def write_best_yaml(path: Path, config: dict[str, Any], comment: str, rerun: bool = True) -> None:
     import yaml
 
-    text = f"# {comment}\n# Rerun it: torchwork train {path}\n" + yaml.safe_dump(config, sort_keys=False)
+    how = f"# Rerun it: torchwork train {path}\n" if rerun else "# params: the best trial's trial.params\n"
+    text = f"# {comment}\n{how}" + yaml.safe_dump(config, sort_keys=False)
     with atomic_write(path) as handle:
         handle.write(text.encode())
 
@@ -106,9 +107,9 @@ def finish(prepared: dict[str, Any], options: Any, threads: int, started: float)
         config = target.full_config(dict(best.params), threads, best.user_attrs.get("precision"),
                                     str(folder / "best"))
         write_best_yaml(folder / "best.yaml", config, f"study {study.study_name}, trial {summary['best_trial']}: "
-                        f"{summary['objective']} {best.value:.6f}")
+                        f"{summary['objective']} {best.value:.6f}", rerun=target.has_final_runs)
         summary["best_yaml"] = str(folder / "best.yaml")
-    if options.final and summary["trials"]["unfinished"] == 0:
+    if options.final and target.has_final_runs and summary["trials"]["unfinished"] == 0:
         defaults = defaults_score(prepared, threads)
         summary["defaults"] = defaults
         if best is not None:

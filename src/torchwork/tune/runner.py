@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,21 +29,27 @@ from torchwork.tune.results import is_final
 
 @dataclasses.dataclass
 class TuneOptions:
-    """Everything ``torchwork tune`` takes (``storage`` None: the embedded SQLite file in the study folder)."""
+    """Everything ``torchwork tune`` takes (``storage`` None: the embedded SQLite file in the study folder).
+
+    ``target`` is a recipe or its YAML config; with ``metric`` set it is a user's objective instead
+    (``file.py:function`` or ``module:function``, see :func:`tune_objective`), its study under ``run_dir``."""
 
     target: str
-    space: str
+    space: str | Mapping[str, Any]
     trials: int
     workers: int = 1
     storage: str | None = None
     study: str | None = None
     seed: int = 0
-    pruner: str = "median"
+    pruner: str = "percentile"
     timeout: float | None = None
     settings: list[str] = dataclasses.field(default_factory=list)
     final: bool = True  # after the trials: the defaults' score, and the best trial rerun for its test score
     heartbeat_s: int = 5
     grace_s: int = 30
+    metric: str | None = None  # a user's objective: the Trainer's per-epoch metric it returns and is pruned on
+    direction: str = "maximize"
+    run_dir: str = "runs"
 
 
 def threads_per_worker(workers: int, cores: int | None = None) -> int:
@@ -64,19 +71,21 @@ def prepare(options: TuneOptions) -> dict[str, Any]:
     """Every check that needs no storage, then the storage and the study; nothing is written before the
     checks pass. Returns what the run needs (target, space, study, folder, url)."""
     from torchwork.tune.pruning import make_pruner
-    from torchwork.tune.space import read_space
+    from torchwork.tune.space import Space, read_space
     from torchwork.tune.storage import check_url, default_url, sqlite_path
     from torchwork.tune.study import open_study, queue_missing, study_record
-    from torchwork.tune.target import RecipeTarget
 
     check_numbers(options.trials, options.workers, options.timeout)
-    target = RecipeTarget(options.target, options.settings, seed=options.seed)
-    space = read_space(options.space, target.integer_fields)
+    target = make_target(options)
+    if isinstance(options.space, Mapping):
+        space, stem = Space.from_mapping(dict(options.space), target.integer_fields), "space"
+    else:
+        space, stem = read_space(options.space, target.integer_fields), Path(options.space).stem
     target.check_space(space)
     make_pruner(options.pruner)
     if options.storage is not None:
         check_url(options.storage)
-    name = options.study or f"{target.name}-{Path(options.space).stem}"
+    name = options.study or f"{target.name}-{stem}"
     if not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
         raise ConfigError(f"--study {name!r}: use letters, digits, '-', '_' and '.' only (it names a folder).")
     folder = target.run_dir / "tune" / name
@@ -98,11 +107,26 @@ def prepare(options: TuneOptions) -> dict[str, Any]:
     requeue_lost(study)
     from torchwork.tune.worker import SPEC
 
-    max_epochs = max([target.config.epochs, *(v for s in space.settings if s.name == "epochs" for v in s.extremes())])
-    write_json(folder / SPEC, {"study": name, "base": target.describe(), "space": space.describe_raw(),
-                               "seed": options.seed, "pruner": options.pruner, "max_epochs": int(max_epochs), "trials": options.trials,
+    epochs = [getattr(target.config, "epochs", None), *(v for s in space.settings if s.name == "epochs"
+                                                         for v in s.extremes())]
+    max_epochs = max((int(e) for e in epochs if e is not None), default=None)  # None: Hyperband's "auto"
+    write_json(folder / SPEC, {"study": name, "base": target.worker_base(), "space": space.describe_raw(),
+                               "seed": options.seed, "pruner": options.pruner, "max_epochs": max_epochs, "trials": options.trials,
                                "heartbeat_s": options.heartbeat_s, "grace_s": options.grace_s})
     return {"target": target, "space": space, "study": study, "folder": folder, "url": url, "queued": queued}
+
+
+def make_target(options: TuneOptions) -> Any:
+    """The recipe, or (``options.metric`` set) the user's objective, the study tunes."""
+    if options.metric is not None:
+        from torchwork.tune.objective import ObjectiveTarget
+
+        if options.settings:
+            raise ConfigError("settings (--set) are a recipe's; a user's objective takes its own from trial.params.")
+        return ObjectiveTarget(options.target, options.metric, options.direction, options.run_dir, options.seed)
+    from torchwork.tune.target import RecipeTarget
+
+    return RecipeTarget(options.target, options.settings, seed=options.seed)
 
 
 def _open(url: str, options: TuneOptions) -> Any:
@@ -244,6 +268,28 @@ def tune(options: TuneOptions) -> dict[str, Any]:
           f"pruner {options.pruner}; folder {prepared['folder']}", flush=True)
     run_workers(prepared, options, threads)
     return finish(prepared, options, threads, started)
+
+
+def tune_objective(objective: str, space: str | Mapping[str, Any], trials: int, *, metric: str,
+                   direction: str = "maximize", run_dir: str = "runs", study: str | None = None, workers: int = 1,
+                   storage: str | None = None, seed: int = 0, pruner: str = "percentile",
+                   timeout: float | None = None) -> dict[str, Any]:
+    """Tune a user's own objective: ``objective`` names a function (``path/to/file.py:function`` or
+    ``package.module:function``) of a :class:`~torchwork.tune.objective.TrialSetup` that trains a Trainer
+    with ``run_dir=trial.run_dir`` and ``callbacks=trial.callbacks`` and returns its validation score.
+    K ``workers`` processes each load it by that name; everything else is as for a recipe (seeded params
+    from the trial number, pruning on ``metric``, a killed worker's trial resumed from its checkpoint).
+    The study's folder is ``<run_dir>/tune/<study>/``; returns ``summary.json``'s content. A bad name is
+    refused before anything is written:
+
+        >>> tune_objective("train.py", {"lr": {"low": 0.01, "high": 0.1}}, trials=4, metric="val_loss")
+        Traceback (most recent call last):
+        ...
+        torchwork.errors.ConfigError: 'train.py' is not an objective: write path/to/file.py:function or package.module:function (a function of the trial that trains a Trainer and returns its validation score).
+    """
+    return tune(TuneOptions(objective, space, trials, workers=workers, storage=storage, study=study, seed=seed,
+                            pruner=pruner, timeout=timeout, final=False, metric=metric, direction=direction,
+                            run_dir=run_dir))
 
 
 def tune_main(args: Any) -> int:

@@ -31,6 +31,8 @@ TUNER_SETTINGS = {"run_dir": "each trial runs in its own folder of the study",
 class RecipeTarget:
     """A recipe (name or YAML config) plus ``--set`` settings, as the base of every trial."""
 
+    has_final_runs = True  # the defaults' validation score and the best settings' test score, after the trials
+
     def __init__(self, recipe_or_config: str, settings: list[str] | None = None, seed: int | None = None) -> None:
         from torchwork.recipes.registry import RECIPES, resolve
 
@@ -71,6 +73,14 @@ class RecipeTarget:
         # run_dir may differ from machine to machine running the same study
         return {"recipe": self.name, "config": self.recipe_or_config,
                 "settings": [s for s in self.settings if not s.replace(" ", "").startswith("run_dir=")]}
+
+    def worker_base(self) -> dict[str, Any]:
+        """What a worker needs to build this target again."""
+        return self.describe()
+
+    @classmethod
+    def from_worker_base(cls, base: dict[str, Any], seed: int) -> RecipeTarget:
+        return cls(base["config"], base["settings"], seed=seed)
 
     def config_for(self, params: dict[str, Any], folder: str | Path, threads: int) -> Any:
         """The config of one trial: the base, its params, its folder and thread count (validated)."""

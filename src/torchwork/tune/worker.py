@@ -48,6 +48,17 @@ def open_study_for(spec: dict[str, Any], url: str) -> Any:
                              pruner=make_pruner(spec["pruner"], spec["max_epochs"], spec["trials"]))
 
 
+def target_from_spec(spec: dict[str, Any]) -> Any:
+    """The recipe or the user's objective (loaded again by its name: code the user owns) the study tunes."""
+    if "objective" in spec["base"]:
+        from torchwork.tune.objective import ObjectiveTarget
+
+        return ObjectiveTarget.from_worker_base(spec["base"], spec["seed"])
+    from torchwork.tune.target import RecipeTarget
+
+    return RecipeTarget.from_worker_base(spec["base"], spec["seed"])
+
+
 def work(study_folder: Path, url: str, threads: int, deadline: float | None = None) -> int:
     """Run trials until none waits and none runs elsewhere (or ``deadline`` passed); returns how many."""
     import torch
@@ -55,12 +66,11 @@ def work(study_folder: Path, url: str, threads: int, deadline: float | None = No
 
     from torchwork.tune.recovery import recover
     from torchwork.tune.space import Space
-    from torchwork.tune.target import RecipeTarget
     from torchwork.tune.trial import claim, is_duplicate, run_trial
 
     torch.set_num_threads(threads)
     spec = load_spec(study_folder)
-    target = RecipeTarget(spec["base"]["config"], spec["base"]["settings"], seed=spec["seed"])
+    target = target_from_spec(spec)
     space = Space.from_mapping(spec["space"], target.integer_fields)
     study = open_study_for(spec, url)
     done = 0
