@@ -12,7 +12,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+import optuna
 import pytest
+import sqlalchemy.exc
 from objective_helpers import finish, start
 from tune_helpers import outcome, study_folder, trials_of
 
@@ -32,11 +34,13 @@ def get(url: str) -> dict:
 
 
 def _trials_so_far(runs: Path, database: Path) -> list:
-    """The study's trials, or none while its storage is still being made (the file exists before the study's
-    row does: Optuna then says KeyError, study not found)."""
+    """The study's trials, or none while its storage is still being made: the file exists before its tables
+    and the study's row do, and reading it then fails (KeyError: study not found; or SQLite's "unable to open
+    database file" while the workers create it). This reader only decides when to start the dashboard; what
+    the test judges is the study's own log and outcome."""
     try:
         return trials_of(runs, "watched") if database.exists() else []
-    except KeyError:
+    except (KeyError, optuna.exceptions.StorageInternalError, sqlalchemy.exc.OperationalError):
         return []
 
 
