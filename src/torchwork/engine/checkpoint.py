@@ -171,16 +171,8 @@ def _keep_threads(trainer: Trainer, threads: int | None) -> None:
     """Under ``threads="auto"``, continue with the count the run had: a count measured again on a machine
     that is busier or quieter now would change how every reduction is split, so the resumed run would not
     compute as the uninterrupted one. An explicit ``threads=N`` (or OMP_NUM_THREADS) always wins."""
-    from torchwork.threads import ThreadChoice, set_threads, usable_cpus
+    from torchwork.threads import ThreadChoice, usable_cpus
 
-    if not threads or not trainer._threads_auto:
-        return
-    trainer._threads_auto = False
-    trainer._thread_tuner = None
-    set_threads(threads)
-    trainer._thread_choice = ThreadChoice(threads, "recorded by the run being resumed; threads=N to choose "
-                                          "another", usable_cpus())
-    if trainer.progress and trainer.world.is_rank_zero:
-        import sys
-
-        print(trainer._thread_choice.describe(), file=sys.stderr, flush=True)
+    if threads and trainer._threads_auto:
+        trainer._keep_threads(ThreadChoice(threads, "recorded by the run being resumed; threads=N to choose another",
+                                           usable_cpus()))

@@ -328,10 +328,16 @@ class Trainer:
         ``threads="auto"`` the count is chosen once, for the machine as it is now, and kept."""
         from torchwork.threads import choose_threads
 
-        self._threads_auto, self._thread_tuner = False, None
         choice = choose_threads("auto")
         choice.reason += "; kept while compiled (a change of thread count recompiles)"
-        self._thread_choice = choice
+        self._keep_threads(choice)
+
+    def _keep_threads(self, choice: ThreadChoice) -> None:
+        """Under ``threads="auto"``, stop tuning and run with ``choice`` from now on (said with progress on)."""
+        from torchwork.threads import set_threads
+
+        self._threads_auto, self._thread_tuner, self._thread_choice = False, None, choice
+        set_threads(choice.threads)
         if self.progress and self.world.is_rank_zero:
             print(choice.describe(), file=sys.stderr, flush=True)
 
