@@ -93,18 +93,8 @@ def differences(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list
             new = {k: v for k, v in new.items() if (part, k) not in _NOT_COMPARED}
             if part == "data":  # compare what both record: an older manifest may lack a newer field
                 old, new = ({k: v for k, v in d.items() if k in old and k in new} for d in (old, new))
-        if part == "config" and isinstance(old, dict) and isinstance(new, dict):
-            # which attempt of a tuning trial this is: bookkeeping of the retry, not a setting of the training
-            old, new = (_without_attempt(d) for d in (old, new))
         _walk(old, new, part, found)
     return found
-
-
-def _without_attempt(config: dict[str, Any]) -> dict[str, Any]:
-    tune = config.get("tune")
-    if not isinstance(tune, dict) or "attempt" not in tune:
-        return config
-    return {**config, "tune": {k: v for k, v in tune.items() if k != "attempt"}}
 
 
 def extension_problem(recorded: Mapping[str, Any], epochs: int) -> str | None:

@@ -120,7 +120,9 @@ def run_trial(study: Any, trial: Any, target: Any, space: Any, study_folder: Pat
     with heartbeat(study._storage, trial._trial_id, heartbeat_s), resuming(folder) as resumed:
         info["resumed_from"] = str(resumed) if resumed else None
         write_json(folder / "trial.json", info)
-        record = {"tune": {k: info[k] for k in ("study", "trial", "attempt", "params", "threads")}}
+        # The run's config: what the trial trains with. Its attempt number is bookkeeping of the retry (kept in
+        # trial.json and the trial's attributes), so a retry's config is the killed attempt's and it resumes.
+        record = {"tune": {k: info[k] for k in ("study", "trial", "params", "threads")}}
         try:
             result = target.run(params, folder, threads, [callback], record)
         except Exception as error:  # the trial failed on its own (not killed): recorded, not retried
