@@ -41,3 +41,32 @@ def test_the_heartbeat_repeats_the_current_stage_while_a_call_cannot_report() ->
     assert lines[0].startswith("export: quantizing: onnx-int8, 0/4 batches")
     assert len(lines) >= 3 and all(line.startswith("export: quantizing: onnx-int8, 1/4 batches") for line in lines[1:])
     assert EVERY_S <= 10
+
+
+def test_every_count_belongs_to_the_stage_it_is_shown_with(tmp_path, monkeypatch) -> None:
+    """Each pass over rows says its own stage first: the verification's reference run once showed its
+    1,792 held-out rows as "1,792/114 batches" of the fallback margin's stage before it, and smoothing and
+    static scales ran through the calibration rows under "quantizing" at 0 of them."""
+    from torchwork.deploy import progress
+
+    seen: list[tuple[str, int, int | None]] = []
+    report_rows = progress.rows
+
+    def rows_checked(done: int) -> None:
+        state = progress._active[0].state if progress._active else {}
+        seen.append((state.get("stage", ""), done, state.get("total")))
+        report_rows(done)
+
+    monkeypatch.setattr(progress, "rows", rows_checked)
+    data = digits()
+    with one_thread(), showing_progress("export", every_s=60, write=lambda line: None):
+        export(digits_mlp(), data["x_train"][:8], tmp_path / "digits", formats=("onnx",), samples=data["x_test"],
+               targets=data["y_test"], quantize="int8", calibration=data["x_train"][:256],
+               quantize_smoothing=0.5, quantize_activations="static", quantize_fallback_agreement=0.99, softmax=True,
+               verify_rounds=3, threads=1)
+    stages = {stage for stage, _, _ in seen}
+    assert any(stage.startswith("smoothing") for stage in stages), stages
+    assert any(stage.startswith("static INT8 scales") for stage in stages), stages
+    assert any("fallback" in stage for stage in stages), stages
+    beyond = [(stage, done, total) for stage, done, total in seen if total is not None and done > total]
+    assert not beyond, beyond

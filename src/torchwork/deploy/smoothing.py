@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from torchwork.deploy import progress
 from torchwork.errors import ConfigError, ExportError
 
 DEFAULT_ALPHA = 0.8  # measured on the fine-tuned MiniLM: 0.5 lowered agreement, 0.8 raised it
@@ -72,9 +73,13 @@ def smooth_matmuls(model: Any, calibration: Iterable[Mapping[str, Any]], alpha: 
     session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
     largest: dict[str, Any] = {}
     batches = 0
+    calibration = list(calibration)
+    progress.stage("smoothing: activation ranges on the calibration rows", variant="onnx-int8",
+                   total=len(calibration) or None, unit="batches")
     for feeds in calibration:
         values = session.run(activations, dict(feeds))
         batches += 1
+        progress.rows(batches)
         for name, value in zip(activations, values):
             channel_max = np.abs(value).reshape(-1, value.shape[-1]).max(axis=0)
             largest[name] = channel_max if name not in largest else np.maximum(largest[name], channel_max)

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from torchwork.deploy import progress
 from torchwork.errors import ConfigError, ExportError
 
 
@@ -54,8 +55,11 @@ def activation_ranges(model: Any, feeds: Sequence[Mapping[str, Any]], threads: i
     session = onnx_session(probe.SerializeToString(), threads)
     outputs = [o.name for o in session.get_outputs()]
     ranges: dict[str, tuple[float, float]] = {}
-    for feed in feeds:
+    progress.stage("static INT8 scales: activation ranges on the calibration rows", variant="onnx-int8",
+                   total=len(feeds), unit="batches")
+    for done, feed in enumerate(feeds, 1):
         values = dict(zip(outputs, session.run(None, dict(feed))))
+        progress.rows(done)
         for name in names:
             array = values[name]
             low, high = float(np.min(array)), float(np.max(array))

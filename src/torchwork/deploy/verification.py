@@ -279,6 +279,8 @@ def _cpp_row(root: Path, manifest: Manifest, reference: Runner, report: dict[str
     from torchwork.deploy.cpp_runner import cpp_row
 
     reference_name = next(n for n, r in report["variants"].items() if r["kind"] == "reference")
+    progress.stage("the reference on the held-out inputs (for the C++ runner)", variant=reference_name,
+                   batch=manifest.static_batch or CHUNK, total=int(inputs[0].shape[0]))
     expected = run_in_chunks(reference, inputs, manifest.static_batch)
     return cpp_row(root, manifest.variants, inputs, expected, report["variants"][reference_name], atol, rtol,
                    rounds, threads, manifest.static_batch, cache, targets)
@@ -287,13 +289,16 @@ def _cpp_row(root: Path, manifest: Manifest, reference: Runner, report: dict[str
 def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[Any, ...], targets: Any,
              atol: float, rtol: float, tolerance: float, rounds: int, static_batch: int | None) -> dict[str, Any]:
     reference_name = next(n for n, k in kinds.items() if k == "reference")
+    progress.stage("parity on the held-out inputs", variant=reference_name, batch=static_batch or CHUNK,
+                   total=int(inputs[0].shape[0]))
     reference = run_in_chunks(runners[reference_name], inputs, static_batch)
     rows: dict[str, dict[str, Any]] = {}
     working: dict[str, Runner] = {}
     for name, run in runners.items():
         row: dict[str, Any] = {"kind": kinds[name]}
-        progress.stage("parity on the held-out inputs", variant=name, batch=static_batch or CHUNK,
-                       total=int(inputs[0].shape[0]))
+        if name != reference_name:  # the reference's outputs are in hand already
+            progress.stage("parity on the held-out inputs", variant=name, batch=static_batch or CHUNK,
+                           total=int(inputs[0].shape[0]))
         try:
             outputs = reference if name == reference_name else run_in_chunks(run, inputs, static_batch)
         except Exception as error:
