@@ -339,12 +339,16 @@ def batch_totals(port: int) -> tuple[float, float]:
 
 # ---------------------------------------------------------------- the load generator (child process)
 def run_client(port: int, bodies: list[bytes], concurrency: int, seconds: float, warmup: float,
-               raw: bool = False) -> dict[str, Any]:
+               raw: bool = False, routes: int = 1) -> dict[str, Any]:
     """Closed loop over ``concurrency`` keep-alive connections; asyncio protocols, no HTTP library.
-    ``raw``: ``bodies`` are whole HTTP requests (another route, other headers), else ``/predict`` bodies."""
+    ``raw``: ``bodies`` are whole HTTP requests (another route, other headers), else ``/predict`` bodies.
+    ``routes`` > 1: ``bodies`` are that many routes' requests in turn (route k at k, k + routes, ...); each
+    connection sends them in turn, so every route meets the same moment of the machine, and each route's
+    latencies are counted apart (``by_route``)."""
     requests = bodies if raw else [
         b"POST /predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         b"Content-Length: %d\r\n\r\n%s" % (len(body), body) for body in bodies]
+    per_route: list[list[float]] = [[] for _ in range(routes)]
     loop = asyncio.new_event_loop()
     start = time.perf_counter()
     measure_from, end = start + warmup, start + warmup + seconds
@@ -392,6 +396,7 @@ def run_client(port: int, bodies: list[bytes], concurrency: int, seconds: float,
             answered[0] += 1
             if self.sent >= measure_from and now <= end:
                 latencies.append(now - self.sent)
+                per_route[(self.index - 1) % len(requests) % routes].append(now - self.sent)
                 statuses[status] += 1
             self.fire()
 
@@ -416,14 +421,19 @@ def run_client(port: int, bodies: list[bytes], concurrency: int, seconds: float,
     def percentile(q: float) -> float | None:
         return round(1000 * latencies[min(len(latencies) - 1, int(q * len(latencies)))], 3) if latencies else None
 
-    return {"throughput": round(len(latencies) / seconds, 1), "p50_ms": percentile(0.5),
-            "p99_ms": percentile(0.99), "requests": len(latencies), "answered": answered[0],
-            "errors": sum(n for s, n in statuses.items() if s != 200) + lost[0]}
+    out = {"throughput": round(len(latencies) / seconds, 1), "p50_ms": percentile(0.5),
+           "p99_ms": percentile(0.99), "requests": len(latencies), "answered": answered[0],
+           "errors": sum(n for s, n in statuses.items() if s != 200) + lost[0]}
+    if routes > 1:
+        out["by_route"] = [{"requests": len(times), "p50_ms": round(1000 * statistics.median(times), 4) if times
+                            else None, "mean_ms": round(1000 * statistics.fmean(times), 4) if times else None}
+                           for times in per_route]
+    return out
 
 
 def load(port: int, body_file: Path, concurrency: int, seconds: float, warmup: float,
-         raw: bool = False) -> dict[str, Any]:
-    out = subprocess.run(load_command(port, body_file, concurrency, seconds, warmup, raw),
+         raw: bool = False, routes: int = 1) -> dict[str, Any]:
+    out = subprocess.run(load_command(port, body_file, concurrency, seconds, warmup, raw, routes),
                          capture_output=True, text=True, timeout=seconds + warmup + 60)
     if out.returncode != 0:
         raise RuntimeError(f"load generator failed: {out.stderr[-2000:]}")
@@ -431,10 +441,10 @@ def load(port: int, body_file: Path, concurrency: int, seconds: float, warmup: f
 
 
 def load_command(port: int, body_file: Path, concurrency: int, seconds: float, warmup: float,
-                 raw: bool = False) -> list[str]:
+                 raw: bool = False, routes: int = 1) -> list[str]:
     return [sys.executable, __file__, "--client", "--port", str(port), "--bodies", str(body_file),
             "--concurrency", str(concurrency), "--seconds", str(seconds), "--warmup", str(warmup),
-            *(["--raw"] if raw else [])]
+            *(["--raw"] if raw else []), *(["--routes", str(routes)] if routes > 1 else [])]
 
 
 # ---------------------------------------------------------------- model ceiling (this process)
@@ -537,8 +547,9 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one round, shorter runs (about 40 s)")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=1.2, help="measured seconds per run")
+    parser.add_argument("--rounds", type=int, help="default 3 (--v2: 8)")
+    parser.add_argument("--seconds", type=float, help="measured seconds per run; default 1.2 (--v2: 2, as its "
+                                                      "ratios within a few percent need longer runs)")
     parser.add_argument("--warmup", type=float, default=0.3)
     parser.add_argument("--ceiling-seconds", type=float, default=0.4)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
@@ -562,17 +573,21 @@ def main() -> None:
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     parser.add_argument("--v2", action="store_true",
                         help="instead: the Open Inference Protocol's route against /predict (JSON and binary "
-                             "tensors, keys on and off), and a reload under load (about 2 minutes)")
+                             "tensors, keys on and off), and a reload under load (about 5 minutes)")
     parser.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--raw", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--routes", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--keys", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--bodies", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if not args.v2:
+        args.rounds, args.seconds = args.rounds or 3, args.seconds or 1.2
     if args.client:
         bodies = [b.encode() for b in json.loads(Path(args.bodies).read_text())]
         bodies = [b.encode("latin-1") for b in json.loads(Path(args.bodies).read_text())] if args.raw else bodies
-        print(json.dumps(run_client(args.port, bodies, args.concurrency[0], args.seconds, args.warmup, args.raw)))
+        print(json.dumps(run_client(args.port, bodies, args.concurrency[0], args.seconds, args.warmup, args.raw,
+                                    args.routes)))
         return
     if args.serve:
         run_server(args.serve, args.model, Path(args.folder), args.max_batch_size, args.max_wait_ms, args.http,
@@ -582,6 +597,7 @@ def main() -> None:
         sys.path.insert(0, str(ROOT / "src"))
         if args.quick:
             args.rounds, args.seconds, args.warmup = 1, 1.0, 0.25
+        args.rounds, args.seconds = args.rounds or 8, args.seconds or 2.0
         bench_protocol(args)
         return
     args.litserve = args.litserve and litserve_installed()
@@ -641,6 +657,7 @@ def goals(results: dict[str, Any]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- the Open Inference Protocol's route
 BENCH_KEY = "bench-key-0123456789abcdef"
+MIXED = ["predict", "v2-json", "v2-binary"]  # sent in turn on one connection at concurrency 1
 
 
 def v2_requests(model: str, examples: list[Any], binary: bool, key: str | None) -> list[bytes]:
@@ -693,6 +710,13 @@ def bench_protocol(args: argparse.Namespace) -> None:
                                "v2-binary-keys": v2_requests("text", examples, True, BENCH_KEY)}.items():
             routes[name] = folder / f"{name}.json"
             routes[name].write_text(json.dumps([r.decode("latin-1") for r in requests]))
+        # At concurrency 1, the three routes of one server in turn on one connection: each request of one
+        # meets the machine as the others' next to it do, which separate runs a few seconds apart cannot
+        # promise on a shared machine (their speed moved by up to 40% from run to run here).
+        mixed = folder / "mixed.json"
+        together = [json.loads(routes[name].read_text()) for name in MIXED]
+        mixed.write_text(json.dumps([request for group in zip(*together) for request in group]))
+        mixed_runs: list[dict[str, Any]] = []
         servers = {"off": Server("batched-process", "text", folder, args.max_batch_size, args.max_wait_ms, args.http,
                                  args.model_nice),
                    "keys": Server("batched-process", "text", folder, args.max_batch_size, args.max_wait_ms,
@@ -709,8 +733,15 @@ def bench_protocol(args: argparse.Namespace) -> None:
                         which = "keys" if name.endswith("-keys") else "off"
                         for other, server in servers.items():
                             server.pause(other != which)
-                        runs[f"c{c}"][name].append(load(servers[which].port, routes[name], c, args.seconds,
-                                                        args.warmup, raw=True))
+                        cpu_before = servers[which].cpu_seconds()
+                        row = load(servers[which].port, routes[name], c, args.seconds, args.warmup, raw=True)
+                        row["server_cpu_us"] = round(1e6 * (servers[which].cpu_seconds() - cpu_before)
+                                                     / max(row["answered"], 1), 1)
+                        runs[f"c{c}"][name].append(row)
+                for other, server in servers.items():
+                    server.pause(other != "off")
+                mixed_runs.append(load(servers["off"].port, mixed, 1, args.seconds, args.warmup, raw=True,
+                                       routes=len(MIXED)))
         finally:
             for server in servers.values():
                 server.stop()
@@ -720,19 +751,39 @@ def bench_protocol(args: argparse.Namespace) -> None:
         values = [r[key] for r in rows if r.get(key) is not None]
         return round(statistics.median(values), 3) if values else None
 
+    def paired(by_route: dict[str, list[dict[str, Any]]], route: str, base: str, key: str) -> Any:
+        """The median over rounds of each round's ratio: the two runs of a round are minutes closer in
+        time than the medians of all rounds, so a neighbour's load moves both alike."""
+        values = [_ratio(a.get(key), b.get(key)) for a, b in zip(by_route[route], by_route[base])]
+        values = [v for v in values if v is not None]
+        return round(statistics.median(values), 3) if values else None
+
     table = {c: {name: {"throughput": median(rows, "throughput"), "p50_ms": median(rows, "p50_ms"),
-                        "p99_ms": median(rows, "p99_ms"), "errors": sum(r["errors"] for r in rows)}
+                        "p99_ms": median(rows, "p99_ms"), "server_cpu_us": median(rows, "server_cpu_us"),
+                        "errors": sum(r["errors"] for r in rows)}
                  for name, rows in by_route.items()} for c, by_route in runs.items()}
-    ratios = {c: {"v2_json_over_predict_throughput": _ratio(t["v2-json"]["throughput"], t["predict"]["throughput"]),
-                  "v2_binary_over_predict_throughput": _ratio(t["v2-binary"]["throughput"],
-                                                              t["predict"]["throughput"]),
-                  "v2_binary_over_predict_p50": _ratio(t["v2-binary"]["p50_ms"], t["predict"]["p50_ms"]),
-                  "v2_json_over_predict_p50": _ratio(t["v2-json"]["p50_ms"], t["predict"]["p50_ms"]),
-                  "keys_on_over_off_v2_binary_throughput": _ratio(t["v2-binary-keys"]["throughput"],
-                                                                  t["v2-binary"]["throughput"]),
-                  "keys_on_over_off_predict_throughput": _ratio(t["predict-keys"]["throughput"],
-                                                                t["predict"]["throughput"])}
-              for c, t in table.items()}
+    def mixed_ratio(route: str, key: str, invert: bool = False) -> Any:
+        """The median over rounds of route's figure over /predict's in the same mixed run."""
+        a, b = MIXED.index(route), MIXED.index("predict")
+        values = [_ratio(*((run["by_route"][b][key], run["by_route"][a][key]) if invert else
+                           (run["by_route"][a][key], run["by_route"][b][key]))) for run in mixed_runs]
+        values = [v for v in values if v is not None]
+        return round(statistics.median(values), 3) if values else None
+
+    ratios = {c: {"v2_json_over_predict_throughput": paired(r, "v2-json", "predict", "throughput"),
+                  "v2_binary_over_predict_throughput": paired(r, "v2-binary", "predict", "throughput"),
+                  "v2_binary_over_predict_p50": paired(r, "v2-binary", "predict", "p50_ms"),
+                  "v2_json_over_predict_p50": paired(r, "v2-json", "predict", "p50_ms"),
+                  "v2_json_over_predict_server_cpu": paired(r, "v2-json", "predict", "server_cpu_us"),
+                  "v2_binary_over_predict_server_cpu": paired(r, "v2-binary", "predict", "server_cpu_us"),
+                  "keys_on_over_off_v2_binary_throughput": paired(r, "v2-binary-keys", "v2-binary", "throughput"),
+                  "keys_on_over_off_predict_throughput": paired(r, "predict-keys", "predict", "throughput")}
+              for c, r in runs.items()}
+    # Concurrency 1 from the mixed runs (throughput in turn on one connection: the inverse of mean latency).
+    ratios["c1"].update({"v2_json_over_predict_throughput": mixed_ratio("v2-json", "mean_ms", invert=True),
+                         "v2_binary_over_predict_throughput": mixed_ratio("v2-binary", "mean_ms", invert=True),
+                         "v2_json_over_predict_p50": mixed_ratio("v2-json", "p50_ms"),
+                         "v2_binary_over_predict_p50": mixed_ratio("v2-binary", "p50_ms")})
     goals = {"v2_throughput_at_least_0.9x_predict": all(
                  (r["v2_binary_over_predict_throughput"] or 0) >= 0.9 and (r["v2_json_over_predict_throughput"] or 0)
                  >= 0.9 for r in ratios.values()),
@@ -746,7 +797,8 @@ def bench_protocol(args: argparse.Namespace) -> None:
         "cpus": os.cpu_count(), "rounds": args.rounds, "seconds_per_run": args.seconds, "model": "text (quickstart "
         "TF-IDF n-gram, pt2 artifact), one real test tweet per request", "server": "torchwork serve, model process",
         "client": "raw asyncio HTTP/1.1 keep-alive, closed loop, own process"},
-        "routes": table, "ratios": ratios, "reload": reload, "goals": goals,
+        "routes": table, "mixed_c1": {"routes": MIXED, "runs": [run["by_route"] for run in mixed_runs]},
+        "ratios": ratios, "reload": reload, "goals": goals,
         "seconds": round(time.perf_counter() - started, 1)}, indent=1))
 
 

@@ -43,6 +43,7 @@ from torchwork.serve.metrics import ServerMetrics, render_models
 from torchwork.serve.model_process import ModelProcess
 from torchwork.serve.predictor import ServedModel
 from torchwork.serve.process_batcher import ProcessBatcher
+from torchwork.serve.raw_route import RawRoute
 from torchwork.serve.repository import MODEL_SETTINGS, ModelSpec, Slot, check_name
 from torchwork.serve.request_body import read_body
 from torchwork.serve.schemas import (
@@ -358,7 +359,7 @@ def create_app(predictor: ServedModel | None, config: ServeConfig | None = None,
                                (422, "invalid input; the message names the field"),
                                (503, "not ready, or the queue is full (see Retry-After)"),
                                (504, "not answered within the server's timeout")]}
-        app.add_api_route(
+        app.router.add_api_route(
             "/predict", counted(handle, "/predict"), methods=["POST"], summary="Predict a batch of items",
             description=f"Body: {{\"inputs\": [item, ...]}} with 1 to {single.state.config.max_items} items. Answers "
                         "{\"predictions\": [...]}, one per item in order"
@@ -367,25 +368,7 @@ def create_app(predictor: ServedModel | None, config: ServeConfig | None = None,
             responses={200: {"model": response_schema, "description": "one prediction per item"},
                        **error_responses},
             openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-                "schema": single.state.request_schema.model_json_schema()}}}})
-
-    @app.get("/healthz", summary="The process is alive")
-    async def healthz() -> dict[str, str]:
-        return {"status": "alive"}
-
-    @app.get("/readyz", summary="Every model is loaded and warmed up", responses={503: {"model": error_schema}})
-    async def readyz() -> Response:
-        if all(slot.state.ready.is_set() for slot in slots.values()):
-            return answer(200, b'{"status": "ready"}')
-        return error(503, "the model is warming up", retry_after=1)
-
-    @app.get("/metrics", summary="Prometheus metrics", response_class=PlainTextResponse)
-    async def metrics_page() -> PlainTextResponse:
-        if single is not None:
-            text = "\n".join(part.render() for part in [*single.metrics.parts(), *server_parts]) + "\n"
-        else:
-            text = render_models([(slot.name, slot.metrics) for slot in slots.values()], server_parts)
-        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+                "schema": single.state.request_schema.model_json_schema()}}}}, route_class_override=RawRoute)
 
     def find(model_name: str, model_version: str | None) -> _State:
         slot = slots.get(model_name)
@@ -405,9 +388,30 @@ def create_app(predictor: ServedModel | None, config: ServeConfig | None = None,
                 rows.append((slot.name, slot.loading, "LOADING"))
         return rows
 
+    # Starlette tries the routes in order: the infer routes come right after /predict, before the probes and
+    # the metadata routes, so that each inference request pays for one failed match at most.
     from torchwork import __version__
 
     add_v2_routes(app, find, listing, counted, __version__)
+
+    @app.get("/healthz", summary="The process is alive")
+    async def healthz() -> dict[str, str]:
+        return {"status": "alive"}
+
+    @app.get("/readyz", summary="Every model is loaded and warmed up", responses={503: {"model": error_schema}})
+    async def readyz() -> Response:
+        if all(slot.state.ready.is_set() for slot in slots.values()):
+            return answer(200, b'{"status": "ready"}')
+        return error(503, "the model is warming up", retry_after=1)
+
+    @app.get("/metrics", summary="Prometheus metrics", response_class=PlainTextResponse)
+    async def metrics_page() -> PlainTextResponse:
+        if single is not None:
+            text = "\n".join(part.render() for part in [*single.metrics.parts(), *server_parts]) + "\n"
+        else:
+            text = render_models([(slot.name, slot.metrics) for slot in slots.values()], server_parts)
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+
     add_model_control(app, lambda model_name: model_name in slots, reload, config.enable_model_control,
                       config.model_control_remote)
     return app

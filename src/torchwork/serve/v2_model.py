@@ -51,6 +51,7 @@ class V2Model:
             self.item_shape = tuple(predictor.item_shape)
         # What the outputs hold, learned from one warm-up answer (:meth:`learn_outputs`); FP32 until then.
         self.output_dtype: Any = "float32"
+        self._value_type: str | None = "FP32"  # the protocol's name of output_dtype (None: it has none)
         self.row_shape: tuple[int, ...] | None = None
         self.output_names = ["label", "probabilities"] if self.labels is not None else ["output"]
 
@@ -81,6 +82,8 @@ class V2Model:
         elif array.dtype.kind in "iub" and self.labels is None:
             self.output_dtype = array.dtype.name
         self.row_shape = tuple(array.shape[1:])
+        name = str(self.output_dtype)
+        self._value_type = DATATYPE_OF[name] if name in DATATYPE_OF and name != "bfloat16" else None
 
     # ------------------------------------------------------------------ requests
     def items(self, request: InferRequest) -> list[Any]:
@@ -149,12 +152,16 @@ class V2Model:
                                          "the range the model was trained on")
         predictions = [orjson.loads(fragment) for fragment in fragments]  # type: ignore[arg-type]
         count = len(predictions)
-        value_type = datatype_of(self.output_dtype)
+        value_type = self._value_type or datatype_of(self.output_dtype)  # the latter raises: no such type
         outputs: dict[str, tuple[str, str, list[int], Any]] = {}
         if self.labels is not None:  # plain lists: no array is needed for a JSON answer
-            outputs["label"] = ("label", "BYTES", [count], [p["label"] for p in predictions])
-            outputs["probabilities"] = ("probabilities", value_type, [count, len(self.labels)],
-                                        [v for p in predictions for v in p["probabilities"].values()])
+            labels: list[str] = []
+            probabilities: list[float] = []
+            for prediction in predictions:
+                labels.append(prediction["label"])
+                probabilities.extend(prediction["probabilities"].values())
+            outputs["label"] = ("label", "BYTES", [count], labels)
+            outputs["probabilities"] = ("probabilities", value_type, [count, len(self.labels)], probabilities)
         else:
             array = np.asarray([p["output"] for p in predictions], dtype=self.output_dtype)
             outputs["output"] = ("output", value_type, list(array.shape), array.ravel().tolist())

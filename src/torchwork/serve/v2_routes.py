@@ -35,6 +35,7 @@ from fastapi import FastAPI, Request, Response  # this module is imported by the
 
 from torchwork.errors import QueueFullError
 from torchwork.serve.inference_protocol import HEADER, ProtocolError, parse_request
+from torchwork.serve.raw_route import RawRoute
 from torchwork.serve.request_body import read_body
 from torchwork.serve.v2_model import V2Model
 
@@ -116,8 +117,9 @@ def add_v2_routes(app: FastAPI, find: Callable[[str, str | None], Any], listing:
 
     handler = counted(infer, "/v2/models/{name}/infer", lambda status, message: v2_error(status, message))
     for path in ("/v2/models/{name}/infer", "/v2/models/{name}/versions/{version}/infer"):
-        app.add_api_route(path, handler, methods=["POST"], include_in_schema=path.count("{") == 1,
-                          summary="Open Inference Protocol: infer (JSON or binary tensors)")
+        app.router.add_api_route(path, handler, methods=["POST"], include_in_schema=path.count("{") == 1,
+                                 summary="Open Inference Protocol: infer (JSON or binary tensors)",
+                                 route_class_override=RawRoute)
 
     async def server_metadata() -> Response:
         return ok({"name": "torchwork", "version": server_version, "extensions": EXTENSIONS})
