@@ -793,13 +793,15 @@ def bench_protocol(args: argparse.Namespace) -> None:
                                                for r in ratios.values()),
              "reload_zero_failed": reload["during"]["errors"] == 0,
              "reload_p99_within_2x": (reload["p99_during_over_before"] or 9) <= 2.0}
-    print(json.dumps({"benchmark": "serve_load --v2", "setup": {
+    from results import record  # benchmarks/results.py: print the figures and log them in RESULTS.md
+
+    record({"benchmark": "serve_load --v2", "setup": {
         "cpus": os.cpu_count(), "rounds": args.rounds, "seconds_per_run": args.seconds, "model": "text (quickstart "
         "TF-IDF n-gram, pt2 artifact), one real test tweet per request", "server": "torchwork serve, model process",
         "client": "raw asyncio HTTP/1.1 keep-alive, closed loop, own process"},
         "routes": table, "mixed_c1": {"routes": MIXED, "runs": [run["by_route"] for run in mixed_runs]},
         "ratios": ratios, "reload": reload, "goals": goals,
-        "seconds": round(time.perf_counter() - started, 1)}, indent=1))
+        "seconds": round(time.perf_counter() - started, 1)}, indent=1)
 
 
 def bench_reload(folder: Path, examples: list[Any], args: argparse.Namespace, concurrency: int = 32,
