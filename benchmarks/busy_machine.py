@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -126,15 +128,24 @@ def auto_choice(step: Callable[[int], Any]) -> tuple[int, str]:
     return tuner.choice.threads, tuner.choice.reason
 
 
-def compare(step: Callable[[int], Any], rounds: int, block: int) -> dict[str, Any]:
+def compare(step: Callable[[int], Any], rounds: int, block: int, block_s: float = 0.3) -> dict[str, Any]:
+    """``block`` steps per block at least, and as many more as take ``block_s``: two blocks of the very
+    same count, 80 ms each, differed by up to 12% here, more than the margins of the goals."""
     chosen, reason = auto_choice(step)
     configs = {f"fixed_{t}": t for t in range(1, usable_cpus() + 1)} | {"auto": chosen}
-    for threads in configs.values():  # warm-up
+    slowest = 0.0
+    for threads in configs.values():  # warm-up, and how long a step takes
+        started = time.perf_counter()
         step(threads)
+        slowest = max(slowest, time.perf_counter() - started)
+    block = max(block, math.ceil(block_s / max(slowest, 1e-6)))
     seconds: dict[str, list[float]] = {name: [] for name in configs}
-    names = list(configs)
+    # Every order of the configurations in turn, so each follows each other equally often: a block right
+    # after a 2-thread block ran slower beside the neighbour (OpenMP's second thread still spinning), which
+    # a plain rotation gave to auto twice as often as to the fixed count it chose.
+    orders = list(itertools.permutations(configs))
     for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
+        for name in orders[r % len(orders)]:
             time.sleep(SETTLE_S)
             started = time.perf_counter()
             for _ in range(block):
@@ -143,7 +154,7 @@ def compare(step: Callable[[int], Any], rounds: int, block: int) -> dict[str, An
     median = {name: statistics.median(v) for name, v in seconds.items()}
     fixed = {name: m for name, m in median.items() if name != "auto"}
     best = min(fixed, key=fixed.__getitem__)
-    return {"auto_threads": chosen, "auto_reason": reason,
+    return {"auto_threads": chosen, "auto_reason": reason, "block": block,
             "step_ms": {name: round(1e3 * m, 2) for name, m in median.items()}, "best_fixed": best,
             # when auto runs the best fixed count, its ratio to it is the noise between identical blocks
             "auto_same_as_best": configs[best] == chosen,
@@ -197,7 +208,7 @@ def main() -> None:
     if args.child_policy:
         child_policy()
         return
-    rounds, block = (3, 2) if args.quick else (5, 3)
+    rounds, block = (3, 2) if args.quick else (12, 3)  # 12: each order of three configurations twice
     with tempfile.TemporaryDirectory() as tmp:
         steps = {"transformer": transformer_step(), "ngram": ngram_step(), "int8_serving": int8_serving(Path(tmp))}
         figures: dict[str, Any] = {"usable_cpus": usable_cpus(), "rounds": rounds, "block": block}
