@@ -21,7 +21,6 @@ Prints one JSON object; ``--quick`` runs fewer rounds.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import json
 import math
@@ -31,30 +30,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
+from neighbour import neighbour  # benchmarks/neighbour.py: one core kept busy
 from results import record  # benchmarks/results.py: print the figures and log them in RESULTS.md
 from torch import nn
 
 from torchwork.deploy.verification import SETTLE_S
 from torchwork.threads import ThreadTuner, busy_cpus, set_threads, usable_cpus
-
-SPIN = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
-
-
-@contextlib.contextmanager
-def neighbour(seconds: float = 900.0) -> Iterator[None]:
-    """A CPU-bound process on one core, for at most ``seconds`` and stopped on exit."""
-    process = subprocess.Popen([sys.executable, "-c", SPIN.format(seconds=seconds)])
-    try:
-        time.sleep(0.5)
-        yield
-    finally:
-        process.kill()
-        process.wait(timeout=10)
 
 
 def encoder() -> nn.Module:

@@ -43,6 +43,7 @@ binary tensors, keys off and on, at concurrency 1 and 64) and a reload under loa
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -55,6 +56,8 @@ import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+from neighbour import neighbour  # benchmarks/neighbour.py: one core kept busy
 
 ROOT = Path(__file__).resolve().parents[1]
 FASHION = Path("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz")
@@ -530,6 +533,11 @@ def summarize(runs: dict[int, dict[str, list[dict[str, Any]]]]) -> dict[str, Any
                 "over_min_ceiling": _ratio(served["throughput"], ceiling),
                 "over_naive_throughput": _ratio(served["throughput"], row["naive"]["throughput"]),
                 "over_litserve_throughput": _ratio(served["throughput"], row.get("litserve", {}).get("throughput")),
+                # When the HTTP half and the model half must share one core (a neighbour holds the other),
+                # they cannot overlap: the most a server can do is 1 / (1/HTTP + 1/model), which is below
+                # min(ceilings) by the factor model / (HTTP + model).
+                "over_shared_core_bound": _ratio(served["throughput"], _shared_bound(row["trivial"]["throughput"],
+                                                                                     model["throughput"])),
                 # CPU is what other processes cannot blur: the server's CPU per request against the sum of
                 # its parts (the trivial server's per request + the model's per item at that batch size)
                 "cpu_over_parts": _ratio(served["server_cpu_ms_per_request"],
@@ -538,6 +546,11 @@ def summarize(runs: dict[int, dict[str, list[dict[str, Any]]]]) -> dict[str, Any
             }
         out[f"c{c}"] = row
     return out
+
+
+def _shared_bound(http: float | None, model: float | None) -> float | None:
+    """Requests per second when each request's HTTP work and model work run one after the other."""
+    return round(1 / (1 / http + 1 / model), 1) if http and model else None
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -574,6 +587,9 @@ def main() -> None:
     parser.add_argument("--v2", action="store_true",
                         help="instead: the Open Inference Protocol's route against /predict (JSON and binary "
                              "tensors, keys on and off), and a reload under load (about 5 minutes)")
+    parser.add_argument("--neighbour", action="store_true",
+                        help="beside a CPU-bound process on one core (benchmarks/neighbour.py) for the whole run, "
+                             "as on a busy machine")
     parser.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--raw", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--routes", type=int, default=1, help=argparse.SUPPRESS)
@@ -610,7 +626,8 @@ def main() -> None:
         if args.transformer_artifact:
             (folder / "transformer-artifact").symlink_to(args.transformer_artifact.resolve())
         build(folder, args.models)
-        results = {model: bench_model(model, folder, args) for model in args.models}
+        with neighbour() if args.neighbour else contextlib.nullcontext():  # the ceilings are measured beside it too
+            results = {model: bench_model(model, folder, args) for model in args.models}
     from torchwork.serve.predictor import default_threads
 
     print(json.dumps({
@@ -619,7 +636,8 @@ def main() -> None:
                   "seconds_per_run": args.seconds, "max_batch_size": args.max_batch_size,
                   "max_wait_ms": args.max_wait_ms, "http": f"uvicorn ({args.http}, asyncio loop), FastAPI",
                   "client": "raw asyncio HTTP/1.1 keep-alive, closed loop, 1 item per request, own process",
-                  "litserve": _litserve_setup(args.litserve)},
+                  "litserve": _litserve_setup(args.litserve),
+                  "neighbour": "one CPU-bound process on one core, the whole run" if args.neighbour else None},
         "models": results,
         "goals": goals(results),
         "seconds": round(time.perf_counter() - started, 1),
