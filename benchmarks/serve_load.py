@@ -628,9 +628,11 @@ def main() -> None:
         build(folder, args.models)
         with neighbour() if args.neighbour else contextlib.nullcontext():  # the ceilings are measured beside it too
             results = {model: bench_model(model, folder, args) for model in args.models}
+    from results import record  # benchmarks/results.py: print the figures and log them in RESULTS.md
+
     from torchwork.serve.predictor import default_threads
 
-    print(json.dumps({
+    record({
         "benchmark": "serve_load",
         "setup": {"cpus": os.cpu_count(), "model_threads": default_threads(), "rounds": args.rounds,
                   "seconds_per_run": args.seconds, "max_batch_size": args.max_batch_size,
@@ -641,7 +643,7 @@ def main() -> None:
         "models": results,
         "goals": goals(results),
         "seconds": round(time.perf_counter() - started, 1),
-    }, indent=1))
+    }, indent=1)
 
 
 def _litserve_setup(measured: bool) -> str:
