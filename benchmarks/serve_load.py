@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from neighbour import neighbour  # benchmarks/neighbour.py: one core kept busy
+from results import record  # benchmarks/results.py: print the figures and log them in RESULTS.md
 
 ROOT = Path(__file__).resolve().parents[1]
 FASHION = Path("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz")
@@ -509,23 +510,19 @@ def bench_model(model: str, folder: Path, args: argparse.Namespace) -> dict[str,
 
 
 def summarize(runs: dict[int, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
-    def median(rows: list[dict[str, Any]], key: str) -> Any:
-        values = [r[key] for r in rows if r.get(key) is not None]
-        return round(statistics.median(values), 3) if values else None
-
     out: dict[str, Any] = {}
     for c, by_variant in runs.items():
         row: dict[str, Any] = {}
         for variant in (v for v in by_variant if not v.startswith("ceiling-")):
             rows = by_variant[variant]
-            row[variant] = {"throughput": median(rows, "throughput"), "p50_ms": median(rows, "p50_ms"),
-                            "p99_ms": median(rows, "p99_ms"), "errors": sum(r["errors"] for r in rows),
-                            "server_cpu_ms_per_request": median(rows, "server_cpu_ms_per_request")}
+            row[variant] = {"throughput": _median_of(rows, "throughput"), "p50_ms": _median_of(rows, "p50_ms"),
+                            "p99_ms": _median_of(rows, "p99_ms"), "errors": sum(r["errors"] for r in rows),
+                            "server_cpu_ms_per_request": _median_of(rows, "server_cpu_ms_per_request")}
         row["ratios"] = {}
         for variant in (v for v in SERVED if v in row):
             served = row[variant]
-            served["mean_batch_size"] = median(by_variant[variant], "mean_batch_size")
-            served["model_ceiling"] = model = {key: median(by_variant[f"ceiling-{variant}"], key)
+            served["mean_batch_size"] = _median_of(by_variant[variant], "mean_batch_size")
+            served["model_ceiling"] = model = {key: _median_of(by_variant[f"ceiling-{variant}"], key)
                                                for key in ("throughput", "batch_size", "cpu_ms_per_item")}
             ceiling = min(row["trivial"]["throughput"], model["throughput"])
             row["ratios"][variant] = {
@@ -551,6 +548,17 @@ def summarize(runs: dict[int, dict[str, list[dict[str, Any]]]]) -> dict[str, Any
 def _shared_bound(http: float | None, model: float | None) -> float | None:
     """Requests per second when each request's HTTP work and model work run one after the other."""
     return round(1 / (1 / http + 1 / model), 1) if http and model else None
+
+
+def _median(values: list[Any]) -> float | None:
+    """The median of the values that were measured (None: not measured), to 3 decimals."""
+    known = [v for v in values if v is not None]
+    return round(statistics.median(known), 3) if known else None
+
+
+def _median_of(rows: list[dict[str, Any]], key: str) -> float | None:
+    """The median of ``key`` over the runs that measured it."""
+    return _median([row.get(key) for row in rows])
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -597,8 +605,8 @@ def main() -> None:
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--bodies", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if not args.v2:
-        args.rounds, args.seconds = args.rounds or 3, args.seconds or 1.2
+    rounds, seconds = (8, 2.0) if args.v2 else (3, 1.2)
+    args.rounds, args.seconds = args.rounds or rounds, args.seconds or seconds
     if args.client:
         bodies = [b.encode() for b in json.loads(Path(args.bodies).read_text())]
         bodies = [b.encode("latin-1") for b in json.loads(Path(args.bodies).read_text())] if args.raw else bodies
@@ -613,7 +621,6 @@ def main() -> None:
         sys.path.insert(0, str(ROOT / "src"))
         if args.quick:
             args.rounds, args.seconds, args.warmup = 1, 1.0, 0.25
-        args.rounds, args.seconds = args.rounds or 8, args.seconds or 2.0
         bench_protocol(args)
         return
     args.litserve = args.litserve and litserve_installed()
@@ -628,8 +635,6 @@ def main() -> None:
         build(folder, args.models)
         with neighbour() if args.neighbour else contextlib.nullcontext():  # the ceilings are measured beside it too
             results = {model: bench_model(model, folder, args) for model in args.models}
-    from results import record  # benchmarks/results.py: print the figures and log them in RESULTS.md
-
     from torchwork.serve.predictor import default_threads
 
     record({
@@ -722,20 +727,21 @@ def bench_protocol(args: argparse.Namespace) -> None:
         folder = Path(tmp)
         build(folder, ["text"])
         examples = items("text")
+        requests = {"predict": predict_requests(examples, None),
+                    "v2-json": v2_requests("text", examples, False, None),
+                    "v2-binary": v2_requests("text", examples, True, None),
+                    "predict-keys": predict_requests(examples, BENCH_KEY),
+                    "v2-binary-keys": v2_requests("text", examples, True, BENCH_KEY)}
         routes: dict[str, Path] = {}
-        for name, requests in {"predict": predict_requests(examples, None),
-                               "v2-json": v2_requests("text", examples, False, None),
-                               "v2-binary": v2_requests("text", examples, True, None),
-                               "predict-keys": predict_requests(examples, BENCH_KEY),
-                               "v2-binary-keys": v2_requests("text", examples, True, BENCH_KEY)}.items():
+        for name, requests_of_route in requests.items():
             routes[name] = folder / f"{name}.json"
-            routes[name].write_text(json.dumps([r.decode("latin-1") for r in requests]))
+            routes[name].write_text(json.dumps([r.decode("latin-1") for r in requests_of_route]))
         # At concurrency 1, the three routes of one server in turn on one connection: each request of one
         # meets the machine as the others' next to it do, which separate runs a few seconds apart cannot
         # promise on a shared machine (their speed moved by up to 40% from run to run here).
         mixed = folder / "mixed.json"
-        together = [json.loads(routes[name].read_text()) for name in MIXED]
-        mixed.write_text(json.dumps([request for group in zip(*together) for request in group]))
+        mixed.write_text(json.dumps([r.decode("latin-1") for group in zip(*(requests[name] for name in MIXED))
+                                     for r in group]))
         mixed_runs: list[dict[str, Any]] = []
         servers = {"off": Server("batched-process", "text", folder, args.max_batch_size, args.max_wait_ms, args.http,
                                  args.model_nice),
@@ -767,28 +773,22 @@ def bench_protocol(args: argparse.Namespace) -> None:
                 server.stop()
         reload = bench_reload(folder, examples, args)
 
-    def median(rows: list[dict[str, Any]], key: str) -> Any:
-        values = [r[key] for r in rows if r.get(key) is not None]
-        return round(statistics.median(values), 3) if values else None
-
     def paired(by_route: dict[str, list[dict[str, Any]]], route: str, base: str, key: str) -> Any:
         """The median over rounds of each round's ratio: the two runs of a round are minutes closer in
         time than the medians of all rounds, so a neighbour's load moves both alike."""
-        values = [_ratio(a.get(key), b.get(key)) for a, b in zip(by_route[route], by_route[base])]
-        values = [v for v in values if v is not None]
-        return round(statistics.median(values), 3) if values else None
+        return _median([_ratio(a.get(key), b.get(key)) for a, b in zip(by_route[route], by_route[base])])
 
-    table = {c: {name: {"throughput": median(rows, "throughput"), "p50_ms": median(rows, "p50_ms"),
-                        "p99_ms": median(rows, "p99_ms"), "server_cpu_us": median(rows, "server_cpu_us"),
+    table = {c: {name: {"throughput": _median_of(rows, "throughput"), "p50_ms": _median_of(rows, "p50_ms"),
+                        "p99_ms": _median_of(rows, "p99_ms"), "server_cpu_us": _median_of(rows, "server_cpu_us"),
                         "errors": sum(r["errors"] for r in rows)}
                  for name, rows in by_route.items()} for c, by_route in runs.items()}
     def mixed_ratio(route: str, key: str, invert: bool = False) -> Any:
-        """The median over rounds of route's figure over /predict's in the same mixed run."""
-        a, b = MIXED.index(route), MIXED.index("predict")
-        values = [_ratio(*((run["by_route"][b][key], run["by_route"][a][key]) if invert else
-                           (run["by_route"][a][key], run["by_route"][b][key]))) for run in mixed_runs]
-        values = [v for v in values if v is not None]
-        return round(statistics.median(values), 3) if values else None
+        """The median over rounds of route's figure over /predict's in the same mixed run (``invert``:
+        /predict's over route's)."""
+        top, bottom = MIXED.index(route), MIXED.index("predict")
+        if invert:
+            top, bottom = bottom, top
+        return _median([_ratio(run["by_route"][top][key], run["by_route"][bottom][key]) for run in mixed_runs])
 
     ratios = {c: {"v2_json_over_predict_throughput": paired(r, "v2-json", "predict", "throughput"),
                   "v2_binary_over_predict_throughput": paired(r, "v2-binary", "predict", "throughput"),
@@ -813,8 +813,6 @@ def bench_protocol(args: argparse.Namespace) -> None:
                                                for r in ratios.values()),
              "reload_zero_failed": reload["during"]["errors"] == 0,
              "reload_p99_within_2x": (reload["p99_during_over_before"] or 9) <= 2.0}
-    from results import record  # benchmarks/results.py: print the figures and log them in RESULTS.md
-
     record({"benchmark": "serve_load --v2", "setup": {
         "cpus": os.cpu_count(), "rounds": args.rounds, "seconds_per_run": args.seconds, "model": "text (quickstart "
         "TF-IDF n-gram, pt2 artifact), one real test tweet per request", "server": "torchwork serve, model process",

@@ -72,18 +72,16 @@ def smooth_matmuls(model: Any, calibration: Iterable[Mapping[str, Any]], alpha: 
             probe.graph.output.append(helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
     session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
     largest: dict[str, Any] = {}
-    batches = 0
     calibration = list(calibration)
     progress.stage("smoothing: activation ranges on the calibration rows", variant="onnx-int8",
                    total=len(calibration) or None, unit="batches")
-    for feeds in calibration:
+    for batches, feeds in enumerate(calibration, 1):
         values = session.run(activations, dict(feeds))
-        batches += 1
         progress.rows(batches)
         for name, value in zip(activations, values):
             channel_max = np.abs(value).reshape(-1, value.shape[-1]).max(axis=0)
             largest[name] = channel_max if name not in largest else np.maximum(largest[name], channel_max)
-    if not batches:
+    if not calibration:
         raise ConfigError("INT8 smoothing needs calibration inputs (at least one batch); none were given.")
 
     target_ids = {id(node) for node in targets}

@@ -289,16 +289,19 @@ def _cpp_row(root: Path, manifest: Manifest, reference: Runner, report: dict[str
 def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[Any, ...], targets: Any,
              atol: float, rtol: float, tolerance: float, rounds: int, static_batch: int | None) -> dict[str, Any]:
     reference_name = next(n for n, k in kinds.items() if k == "reference")
-    progress.stage("parity on the held-out inputs", variant=reference_name, batch=static_batch or CHUNK,
-                   total=int(inputs[0].shape[0]))
+
+    def parity_stage(name: str) -> None:
+        progress.stage("parity on the held-out inputs", variant=name, batch=static_batch or CHUNK,
+                       total=int(inputs[0].shape[0]))
+
+    parity_stage(reference_name)
     reference = run_in_chunks(runners[reference_name], inputs, static_batch)
     rows: dict[str, dict[str, Any]] = {}
     working: dict[str, Runner] = {}
     for name, run in runners.items():
         row: dict[str, Any] = {"kind": kinds[name]}
         if name != reference_name:  # the reference's outputs are in hand already
-            progress.stage("parity on the held-out inputs", variant=name, batch=static_batch or CHUNK,
-                           total=int(inputs[0].shape[0]))
+            parity_stage(name)
         try:
             outputs = reference if name == reference_name else run_in_chunks(run, inputs, static_batch)
         except Exception as error:

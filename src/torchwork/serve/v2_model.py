@@ -82,8 +82,10 @@ class V2Model:
         elif array.dtype.kind in "iub" and self.labels is None:
             self.output_dtype = array.dtype.name
         self.row_shape = tuple(array.shape[1:])
-        name = str(self.output_dtype)
-        self._value_type = DATATYPE_OF[name] if name in DATATYPE_OF and name != "bfloat16" else None
+        try:
+            self._value_type = datatype_of(self.output_dtype)
+        except ProtocolError:  # no such type: every answer says so (datatype_of raises again there)
+            self._value_type = None
 
     # ------------------------------------------------------------------ requests
     def items(self, request: InferRequest) -> list[Any]:
