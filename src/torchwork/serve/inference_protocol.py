@@ -30,6 +30,7 @@ import dataclasses
 import math
 import struct
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np  # this module is imported by the app only, with its dependencies
@@ -58,7 +59,7 @@ class ProtocolError(ValueError):
         self.status = status
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class InputTensor:
     """One decoded input: its name, datatype, shape and elements (a numeric array of that shape, or for
     ``BYTES`` the flat list of its elements' bytes)."""
@@ -69,14 +70,14 @@ class InputTensor:
     array: Any
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class InferRequest:
     """A decoded request: its id (echoed back), inputs, the outputs asked for (``None``: every output) with
     whether each is wanted binary, and whether unnamed outputs are binary (``binary_data_output``)."""
 
     id: str | None
     inputs: list[InputTensor]
-    outputs: dict[str, bool | None] | None
+    outputs: Mapping[str, bool | None] | None
     binary_output: bool
 
     def binary(self, names: Sequence[str]) -> dict[str, bool]:
@@ -91,12 +92,80 @@ def parse_request(body: bytes, header_length: int | None, max_elements: int = 1 
     the whole body is JSON). Raise :class:`ProtocolError` (400) when it is not a well-formed request."""
 
     if header_length is None:
-        header, binary = body, memoryview(b"")
-    else:
-        if not 0 <= header_length <= len(body):
-            raise ProtocolError(400, f"Inference-Header-Content-Length={header_length} but the body has "
-                                     f"{len(body)} bytes")
-        header, binary = body[:header_length], memoryview(body)[header_length:]
+        return _layout(body, max_elements).decode(memoryview(b""))
+    if not 0 <= header_length <= len(body):
+        raise ProtocolError(400, f"Inference-Header-Content-Length={header_length} but the body has "
+                                 f"{len(body)} bytes")
+    header = body[:header_length]
+    key = (header, max_elements)
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        layout = _layout(header, max_elements)
+        if layout.reusable:
+            if len(_LAYOUTS) >= _LAYOUTS_KEPT:
+                del _LAYOUTS[next(iter(_LAYOUTS))]  # the oldest
+            _LAYOUTS[key] = layout
+    return layout.decode(memoryview(body)[header_length:])
+
+
+@dataclasses.dataclass(slots=True)
+class _InputSpec:
+    """One input as its JSON header declares it: checked, its elements still to be read (``size``: its binary
+    bytes) or already decoded from JSON (``data``)."""
+
+    where: str
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    count: int
+    size: int | None
+    data: Any = None
+
+
+@dataclasses.dataclass(slots=True)
+class _Layout:
+    """A request's JSON header, checked: everything but its binary data. A header whose inputs are all
+    binary is ``reusable``: tritonclient sends the very same header for every request of the same shapes and
+    sizes, so the server checks it once (:data:`_LAYOUTS`) and then only reads the bytes after it."""
+
+    id: str | None
+    inputs: tuple[_InputSpec, ...]
+    outputs: Mapping[str, bool | None] | None
+    binary_output: bool
+
+    @property
+    def reusable(self) -> bool:
+        return all(spec.size is not None for spec in self.inputs)
+
+    def decode(self, binary: memoryview) -> InferRequest:
+        """The request: each binary input read from ``binary``, checked against its declared size."""
+        tensors, offset, left = [], 0, len(binary)
+        for spec in self.inputs:
+            array: Any
+            if spec.size is None:
+                array = spec.data
+            else:
+                if offset + spec.size > left:
+                    raise ProtocolError(400, f"{spec.where}.binary_data_size={spec.size!r} but {left - offset} "
+                                             "bytes of binary data are left in the body")
+                raw = binary[offset:offset + spec.size]
+                offset += spec.size
+                array = _split_bytes(raw, spec.count, spec.where) if spec.datatype == "BYTES" else \
+                    np.frombuffer(raw, dtype=NUMERIC[spec.datatype]).reshape(spec.shape)
+            tensors.append(InputTensor(spec.name, spec.datatype, spec.shape, array))
+        if offset != left:
+            raise ProtocolError(400, f"{left - offset} bytes of binary data after the inputs' "
+                                     "binary_data_size; the sizes and the body disagree")
+        return InferRequest(self.id, tensors, self.outputs, self.binary_output)
+
+
+# Checked binary request headers by (header, max_elements): at most _LAYOUTS_KEPT, the oldest dropped first.
+_LAYOUTS: dict[tuple[bytes, int], _Layout] = {}
+_LAYOUTS_KEPT = 512
+
+
+def _layout(header: bytes, max_elements: int) -> _Layout:
+
     try:
         document = orjson.loads(header)
     except orjson.JSONDecodeError as error:
@@ -111,14 +180,8 @@ def parse_request(body: bytes, header_length: int | None, max_elements: int = 1 
     inputs = document.get("inputs")
     if not isinstance(inputs, list) or not inputs:
         raise ProtocolError(400, "\"inputs\" must be a non-empty list of tensors")
-    decoded, offset = [], 0
-    for index, entry in enumerate(inputs):
-        tensor, offset = _input(entry, f"inputs[{index}]", binary, offset, max_elements)
-        decoded.append(tensor)
-    if offset != len(binary):
-        raise ProtocolError(400, f"{len(binary) - offset} bytes of binary data after the inputs' "
-                                 "binary_data_size; the sizes and the body disagree")
-    outputs = None
+    specs = tuple([_input(entry, f"inputs[{index}]", max_elements) for index, entry in enumerate(inputs)])
+    outputs: dict[str, bool | None] | None = None
     if document.get("outputs") is not None:
         if not isinstance(document["outputs"], list):
             raise ProtocolError(400, "\"outputs\" must be a list of {\"name\": ...}")
@@ -129,8 +192,8 @@ def parse_request(body: bytes, header_length: int | None, max_elements: int = 1 
             wanted = _object(entry.get("parameters"), f"outputs[{index}].parameters")
             flag = wanted.get("binary_data")
             outputs[entry["name"]] = None if flag is None else _flag(flag, f"outputs[{index}].binary_data")
-    return InferRequest(request_id, decoded, outputs,
-                        _flag(parameters.get("binary_data_output", False), "parameters.binary_data_output"))
+    return _Layout(request_id, specs, None if outputs is None else MappingProxyType(outputs),
+                   _flag(parameters.get("binary_data_output", False), "parameters.binary_data_output"))
 
 
 def _object(value: Any, where: str) -> dict[str, Any]:
@@ -147,8 +210,7 @@ def _flag(value: Any, where: str) -> bool:
     return value
 
 
-def _input(entry: Any, where: str, binary: memoryview, offset: int, max_elements: int
-           ) -> tuple[InputTensor, int]:
+def _input(entry: Any, where: str, max_elements: int) -> _InputSpec:
 
     if not isinstance(entry, dict):
         raise ProtocolError(400, f"{where} must be an object with name, shape, datatype and data")
@@ -158,34 +220,26 @@ def _input(entry: Any, where: str, binary: memoryview, offset: int, max_elements
     if datatype != "BYTES" and datatype not in NUMERIC:
         raise ProtocolError(400, f"{where}.datatype={datatype!r} is not one of the protocol's: "
                                  f"{', '.join([*NUMERIC, 'BYTES'])}")
-    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+    if not isinstance(shape, list) or any([type(d) is not int or d < 0 for d in shape]):
         raise ProtocolError(400, f"{where}.shape must be a list of non-negative integers, got {shape!r}")
     count = math.prod(shape)
     if count > max_elements:
         raise ProtocolError(400, f"{where}.shape {shape} holds {count} elements, more than this server takes")
     size = _object(entry.get("parameters"), f"{where}.parameters").get("binary_data_size")
-    if size is not None:
-        if type(size) is not int or size < 0 or offset + size > len(binary):
-            raise ProtocolError(400, f"{where}.binary_data_size={size!r} but {len(binary) - offset} bytes of "
-                                     "binary data are left in the body")
-        if "data" in entry:
-            raise ProtocolError(400, f"{where} has both \"data\" and binary_data_size; send one")
-        raw = binary[offset:offset + size]
-        offset += size
-        array: Any
-        if datatype == "BYTES":
-            array = _split_bytes(raw, count, where)
-        else:
-            item = np.dtype(NUMERIC[datatype])
-            if size != count * item.itemsize:
-                raise ProtocolError(400, f"{where}: {size} bytes of binary data for shape {shape} of {datatype} "
-                                         f"(which takes {count * item.itemsize})")
-            array = np.frombuffer(raw, dtype=item)
-    else:
+    if size is None:
         if "data" not in entry:
             raise ProtocolError(400, f"{where} has no \"data\" and no binary_data_size")
         array = _json_data(entry["data"], datatype, count, where)
-    return InputTensor(name, datatype, tuple(shape), array if datatype == "BYTES" else array.reshape(shape)), offset
+        return _InputSpec(where, name, datatype, tuple(shape), count, None,
+                          array if datatype == "BYTES" else array.reshape(shape))
+    if type(size) is not int or size < 0:
+        raise ProtocolError(400, f"{where}.binary_data_size={size!r} must be a number of bytes (an integer >= 0)")
+    if "data" in entry:
+        raise ProtocolError(400, f"{where} has both \"data\" and binary_data_size; send one")
+    if datatype != "BYTES" and size != count * np.dtype(NUMERIC[datatype]).itemsize:
+        raise ProtocolError(400, f"{where}: {size} bytes of binary data for shape {shape} of {datatype} "
+                                 f"(which takes {count * np.dtype(NUMERIC[datatype]).itemsize})")
+    return _InputSpec(where, name, datatype, tuple(shape), count, size)
 
 
 def _json_data(data: Any, datatype: str, count: int, where: str) -> Any:
@@ -249,7 +303,7 @@ def join_bytes(values: Sequence[bytes]) -> bytes:
         >>> join_bytes([b"ab", b""])
         b'\\x02\\x00\\x00\\x00ab\\x00\\x00\\x00\\x00'
     """
-    return b"".join(_LENGTH.pack(len(value)) + value for value in values)
+    return b"".join([_LENGTH.pack(len(value)) + value for value in values])
 
 
 def datatype_of(dtype: Any) -> str:
@@ -281,13 +335,15 @@ def encode_response(model_name: str, version: str, request_id: str | None,
                     ) -> tuple[bytes, int | None]:
     """An answer's body and its JSON length (``None`` when nothing is binary). ``outputs`` are (name,
     datatype, shape, elements) in order, the elements flat in row-major order (a list: numbers, or strings
-    for ``BYTES``); ``binary[name]`` says whether that output goes as raw bytes after the JSON."""
+    for ``BYTES``; for an output sent binary, they may be its bytes already encoded); ``binary[name]`` says
+    whether that output goes as raw bytes after the JSON."""
 
     entries, tails = [], []
     for name, datatype, shape, values in outputs:
         entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": shape}
         if binary.get(name, False):
-            raw = join_bytes([value.encode() for value in values]) if datatype == "BYTES" else \
+            raw = values if isinstance(values, bytes) else \
+                join_bytes([value.encode() for value in values]) if datatype == "BYTES" else \
                 _pack_numbers(values, datatype)
             entry["parameters"] = {"binary_data_size": len(raw)}
             tails.append(raw)

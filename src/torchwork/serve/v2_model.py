@@ -30,6 +30,7 @@ from torchwork.serve.inference_protocol import (
     ProtocolError,
     datatype_of,
     encode_response,
+    join_bytes,
 )
 from torchwork.serve.predictor import ServedModel
 from torchwork.serve.schemas import Limits
@@ -42,6 +43,8 @@ class V2Model:
         self.name, self.version, self.predictor = name, version, predictor
         self.limits = limits or Limits()
         self.labels = list(predictor.labels) if predictor.labels is not None else None
+        # Each label as a BYTES element of a binary answer (length-prefixed), encoded once.
+        self._label_bytes = {str(label): join_bytes([str(label).encode()]) for label in self.labels or ()}
         self.item_shape: tuple[int | None, ...] = ()
         if predictor.kind == "text":
             self.input_name, self.datatype = "text", "BYTES"
@@ -155,6 +158,8 @@ class V2Model:
         predictions = [orjson.loads(fragment) for fragment in fragments]  # type: ignore[arg-type]
         count = len(predictions)
         value_type = self._value_type or datatype_of(self.output_dtype)  # the latter raises: no such type
+        names = list(request.outputs) if request.outputs is not None else self.output_names
+        binary = request.binary(names)
         outputs: dict[str, tuple[str, str, list[int], Any]] = {}
         if self.labels is not None:  # plain lists: no array is needed for a JSON answer
             labels: list[str] = []
@@ -162,11 +167,10 @@ class V2Model:
             for prediction in predictions:
                 labels.append(prediction["label"])
                 probabilities.extend(prediction["probabilities"].values())
-            outputs["label"] = ("label", "BYTES", [count], labels)
+            outputs["label"] = ("label", "BYTES", [count], b"".join([self._label_bytes[label] for label in labels])
+                                if binary.get("label") else labels)
             outputs["probabilities"] = ("probabilities", value_type, [count, len(self.labels)], probabilities)
         else:
             array = np.asarray([p["output"] for p in predictions], dtype=self.output_dtype)
             outputs["output"] = ("output", value_type, list(array.shape), array.ravel().tolist())
-        names = list(request.outputs) if request.outputs is not None else self.output_names
-        return encode_response(self.name, self.version, request.id, [outputs[n] for n in names],
-                               request.binary(names))
+        return encode_response(self.name, self.version, request.id, [outputs[n] for n in names], binary)

@@ -112,8 +112,9 @@ def add_v2_routes(app: FastAPI, find: Callable[[str, str | None], Any], listing:
             return v2_error(problem.status, str(problem))
         if json_length is None:
             return Response(answer, 200, media_type="application/json")
-        return Response(answer, 200, headers={"Inference-Header-Content-Length": str(json_length)},
-                        media_type="application/octet-stream")
+        response = Response(answer, 200, media_type="application/octet-stream")
+        response.raw_headers.append((HEADER.encode(), b"%d" % json_length))  # not through a dict: per request
+        return response
 
     handler = counted(infer, "/v2/models/{name}/infer", lambda status, message: v2_error(status, message))
     for path in ("/v2/models/{name}/infer", "/v2/models/{name}/versions/{version}/infer"):
