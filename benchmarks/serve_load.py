@@ -153,7 +153,8 @@ def torch_model(model: str, folder: Path) -> Any:
 
 def predictor(model: str, folder: Path) -> Any:
     """The served predictor. ``text``: the artifact's variant to deploy (its deploy choice, ONNX here on 2
-    Dec 2026), as ``torchwork serve DIR`` loads it; ``text-onnx`` its ONNX variant; the CNNs on PyTorch, or ONNX Runtime for ``-onnx``."""
+    Dec 2026), as ``torchwork serve DIR`` loads it; ``text-onnx`` its ONNX variant; the CNNs on PyTorch, or
+    ONNX Runtime for ``-onnx``."""
     from torchwork.serve import OnnxPredictor, TorchPredictor, predictor_from_artifact
 
     if model.startswith("text"):

@@ -236,9 +236,10 @@ def _input(entry: Any, where: str, max_elements: int) -> _InputSpec:
         raise ProtocolError(400, f"{where}.binary_data_size={size!r} must be a number of bytes (an integer >= 0)")
     if "data" in entry:
         raise ProtocolError(400, f"{where} has both \"data\" and binary_data_size; send one")
-    if datatype != "BYTES" and size != count * np.dtype(NUMERIC[datatype]).itemsize:
+    takes = None if datatype == "BYTES" else count * np.dtype(NUMERIC[datatype]).itemsize
+    if takes is not None and size != takes:
         raise ProtocolError(400, f"{where}: {size} bytes of binary data for shape {shape} of {datatype} "
-                                 f"(which takes {count * np.dtype(NUMERIC[datatype]).itemsize})")
+                                 f"(which takes {takes})")
     return _InputSpec(where, name, datatype, tuple(shape), count, size)
 
 

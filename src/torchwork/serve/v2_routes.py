@@ -41,6 +41,7 @@ from torchwork.serve.v2_model import V2Model
 
 EXTENSIONS = ["binary_tensor_data", "model_repository"]
 _ACCEPTED_TYPES = ("application/json", "application/octet-stream")
+_HEADER_BYTES = HEADER.encode()
 
 
 def v2_error(status: int, message: str, retry_after: int | None = None) -> Response:
@@ -113,7 +114,7 @@ def add_v2_routes(app: FastAPI, find: Callable[[str, str | None], Any], listing:
         if json_length is None:
             return Response(answer, 200, media_type="application/json")
         response = Response(answer, 200, media_type="application/octet-stream")
-        response.raw_headers.append((HEADER.encode(), b"%d" % json_length))  # not through a dict: per request
+        response.raw_headers.append((_HEADER_BYTES, b"%d" % json_length))  # not through a dict: per request
         return response
 
     handler = counted(infer, "/v2/models/{name}/infer", lambda status, message: v2_error(status, message))
