@@ -4,11 +4,12 @@ time), a re-check when throughput falls, and every explicit count honoured."""
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ from torch import nn
 
 from torchwork import Trainer
 from torchwork.errors import ConfigError
-from torchwork.threads import ThreadTuner, busy_cpus, choose_threads, usable_cpus
+from torchwork.threads import BLOCK_S, ThreadTuner, busy_cpus, choose_threads, usable_cpus
 
 SPIN = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
 
@@ -100,8 +101,46 @@ def test_a_bad_thread_setting_is_refused_before_any_work(bad: object) -> None:
         choose_threads(bad)  # type: ignore[arg-type]
 
 
+def _settle(tuner: ThreadTuner, seconds: Callable[[int], float], samples: int = 32) -> int:
+    """Feed ``tuner`` iterations of ``seconds(threads)`` until it chooses; the iterations it took."""
+    fed = 0
+    while tuner.measuring:
+        tuner.before_step()
+        tuner.after_step(seconds(torch.get_num_threads()), samples)
+        fed += 1
+    return fed
+
+
+def test_a_quiet_machine_times_the_counts_and_keeps_one_thread_when_it_is_faster_beyond_the_spread() -> None:
+    tuner = ThreadTuner(usable=2, busy=0.0, others=lambda: 0.0)
+    assert tuner.measuring and tuner.candidates == [1, 2] and tuner.upcoming == 2  # the default warms up
+    fed = _settle(tuner, lambda threads: 0.0045 if threads == 1 else 0.006)
+    assert tuner.choice.threads == 1 == torch.get_num_threads()
+    assert tuner.choice.step_s == {1: 0.0045, 2: 0.006} and tuner.choice.spread == 0.0
+    assert "1 faster than the default 2" in tuner.choice.reason
+    # short iterations are timed in bulk: 3 rounds of a block per count, each block at least BLOCK_S long
+    assert fed == 1 + 3 * (math.ceil(BLOCK_S / 0.0045) + math.ceil(BLOCK_S / 0.006))
+
+
+def test_the_default_is_kept_unless_another_count_wins_by_more_than_the_spread() -> None:
+    # one iteration per block (each is longer than BLOCK_S): the warm-up, then rounds [1, 2], [2, 1], [1, 2]
+    noise = iter([1.0, 1.0, 1.0, 1.3, 1.3, 1.0, 1.0])  # the second round 30% slower for both counts
+    tuner = ThreadTuner(usable=2, busy=0.0, others=lambda: 0.0, steps=1)
+    _settle(tuner, lambda threads: 0.06 * next(noise) * (0.95 if threads == 1 else 1.0))  # 1 thread 5% faster
+    assert tuner.choice.threads == 2 and "kept the free CPUs' count" in tuner.choice.reason
+    assert tuner.choice.spread == pytest.approx(0.3)
+
+
+def test_without_a_step_to_time_the_free_cpus_count_is_taken() -> None:
+    choice = choose_threads("auto", apply=False)
+    assert 1 <= choice.threads <= usable_cpus() and choice.step_s == {}
+    if usable_cpus() > 1:
+        assert "not measured" in choice.reason
+
+
 def test_a_throughput_fall_of_more_than_a_third_starts_a_re_check() -> None:
-    tuner = ThreadTuner(usable=2, busy=0.0, others=lambda: 0.0)  # quiet: all CPUs, nothing to measure
+    tuner = ThreadTuner(usable=2, busy=0.0, others=lambda: 0.0)
+    _settle(tuner, lambda threads: 0.010 if threads == 2 else 0.020)  # quiet: two threads twice as fast
     assert not tuner.measuring and tuner.choice.threads == 2
 
     def window(step_s: float) -> None:
@@ -113,21 +152,26 @@ def test_a_throughput_fall_of_more_than_a_third_starts_a_re_check() -> None:
     window(0.010)  # the baseline: 3,200 samples/s
     window(0.012)  # a sixth slower: no re-check
     assert len(tuner.changes) == 1
-    window(0.020)  # half the throughput: re-checked
+    window(0.150)  # over OTHER_WORK times the measured iteration: other work (validation), left out
+    assert len(tuner.changes) == 1
+    window(0.020)  # half the throughput: re-checked, the counts timed again
+    assert tuner.measuring
+    _settle(tuner, lambda threads: 0.020)
     assert len(tuner.changes) == 2
     assert re.match(r"re-checked: throughput fell from 3,200 to 1,[5-7]\d\d samples/s", tuner.changes[-1].reason)
 
 
 def test_a_neighbour_starting_mid_run_starts_a_re_check() -> None:
-    readings = iter([0.0, 1.6])
+    readings = iter([0.0, 0.0, 1.6])
     tuner = ThreadTuner(usable=2, busy=0.0, others=lambda: next(readings, 1.6))
+    _settle(tuner, lambda threads: 0.002)  # alike: the default, 2, is kept
+    assert tuner.choice.threads == 2
     started = time.perf_counter()
     while not tuner.measuring and time.perf_counter() - started < 5:  # two windows
-        tuner.after_step(0.001, 32)
+        tuner.after_step(0.002, 32)
         time.sleep(0.05)
-    assert tuner.measuring and tuner.candidates == [1, 2]  # steps this short then settle on the default
-    tuner.before_step()
-    tuner.after_step(0.001, 32)
+    assert tuner.measuring and tuner.candidates == [1, 2] and tuner.default == 1
+    _settle(tuner, lambda threads: 0.002)
     assert tuner.choice.threads == 1 and "others' CPU went from 0.0 to 1.6" in tuner.choice.reason
 
 

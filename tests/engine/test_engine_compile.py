@@ -211,10 +211,12 @@ class _AlternatingTuner:
         self.steps, self.choice = 0, None
 
     def before_step(self) -> None:
-        self.steps += 1
         torch.set_num_threads(1 + self.steps % 2)
 
     def after_step(self, seconds: float, samples: int) -> None:
+        self.steps += 1
+
+    def pause(self) -> None:
         pass
 
 

@@ -11,7 +11,7 @@ Example:
 from __future__ import annotations
 
 import os
-import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from torchwork.threads import ThreadChoice, ThreadTuner, check_threads, set_threads, usable_cpus
@@ -35,8 +35,8 @@ def thread_setting(threads: Any, device: torch.device, world: World) -> tuple[bo
     return device.type == "cpu", None
 
 
-def thread_tuner(world: World, speak: bool) -> ThreadTuner:
-    """The tuner of one process; ranks sharing a machine share its CPUs."""
+def thread_tuner(world: World, say: Callable[[str], Any] | None) -> ThreadTuner:
+    """The tuner of one process; ranks sharing a machine share its CPUs; ``say`` gets its choices."""
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1) if world.is_distributed else 1
     share = max(1, usable_cpus() // max(1, local))
-    return ThreadTuner(usable=share, say=(lambda line: print(line, file=sys.stderr, flush=True)) if speak else None)
+    return ThreadTuner(usable=share, say=say)

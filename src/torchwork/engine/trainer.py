@@ -144,6 +144,7 @@ class Trainer:
                 device = f"cuda:{self.world.local_rank}"  # one GPU per process
         self.device = resolve_device(device)
         self._thread_tuner: ThreadTuner | None = None
+        self._iteration_started: float | None = None  # None: the next step starts a timed iteration afresh
         self._threads_auto, self._thread_choice = thread_setting(step.threads, self.device, self.world)
         self.model = model.to(self.device)
         check_model_on(self.model, self.device)
@@ -309,13 +310,18 @@ class Trainer:
                 self._fix_threads_for_compiled()
         tuner = self._thread_tuner
         if tuner is None and self._threads_auto:
-            tuner = self._thread_tuner = thread_tuner(self.world, bool(self.progress) and self.world.is_rank_zero)
-        if tuner is not None:
+            tuner = self._thread_tuner = thread_tuner(self.world, self._say)
+        if tuner is not None and self._iteration_started is None:
             tuner.before_step()
-            started = time.perf_counter()
+            self._iteration_started = time.perf_counter()
         result = optimizer_step(self._step, window)
-        if tuner is not None:
-            tuner.after_step(time.perf_counter() - started, result.samples)
+        if tuner is not None and self._iteration_started is not None:
+            # A whole iteration is timed, from here to here: this step, then the loop's own work and the
+            # next batch's fetch, all at the count set now (the bare step favoured 2 threads where the
+            # whole loop ran faster on 1).
+            tuner.after_step(time.perf_counter() - self._iteration_started, result.samples)
+            tuner.before_step()
+            self._iteration_started = time.perf_counter()
         self._last_grad_norm = result.grad_norm
         state = self.state
         if not result.stepped:
@@ -338,8 +344,7 @@ class Trainer:
 
         self._threads_auto, self._thread_tuner, self._thread_choice = False, None, choice
         set_threads(choice.threads)
-        if self.progress and self.world.is_rank_zero:
-            print(choice.describe(), file=sys.stderr, flush=True)
+        self._say(choice.describe())
 
     def _all_reduce_sum(self, values: list[float]) -> list[float]:
         from torchwork.distributed.setup import all_reduce_sum
@@ -576,6 +581,7 @@ class Trainer:
                           epoch=self.epoch, epochs=self._epochs_total, every_s=self.progress_every_s)
         show_bar = bar.enabled
         state, loggers, loss_sum = self.state, self.loggers, totals["loss_sum"]
+        self._iteration_started = None  # the epoch's first fetch (workers starting) is not a step's time
         for window in _windows(batches, self.accumulate):
             result = self._run_window(window)
             loss, samples = result.loss, result.samples
@@ -603,12 +609,15 @@ class Trainer:
                 totals["elapsed"] += time.perf_counter() - started
                 started = time.perf_counter()
                 self._save_checkpoint()
+                self._iteration_started = None
             if self._interrupt.raised:
                 totals["elapsed"] += time.perf_counter() - started
                 bar.close()
                 self._stop_interrupted()
         bar.close()
         totals["elapsed"] += time.perf_counter() - started
+        if self._thread_tuner is not None:
+            self._thread_tuner.pause()  # validation, and whatever follows the run, at the chosen count
         steps = totals["steps"]
         if steps == 0:
             raise ConfigError("the training loader yielded no batches: check the dataset length, "
