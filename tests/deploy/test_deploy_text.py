@@ -70,6 +70,13 @@ def test_verify_goes_through_the_bundled_preprocessing(artifact):
     assert report["ok"] and report["inputs"]["preprocessed"] and report["inputs"]["count"] == 500
     assert report["variants"]["onnx"]["top1_agreement"] == 1.0
     assert report["variants"]["pt2"]["accuracy"] > 0.7
+    # 500 tweets in two chunks, shortest first, each padded on its own; the targets follow the rows
+    assert report["inputs"]["parity_padding"].startswith("each chunk of 256 rows preprocessed on its own")
+    model, preprocess = text_classifier()
+    data = tweets()
+    predicted = eager(model, *preprocess(data["test"])).argmax(dim=1)  # one batch, in the given order
+    expected = float((predicted == torch.as_tensor(data["y_test"])).double().mean())
+    assert report["variants"]["pt2"]["accuracy"] == pytest.approx(expected, abs=1 / 500)
 
 
 def test_preprocessor_round_trip_and_empty_text(tmp_path):
@@ -236,3 +243,26 @@ def test_an_oversized_tokenizer_json_is_refused_before_it_is_read(tmp_path):
     with pytest.raises(ConfigError, match="it is not a tokenizer to load"):
         SubwordTokenizer.from_file(tmp_path / TOKENIZER_FILE)
     assert time_module.perf_counter() - started < 5  # refused from its size, not parsed
+
+
+class _PerToken(nn.Module):
+    """One score per token: an output whose shape follows the padding."""
+
+    def __init__(self, vocab: int) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, 4)
+
+    def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        return self.embedding(ids).sum(dim=2)
+
+
+def test_verify_of_per_token_outputs_goes_back_to_one_padded_batch(tmp_path):
+    _, preprocess = text_classifier()
+    texts = tweets()["test"][:300]
+    torch.manual_seed(0)
+    out = tmp_path / "tokens"
+    export(_PerToken(preprocess.vocab_size), preprocess(texts[:8]), out, formats=("onnx", "pt2"),
+           preprocess=preprocess, samples=texts, verify_rounds=1, threads=1)
+    report = verify(out, rounds=1, threads=1)
+    assert report["ok"] and report["inputs"]["parity_padding"] == "one batch"
+    assert report["variants"]["onnx"]["max_abs"] < 1e-5

@@ -10,6 +10,8 @@ the reference, so machine noise hits all of them alike. The pause is the timing 
 ONNX Runtime's threads (and OpenMP's, after torch) spin for a while after a call, and a call of another
 runtime timed in that while runs slower (an eager MiniLM at batch 1: 363 ms right after ONNX Runtime, 18 ms
 after a pause).
+Held-out rows of different preprocessed sizes (texts) go through parity in chunks of like length, each
+padded on its own (:mod:`torchwork.deploy.parity_inputs`); the timings use one batch padded to the longest.
 Timings cover the model only; preprocessing is the same for every variant. The variant to deploy is chosen
 by :func:`torchwork.deploy.choice.choose_variant`: the most exact one unless another is measurably faster
 (beyond the spread of the rounds) and checked on enough real inputs.
@@ -38,6 +40,7 @@ from torchwork.deploy.contents import load_examples, load_preprocess, load_sampl
 from torchwork.deploy.loaded import variant_runner
 from torchwork.deploy.manifest import Manifest, read_manifest
 from torchwork.deploy.parity import DEFAULT_ATOL, DEFAULT_RTOL, compare, first_line
+from torchwork.deploy.parity_inputs import OrderedRows, length_ordered, run_ordered
 from torchwork.deploy.runtime import CHUNK, Runner, load_pt2, run_in_chunks, torch_runner
 from torchwork.deploy.tensors import as_input_tuple, check_inputs
 from torchwork.deploy.trust import safe_member
@@ -123,7 +126,8 @@ def _pt2_reference(root: Path, manifest: Manifest) -> Any:
 
 
 def _model_inputs(root: Path, manifest: Manifest, preprocess: Any, inputs: Any,
-                  targets: Any) -> tuple[tuple[Any, ...], Any, str]:
+                  targets: Any) -> tuple[tuple[Any, ...], Any, str, Any]:
+    """(the model's input tensors, the targets, where the inputs came from, the raw rows when preprocessed)."""
     if inputs is not None:
         raw, source = inputs, "inputs passed to verify"
     else:
@@ -135,7 +139,8 @@ def _model_inputs(root: Path, manifest: Manifest, preprocess: Any, inputs: Any,
         else:
             examples = load_examples(root, manifest)
             return (examples, targets, "the export's example inputs (not held-out data: pass inputs= or "
-                    "export with samples=)")
+                    "export with samples=)", None)
+    rows = raw if preprocess is not None else None
     if preprocess is not None:
         raw = preprocess(raw)
     tensors = check_inputs(as_input_tuple(raw, "inputs"), manifest.inputs, any_batch=True)
@@ -145,7 +150,7 @@ def _model_inputs(root: Path, manifest: Manifest, preprocess: Any, inputs: Any,
         targets = torch.as_tensor(targets).long()
         if targets.shape[0] != tensors[0].shape[0]:
             raise ConfigError(f"{targets.shape[0]} targets for {tensors[0].shape[0]} inputs.")
-    return tensors, targets, source
+    return tensors, targets, source, rows
 
 
 def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any = None, targets: Any = None, *,
@@ -187,7 +192,9 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
         raise ConfigError(f"artifact {root} has no variant(s) {sorted(set(variants) - set(manifest.variants))}; "
                           f"it has {sorted(manifest.variants)}.")
     preprocess = load_preprocess(root, manifest, trust)
-    model_inputs, targets, source = _model_inputs(root, manifest, preprocess, inputs, targets)
+    model_inputs, targets, source, rows = _model_inputs(root, manifest, preprocess, inputs, targets)
+    ordered = (length_ordered(rows, preprocess, manifest.inputs, manifest.static_batch or CHUNK)
+               if rows is not None else None)
     threads = threads or torch.get_num_threads()
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -226,7 +233,8 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
                 kinds["compiled"] = "compiled"
             except Exception as error:  # noqa: BLE001 - whatever the backend raises is the row's finding
                 failed = {"kind": "compiled", "ok": False, "problem": f"torch.compile failed: {first_line(error)}"}
-        report = _measure(runners, kinds, model_inputs, targets, atol, rtol, tolerance, rounds, static_batch)
+        report = _measure(runners, kinds, model_inputs, targets, atol, rtol, tolerance, rounds, static_batch,
+                          ordered)
         if compile_seconds is not None:
             report["variants"]["compiled"]["compile_seconds"] = compile_seconds
         if failed is not None:
@@ -250,7 +258,7 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
         ok=all(r["ok"] for r in report["variants"].values() if r["kind"] not in ("comparison", "compiled")),
         artifact=str(root), reference=reference_label,
         inputs={"source": source, "count": int(model_inputs[0].shape[0]), "preprocessed": preprocess is not None,
-                "targets": targets is not None},
+                "targets": targets is not None, "parity_padding": report.pop("parity_padding")},
         threads=threads, tolerance={"atol": atol, "rtol": rtol, "accuracy": tolerance},
         deploy=deploy,
         deploy_rule=f"the most exact variant that passes parity, unless another passes it on >= {MIN_PARITY_ROWS} "
@@ -287,15 +295,31 @@ def _cpp_row(root: Path, manifest: Manifest, reference: Runner, report: dict[str
 
 
 def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[Any, ...], targets: Any,
-             atol: float, rtol: float, tolerance: float, rounds: int, static_batch: int | None) -> dict[str, Any]:
+             atol: float, rtol: float, tolerance: float, rounds: int, static_batch: int | None,
+             ordered: OrderedRows | None = None) -> dict[str, Any]:
     reference_name = next(n for n, k in kinds.items() if k == "reference")
+
+    def outputs_of(run: Runner) -> list[Any]:
+        if ordered is not None:
+            return run_ordered(run, ordered, lambda each, chunk: run_in_chunks(each, chunk, static_batch))
+        return run_in_chunks(run, inputs, static_batch)
 
     def parity_stage(name: str) -> None:
         progress.stage("parity on the held-out inputs", variant=name, batch=static_batch or CHUNK,
                        total=int(inputs[0].shape[0]))
 
     parity_stage(reference_name)
-    reference = run_in_chunks(runners[reference_name], inputs, static_batch)
+    try:
+        reference = outputs_of(runners[reference_name])
+    except ValueError:  # outputs shaped by the padding (per token): one padded batch, as before
+        if ordered is None:
+            raise
+        ordered = None
+        reference = outputs_of(runners[reference_name])
+    if ordered is not None and targets is not None:
+        import torch
+
+        targets = targets[torch.as_tensor(ordered.order)]  # in the order the chunks hold the rows
     rows: dict[str, dict[str, Any]] = {}
     working: dict[str, Runner] = {}
     for name, run in runners.items():
@@ -303,7 +327,7 @@ def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[An
         if name != reference_name:  # the reference's outputs are in hand already
             parity_stage(name)
         try:
-            outputs = reference if name == reference_name else run_in_chunks(run, inputs, static_batch)
+            outputs = reference if name == reference_name else outputs_of(run)
         except Exception as error:
             row.update(ok=False, problem=f"failed on the held-out inputs: {first_line(error)}")
             rows[name] = row
@@ -332,7 +356,9 @@ def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[An
                           throughput_b64_per_s=large / batch[name],
                           throughput_ratio=batch[reference_name] / batch[name],
                           throughput_spread=spread(batch_rounds[name]) / batch[name])
-    return {"variants": rows, "timing_batches": {"latency": small, "throughput": large},
+    padding = (f"each chunk of {static_batch or CHUNK} rows preprocessed on its own, shortest rows first"
+               if ordered is not None else "one batch")
+    return {"variants": rows, "timing_batches": {"latency": small, "throughput": large}, "parity_padding": padding,
             "timing_rounds": batch_rounds, "timing_rule": f"{rounds} interleaved rounds of blocks (10 calls at "
             f"batch {small}, 2 at batch {large}), each block {SETTLE_S} s after the previous one"}
 

@@ -368,6 +368,9 @@ def _export_ngram(config: SentimentConfig, model: Any, preprocessor: Any, train:
                   classes: list[str], run_path: Any, decisions: Any) -> dict[str, Any]:
     say("\n== 5. Export, INT8 quantization, verification on the test split")
     from torchwork.deploy import export, format_report
+    from torchwork.recipes.sentiment_shared import export_threads
+
+    export_threads(config.threads, say)
 
     artifact = run_path / "artifact"
     example = preprocessor(train.texts[:8])

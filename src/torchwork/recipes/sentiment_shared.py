@@ -86,3 +86,12 @@ def precision_words(precision: str, timing: dict[str, Any], what: str = "step") 
     return (f"precision: {precision} (measured {what}: fp32 {timing['step_ms_32']} ms, bf16 {timing['step_ms_bf16']} "
             f"ms, spread {timing.get('spread_ms', '?')} ms; {timing.get('rule', 'bf16 only when >= 10% faster')}; "
             f"pin it with {timing.get('pin', f'--set precision={precision}')})")
+
+
+def export_threads(threads: int, say: Any) -> int:
+    """The export stage's thread count, chosen afresh (``threads`` 0: for the machine as it is now): the
+    training's last choice was made for its steps and its moment (a re-check beside a passing neighbour once
+    left a whole export and its timing tables on one thread of an idle 2-core machine)."""
+    from torchwork.threads import choose_threads
+
+    return choose_threads(threads or "auto", say=lambda line: say(f"export {line}")).threads

@@ -478,6 +478,7 @@ def transformer_sections(config: Any, train: Any, validation: Any, test: Any, cl
     report need about the served model, and adds it to ``models``."""
     from torchwork.data import format_metrics
     from torchwork.deploy import format_report
+    from torchwork.recipes.sentiment_shared import export_threads
 
     say("\n== 5. Transformer: all-MiniLM-L6-v2 fine-tuned on the tweets")
     result = train_transformer(config, train, validation, test, classes, run_path / "transformer", decisions)
@@ -490,6 +491,7 @@ def transformer_sections(config: Any, train: Any, validation: Any, test: Any, cl
                              "training_seconds": round(result.training_seconds, 1)}
 
     say("\n== 6. Export to ONNX with the tokenizer, INT8 MatMul, verification on the whole test split")
+    export_threads(config.threads, say)
     artifact = run_path / "artifact"
     kept = decisions.get("transformer_export") if decisions is not None else None
     kept = kept if isinstance(kept, dict) else None
