@@ -55,12 +55,13 @@ def length_ordered(raw: Any, preprocess: Callable[[Any], Any], schema: Any, size
     order = sorted(range(len(raw)), key=sizes.__getitem__)  # stable: rows of one size keep their order
     chunks = []
     for start in range(0, len(order), size):
-        rows = [raw[i] for i in order[start:start + size]]
-        try:
-            chunks.append(check_inputs(as_input_tuple(preprocess(rows), "inputs"), schema, any_batch=True)
-                          if schema is not None else as_input_tuple(preprocess(rows), "inputs"))
-        except ConfigError:
-            return None
+        chunk = as_input_tuple(preprocess([raw[i] for i in order[start:start + size]]), "inputs")
+        if schema is not None:
+            try:
+                chunk = check_inputs(chunk, schema, any_batch=True)
+            except ConfigError:
+                return None
+        chunks.append(chunk)
     return OrderedRows(chunks, order)
 
 
