@@ -105,7 +105,8 @@ def test_verify_against_the_eager_model_on_the_test_split(artifact):
     report = verify(out, model=digits_mlp(), rounds=2, threads=1)
     assert report["ok"] and report["reference"].startswith("eager model")
     assert report["inputs"] == {"source": "held-out samples bundled at export", "count": 360,
-                                "preprocessed": False, "targets": True, "parity_padding": "one batch"}
+                                "preprocessed": False, "targets": True, "parity_padding": "one batch",
+                                "timing_inputs": "the held-out rows as given"}
     reference = report["variants"]["eager"]
     assert reference["accuracy"] > 0.9
     for name in ("pt2", "onnx", "torchscript"):

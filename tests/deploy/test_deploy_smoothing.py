@@ -55,7 +55,29 @@ def test_smoothing_lowers_the_int8_error_on_outlier_channels(exported, tmp_path)
         errors[alpha] = float(np.abs(_run(target, x) - reference).mean())
         assert (info["smoothing"] is None) == (alpha is None)
     assert info["smoothing"] == {"alpha": 0.8, "matmuls": 2, "calibration_batches": 1}
-    assert errors[0.8] < 0.5 * errors[None], errors  # the outliers no longer set the one activation scale
+    # the outliers no longer set the one activation scale (0.56x with 7-bit weights on an AVX2 EPYC)
+    assert errors[0.8] < 0.7 * errors[None], errors
+
+
+def test_int8_computes_what_onnx_says_on_this_cpu(exported, tmp_path):
+    """ONNX Runtime's INT8 graph against ONNX's reference semantics (numpy): with 7-bit weights (the default)
+    they agree on any x86 CPU; with 8-bit ones, a CPU without VNNI saturates its 16-bit pair sums
+    (VPMADDUBSW) and the outlier channels here made them differ by 0.18 on average (AMD EPYC, AVX2)."""
+    from onnx.reference import ReferenceEvaluator
+
+    target = tmp_path / "int8.onnx"
+    info = quantize_onnx(exported, target, per_channel=True, smoothing=0.8, calibration=[{"x": _inputs(4)}])
+    assert info["reduce_range"] is True
+    x = _inputs(7, rows=32)
+    reference = ReferenceEvaluator(str(target)).run(None, {"x": x})[0]
+    np.testing.assert_allclose(_run(target, x), reference, atol=1e-4, rtol=0)
+
+
+def test_reduce_range_must_be_a_bool(tmp_path):
+    with pytest.raises(ConfigError, match="quantize_reduce_range='yes'"):
+        export(OutlierMLP(), torch.from_numpy(_inputs(0, 4)), tmp_path / "a", formats=("onnx",), quantize="int8",
+               quantize_reduce_range="yes")
+    assert not (tmp_path / "a").exists()
 
 
 def test_export_records_the_smoothing_and_calibrates_on_its_own_rows(tmp_path):

@@ -77,6 +77,24 @@ def test_verify_goes_through_the_bundled_preprocessing(artifact):
     predicted = eager(model, *preprocess(data["test"])).argmax(dim=1)  # one batch, in the given order
     expected = float((predicted == torch.as_tensor(data["y_test"])).double().mean())
     assert report["variants"]["pt2"]["accuracy"] == pytest.approx(expected, abs=1 / 500)
+    assert report["inputs"]["timing_inputs"].startswith("the held-out row of median size alone")
+
+
+def test_text_rows_are_timed_as_a_server_pads_them(artifact):
+    """Batch 1: the median-length tweet alone; batch 64: the first 64 tweets padded to their own longest,
+    not every row padded to the longest of the whole split."""
+    from torchwork.deploy.parity_inputs import length_ordered
+    from torchwork.deploy.verification import _timing_inputs
+
+    out, _ = artifact
+    _, preprocess = text_classifier()
+    texts = list(tweets()["test"])
+    schema = read_manifest(out).inputs
+    one, many = _timing_inputs(texts, preprocess, schema, length_ordered(texts, preprocess, schema, 256))
+    lengths = sorted(int(preprocess([text])[0].shape[1]) for text in texts)
+    assert tuple(one[0].shape) == (1, lengths[len(lengths) // 2])
+    first = [int(preprocess([text])[0].shape[1]) for text in texts[:64]]
+    assert tuple(many[0].shape) == (64, max(first)) and max(first) < int(preprocess(texts)[0].shape[1])
 
 
 def test_preprocessor_round_trip_and_empty_text(tmp_path):

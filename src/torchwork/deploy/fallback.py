@@ -96,13 +96,17 @@ def fallback_runner(quantized: Runner, exact: Runner, margin: float) -> Runner:
 
 
 def measure_margin(exact_path: Any, quantized_path: Any, feeds: Sequence[dict[str, Any]], agreement: float,
-                   threads: int | None = None, fixed: float | None = None) -> dict[str, Any]:
-    """:func:`choose_margin` on two ONNX files' first outputs over the calibration ``feeds``."""
+                   threads: int | None = None, fixed: float | None = None,
+                   exact_outputs: Any = None) -> dict[str, Any]:
+    """:func:`choose_margin` on two ONNX files' first outputs over the calibration ``feeds``;
+    ``exact_outputs``: the exact variant's first outputs on ``feeds`` when they are in hand already (the
+    float calibration pass), so that only the quantized file runs."""
     import numpy as np
 
-    exact, quantized = onnx_session(exact_path, threads), onnx_session(quantized_path, threads)
-    first = []
-    for done, session in enumerate((exact, quantized)):
+    paths = (quantized_path,) if exact_outputs is not None else (exact_path, quantized_path)
+    first = [] if exact_outputs is None else [np.asarray(exact_outputs)]
+    for done, path in enumerate(paths):
+        session = onnx_session(path, threads)
         outputs = []
         for feed in feeds:
             outputs.append(session.run(None, dict(feed))[0])

@@ -60,6 +60,7 @@ from torchwork.deploy.manifest import (
     variant_format,
 )
 from torchwork.deploy.parity import check_variant, make_probes
+from torchwork.deploy.parity_inputs import length_ordered
 from torchwork.deploy.plan import ExportPlan, parse_formats  # noqa: F401 (parse_formats: its old import path)
 from torchwork.deploy.quantize import CONV_ADVICE, quantize_onnx
 from torchwork.deploy.runtime import open_runner
@@ -267,7 +268,7 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str], pla
             choosing one, e.g. the one a resumed run chose before; ``quantize_activations``: ``"static"``
             fixes the activation scales from ``calibration`` so that a row's answer does not depend on the
             rows batched with it, see :mod:`torchwork.deploy.static_scales`; ``"dynamic"``: ONNX Runtime's,
-            per batch).
+            per batch; ``quantize_reduce_range``: 7-bit weights (default), see :mod:`torchwork.deploy.quantize`).
         calibration: real raw inputs (through ``preprocess``) whose activations set the smoothing scales:
             training or validation rows, never the held-out ``samples`` that verify the result.
         torchscript_method: ``"trace"`` or ``"script"``.
@@ -480,13 +481,16 @@ def _quantize_variant(tmp: Path, variants: dict[str, Variant], refused: dict[str
     try:
         info = quantize_onnx(tmp / VARIANT_FILES["onnx"], target, tuple(plan.quantize_ops), plan.quantize_per_channel,
                              plan.quantize_smoothing, calibration, attention_mask=plan.quantize_attention_mask,
-                             check_feeds=feeds, activations=plan.quantize_activations)
+                             check_feeds=feeds, activations=plan.quantize_activations,
+                             keep_float_outputs=plan.quantize_fallback_agreement is not None,
+                             reduce_range=plan.quantize_reduce_range)
         check = check_variant(open_runner(target, "onnx", plan.threads), probes, eager_outputs, exact=False)
     except ExportError as error:
         refused["onnx-int8"] = str(error)
         parity["formats"]["onnx-int8"] = {"ok": False, "export_error": str(error)}
         target.unlink(missing_ok=True)
         return
+    float_outputs = info.pop("float_outputs", None)
     parity["formats"]["onnx-int8"] = {**check, "quantization": info}
     if not check["ok"]:
         refused["onnx-int8"] = "; ".join(check["problems"])
@@ -494,16 +498,18 @@ def _quantize_variant(tmp: Path, variants: dict[str, Variant], refused: dict[str
         return
     fallback = None
     if plan.quantize_fallback_agreement is not None:
+        passes = 1 if float_outputs is not None else 2  # the float side is in hand from the calibration pass
         progress.stage("the float fallback's margin on the calibration rows", variant="onnx-int8",
-                       total=2 * len(calibration), unit="batches")
+                       total=passes * len(calibration), unit="batches")
         fallback = {"variant": "onnx", **measure_margin(tmp / VARIANT_FILES["onnx"], target, calibration,
                                                         plan.quantize_fallback_agreement, plan.threads,
-                                                        plan.quantize_fallback_margin),
+                                                        plan.quantize_fallback_margin, exact_outputs=float_outputs),
                     "agreement_asked": plan.quantize_fallback_agreement}
         parity["formats"]["onnx-int8"]["fallback"] = fallback
     variants["onnx-int8"] = Variant(target.name, "onnx", [], quantization={
         k: info[k] for k in ("method", "weight_type", "per_channel", "op_types", "nodes_quantized",
-                             "gemm_rewritten_as_matmul", "smoothing", "attention_fusion", "activations")},
+                             "gemm_rewritten_as_matmul", "smoothing", "attention_fusion", "activations",
+                             "reduce_range")},
         fallback=fallback if fallback and fallback["margin"] is not None else None)
 
 
@@ -521,12 +527,16 @@ def _model_inputs(raw: Any, preprocess: Any, input_schema: Any, what: str) -> tu
 
 
 def _calibration_feeds(plan: ExportPlan, names: Sequence[str], input_schema: Any) -> list[dict[str, Any]]:
-    """The calibration rows as ONNX feeds, in batches of :data:`CALIBRATION_BATCH` (each padded on its own)."""
+    """The calibration rows as ONNX feeds, in batches of :data:`CALIBRATION_BATCH`, each padded on its own;
+    rows of varied sizes (texts) are batched shortest first, so that a batch is padded to its own longest
+    row (what the rows measure does not depend on their order)."""
     raw = plan.calibration
-    return [{name: tensor.numpy() for name, tensor in
-             zip(names, _model_inputs(raw[start:start + CALIBRATION_BATCH], plan.preprocess, input_schema,
-                                      "calibration"))}
-            for start in range(0, len(raw), CALIBRATION_BATCH)]
+    ordered = (length_ordered(raw, plan.preprocess, input_schema, CALIBRATION_BATCH)
+               if plan.preprocess is not None else None)
+    batches = ordered.chunks if ordered is not None else (
+        _model_inputs(raw[start:start + CALIBRATION_BATCH], plan.preprocess, input_schema, "calibration")
+        for start in range(0, len(raw), CALIBRATION_BATCH))
+    return [{name: tensor.numpy() for name, tensor in zip(names, batch)} for batch in batches]
 
 
 def _remove(tmp: Path, variant: str) -> None:

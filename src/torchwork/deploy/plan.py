@@ -79,6 +79,7 @@ class ExportPlan:
     deploy: str | None = None
     cpp: bool = False
     quantize_activations: str = "dynamic"
+    quantize_reduce_range: bool = True
 
     def __post_init__(self) -> None:
         chosen = parse_formats(self.formats)
@@ -107,6 +108,9 @@ class ExportPlan:
             if calibration is None or not len(calibration):
                 raise ConfigError("quantize_smoothing needs calibration= (real training or validation inputs) to "
                                   "measure the activations' ranges on.")
+        if not isinstance(self.quantize_reduce_range, bool):
+            raise ConfigError(f"quantize_reduce_range={self.quantize_reduce_range!r}: pass True (7-bit weights, "
+                              "exact on every x86 CPU) or False (8-bit weights, for CPUs with VNNI only).")
         if self.torchscript_method not in ("trace", "script"):
             raise ConfigError(f"torchscript_method={self.torchscript_method!r}: choose 'trace' or 'script'.")
         if any(int(b) < 1 for b in self.batch_sizes) or not self.batch_sizes:
@@ -177,3 +181,4 @@ class ExportKeywords(TypedDict, total=False):
     deploy: str | None
     cpp: bool
     quantize_activations: str
+    quantize_reduce_range: bool

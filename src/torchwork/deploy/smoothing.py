@@ -29,10 +29,12 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from torchwork.deploy import progress
 from torchwork.errors import ConfigError, ExportError
+
+if TYPE_CHECKING:
+    from torchwork.deploy.calibration import FloatCalibration
 
 DEFAULT_ALPHA = 0.8  # measured on the fine-tuned MiniLM: 0.5 lowered agreement, 0.8 raised it
 _SMALLEST = 1e-5  # a channel that never fires (or a zero weight row) keeps a finite scale
@@ -51,56 +53,46 @@ def smooth_matmuls(model: Any, calibration: Iterable[Mapping[str, Any]], alpha: 
     """Smooth every MatMul with a constant weight of ``model`` (an ``onnx.ModelProto``, changed in place),
     with scales from the activations that ``calibration`` (feeds: input name -> array) produce; returns how
     many MatMuls were smoothed."""
+    from torchwork.deploy.calibration import float_calibration, quantized_activations
+
+    alpha = check_alpha(alpha)
+    calibration = list(calibration)
+    if not calibration:
+        raise ConfigError("INT8 smoothing needs calibration inputs (at least one batch); none were given.")
+    activations = quantized_activations(model, ("MatMul",))
+    if not activations:
+        return 0
+    return len(apply_smoothing(model, float_calibration(model, calibration, activations), alpha))
+
+
+def apply_smoothing(model: Any, measured: FloatCalibration, alpha: float = DEFAULT_ALPHA) -> dict[str, tuple[str, Any]]:
+    """Smooth every MatMul with a constant 2-D weight of ``model`` (in place) with the channel ranges in
+    ``measured``; returns, for each smoothed MatMul's new input, the activation it divides and the factor
+    it multiplies that activation's channels by (``1 / s``), so that its range follows from ``measured``."""
     import numpy as np
-    import onnx
-    import onnxruntime as ort
     from onnx import helper, numpy_helper
 
     alpha = check_alpha(alpha)
     graph = model.graph
     weights = {init.name: init for init in graph.initializer}
-    targets = [node for node in graph.node if node.op_type == "MatMul" and node.input[1] in weights
-               and len(weights[node.input[1]].dims) == 2]
-    if not targets:
-        return 0
-    activations = sorted({node.input[0] for node in targets})
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    known = {output.name for output in probe.graph.output}
-    for name in activations:
-        if name not in known:
-            probe.graph.output.append(helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
-    session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
-    largest: dict[str, Any] = {}
-    calibration = list(calibration)
-    progress.stage("smoothing: activation ranges on the calibration rows", variant="onnx-int8",
-                   total=len(calibration) or None, unit="batches")
-    for batches, feeds in enumerate(calibration, 1):
-        values = session.run(activations, dict(feeds))
-        progress.rows(batches)
-        for name, value in zip(activations, values):
-            channel_max = np.abs(value).reshape(-1, value.shape[-1]).max(axis=0)
-            largest[name] = channel_max if name not in largest else np.maximum(largest[name], channel_max)
-    if not calibration:
-        raise ConfigError("INT8 smoothing needs calibration inputs (at least one batch); none were given.")
-
-    target_ids = {id(node) for node in targets}
-    added, nodes = [], []
+    added, nodes, divided = [], [], {}
     for node in graph.node:
-        if id(node) in target_ids:
+        if node.op_type == "MatMul" and node.input[1] in weights and len(weights[node.input[1]].dims) == 2:
             weight = numpy_helper.to_array(weights[node.input[1]]).astype(np.float32)
-            x_max = largest[node.input[0]]
+            x_max = measured.abs_max(node.input[0])
             if x_max.shape[0] != weight.shape[0]:
                 raise ExportError(f"{node.name}: activations of {x_max.shape[0]} channels for a weight of "
                                   f"{weight.shape[0]} rows; this graph cannot be smoothed.")
             w_max = np.abs(weight).max(axis=1)
             scale = np.maximum(x_max, _SMALLEST) ** alpha / np.maximum(w_max, _SMALLEST) ** (1 - alpha)
             scale = np.clip(scale, 1e-4, 1e4).astype(np.float32)
+            inverse = (1.0 / scale).astype(np.float32)
             prefix = f"{node.name or node.output[0]}_smoothed"
             added += [numpy_helper.from_array(weight * scale[:, None], f"{prefix}_weight"),
-                      numpy_helper.from_array((1.0 / scale).astype(np.float32), f"{prefix}_inverse_scale")]
+                      numpy_helper.from_array(inverse, f"{prefix}_inverse_scale")]
             nodes.append(helper.make_node("Mul", [node.input[0], f"{prefix}_inverse_scale"], [f"{prefix}_input"],
                                           name=f"{prefix}_mul"))
+            divided[f"{prefix}_input"] = (node.input[0], inverse)
             node.input[0], node.input[1] = f"{prefix}_input", f"{prefix}_weight"
         nodes.append(node)
     del graph.node[:]
@@ -110,4 +102,4 @@ def smooth_matmuls(model: Any, calibration: Iterable[Mapping[str, Any]], alpha: 
     kept = [init for init in graph.initializer if init.name in used]  # the unsmoothed weights go
     del graph.initializer[:]
     graph.initializer.extend(kept)
-    return len(targets)
+    return divided

@@ -8,7 +8,9 @@ its label, changed with what strangers sent at the same moment, or with the batc
 :func:`freeze_activation_scales` replaces each ``DynamicQuantizeLinear`` by a ``QuantizeLinear`` whose scale
 and zero point are constants, computed here with the same formula ONNX Runtime uses at run time (the range
 from ``min(0, x)`` to ``max(0, x)`` over 255 steps) but over the calibration rows (validation rows, given
-to ``export(calibration=...)``). Every element is then rounded the same way whatever shares its batch; a
+to ``export(calibration=...)``): the ranges measured on the float graph by the calibration pass that
+smoothing shares (:mod:`torchwork.deploy.calibration`), and only a tensor that pass did not see measured
+here on the quantized graph. Every element is then rounded the same way whatever shares its batch; a
 value outside the calibrated range saturates, as in any static INT8 scheme. What it costs on the fine-tuned
 MiniLM is measured by ``benchmarks/deploy_static_int8.py``.
 
@@ -20,7 +22,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from torchwork.deploy import progress
@@ -37,15 +39,17 @@ def range_scale(low: float, high: float) -> tuple[float, int]:
     return scale, zero_point
 
 
-def activation_ranges(model: Any, feeds: Sequence[Mapping[str, Any]], threads: int | None = None
-                      ) -> dict[str, tuple[float, float]]:
-    """``{tensor name: (min, max)}`` over ``feeds`` of every tensor a ``DynamicQuantizeLinear`` quantizes."""
+def activation_ranges(model: Any, feeds: Sequence[Mapping[str, Any]], threads: int | None = None,
+                      skip: Collection[str] = ()) -> dict[str, tuple[float, float]]:
+    """``{tensor name: (min, max)}`` over ``feeds`` of every tensor a ``DynamicQuantizeLinear`` quantizes
+    (but those in ``skip``), measured on ``model`` itself."""
     import numpy as np
     import onnx
 
     from torchwork.deploy.runtime import onnx_session
 
-    names = sorted({node.input[0] for node in model.graph.node if node.op_type == "DynamicQuantizeLinear"})
+    names = sorted({node.input[0] for node in model.graph.node
+                    if node.op_type == "DynamicQuantizeLinear" and node.input[0] not in skip})
     if not names:
         return {}
     probe = onnx.ModelProto()
@@ -68,16 +72,20 @@ def activation_ranges(model: Any, feeds: Sequence[Mapping[str, Any]], threads: i
     return ranges
 
 
-def freeze_activation_scales(model: Any, feeds: Sequence[Mapping[str, Any]], threads: int | None = None) -> int:
+def freeze_activation_scales(model: Any, feeds: Sequence[Mapping[str, Any]], threads: int | None = None,
+                             known: Mapping[str, tuple[float, float]] | None = None) -> int:
     """Replace every ``DynamicQuantizeLinear`` of ``model`` (in place) by a ``QuantizeLinear`` with the
-    scale and zero point of its input's range over ``feeds``; returns how many were replaced."""
+    scale and zero point of its input's range over ``feeds``; returns how many were replaced. ``known``:
+    ranges already measured over ``feeds`` (:mod:`torchwork.deploy.calibration`); only the others are
+    measured here, on ``model``."""
     import numpy as np
     from onnx import helper, numpy_helper
 
     if not feeds:
         raise ConfigError("static INT8 activation scales need calibration inputs: pass calibration= (validation "
                           "rows, not the held-out samples).")
-    ranges = activation_ranges(model, feeds, threads)
+    known = dict(known or {})
+    ranges = {**known, **activation_ranges(model, feeds, threads, skip=known)}
     nodes, replaced = [], 0
     for node in model.graph.node:
         if node.op_type != "DynamicQuantizeLinear":

@@ -233,8 +233,10 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
                 kinds["compiled"] = "compiled"
             except Exception as error:  # noqa: BLE001 - whatever the backend raises is the row's finding
                 failed = {"kind": "compiled", "ok": False, "problem": f"torch.compile failed: {first_line(error)}"}
+        timing = (_timing_inputs(rows, preprocess, manifest.inputs, ordered)
+                  if ordered is not None and not static_batch else None)
         report = _measure(runners, kinds, model_inputs, targets, atol, rtol, tolerance, rounds, static_batch,
-                          ordered)
+                          ordered, timing)
         if compile_seconds is not None:
             report["variants"]["compiled"]["compile_seconds"] = compile_seconds
         if failed is not None:
@@ -258,7 +260,8 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
         ok=all(r["ok"] for r in report["variants"].values() if r["kind"] not in ("comparison", "compiled")),
         artifact=str(root), reference=reference_label,
         inputs={"source": source, "count": int(model_inputs[0].shape[0]), "preprocessed": preprocess is not None,
-                "targets": targets is not None, "parity_padding": report.pop("parity_padding")},
+                "targets": targets is not None, "parity_padding": report.pop("parity_padding"),
+                "timing_inputs": report.pop("timing_inputs")},
         threads=threads, tolerance={"atol": atol, "rtol": rtol, "accuracy": tolerance},
         deploy=deploy,
         deploy_rule=f"the most exact variant that passes parity, unless another passes it on >= {MIN_PARITY_ROWS} "
@@ -294,9 +297,23 @@ def _cpp_row(root: Path, manifest: Manifest, reference: Runner, report: dict[str
                    rounds, threads, manifest.static_batch, cache, targets)
 
 
+TIMING_BATCH = 64
+
+
+def _timing_inputs(rows: Any, preprocess: Any, schema: Any, ordered: OrderedRows) -> tuple[tuple[Any, ...], ...]:
+    """Rows of varied sizes (more than :data:`CHUNK` of them, or they would not be ordered) timed as a server
+    pads them: at batch 1 the held-out row of median size alone, at batch 64 the first 64 held-out rows
+    padded together (not to the longest row of the whole split,
+    which made a batch-1 tweet 64 tokens long where the median one has 29)."""
+    median = rows[ordered.order[len(ordered.order) // 2]]
+    return tuple(check_inputs(as_input_tuple(preprocess(batch), "inputs"), schema, any_batch=True)
+                 for batch in ([median], list(rows[:TIMING_BATCH])))
+
+
 def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[Any, ...], targets: Any,
              atol: float, rtol: float, tolerance: float, rounds: int, static_batch: int | None,
-             ordered: OrderedRows | None = None) -> dict[str, Any]:
+             ordered: OrderedRows | None = None, timing: tuple[tuple[Any, ...], ...] | None = None
+             ) -> dict[str, Any]:
     reference_name = next(n for n, k in kinds.items() if k == "reference")
 
     def outputs_of(run: Runner) -> list[Any]:
@@ -342,8 +359,8 @@ def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[An
         else:
             row.update(_within_tolerance(row, rows[reference_name], found, tolerance))
         rows[name] = row
-    small, large = (static_batch, static_batch) if static_batch else (1, 64)
-    one, many = _rows(inputs, small), _rows(inputs, large)
+    small, large = (static_batch, static_batch) if static_batch else (1, TIMING_BATCH)
+    one, many = timing if timing is not None else (_rows(inputs, small), _rows(inputs, large))
     progress.stage(f"timing {', '.join(working)} (interleaved blocks of 10 calls)", batch=small, total=rounds,
                    unit="rounds")
     latency = interleaved_seconds({n: functools.partial(r, one) for n, r in working.items()}, rounds, repeat=10)
@@ -360,7 +377,9 @@ def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[An
                if ordered is not None else "one batch")
     return {"variants": rows, "timing_batches": {"latency": small, "throughput": large}, "parity_padding": padding,
             "timing_rounds": batch_rounds, "timing_rule": f"{rounds} interleaved rounds of blocks (10 calls at "
-            f"batch {small}, 2 at batch {large}), each block {SETTLE_S} s after the previous one"}
+            f"batch {small}, 2 at batch {large}), each block {SETTLE_S} s after the previous one",
+            "timing_inputs": ("the held-out row of median size alone, and the first rows padded together"
+                              if timing is not None else "the held-out rows as given")}
 
 
 def _within_tolerance(row: dict[str, Any], reference: dict[str, Any], found: dict[str, Any],
@@ -416,7 +435,8 @@ def format_report(report: dict[str, Any]) -> str:
            f"latency: batch {report['timing_batches']['latency']}, model only (ratio to the reference, lower is "
            f"faster); throughput: batch {report['timing_batches']['throughput']} (ratio, higher is faster; ± the "
            "interquartile range of the rounds, as a share of the median)"
-           + (f"; {report['timing_rule']}" if report.get("timing_rule") else "")]
+           + (f"; {report['timing_rule']}" if report.get("timing_rule") else "")
+           + (f"; timed on {inputs['timing_inputs']}" if inputs.get("timing_inputs") else "")]
     if report.get("deploy"):
         out.append(f"* deploy: {report['deploy']} ({report['deploy_rule']})")
     for name, row in report["variants"].items():
