@@ -74,3 +74,50 @@ def test_the_outputs_asked_for_cannot_be_changed_through_a_request():
     with pytest.raises(TypeError):
         request.outputs["y"] = False  # type: ignore[index]
     assert parse_request(header + np.float32([1]).tobytes(), len(header)).binary(["y"]) == {"y": True}
+
+
+class _Classifier:
+    kind, dtype, item_shape = "text", "float32", ()
+
+    def __init__(self, labels):
+        self.labels = labels
+
+
+def _request(outputs, binary_output=False, request_id=None):
+    from torchwork.serve.inference_protocol import InferRequest
+
+    return InferRequest(request_id, [], outputs, binary_output)
+
+
+@pytest.mark.parametrize("name", ["text", 'a "100%" model'])
+@pytest.mark.parametrize("outputs", [None, {"probabilities": True, "label": True}, {"label": None},
+                                     {"probabilities": True}])
+@pytest.mark.parametrize("count", [1, 3])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_binary_answer_from_its_template_is_the_general_encoders_byte_for_byte(name, outputs, count, dtype):
+    """tritonclient's default answer (every output binary, no id) is formatted into a header made once per
+    outputs asked; it must be exactly what encode_response writes."""
+    from torchwork.serve.encoding import prediction_fragments
+    from torchwork.serve.inference_protocol import encode_response
+    from torchwork.serve.v2_model import V2Model
+
+    labels = ["negative", "neutral", "positive"]
+    model = V2Model(name, "7", _Classifier(labels))
+    model.learn_outputs(np.zeros((1, 3), dtype=dtype))
+    rows = np.random.default_rng(count).dirichlet(np.ones(3), size=count).astype(dtype)
+    fragments = prediction_fragments(labels)(rows)
+    request = _request(outputs, binary_output=True)
+    names = list(outputs) if outputs is not None else ["label", "probabilities"]
+    for _ in range(2):  # made, then reused
+        body, length = model.answer(request, fragments)
+        predictions = [json.loads(f) for f in fragments]
+        values = {"label": ("label", "BYTES", [count], [p["label"] for p in predictions]),
+                  "probabilities": ("probabilities", "FP32" if dtype == "float32" else "FP64", [count, 3],
+                                    [v for p in predictions for v in p["probabilities"].values()])}
+        expected = encode_response(name, "7", None, [values[n] for n in names], {n: True for n in names})
+        assert (body, length) == expected
+    assert len(model._templates) == 1
+    # with an id, or an output asked for as JSON, the general encoder writes it
+    assert model.answer(_request(outputs, True, "r1"), fragments)[0].startswith(b'{"model_name"')
+    mixed = model.answer(_request({"label": False, "probabilities": True}, True), fragments)
+    assert b'"data":[' in mixed[0] and len(model._templates) == 1

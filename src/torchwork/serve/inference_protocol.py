@@ -321,7 +321,7 @@ def datatype_of(dtype: Any) -> str:
     return DATATYPE_OF[name]
 
 
-def _pack_numbers(values: Sequence[Any], datatype: str) -> bytes:
+def pack_numbers(values: Sequence[Any], datatype: str) -> bytes:
     """Numbers as the binary extension sends them (little-endian); numpy's conversion where struct refuses
     one (a float beyond FP16's or FP32's range becomes infinity, as numpy casts it)."""
     try:
@@ -345,7 +345,7 @@ def encode_response(model_name: str, version: str, request_id: str | None,
         if binary.get(name, False):
             raw = values if isinstance(values, bytes) else \
                 join_bytes([value.encode() for value in values]) if datatype == "BYTES" else \
-                _pack_numbers(values, datatype)
+                pack_numbers(values, datatype)
             entry["parameters"] = {"binary_data_size": len(raw)}
             tails.append(raw)
         else:
@@ -359,3 +359,24 @@ def encode_response(model_name: str, version: str, request_id: str | None,
     if not tails:
         return header, None
     return header + b"".join(tails), len(header)
+
+
+def binary_answer_template(model_name: str, version: str, outputs: Sequence[tuple[str, str, Sequence[int]]]) -> bytes:
+    """The JSON header of an answer with no request id whose every output is binary, as ``%`` format bytes:
+    ``template % (count_0, size_0, count_1, size_1, ...)`` is what :func:`encode_response` writes for those
+    outputs (name, datatype, row shape after the first dimension) with ``count_i`` rows and ``size_i`` bytes.
+    Built once per model and outputs asked, so an answer only formats numbers into it.
+
+    Example:
+        >>> template = binary_answer_template("m", "1", [("y", "FP32", [2])])
+        >>> header = template % (1, 8)
+        >>> header == encode_response("m", "1", None, [("y", "FP32", [1, 2], [0.5, 1.0])], {"y": True})[0][:-8]
+        True
+    """
+    entries = []
+    for name, datatype, row in outputs:
+        shape = b"".join(b",%d" % size for size in row)
+        entries.append(b'{"name":' + orjson.dumps(name).replace(b"%", b"%%") + b',"datatype":'
+                       + orjson.dumps(datatype) + b',"shape":[%d' + shape + b'],"parameters":{"binary_data_size":%d}}')
+    head = orjson.dumps({"model_name": model_name, "model_version": version}).replace(b"%", b"%%")
+    return head[:-1] + b',"outputs":[' + b",".join(entries) + b"]}"

@@ -28,9 +28,11 @@ from torchwork.serve.inference_protocol import (
     DATATYPE_OF,
     InferRequest,
     ProtocolError,
+    binary_answer_template,
     datatype_of,
     encode_response,
     join_bytes,
+    pack_numbers,
 )
 from torchwork.serve.predictor import ServedModel
 from torchwork.serve.schemas import Limits
@@ -57,6 +59,7 @@ class V2Model:
         self._value_type: str | None = "FP32"  # the protocol's name of output_dtype (None: it has none)
         self.row_shape: tuple[int, ...] | None = None
         self.output_names = ["label", "probabilities"] if self.labels is not None else ["output"]
+        self._templates: dict[tuple[tuple[str, ...], str], bytes] = {}  # binary answers' headers, as % formats
 
     # ------------------------------------------------------------------ metadata
     def metadata(self) -> dict[str, Any]:
@@ -167,10 +170,26 @@ class V2Model:
             for prediction in predictions:
                 labels.append(prediction["label"])
                 probabilities.extend(prediction["probabilities"].values())
-            outputs["label"] = ("label", "BYTES", [count], b"".join([self._label_bytes[label] for label in labels])
-                                if binary.get("label") else labels)
+            label_bytes = b"".join([self._label_bytes[label] for label in labels]) if binary.get("label") else None
+            if request.id is None and all(binary.values()):  # tritonclient's default: a header from a template
+                return self._binary_answer(names, value_type, count, label_bytes or b"", probabilities)
+            outputs["label"] = ("label", "BYTES", [count], labels if label_bytes is None else label_bytes)
             outputs["probabilities"] = ("probabilities", value_type, [count, len(self.labels)], probabilities)
         else:
             array = np.asarray([p["output"] for p in predictions], dtype=self.output_dtype)
             outputs["output"] = ("output", value_type, list(array.shape), array.ravel().tolist())
         return encode_response(self.name, self.version, request.id, [outputs[n] for n in names], binary)
+
+    def _binary_answer(self, names: Sequence[str], value_type: str, count: int, label_bytes: bytes,
+                       probabilities: list[float]) -> tuple[bytes, int]:
+        """A classifier's answer with every output binary and no request id: what :func:`encode_response`
+        writes, its JSON header formatted into a template made once per outputs asked."""
+        key = (tuple(names), value_type)
+        template = self._templates.get(key)
+        if template is None:
+            rows = {"label": ("BYTES", ()), "probabilities": (value_type, (len(self.labels or ()),))}
+            template = binary_answer_template(self.name, self.version, [(n, *rows[n]) for n in names])
+            self._templates[key] = template  # at most one per order of the two outputs and datatype
+        tails = [label_bytes if name == "label" else pack_numbers(probabilities, value_type) for name in names]
+        header = template % tuple([number for tail in tails for number in (count, len(tail))])
+        return header + b"".join(tails), len(header)
