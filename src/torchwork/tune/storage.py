@@ -85,19 +85,28 @@ def open_storage(url: str, heartbeat_s: int = HEARTBEAT_S, grace_s: int = GRACE_
                                                      heartbeat_interval=heartbeat_s, grace_period=grace_s,
                                                      heartbeat_stale_trial_callback=stale_callback)
             break
-        except sqlalchemy.exc.IntegrityError:
-            # two machines creating the tables of a fresh database at once: the loser retries
-            if attempt == 4:
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError) as error:
+            # two processes creating the tables of a fresh database at once: the loser retries (PostgreSQL says
+            # so with a duplicate key, SQLite with "table ... already exists")
+            racing = isinstance(error, sqlalchemy.exc.IntegrityError) or "already exists" in str(error)
+            if racing and attempt < 4:
+                time.sleep(0.5 + attempt)
+                continue
+            if isinstance(error, sqlalchemy.exc.IntegrityError):
                 raise
-            time.sleep(0.5 + attempt)
+            raise _unopenable(given, error) from None
         except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as error:
-            reason = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
-            raise ConfigError(f"cannot open the study storage {describe_url(given)}: {reason}. Check that the "
-                              "server runs and the URL (user, password, host, port, database) is right.") from None
+            raise _unopenable(given, error) from None
     if path is not None:
         sqlalchemy.event.listen(storage.engine, "begin", _begin_immediate)
         storage.engine.dispose()  # connections made before the listener are not reused
     return storage
+
+
+def _unopenable(url: str, error: BaseException) -> ConfigError:
+    reason = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
+    return ConfigError(f"cannot open the study storage {describe_url(url)}: {reason}. Check that the server runs "
+                       "and the URL (user, password, host, port, database) is right.")
 
 
 def _begin_immediate(connection: Any) -> None:
