@@ -9,8 +9,8 @@ with the activations that INT8 will quantize as extra outputs; what it keeps is 
 minimum and maximum per channel (its last axis), and the graph's first output row by row.
 
 Static scales are then taken from the float graph's activations (after smoothing, each channel's range
-times its smoothing factor, which is exact for a positive factor), the way ONNX Runtime's own static
-quantization calibrates (``onnxruntime.quantization.calibrate`` runs the float model with added outputs).
+times its smoothing factor, which is exact for a positive factor). Calibrating static INT8 on the float
+model is the method ONNX Runtime's quantization documentation describes; the pass here is our own.
 
 Example:
     >>> import numpy as np
@@ -68,17 +68,19 @@ class FloatCalibration:
         return found
 
 
+def constant_matmuls(model: Any) -> list[Any]:
+    """The ``MatMul`` nodes of ``model`` whose second input is a constant 2-D weight (an initializer)."""
+    weights = {init.name: init for init in model.graph.initializer}
+    return [node for node in model.graph.node
+            if node.op_type == "MatMul" and node.input[1] in weights and len(weights[node.input[1]].dims) == 2]
+
+
 def quantized_activations(model: Any, op_types: Sequence[str]) -> list[str]:
     """The tensors ONNX Runtime's dynamic quantizer quantizes per call for ``op_types``: input 0 of each
     ``MatMul`` on a constant 2-D weight and of each fused ``Attention``."""
-    weights = {init.name: init for init in model.graph.initializer}
-    names = set()
-    for node in model.graph.node:
-        if node.op_type == "MatMul" and "MatMul" in op_types and node.input[1] in weights \
-                and len(weights[node.input[1]].dims) == 2:
-            names.add(node.input[0])
-        elif node.op_type == "Attention" and "Attention" in op_types:
-            names.add(node.input[0])
+    names = {node.input[0] for node in constant_matmuls(model)} if "MatMul" in op_types else set()
+    if "Attention" in op_types:
+        names.update(node.input[0] for node in model.graph.node if node.op_type == "Attention")
     return sorted(names)
 
 

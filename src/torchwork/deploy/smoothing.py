@@ -72,12 +72,15 @@ def apply_smoothing(model: Any, measured: FloatCalibration, alpha: float = DEFAU
     import numpy as np
     from onnx import helper, numpy_helper
 
+    from torchwork.deploy.calibration import constant_matmuls
+
     alpha = check_alpha(alpha)
     graph = model.graph
     weights = {init.name: init for init in graph.initializer}
+    targets = {node.output[0] for node in constant_matmuls(model)}  # a graph's output names are unique
     added, nodes, divided = [], [], {}
     for node in graph.node:
-        if node.op_type == "MatMul" and node.input[1] in weights and len(weights[node.input[1]].dims) == 2:
+        if node.op_type == "MatMul" and node.output[0] in targets:
             weight = numpy_helper.to_array(weights[node.input[1]]).astype(np.float32)
             x_max = measured.abs_max(node.input[0])
             if x_max.shape[0] != weight.shape[0]:

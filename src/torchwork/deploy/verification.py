@@ -303,8 +303,8 @@ TIMING_BATCH = 64
 def _timing_inputs(rows: Any, preprocess: Any, schema: Any, ordered: OrderedRows) -> tuple[tuple[Any, ...], ...]:
     """Rows of varied sizes (more than :data:`CHUNK` of them, or they would not be ordered) timed as a server
     pads them: at batch 1 the held-out row of median size alone, at batch 64 the first 64 held-out rows
-    padded together (not to the longest row of the whole split,
-    which made a batch-1 tweet 64 tokens long where the median one has 29)."""
+    padded together (not to the longest row of the whole split, which made a batch-1 tweet 64 tokens long
+    where the median one has 29)."""
     median = rows[ordered.order[len(ordered.order) // 2]]
     return tuple(check_inputs(as_input_tuple(preprocess(batch), "inputs"), schema, any_batch=True)
                  for batch in ([median], list(rows[:TIMING_BATCH])))
