@@ -153,34 +153,43 @@ class V2Model:
         """The answer's body and JSON length from one request's prediction fragments (see
         :mod:`torchwork.serve.encoding`); :class:`ProtocolError` (422) for an item whose output is not finite."""
 
-        for index, fragment in enumerate(fragments):
-            if fragment is None:
-                raise ProtocolError(422, f"item {index}: the model's output for it is not a finite number (NaN or "
-                                         "Infinity), so it cannot be answered; the input is probably far outside "
-                                         "the range the model was trained on")
-        predictions = [orjson.loads(fragment) for fragment in fragments]  # type: ignore[arg-type]
-        count = len(predictions)
+        if None in fragments:
+            index = list(fragments).index(None)
+            raise ProtocolError(422, f"item {index}: the model's output for it is not a finite number (NaN or "
+                                     "Infinity), so it cannot be answered; the input is probably far outside "
+                                     "the range the model was trained on")
         value_type = self._value_type or datatype_of(self.output_dtype)  # the latter raises: no such type
-        names = list(request.outputs) if request.outputs is not None else self.output_names
-        binary = request.binary(names)
-        outputs: dict[str, tuple[str, str, list[int], Any]] = {}
-        if self.labels is not None:  # plain lists: no array is needed for a JSON answer
-            labels: list[str] = []
+        if self.labels is not None:
+            labels: list[str] = []  # plain lists: no array is needed for a JSON answer
             probabilities: list[float] = []
-            for prediction in predictions:
+            for fragment in fragments:
+                prediction = orjson.loads(fragment)  # type: ignore[arg-type]
                 labels.append(prediction["label"])
                 probabilities.extend(prediction["probabilities"].values())
-            label_bytes = b"".join([self._label_bytes[label] for label in labels]) if binary.get("label") else None
-            if request.id is None and all(binary.values()):  # tritonclient's default: a header from a template
-                return self._binary_answer(names, value_type, count, label_bytes or b"", probabilities)
-            outputs["label"] = ("label", "BYTES", [count], labels if label_bytes is None else label_bytes)
-            outputs["probabilities"] = ("probabilities", value_type, [count, len(self.labels)], probabilities)
-        else:
-            array = np.asarray([p["output"] for p in predictions], dtype=self.output_dtype)
-            outputs["output"] = ("output", value_type, list(array.shape), array.ravel().tolist())
-        return encode_response(self.name, self.version, request.id, [outputs[n] for n in names], binary)
+            if request.outputs is None and request.id is None and request.binary_output:
+                # tritonclient's default (every output binary, no id): the header from a template
+                return self._binary_answer(self.output_names, value_type, labels, probabilities)
+            names = list(request.outputs) if request.outputs is not None else self.output_names
+            binary = request.binary(names)
+            if request.id is None and all(binary.values()):
+                return self._binary_answer(names, value_type, labels, probabilities)
+            count = len(labels)
+            label_values = self._joined(labels) if binary.get("label") else labels
+            outputs = {"label": ("label", "BYTES", [count], label_values),
+                       "probabilities": ("probabilities", value_type, [count, len(self.labels)], probabilities)}
+            return encode_response(self.name, self.version, request.id, [outputs[n] for n in names], binary)
+        names = list(request.outputs) if request.outputs is not None else self.output_names
+        binary = request.binary(names)
+        array = np.asarray([orjson.loads(f)["output"] for f in fragments],  # type: ignore[arg-type]
+                           dtype=self.output_dtype)
+        output = ("output", value_type, list(array.shape), array.ravel().tolist())
+        return encode_response(self.name, self.version, request.id, [output for _ in names], binary)
 
-    def _binary_answer(self, names: Sequence[str], value_type: str, count: int, label_bytes: bytes,
+    def _joined(self, labels: Sequence[str]) -> bytes:
+        """The labels as a binary ``BYTES`` tensor (each length-prefixed, encoded once per label)."""
+        return b"".join([self._label_bytes[label] for label in labels])
+
+    def _binary_answer(self, names: Sequence[str], value_type: str, labels: Sequence[str],
                        probabilities: list[float]) -> tuple[bytes, int]:
         """A classifier's answer with every output binary and no request id: what :func:`encode_response`
         writes, its JSON header formatted into a template made once per outputs asked."""
@@ -190,6 +199,13 @@ class V2Model:
             rows = {"label": ("BYTES", ()), "probabilities": (value_type, (len(self.labels or ()),))}
             template = binary_answer_template(self.name, self.version, [(n, *rows[n]) for n in names])
             self._templates[key] = template  # at most one per order of the two outputs and datatype
-        tails = [label_bytes if name == "label" else pack_numbers(probabilities, value_type) for name in names]
-        header = template % tuple([number for tail in tails for number in (count, len(tail))])
-        return header + b"".join(tails), len(header)
+        count = len(labels)
+        if len(names) == 2:
+            first, second = (self._joined(labels), pack_numbers(probabilities, value_type))
+            if names[0] != "label":
+                first, second = second, first
+            header = template % (count, len(first), count, len(second))
+            return b"".join((header, first, second)), len(header)
+        tail = self._joined(labels) if names[0] == "label" else pack_numbers(probabilities, value_type)
+        header = template % (count, len(tail))
+        return header + tail, len(header)

@@ -71,7 +71,12 @@ def add_v2_routes(app: FastAPI, find: Callable[[str, str | None], Any], listing:
         return find(params["name"], params.get("version"))
 
     async def infer(request: Request) -> Response:
-        content_type = request.headers.get("content-type")
+        content_type = declared = None
+        for key, value in request.scope["headers"]:  # one pass (ASGI's names are lower case), not two lookups
+            if key == b"content-type" and content_type is None:  # the first, as Starlette's headers.get
+                content_type = value.decode("latin-1")
+            elif key == _HEADER_BYTES and declared is None:
+                declared = value.decode("latin-1")
         if content_type is not None and content_type.partition(";")[0].strip().lower() not in _ACCEPTED_TYPES:
             return v2_error(415, f"Content-Type {content_type!r} is not accepted: send JSON tensors as "
                                  "application/json, binary tensors as application/octet-stream")
@@ -84,7 +89,6 @@ def add_v2_routes(app: FastAPI, find: Callable[[str, str | None], Any], listing:
         body = await read_body(request, state.config.max_body_bytes)
         if isinstance(body, str):
             return v2_error(400 if body.startswith("header") else 413, body)
-        declared = request.headers.get(HEADER)
         try:
             header_length = None if declared is None else int(declared)
         except ValueError:
