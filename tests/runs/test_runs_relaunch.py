@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -84,6 +86,55 @@ def test_a_python_script_runs_only_when_confirmed_and_with_this_interpreter(tmp_
     assert done.returncode == 0, done.stderr
     assert not marker.exists()
     assert json.loads(ran.read_text()) == [sys.executable, str(run.resolve())]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="exec keeps the process id on POSIX only")
+def test_the_resumed_command_runs_in_the_resume_process_itself_so_a_kill_reaches_it(tmp_path):
+    """A resume that started a child would leave it training on when the resume is killed (SIGKILL, or a
+    scheduler's SIGTERM), and the next resume would run beside it on the same folder."""
+    ran = tmp_path / "script-ran.json"
+    (tmp_path / "train.py").write_text("import json, os, time\n"
+                                       f"open({str(ran)!r}, 'w').write(json.dumps(os.getpid()))\n"
+                                       "time.sleep(60)\n")
+    run = run_folder(tmp_path, {"argv": ["train.py"], "cwd": str(tmp_path)})
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    process = subprocess.Popen([sys.executable, "-m", "torchwork.cli", "resume", str(run), "--yes"], env=env,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not (ran.exists() and ran.read_text()) and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ran.exists(), process.stderr.read().decode() if process.poll() is not None else "the script never ran"
+        assert json.loads(ran.read_text()) == process.pid
+        process.send_signal(signal.SIGKILL)
+        assert process.wait(timeout=10) == -signal.SIGKILL  # the training itself died: nothing is left running
+    finally:
+        process.kill()
+        process.wait()
+        process.stderr.close()
+
+
+def test_a_run_still_running_on_this_machine_is_refused_and_one_whose_process_died_is_resumed(tmp_path):
+    import socket
+
+    from torchwork.runs.record import now
+
+    ran = tmp_path / "script-ran"
+    (tmp_path / "train.py").write_text(f"open({str(ran)!r}, 'w')\n")
+    run = run_folder(tmp_path, {"argv": ["train.py"], "cwd": str(tmp_path)})
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        running = {"command": {"argv": ["train.py"], "cwd": str(tmp_path)}, "state": "running", "started": now(),
+                   "process": {"pid": alive.pid, "host": socket.gethostname()}}
+        (run / "manifest.json").write_text(json.dumps(running))
+        done = resume(run, "--yes")
+        assert done.returncode == 2 and not ran.exists(), done.stderr
+        assert f"is still running (process {alive.pid} on this machine): stop it first" in done.stderr
+    finally:
+        alive.kill()
+        alive.wait()
+    done = resume(run, "--yes")  # the same manifest, its process gone (killed): resumed
+    assert done.returncode == 0 and ran.exists(), done.stderr
 
 
 def test_a_folder_without_a_valid_checkpoint_is_refused_before_anything_runs(tmp_path):

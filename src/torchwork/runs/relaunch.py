@@ -15,6 +15,11 @@ checkpoint of its own: there would be nothing to resume. The recorded ``executab
 The command starts with ``TORCHWORK_RESUME=RUN_FOLDER``, which makes ``Trainer.fit`` continue that run folder
 from its newest valid checkpoint.
 
+On POSIX the resume process *becomes* the command (``exec``), keeping its process id: a signal sent to it
+(SIGTERM from a scheduler, SIGKILL) reaches the training itself. A child process would outlive a killed
+parent and go on writing into the run while the next resume starts on the same folder (found when the
+quickstart's kill-and-resume test killed a resume). Windows has no such exec: the command runs as a child.
+
 Example:
     >>> from torchwork.runs.relaunch import plan_command
     >>> plan = plan_command({"executable": "/usr/bin/python3", "argv": ["/venv/bin/torchwork", "train", "sentiment"],
@@ -164,8 +169,21 @@ def _confirmed(plan: ResumePlan, yes: bool) -> bool:
     return False
 
 
+def refuse_if_running(run: Path) -> None:
+    """Refuse a run whose manifest says it is running under a process alive on this machine (the same
+    process, not a reused id): two processes writing one run folder remove each other's files."""
+    from torchwork.runs.listing import read_row
+    from torchwork.runs.readback import field
+
+    if read_row(run, run.parent).state == "running":
+        pid = field(json.loads((run / "manifest.json").read_text()), "process.pid", int)
+        raise CheckpointError(f"{run} is still running (process {pid} on this machine): stop it first, or "
+                              "wait for it to end, then resume it.")
+
+
 def main(args: argparse.Namespace) -> int:
     run, plan, checkpoint = resume_plan(args.run_folder)
+    refuse_if_running(run)
     print(f"torchwork: resuming {run} from {checkpoint.name}: {plan.shown()} (in {plan.cwd})", file=sys.stderr)
     if plan.note:
         print(f"torchwork: {plan.note}", file=sys.stderr)
@@ -177,6 +195,11 @@ def main(args: argparse.Namespace) -> int:
                                   "run it.")
     env = dict(os.environ, TORCHWORK_RESUME=str(run))
     try:
-        return subprocess.run(plan.argv, cwd=plan.cwd, env=env).returncode
+        if os.name != "posix":
+            return subprocess.run(plan.argv, cwd=plan.cwd, env=env).returncode
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.chdir(plan.cwd)
+        os.execve(plan.argv[0], plan.argv, env)  # returns only by raising
     except OSError as error:  # the interpreter gone, a working directory removed meanwhile
         raise CheckpointError(f"could not start {plan.argv[0]} in {plan.cwd}: {error}.") from None
