@@ -64,6 +64,7 @@ def test_bad_files_and_recipes(tmp_path):
     (["max_length=0"], r"^max_length=0: must be >= 1\.$"),
     (["max_vocab=2"], r"^max_vocab=2: must be >= 3\.$"),  # <pad>, <unk> and one word
     (["export_formats="], r"^export_formats=\[\]: choose one or more"),
+    (["verify_rounds=4"], r"^verify_rounds=4: must be >= 5\.$"),  # the fewest the deploy choice trusts
     (["epochs=0", "lr=-1"], r"^epochs=0: must be >= 1; lr=-1\.0: must be > 0\.$"),
 ])
 def test_every_bad_value_is_refused_naming_only_itself(assignments, message):

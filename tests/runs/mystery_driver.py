@@ -34,7 +34,7 @@ def _subset_with_fixes(split, rows, seed):
 def main() -> None:
     recipe.stratified_subset = _subset_with_fixes  # the name the recipe calls
     settings = {"model": "ngram", "subset": 300, "run_dir": "runs", "precision": "32", "threads": 1, "epochs": 6,
-                "batch_size": 32, "quantize": False, "export_formats": ("pt2",), **json.loads(sys.argv[1])}
+                "batch_size": 32, "quantize": False, "export_formats": ("pt2",), "verify_rounds": 5, **json.loads(sys.argv[1])}
     recipe.run(recipe.SentimentConfig(**settings))
 
 

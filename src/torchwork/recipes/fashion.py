@@ -37,6 +37,8 @@ class FashionConfig:
     channels: int = 32
     patience: int = 2
     export_formats: tuple[str, ...] = ("pt2", "onnx")
+    # interleaved timing rounds of the export's verification; >= 5, the fewest the deploy choice trusts
+    verify_rounds: int = 20
     threads: int = 0
     # torch.compile the training step: false (eager, the default: on a CPU like this one compiling loses),
     # true, or auto (compiled only when a measurement on this machine says it pays over the run's steps)
@@ -49,7 +51,8 @@ class FashionConfig:
 
     def validate(self) -> None:
         check_settings(self, at_least={"epochs": 1, "batch_size": 1, "channels": 1, "patience": 0, "threads": 0,
-                                       "seed": 0, "eval_subset": 0, "pretrained_epochs": 1, "pretrained_size": 32},
+                                       "seed": 0, "eval_subset": 0, "pretrained_epochs": 1, "pretrained_size": 32,
+                                       "verify_rounds": 5},
                        above={"lr": 0, "pretrained_lr": 0}, some_of={"export_formats": EXPORT_FORMATS},
                        zero_or_at_least={"subset": (100, "ten images of each of the ten classes")})
         compile_choice(self.compile)
@@ -158,7 +161,8 @@ def run(config: FashionConfig, serve: bool = False) -> dict[str, Any]:
     labels = [dataset.test[i][1] for i in range(512)]
     artifact = run_path / "artifact"
     report = export(model, images[:8], artifact, formats=config.export_formats, labels=list(dataset.classes),
-                    softmax=True, samples=images, targets=labels, overwrite=True)
+                    softmax=True, samples=images, targets=labels, overwrite=True,
+                    verify_rounds=config.verify_rounds)
     say(format_report(report["verify"]))
 
     summary = {"test": {"accuracy": metrics["accuracy"], "macro_f1": metrics["macro_f1"]},

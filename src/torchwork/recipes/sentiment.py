@@ -52,6 +52,9 @@ class SentimentConfig:
     transformer_precision: str = "auto"  # the transformer's: auto (measured, or `precision` when set) | 32 | bf16
     export_formats: tuple[str, ...] = ("pt2", "onnx")
     quantize: bool = True
+    # interleaved timing rounds of the n-gram export's verification; >= 5, the fewest the deploy choice
+    # trusts (fewer make it keep the most exact variant); each costs about a second at 2 batch sizes
+    verify_rounds: int = 20
     # torch.compile the training step: false (eager, the default: on a CPU like this one compiling loses),
     # true, or auto (compiled only when a measurement on this machine says it pays over the run's steps)
     compile: str = "false"
@@ -84,7 +87,7 @@ class SentimentConfig:
                                        "transformer_train_layers": 1, "transformer_epochs": 1,
                                        "transformer_batch_size": 1, "transformer_patience": 1,
                                        "transformer_max_length": 8, "warmup": 0,
-                                       "transformer_train_rows": 0},
+                                       "transformer_train_rows": 0, "verify_rounds": 5},
                        above={"lr": 0, "clip_grad_norm": 0, "transformer_lr": 0, "layer_decay": 0},
                        one_of={"precision": ("auto", "32", "bf16"), "transformer_precision": ("auto", "32", "bf16"),
                                "model": MODELS,
@@ -380,7 +383,7 @@ def _export_ngram(config: SentimentConfig, model: Any, preprocessor: Any, train:
                     labels=classes, softmax=True, samples=list(test.texts), targets=list(test.labels),
                     quantize="int8" if config.quantize else None, overwrite=True,
                     quantize_ops=("Gather",),  # the model is n-gram weight tables: no MatMul to quantize
-                    deploy=kept.get("deploy"))
+                    deploy=kept.get("deploy"), verify_rounds=config.verify_rounds)
     decisions.record("ngram_export", {"deploy": report["deploy"]})
     say(format_report(report["verify"]))
     say(f"variant to deploy: {report['deploy']}" + (" (recorded by the run being resumed)" if kept else ""))
