@@ -15,13 +15,19 @@ import torch
 from torchwork.runs.checkpoint import verify_checkpoint
 
 
+def _sigint_as_at_a_terminal() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_sigint_during_train_checkpoints_and_prints_one_line(tmp_path):
     runs = tmp_path / "runs"
     settings = [f"run_dir={runs}", "subset=200", "epochs=100", "patience=1000", "batch_size=32", "precision=32",
                 "threads=1", "export_formats=onnx", "quantize=false"]
     process = subprocess.Popen([sys.executable, "-m", "torchwork.cli", "train", "sentiment",
                                 *[part for s in settings for part in ("--set", s)]],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               # as from a terminal: a shell's background job (nohup, &) inherits SIGINT ignored
+                               preexec_fn=_sigint_as_at_a_terminal)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and process.poll() is None:
         if len(list(runs.glob("*/checkpoints/step-*.pt.sha256"))) >= 2:  # two epochs trained

@@ -22,7 +22,7 @@ def _fashion_installed() -> bool:
 def test_pretrained_fashion_beats_the_from_scratch_cnn_in_the_same_run(tmp_path):
     runs = tmp_path / "runs"
     settings = [f"run_dir={runs}", "subset=3000", "epochs=3", "threads=1", "eval_subset=1000",
-                "pretrained_epochs=6"]
+                "pretrained_epochs=6", "verify_rounds=5"]
     done = subprocess.run([sys.executable, "-m", "torchwork.cli", "quickstart", "--recipe", "fashion", "--pretrained",
                            *sum((["--set", s] for s in settings), [])],
                           capture_output=True, text=True, timeout=900)

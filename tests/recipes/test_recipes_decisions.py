@@ -40,7 +40,8 @@ def test_train_from_a_runs_config_yaml_reproduces_it(tmp_path):
 
     import yaml
 
-    settings = [f"run_dir={tmp_path / 'runs'}", "subset=200", "epochs=2", "export_formats=onnx", "quantize=false"]
+    settings = [f"run_dir={tmp_path / 'runs'}", "subset=200", "epochs=2", "export_formats=onnx", "quantize=false",
+                "verify_rounds=5"]
     first = subprocess.run([sys.executable, "-m", "torchwork.cli", "train", "sentiment",
                             *[part for s in settings for part in ("--set", s)]],
                            capture_output=True, text=True, timeout=900)

@@ -44,7 +44,8 @@ def _fashion_installed() -> bool:
 def test_fashion_recipe_runs_end_to_end(tmp_path):
     runs = tmp_path / "runs"
     done = subprocess.run([sys.executable, "-m", "torchwork.cli", "quickstart", "--recipe", "fashion", "--set",
-                           f"run_dir={runs}", "--set", "subset=1500", "--set", "epochs=1", "--set", "threads=1"],
+                           f"run_dir={runs}", "--set", "subset=1500", "--set", "epochs=1", "--set", "threads=1",
+                           "--set", "verify_rounds=5"],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     (run,) = list(runs.iterdir())

@@ -16,7 +16,8 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 def quickstart_command(runs: Path) -> list[str]:
     return [sys.executable, "-m", "torchwork.cli", "quickstart", "--quick", "--model", "ngram", "--set", f"run_dir={runs}",
-            "--set", "subset=600", "--set", "epochs=1", "--set", "threads=1"]
+            "--set", "subset=600", "--set", "epochs=1", "--set", "threads=1",
+            "--set", "verify_rounds=5"]
 
 
 @pytest.fixture(scope="module")

@@ -104,7 +104,8 @@ def test_report_parts_misclassified_and_split_rows():
 def transformer_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
     runs = tmp_path_factory.mktemp("transformer") / "runs"
     settings = [f"run_dir={runs}", "subset=200", "epochs=1", "threads=2", "precision=32", "transformer_epochs=1",
-                "transformer_strategy=cached", "transformer_train_layers=1", "transformer_max_length=40"]
+                "transformer_strategy=cached", "transformer_train_layers=1", "transformer_max_length=40",
+                "verify_rounds=5"]
     done = subprocess.run([sys.executable, "-m", "torchwork.cli", "quickstart", "--model", "transformer",
                            *[a for s in settings for a in ("--set", s)]],
                           capture_output=True, text=True, timeout=900)
