@@ -122,7 +122,9 @@ def _alive(pid: int, started: float | None) -> bool:
     return started is None or began <= started + 5
 
 
-def _state(manifest: dict[str, Any], run: Path, host: str) -> str:
+def run_state(manifest: dict[str, Any], run: Path, host: str) -> str:
+    """The run's state from its manifest: ``running`` only while its recorded process is alive on this
+    ``host`` (and began no later than the run), ``killed`` once it is not."""
     state = field(manifest, "state", str)
     if state is None:  # a run recorded before runs kept their state
         return "finished" if (run / "summary.json").is_file() else "unknown"
@@ -172,7 +174,7 @@ def read_row(run: str | Path, root: str | Path, host: str | None = None) -> RunR
         return row
     row.started = field(manifest, "started", str)
     row.recipe = recipe_of(manifest)
-    row.state = _state(manifest, run, host or socket.gethostname())
+    row.state = run_state(manifest, run, host or socket.gethostname())
     row.resumes = len(field(manifest, "resumes", list) or [])
     row.metric, row.mode = field(manifest, "monitor.metric", str), field(manifest, "monitor.mode", str)
     row.best, row.final = number(field(manifest, "monitor.best", float)), number(field(manifest, "monitor.final", float))

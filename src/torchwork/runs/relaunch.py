@@ -172,11 +172,14 @@ def _confirmed(plan: ResumePlan, yes: bool) -> bool:
 def refuse_if_running(run: Path) -> None:
     """Refuse a run whose manifest says it is running under a process alive on this machine (the same
     process, not a reused id): two processes writing one run folder remove each other's files."""
-    from torchwork.runs.listing import read_row
-    from torchwork.runs.readback import field
+    import socket
 
-    if read_row(run, run.parent).state == "running":
-        pid = field(json.loads((run / "manifest.json").read_text()), "process.pid", int)
+    from torchwork.runs.listing import run_state
+    from torchwork.runs.readback import field, load_manifest_file
+
+    manifest = load_manifest_file(run / "manifest.json")
+    if run_state(manifest, run, socket.gethostname()) == "running":
+        pid = field(manifest, "process.pid", int)
         raise CheckpointError(f"{run} is still running (process {pid} on this machine): stop it first, or "
                               "wait for it to end, then resume it.")
 

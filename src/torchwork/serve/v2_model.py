@@ -200,12 +200,7 @@ class V2Model:
             template = binary_answer_template(self.name, self.version, [(n, *rows[n]) for n in names])
             self._templates[key] = template  # at most one per order of the two outputs and datatype
         count = len(labels)
-        if len(names) == 2:
-            first, second = (self._joined(labels), pack_numbers(probabilities, value_type))
-            if names[0] != "label":
-                first, second = second, first
-            header = template % (count, len(first), count, len(second))
-            return b"".join((header, first, second)), len(header)
-        tail = self._joined(labels) if names[0] == "label" else pack_numbers(probabilities, value_type)
-        header = template % (count, len(tail))
-        return header + tail, len(header)
+        tails = [self._joined(labels) if name == "label" else pack_numbers(probabilities, value_type)
+                 for name in names]
+        header = template % tuple([number for tail in tails for number in (count, len(tail))])
+        return b"".join([header, *tails]), len(header)
