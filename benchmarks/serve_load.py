@@ -688,7 +688,8 @@ MIXED = ["predict", "v2-json", "v2-binary"]  # sent in turn on one connection at
 
 def v2_requests(model: str, examples: list[Any], binary: bool, key: str | None) -> list[bytes]:
     """Whole HTTP requests for ``/v2/models/MODEL/infer``, one item each, as tritonclient sends them (binary:
-    the BYTES element length-prefixed after the JSON header, outputs asked for binary) or as JSON."""
+    the BYTES element length-prefixed after the JSON header, outputs asked for binary, and no Content-Type
+    header, as ``tritonclient.http`` sends none) or as JSON."""
     import struct
 
     auth = f"Authorization: Bearer {key}\r\n".encode() if key else b""
@@ -700,7 +701,7 @@ def v2_requests(model: str, examples: list[Any], binary: bool, key: str | None) 
                                              "parameters": {"binary_data_size": len(raw)}}],
                                  "parameters": {"binary_data_output": True}}).encode()
             body = header + raw
-            extra = b"Inference-Header-Content-Length: %d\r\nContent-Type: application/octet-stream\r\n" % len(header)
+            extra = b"Inference-Header-Content-Length: %d\r\n" % len(header)
         else:
             body = json.dumps({"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": [text]}]}).encode()
             extra = b"Content-Type: application/json\r\n"

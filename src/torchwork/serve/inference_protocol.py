@@ -321,11 +321,21 @@ def datatype_of(dtype: Any) -> str:
     return DATATYPE_OF[name]
 
 
+_PACKERS: dict[tuple[int, str], Any] = {}  # struct packers by (count, datatype): answers repeat a few counts
+_PACKERS_KEPT = 256
+
+
 def pack_numbers(values: Sequence[Any], datatype: str) -> bytes:
     """Numbers as the binary extension sends them (little-endian); numpy's conversion where struct refuses
     one (a float beyond FP16's or FP32's range becomes infinity, as numpy casts it)."""
+    key = (len(values), datatype)
+    pack = _PACKERS.get(key)
+    if pack is None:
+        pack = struct.Struct(f"<{key[0]}{_STRUCT_CODE[datatype]}").pack
+        if len(_PACKERS) < _PACKERS_KEPT:
+            _PACKERS[key] = pack
     try:
-        return struct.pack(f"<{len(values)}{_STRUCT_CODE[datatype]}", *values)
+        return pack(*values)  # type: ignore[no-any-return]
     except (struct.error, OverflowError):
         with np.errstate(over="ignore"):
             return np.asarray(values, dtype=NUMERIC[datatype]).tobytes()

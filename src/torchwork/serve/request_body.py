@@ -8,15 +8,21 @@ Example (a Starlette request is needed, so not run here):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:  # pragma: no cover
     from starlette.requests import Request
 
 
-async def read_body(request: Request, limit: int) -> bytes | str:
-    """The request body, or a message if it is larger than ``limit`` (read no further than that)."""
-    declared = request.headers.get("content-length")
+_UNREAD = object()
+
+
+async def read_body(request: Request, limit: int, content_length: str | None | object = _UNREAD) -> bytes | str:
+    """The request body, or a message if it is larger than ``limit`` (read no further than that).
+    ``content_length``: the request's Content-Length header (``None``: it has none), when the caller read
+    its headers already."""
+    declared = request.headers.get("content-length") if content_length is _UNREAD else cast("str | None",
+                                                                                               content_length)
     if declared is not None:
         try:
             size = int(declared)

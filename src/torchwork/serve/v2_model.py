@@ -59,6 +59,7 @@ class V2Model:
         self._value_type: str | None = "FP32"  # the protocol's name of output_dtype (None: it has none)
         self.row_shape: tuple[int, ...] | None = None
         self.output_names = ["label", "probabilities"] if self.labels is not None else ["output"]
+        self._names = tuple(self.output_names)
         self._templates: dict[tuple[tuple[str, ...], str], bytes] = {}  # binary answers' headers, as % formats
 
     # ------------------------------------------------------------------ metadata
@@ -168,7 +169,7 @@ class V2Model:
                 probabilities.extend(prediction["probabilities"].values())
             if request.outputs is None and request.id is None and request.binary_output:
                 # tritonclient's default (every output binary, no id): the header from a template
-                return self._binary_answer(self.output_names, value_type, labels, probabilities)
+                return self._binary_answer(self._names, value_type, labels, probabilities)
             names = list(request.outputs) if request.outputs is not None else self.output_names
             binary = request.binary(names)
             if request.id is None and all(binary.values()):
@@ -193,14 +194,18 @@ class V2Model:
                        probabilities: list[float]) -> tuple[bytes, int]:
         """A classifier's answer with every output binary and no request id: what :func:`encode_response`
         writes, its JSON header formatted into a template made once per outputs asked."""
-        key = (tuple(names), value_type)
+        key = (names if isinstance(names, tuple) else tuple(names), value_type)
         template = self._templates.get(key)
         if template is None:
             rows = {"label": ("BYTES", ()), "probabilities": (value_type, (len(self.labels or ()),))}
             template = binary_answer_template(self.name, self.version, [(n, *rows[n]) for n in names])
             self._templates[key] = template  # at most one per order of the two outputs and datatype
         count = len(labels)
-        tails = [self._joined(labels) if name == "label" else pack_numbers(probabilities, value_type)
-                 for name in names]
-        header = template % tuple([number for tail in tails for number in (count, len(tail))])
-        return b"".join([header, *tails]), len(header)
+        tails, numbers = [], []
+        for name in names:
+            tail = self._joined(labels) if name == "label" else pack_numbers(probabilities, value_type)
+            tails.append(tail)
+            numbers += (count, len(tail))
+        header = template % tuple(numbers)
+        tails.insert(0, header)
+        return b"".join(tails), len(header)

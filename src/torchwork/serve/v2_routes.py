@@ -71,12 +71,16 @@ def add_v2_routes(app: FastAPI, find: Callable[[str, str | None], Any], listing:
         return find(params["name"], params.get("version"))
 
     async def infer(request: Request) -> Response:
-        content_type = declared = None
-        for key, value in request.scope["headers"]:  # one pass (ASGI's names are lower case), not two lookups
-            if key == b"content-type" and content_type is None:  # the first, as Starlette's headers.get
+        content_type = declared = length = None
+        for key, value in request.scope["headers"]:  # one pass (ASGI's names are lower case), not three lookups
+            if key == b"content-length":
+                if length is None:  # the first, as Starlette's headers.get
+                    length = value.decode("latin-1")
+            elif key == _HEADER_BYTES:
+                if declared is None:
+                    declared = value.decode("latin-1")
+            elif key == b"content-type" and content_type is None:
                 content_type = value.decode("latin-1")
-            elif key == _HEADER_BYTES and declared is None:
-                declared = value.decode("latin-1")
         if content_type is not None and content_type.partition(";")[0].strip().lower() not in _ACCEPTED_TYPES:
             return v2_error(415, f"Content-Type {content_type!r} is not accepted: send JSON tensors as "
                                  "application/json, binary tensors as application/octet-stream")
@@ -86,7 +90,7 @@ def add_v2_routes(app: FastAPI, find: Callable[[str, str | None], Any], listing:
             return v2_error(problem.status, str(problem))
         if not state.ready.is_set():
             return v2_error(503, f"model {state.v2.name!r} is still warming up; retry shortly", retry_after=1)
-        body = await read_body(request, state.config.max_body_bytes)
+        body = await read_body(request, state.config.max_body_bytes, length)
         if isinstance(body, str):
             return v2_error(400 if body.startswith("header") else 413, body)
         try:
