@@ -569,7 +569,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one round, shorter runs (about 40 s)")
-    parser.add_argument("--rounds", type=int, help="default 3 (--v2: 8)")
+    parser.add_argument("--rounds", type=int, help="default 3 (--v2: 16: its ratios within a few percent need many pairs)")
     parser.add_argument("--seconds", type=float, help="measured seconds per run; default 1.2 (--v2: 2, as its "
                                                       "ratios within a few percent need longer runs)")
     parser.add_argument("--warmup", type=float, default=0.3)
@@ -606,7 +606,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--bodies", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    rounds, seconds = (8, 2.0) if args.v2 else (3, 1.2)
+    rounds, seconds = (16, 2.0) if args.v2 else (3, 1.2)
     args.rounds, args.seconds = args.rounds or rounds, args.seconds or seconds
     if args.client:
         bodies = [b.encode() for b in json.loads(Path(args.bodies).read_text())]
