@@ -80,6 +80,33 @@ def test_verify_goes_through_the_bundled_preprocessing(artifact):
     assert report["inputs"]["timing_inputs"].startswith("the held-out row of median size alone")
 
 
+def test_verify_takes_reference_outputs_already_computed_after_checking_them(artifact):
+    """The recipe's evaluation has the eager outputs on the test split already: verify uses them instead of
+    running eager over every row again, once the reference agrees with them on the first rows; outputs in
+    another order, or another model's, are refused."""
+    out, _ = artifact
+    model, preprocess = text_classifier()
+    texts = list(tweets()["test"])
+    outputs = eager(model, *preprocess(texts))  # one batch padded to the longest, in the given order
+    batches: list[int] = []  # parity runs chunks of 256 rows, timing batches of 1 and 64
+    hook = model.register_forward_pre_hook(lambda module, args: batches.append(int(args[0].shape[0])))
+    plain = verify(out, model=model, rounds=1, threads=1)
+    assert 256 in batches
+    batches.clear()
+    given = verify(out, model=model, rounds=1, threads=1, reference_outputs=outputs)
+    hook.remove()
+    assert 256 not in batches and 32 in batches  # no parity chunk of eager; the first 32 rows checked
+    for name in ("eager", "pt2", "onnx"):
+        assert given["variants"][name]["ok"] and given["variants"][name]["accuracy"] == plain["variants"][name]["accuracy"]
+        assert given["variants"][name]["max_abs"] <= 1e-5
+    with pytest.raises(ConfigError, match="differ from the reference model's own outputs on the first 32 rows"):
+        verify(out, model=model, rounds=1, threads=1, reference_outputs=outputs.flip(0))
+    with pytest.raises(ConfigError, match="one row per input"):
+        verify(out, model=model, rounds=1, threads=1, reference_outputs=outputs[:10])
+    with pytest.raises(ConfigError, match="pass the samples too"):
+        export(model, preprocess(texts[:8]), out.parent / "unused", preprocess=preprocess, sample_outputs=outputs)
+
+
 def test_text_rows_are_timed_as_a_server_pads_them(artifact):
     """Batch 1: the median-length tweet alone; batch 64: the first 64 tweets padded to their own longest,
     not every row padded to the longest of the whole split."""

@@ -257,6 +257,9 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str], pla
         labels, softmax: postprocessing (class names; apply softmax to the first output).
         samples, targets: real held-out raw inputs and labels. They are bundled for ``verify``, give the
             probes real rows, and make ``export`` run ``verify`` and mark the variant to deploy.
+        sample_outputs: the eager model's outputs on ``samples`` when already computed (e.g. the test split's
+            evaluation), so that ``verify`` does not run eager over them again (see ``verify``'s
+            ``reference_outputs``).
         quantize: ``"int8"`` adds ONNX Runtime dynamic INT8 of the ONNX variant (``quantize_ops``;
             ``quantize_per_channel``: a weight scale per output channel; ``quantize_smoothing``: SmoothQuant's
             alpha, see :mod:`torchwork.deploy.smoothing`, with scales from ``calibration``;
@@ -428,7 +431,8 @@ def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], plan:
         if preprocess_entry and preprocess_entry.trust_needed:
             trust += (preprocess_entry.trust_needed,)
         verification = verify(tmp, model=module, threads=plan.threads, rounds=plan.verify_rounds, atol=plan.atol,
-                              rtol=plan.rtol, tolerance=plan.tolerance, trust=trust)
+                              rtol=plan.rtol, tolerance=plan.tolerance, trust=trust,
+                              reference_outputs=plan.sample_outputs)
         verification["artifact"] = str(out)
         for name, row in verification["variants"].items():
             if name in variants and not row["ok"]:

@@ -59,6 +59,7 @@ class ExportPlan:
     softmax: bool = False
     samples: Any = None
     targets: Any = None
+    sample_outputs: Any = None
     quantize: str | None = None
     quantize_ops: Sequence[str] = DEFAULT_OPS
     torchscript_method: str = "trace"
@@ -111,6 +112,8 @@ class ExportPlan:
         if not isinstance(self.quantize_reduce_range, bool):
             raise ConfigError(f"quantize_reduce_range={self.quantize_reduce_range!r}: pass True (7-bit weights, "
                               "exact on every x86 CPU) or False (8-bit weights, for CPUs with VNNI only).")
+        if self.sample_outputs is not None and (self.samples is None or not len(self.samples)):
+            raise ConfigError("sample_outputs are the eager model's outputs on samples=: pass the samples too.")
         if self.torchscript_method not in ("trace", "script"):
             raise ConfigError(f"torchscript_method={self.torchscript_method!r}: choose 'trace' or 'script'.")
         if any(int(b) < 1 for b in self.batch_sizes) or not self.batch_sizes:
@@ -161,6 +164,7 @@ class ExportKeywords(TypedDict, total=False):
     softmax: bool
     samples: Any
     targets: Any
+    sample_outputs: Any
     quantize: str | None
     quantize_ops: Sequence[str]
     torchscript_method: str

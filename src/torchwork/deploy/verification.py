@@ -157,7 +157,8 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
            variants: Sequence[str] | None = None, atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL,
            tolerance: float = 0.01, rounds: int = 20, threads: int | None = None, torch_ao: bool = False,
            trust: Iterable[str] = (), cpp: bool = False,
-           cpp_cache: str | os.PathLike[str] | None = None, compile: bool = False) -> dict[str, Any]:
+           cpp_cache: str | os.PathLike[str] | None = None, compile: bool = False,
+           reference_outputs: Any = None) -> dict[str, Any]:
     """Compare every variant of an artifact with eager on real inputs; ``report["ok"]`` is False on failure.
 
     Args:
@@ -177,6 +178,9 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
         compile: also run the reference under ``torch.compile`` (Inductor, batch dimension dynamic) and add a
             ``compiled`` row: parity and speed against eager, its compile seconds. It is not a file of the
             artifact, so it is never the one to deploy (``torchwork serve --compile`` serves it).
+        reference_outputs: the reference's outputs on the held-out rows, already computed (a tensor or a
+            tuple of tensors, rows in the inputs' order; e.g. the evaluation's): used instead of running the
+            reference over every row again, after a check against the reference on the first rows.
     """
     import torch
 
@@ -235,8 +239,9 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
                 failed = {"kind": "compiled", "ok": False, "problem": f"torch.compile failed: {first_line(error)}"}
         timing = (_timing_inputs(rows, preprocess, manifest.inputs, ordered)
                   if ordered is not None and not static_batch else None)
+        given = None if reference_outputs is None else _given_outputs(reference_outputs, model_inputs)
         report = _measure(runners, kinds, model_inputs, targets, atol, rtol, tolerance, rounds, static_batch,
-                          ordered, timing)
+                          ordered, timing, given)
         if compile_seconds is not None:
             report["variants"]["compiled"]["compile_seconds"] = compile_seconds
         if failed is not None:
@@ -312,8 +317,8 @@ def _timing_inputs(rows: Any, preprocess: Any, schema: Any, ordered: OrderedRows
 
 def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[Any, ...], targets: Any,
              atol: float, rtol: float, tolerance: float, rounds: int, static_batch: int | None,
-             ordered: OrderedRows | None = None, timing: tuple[tuple[Any, ...], ...] | None = None
-             ) -> dict[str, Any]:
+             ordered: OrderedRows | None = None, timing: tuple[tuple[Any, ...], ...] | None = None,
+             given: list[Any] | None = None) -> dict[str, Any]:
     reference_name = next(n for n, k in kinds.items() if k == "reference")
 
     def outputs_of(run: Runner) -> list[Any]:
@@ -326,13 +331,16 @@ def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[An
                        total=int(inputs[0].shape[0]))
 
     parity_stage(reference_name)
-    try:
-        reference = outputs_of(runners[reference_name])
-    except ValueError:  # outputs shaped by the padding (per token): one padded batch, as before
-        if ordered is None:
-            raise
-        ordered = None
-        reference = outputs_of(runners[reference_name])
+    if given is not None:
+        reference = _checked_reference(runners[reference_name], given, inputs, ordered, atol, rtol)
+    else:
+        try:
+            reference = outputs_of(runners[reference_name])
+        except ValueError:  # outputs shaped by the padding (per token): one padded batch, as before
+            if ordered is None:
+                raise
+            ordered = None
+            reference = outputs_of(runners[reference_name])
     if ordered is not None and targets is not None:
         import torch
 
@@ -380,6 +388,44 @@ def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[An
             f"batch {small}, 2 at batch {large}), each block {SETTLE_S} s after the previous one",
             "timing_inputs": ("the held-out row of median size alone, and the first rows padded together"
                               if timing is not None else "the held-out rows as given")}
+
+
+REFERENCE_CHECK_ROWS = 32  # rows on which given reference outputs are checked against the reference itself
+
+
+def _given_outputs(outputs: Any, inputs: tuple[Any, ...]) -> list[Any]:
+    """``reference_outputs`` as a list of CPU tensors, one row per held-out input (ConfigError otherwise)."""
+    import torch
+
+    parts = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+    rows = int(inputs[0].shape[0])
+    if not parts or not all(isinstance(p, torch.Tensor) and p.ndim >= 1 and p.shape[0] == rows for p in parts):
+        shapes = [tuple(p.shape) if isinstance(p, torch.Tensor) else type(p).__name__ for p in parts]
+        raise ConfigError(f"reference_outputs: {shapes}; give the reference's outputs on the {rows} held-out "
+                          "rows (a tensor or a tuple of tensors with one row per input, in the inputs' order).")
+    return [p.detach().cpu() for p in parts]
+
+
+def _checked_reference(run: Runner, given: list[Any], inputs: tuple[Any, ...], ordered: OrderedRows | None,
+                       atol: float, rtol: float) -> list[Any]:
+    """The given reference outputs in the order the parity chunks hold the rows, after the reference itself
+    agreed with them on the first rows (a wrong order or another model's outputs are refused, not trusted)."""
+    import torch
+
+    if ordered is not None:
+        index = torch.as_tensor(ordered.order)
+        given = [p[index] for p in given]
+        first = tuple(t[:REFERENCE_CHECK_ROWS] for t in ordered.chunks[0])
+    else:
+        first = tuple(t[:REFERENCE_CHECK_ROWS] for t in inputs)
+    count = int(first[0].shape[0])
+    found = compare(list(run(first)), [p[:count] for p in given], atol, rtol)
+    if not found["ok"]:
+        raise ConfigError(f"reference_outputs differ from the reference model's own outputs on the first {count} "
+                          f"rows ({found.get('problem') or 'max abs difference ' + str(found['max_abs'])}): give "
+                          "its outputs on these very inputs, in their order, or leave reference_outputs out.")
+    progress.rows(int(given[0].shape[0]))
+    return given
 
 
 def _within_tolerance(row: dict[str, Any], reference: dict[str, Any], found: dict[str, Any],

@@ -19,21 +19,29 @@ import time
 from typing import Any
 
 
-def stratified_subset(split: Any, rows: int, seed: int) -> Any:
-    """A seeded, class-stratified subset of a text split (for quick runs)."""
+def stratified_rows(labels: Any, rows: int, seed: int) -> list[int]:
+    """The indices (in order) of a seeded, class-stratified sample of ``rows`` of ``labels`` (all of them
+    when ``rows`` is 0 or not fewer)."""
     import numpy as np
 
+    if not rows or rows >= len(labels):
+        return list(range(len(labels)))
+    rng = np.random.default_rng(seed)
+    array = np.asarray(labels)
+    picked: list[int] = []
+    for label in np.unique(array):
+        members = rng.permutation(np.flatnonzero(array == label))
+        picked.extend(members[: max(1, round(rows * len(members) / len(array)))].tolist())
+    return sorted(picked)
+
+
+def stratified_subset(split: Any, rows: int, seed: int) -> Any:
+    """A seeded, class-stratified subset of a text split (for quick runs)."""
     from torchwork.data import TextDataset
 
     if not rows or rows >= len(split):
         return split
-    rng = np.random.default_rng(seed)
-    labels = np.asarray(split.labels)
-    picked: list[int] = []
-    for label in np.unique(labels):
-        members = rng.permutation(np.flatnonzero(labels == label))
-        picked.extend(members[: max(1, round(rows * len(members) / len(labels)))].tolist())
-    picked.sort()
+    picked = stratified_rows(split.labels, rows, seed)
     return TextDataset([split.texts[i] for i in picked], [split.labels[i] for i in picked])
 
 

@@ -12,8 +12,8 @@ What :func:`train_transformer` does, in order:
    layer-wise learning rates (:func:`torchwork.finetune.param_groups`), early stopping on validation
    macro-F1, best checkpoint kept;
 4. evaluates the whole model on every split, exports it to ONNX with the tokenizer, quantizes MatMul to
-   INT8 and verifies every variant on the whole test split, then measures eager against INT8 at batch 32
-   and 1 (:func:`speed_ratios`).
+   INT8 and verifies every variant on the whole test split; eager against INT8 at batch 1 and 64 is read
+   from the verification's timing table (:func:`int8_speed`), not timed a second time.
 
 Example (trains a model, so not run here):
     from torchwork.recipes.sentiment import SentimentConfig, run
@@ -62,6 +62,12 @@ class TokenTexts:
     @property
     def lengths(self) -> list[int]:
         return [len(ids) for ids in self.ids]
+
+    def subset(self, rows: Sequence[int]) -> TokenTexts:
+        """These ``rows`` (indices), not tokenized again."""
+        part = object.__new__(TokenTexts)
+        part.ids, part.labels = [self.ids[i] for i in rows], [self.labels[i] for i in rows]
+        return part
 
 
 def _bottom_module(model: Any, layers: int) -> Any:
@@ -199,6 +205,7 @@ class TransformerResult:
     run_path: Path
     splits: dict[str, dict[str, Any]]  # split -> classification metrics
     test_probabilities: Any
+    test_outputs: Any = None  # the model's logits on the test split, in its order: verify's eager reference
 
 
 def _loader(data: Any, lengths: Sequence[int], batch_size: int, shuffle: bool, seed: int, collate: Any) -> Any:
@@ -210,9 +217,9 @@ def _loader(data: Any, lengths: Sequence[int], batch_size: int, shuffle: bool, s
                                                                          seed=seed), collate_fn=collate)
 
 
-def predict_probabilities(model: Any, data: TokenTexts, batch_size: int = 64, device: Any = "cpu",
-                          desc: str = "predicting") -> Any:
-    """Softmax probabilities of ``model`` over ``data`` in the data's order (batched by length), with a
+def predict_outputs(model: Any, data: TokenTexts, batch_size: int = 64, device: Any = "cpu",
+                    desc: str = "predicting") -> Any:
+    """The outputs (logits) of ``model`` over ``data`` in the data's order (batched by length), with a
     progress line: the whole model over thousands of tweets takes minutes on a CPU."""
     import torch
 
@@ -226,10 +233,48 @@ def predict_probabilities(model: Any, data: TokenTexts, batch_size: int = 64, de
     with torch.inference_mode():
         for batch in batches:
             (ids, mask), _ = pad_batch([data[i] for i in batch])
-            out[batch] = model(ids.to(device), mask.to(device)).float().softmax(dim=-1).cpu()
+            out[batch] = model(ids.to(device), mask.to(device)).float().cpu()
             bar.update(len(batch))
     bar.close()
     return out
+
+
+def predict_probabilities(model: Any, data: TokenTexts, batch_size: int = 64, device: Any = "cpu",
+                          desc: str = "predicting") -> Any:
+    """Softmax probabilities of ``model`` over ``data`` in the data's order (:func:`predict_outputs`)."""
+    return predict_outputs(model, data, batch_size, device, desc).softmax(dim=-1)
+
+
+def cached_probabilities(top: Any, cache: Any, lengths: Sequence[int], rows: Sequence[int] | None = None,
+                         batch_size: int = 128, desc: str = "predicting") -> tuple[Any, list[int]]:
+    """Softmax probabilities of ``top`` over a split's cached bottom features, and the rows' labels.
+
+    ``cache`` holds the split's rows in the order :func:`_loader` cached them (by length, ``LengthBuckets``
+    without shuffling, over ``lengths``); ``rows``: indices into the split (default: every row). The rows
+    are read in that order, so a batch of ``batch_size`` is trimmed to its own longest row.
+    """
+    import torch
+
+    from torchwork.engine.progress import ProgressBar
+    from torchwork.recipes.buckets import LengthBuckets, trim_cached
+
+    order = [index for batch in LengthBuckets(lengths, 64, shuffle=False) for index in batch]
+    if rows is None:
+        positions = list(range(len(order)))
+    else:
+        where = {row: position for position, row in enumerate(order)}
+        positions = sorted(where[row] for row in rows)
+    top.eval()
+    outputs, labels = [], []
+    bar = ProgressBar(len(positions), desc=desc)
+    with torch.inference_mode():
+        for start in range(0, len(positions), batch_size):
+            (hidden, mask), target = trim_cached([cache[k] for k in positions[start:start + batch_size]])
+            outputs.append(top(hidden, mask).float().softmax(dim=-1))
+            labels.extend(int(label) for label in target.tolist())
+            bar.update(len(target))
+    bar.close()
+    return torch.cat(outputs), labels
 
 
 def train_transformer(config: Any, train: Any, validation: Any, test: Any, classes: list[str],
@@ -247,7 +292,7 @@ def train_transformer(config: Any, train: Any, validation: Any, test: Any, class
     from torchwork.finetune import cache_features, freeze, param_groups
     from torchwork.finetune.minilm import MiniLMClassifier, MiniLMTop
     from torchwork.recipes.buckets import pad_batch, trim_cached
-    from torchwork.recipes.sentiment_shared import stratified_subset
+    from torchwork.recipes.sentiment_shared import stratified_rows, stratified_subset
 
     if config.transformer_train_rows and config.transformer_train_rows < len(train):
         full_size = len(train)
@@ -292,12 +337,12 @@ def train_transformer(config: Any, train: Any, validation: Any, test: Any, class
             f"cached ({timing['rule']}; pin it with {timing.get('pin', f'--set transformer_strategy={strategy}')})")
 
     cache_seconds = 0.0
+    cached: dict[str, Any] = {}
     if strategy == "cached":
         split_at = model.num_layers - config.transformer_train_layers
         freeze(model, "encoder.embeddings", *[f"encoder.encoder.layer.{i}" for i in range(split_at)])
         bottom = _bottom_module(model, split_at)
         started = time.perf_counter()
-        cached = {}
         for name in ("train", "validation"):
             ordered = _loader(data[name], data[name].lengths, 64, False, config.seed, pad_batch)
             cached[name] = cache_features(bottom, ordered, device=str(device), desc=f"caching {name} features")
@@ -357,21 +402,27 @@ def train_transformer(config: Any, train: Any, validation: Any, test: Any, class
     lr_steps = [config.transformer_lr * factor(s) for s in range(trainer.global_step)]
 
     splits = {}
-    test_probabilities = None
+    test_probabilities = test_outputs = None
     # The train split's rows come from a stratified sample the size of the test split: the whole-model
-    # forward over every training tweet would cost minutes on a CPU and say little more.
-    sample = stratified_subset(train, len(test), config.seed)
-    key = f"train ({len(sample):,} sampled)" if len(sample) < len(train) else "train"
-    whole = data.pop("train")
-    sampled = whole if len(sample) == len(train) else TokenTexts(sample.texts, sample.labels, tokenizer)
-    data = {key: sampled, **data}
-    for name in list(data):
-        probabilities = predict_probabilities(model, data[name], desc=f"predicting {name}")
-        splits[name] = classification_metrics(data[name].labels, probabilities.argmax(dim=-1).numpy(), classes)
+    # forward over every training tweet would cost minutes on a CPU and say little more. With the cached
+    # strategy, train and validation rows go through the top alone from their cached bottom features: the
+    # same model, without the bottom's forward a second time.
+    picked = stratified_rows(train.labels, len(test), config.seed)
+    for name in ("train", "validation", "test"):
+        key = f"train ({len(picked):,} sampled)" if name == "train" and len(picked) < len(train) else name
+        rows = picked if name == "train" else None
+        if name in cached:
+            probabilities, labels = cached_probabilities(trained, cached[name], data[name].lengths, rows,
+                                                         desc=f"predicting {key}")
+        else:
+            texts = data[name] if rows is None else data[name].subset(rows)
+            outputs, labels = predict_outputs(model, texts, desc=f"predicting {key}"), texts.labels
+            probabilities = outputs.softmax(dim=-1)
+        splits[key] = classification_metrics(labels, probabilities.argmax(dim=-1).numpy(), classes)
         if name == "test":
-            test_probabilities = probabilities
+            test_probabilities, test_outputs = probabilities, outputs
     return TransformerResult(model, strategy, timing, precision, history, lr_steps, best_info, training_seconds,
-                             cache_seconds, run_path, splits, test_probabilities)
+                             cache_seconds, run_path, splits, test_probabilities, test_outputs)
 
 
 def subword_tokenizer(max_length: int) -> Any:
@@ -383,14 +434,18 @@ def subword_tokenizer(max_length: int) -> Any:
 
 
 def export_transformer(model: Any, config: Any, artifact: Path, train: Any, validation: Any, test: Any,
-                       classes: list[str], kept: dict[str, Any] | None = None) -> dict[str, Any]:
+                       classes: list[str], kept: dict[str, Any] | None = None, test_outputs: Any = None
+                       ) -> dict[str, Any]:
     """ONNX + INT8 (MatMul) with the tokenizer bundled, every variant verified on the whole test split;
-    ``kept``: the variant to deploy and the fallback margin a resumed run chose before."""
+    ``kept``: the variant to deploy and the fallback margin a resumed run chose before; ``test_outputs``:
+    the model's outputs on the test split, already computed by the evaluation (verify's eager reference,
+    checked on the first rows, instead of a second eager pass over the split)."""
     from torchwork.deploy import export
 
     tokenizer = subword_tokenizer(config.transformer_max_length)
     return export(model.eval(), tokenizer(list(train.texts[:8])), artifact, formats=("onnx",), preprocess=tokenizer,
                   labels=classes, softmax=True, samples=list(test.texts), targets=list(test.labels),
+                  sample_outputs=test_outputs,
                   quantize="int8" if config.quantize else None, overwrite=True, strict=False,
                   input_names=("input_ids", "attention_mask"), verify_rounds=5,
                   # agreement with float (README): per-tensor scales 92.7%, per-channel 97.4%, smoothed 98.7%,
@@ -405,52 +460,28 @@ def export_transformer(model: Any, config: Any, artifact: Path, train: Any, vali
                   quantize_activations="static" if config.quantize else "dynamic")
 
 
-def speed_ratios(artifact: Path, model: Any, texts: Sequence[str], rounds: int = 5,
-                 batch_sizes: Sequence[int] = (1, 32), batches: int = 8, settle: float | None = None) -> dict[str, Any]:
-    """Eager vs the INT8 variant: median items per second at each batch size, on real texts.
+def int8_speed(verify_report: dict[str, Any]) -> dict[str, Any]:
+    """Eager against the served INT8 variant (its float fallback included) from the verification table, which
+    timed them by the one timing rule (interleaved blocks, each after a pause): items per second at batch 1
+    and at the table's throughput batch, and INT8's speed-up.
 
-    Each round times ``batches`` calls of one, then of the other (the order rotating), ``settle`` seconds
-    after the other's last call: ONNX Runtime's threads spin for a while after a call (and OpenMP's after
-    torch's), and an eager call timed right after an ONNX Runtime one ran up to 6x slower at batch 1.
+    >>> rows = {"eager": {"latency_b1_ms": 20.0, "throughput_b64_per_s": 100.0},
+    ...         "onnx-int8": {"latency_b1_ms": 5.0, "throughput_b64_per_s": 250.0}}
+    >>> int8_speed({"variants": rows, "timing_batches": {"latency": 1, "throughput": 64}})["batch_64"]
+    {'eager_per_s': 100.0, 'int8_per_s': 250.0, 'int8_speedup': 2.5}
     """
-    import torch
-
-    from torchwork.deploy import load_artifact
-    from torchwork.deploy.progress import rows, showing_progress, stage
-    from torchwork.deploy.verification import SETTLE_S
-
-    settle = SETTLE_S if settle is None else settle
-
-    int8 = load_artifact(artifact, "onnx-int8")
-    tokenizer = int8.preprocess
-    model.eval()
-
-    def eager(inputs: tuple[Any, ...]) -> Any:
-        with torch.inference_mode():
-            return model(*inputs)
-
-    runners = {"eager": eager, "onnx-int8": int8.run}
-    result: dict[str, Any] = {}
-    for size in batch_sizes:
-        block = [tokenizer(list(texts[i:i + size])) for i in range(0, min(len(texts), size * batches), size)]
-        for run in runners.values():  # warm-up
-            run(block[0])
-        seconds: dict[str, list[float]] = {name: [] for name in runners}
-        with showing_progress("INT8 timing"):
-            stage("eager and onnx-int8, interleaved blocks", batch=size, total=rounds, unit="rounds")
-            for round_index in range(rounds):
-                for name in list(runners)[round_index % 2:] + list(runners)[:round_index % 2]:
-                    time.sleep(settle)
-                    started = time.perf_counter()
-                    for inputs in block:
-                        runners[name](inputs)
-                    seconds[name].append((time.perf_counter() - started) / len(block))
-                rows(round_index + 1)
-        median = {name: statistics.median(values) for name, values in seconds.items()}
-        result[f"batch_{size}"] = {"eager_per_s": round(size / median["eager"], 1),
-                                   "int8_per_s": round(size / median["onnx-int8"], 1),
-                                   "int8_speedup": round(median["eager"] / median["onnx-int8"], 2)}
-    return result
+    rows = verify_report["variants"]
+    eager, int8 = rows.get("eager"), rows.get("onnx-int8")
+    if not eager or not int8 or "latency_b1_ms" not in int8:
+        return {}
+    batches = verify_report["timing_batches"]
+    return {f"batch_{batches['latency']}": {"eager_per_s": round(1e3 / eager["latency_b1_ms"], 1),
+                                            "int8_per_s": round(1e3 / int8["latency_b1_ms"], 1),
+                                            "int8_speedup": round(eager["latency_b1_ms"] / int8["latency_b1_ms"], 2)},
+            f"batch_{batches['throughput']}": {
+                "eager_per_s": round(eager["throughput_b64_per_s"], 1),
+                "int8_per_s": round(int8["throughput_b64_per_s"], 1),
+                "int8_speedup": round(int8["throughput_b64_per_s"] / eager["throughput_b64_per_s"], 2)}}
 
 
 def validate_settings(config: Any) -> None:
@@ -495,7 +526,8 @@ def transformer_sections(config: Any, train: Any, validation: Any, test: Any, cl
     artifact = run_path / "artifact"
     kept = decisions.get("transformer_export") if decisions is not None else None
     kept = kept if isinstance(kept, dict) else None
-    report = export_transformer(result.model, config, artifact, train, validation, test, classes, kept)
+    report = export_transformer(result.model, config, artifact, train, validation, test, classes, kept,
+                                result.test_outputs)
     fallback = report["parity"]["formats"].get("onnx-int8", {}).get("fallback") or {}
     if decisions is not None:
         decisions.record("transformer_export", {"deploy": report["deploy"], "margin": fallback.get("margin")})
@@ -512,8 +544,8 @@ def transformer_sections(config: Any, train: Any, validation: Any, test: Any, cl
                 f"ONNX ({100 * fallback['rows_rerun']:.1f}% of {fallback['calibration_rows']:,} validation tweets; "
                 f"agreement with float there {100 * fallback['agreement_without']:.2f}% -> "
                 f"{100 * fallback['agreement_with']:.2f}%)")
-        speed = speed_ratios(artifact, result.model, list(test.texts))
-        say("INT8 against eager (median items/s, interleaved, real test tweets): " + "; ".join(
+        speed = int8_speed(report["verify"])
+        say("INT8 against eager (from the table above: median items/s, interleaved, real test tweets): " + "; ".join(
             f"{k.replace('_', ' ')}: eager {v['eager_per_s']}/s, INT8 {v['int8_per_s']}/s "
             f"({v['int8_speedup']}x)" for k, v in speed.items()))
     return {"name": "transformer", "artifact": artifact, "verify_report": report, "metrics": metrics,
