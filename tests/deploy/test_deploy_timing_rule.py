@@ -53,6 +53,23 @@ def test_each_block_follows_a_pause_and_every_call_follows_every_other() -> None
         assert all(sample >= 0.98 * inner for sample, inner in zip(seconds[name], block_seconds))
 
 
+def test_a_block_of_long_calls_ends_once_it_has_lasted_block_s() -> None:
+    """A call that takes most of a second (a transformer's eager batch of 64) is timed well alone: its block
+    ends after the call that brings it to block_s; short calls still fill their blocks."""
+    calls = {"long": 0, "short": 0}
+
+    def run(name: str, seconds: float):
+        def call() -> None:
+            calls[name] += 1
+            time.sleep(seconds)
+        return call
+
+    seconds = interleaved_samples({"long": run("long", 0.03), "short": run("short", 0.001)}, rounds=3, repeat=4,
+                                  warmup=1, settle_s=0, block_s=0.02)
+    assert calls == {"long": 1 + 3, "short": 1 + 3 * 4}  # the warm-up call, then 1 (long) or 4 (short) a block
+    assert min(seconds["long"]) >= 0.03 and max(seconds["short"]) < 0.03
+
+
 def test_verify_times_by_that_rule_and_says_so(artifact) -> None:
     model, out = artifact
     report = verify(out, model=model, rounds=5, threads=2)

@@ -55,6 +55,7 @@ def _rows(inputs: tuple[Any, ...], count: int) -> tuple[Any, ...]:
 
 
 SETTLE_S = 0.3  # the pause before each timed block, so the previous runtime's spinning threads have stopped
+BLOCK_S = 0.25  # a batch-64 block ends after the call that brings it to this long
 
 
 def interleaved_seconds(calls: dict[str, Callable[[], Any]], rounds: int, repeat: int = 1,
@@ -65,9 +66,12 @@ def interleaved_seconds(calls: dict[str, Callable[[], Any]], rounds: int, repeat
 
 
 def interleaved_samples(calls: dict[str, Callable[[], Any]], rounds: int, repeat: int = 1,
-                        warmup: int = 2, settle_s: float = SETTLE_S) -> dict[str, list[float]]:
+                        warmup: int = 2, settle_s: float = SETTLE_S, block_s: float | None = None
+                        ) -> dict[str, list[float]]:
     """Seconds per call of each function in every round: each round times a block of ``repeat`` calls of
-    each, in a rotating order, each block ``settle_s`` after the previous one ended.
+    each, in a rotating order, each block ``settle_s`` after the previous one ended. ``block_s``: a block
+    ends sooner, after the call that brings it to that many seconds (a call that long is timed well alone;
+    a transformer's eager batch of 64 takes most of a second).
 
     Example:
         >>> seconds = interleaved_samples({"a": lambda: sum(range(100)), "b": lambda: None}, 3, settle_s=0)
@@ -86,9 +90,13 @@ def interleaved_samples(calls: dict[str, Callable[[], Any]], rounds: int, repeat
             if settle_s:
                 time.sleep(settle_s)
             started = time.perf_counter()
-            for _ in range(repeat):
+            done = 0
+            while done < repeat:
                 call()
-            samples[name].append((time.perf_counter() - started) / repeat)
+                done += 1
+                if block_s is not None and time.perf_counter() - started >= block_s:
+                    break
+            samples[name].append((time.perf_counter() - started) / done)
         progress.rows(round_index + 1)
     return samples
 
@@ -372,9 +380,10 @@ def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[An
     progress.stage(f"timing {', '.join(working)} (interleaved blocks of 10 calls)", batch=small, total=rounds,
                    unit="rounds")
     latency = interleaved_seconds({n: functools.partial(r, one) for n, r in working.items()}, rounds, repeat=10)
-    progress.stage(f"timing {', '.join(working)} (interleaved blocks of 2 calls)", batch=large, total=rounds,
-                   unit="rounds")
-    batch_rounds = interleaved_samples({n: functools.partial(r, many) for n, r in working.items()}, rounds, repeat=2)
+    progress.stage(f"timing {', '.join(working)} (interleaved blocks of up to 2 calls)", batch=large,
+                   total=rounds, unit="rounds")
+    batch_rounds = interleaved_samples({n: functools.partial(r, many) for n, r in working.items()}, rounds, repeat=2,
+                                       block_s=BLOCK_S)
     batch = {name: statistics.median(values) for name, values in batch_rounds.items()}
     for name in working:
         rows[name].update(latency_b1_ms=latency[name] * 1e3, latency_ratio=latency[name] / latency[reference_name],
@@ -385,7 +394,8 @@ def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[An
                if ordered is not None else "one batch")
     return {"variants": rows, "timing_batches": {"latency": small, "throughput": large}, "parity_padding": padding,
             "timing_rounds": batch_rounds, "timing_rule": f"{rounds} interleaved rounds of blocks (10 calls at "
-            f"batch {small}, 2 at batch {large}), each block {SETTLE_S} s after the previous one",
+            f"batch {small}, 2 at batch {large}, or 1 where a call takes {BLOCK_S} s), each block {SETTLE_S} s "
+            "after the previous one",
             "timing_inputs": ("the held-out row of median size alone, and the first rows padded together"
                               if timing is not None else "the held-out rows as given")}
 
