@@ -266,7 +266,7 @@ def cached_probabilities(top: Any, cache: Any, lengths: Sequence[int], rows: Seq
         positions = sorted(where[row] for row in rows)
     top.eval()
     outputs, labels = [], []
-    bar = ProgressBar(len(positions), desc=desc)
+    bar = ProgressBar(-(-len(positions) // batch_size), desc=desc)  # counts batches, and their rows
     with torch.inference_mode():
         for start in range(0, len(positions), batch_size):
             (hidden, mask), target = trim_cached([cache[k] for k in positions[start:start + batch_size]])
