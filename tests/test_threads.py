@@ -161,18 +161,40 @@ def test_a_throughput_fall_of_more_than_a_third_starts_a_re_check() -> None:
     assert re.match(r"re-checked: throughput fell from 3,200 to 1,[5-7]\d\d samples/s", tuner.changes[-1].reason)
 
 
+def _windows_until_measuring(tuner: ThreadTuner, seconds: float = 5.0) -> None:
+    started = time.perf_counter()
+    while not tuner.measuring and time.perf_counter() - started < seconds:  # two windows
+        tuner.after_step(0.002, 32)
+        time.sleep(0.05)
+
+
 def test_a_neighbour_starting_mid_run_starts_a_re_check() -> None:
     readings = iter([0.0, 0.0, 1.6])
     tuner = ThreadTuner(usable=2, busy=0.0, others=lambda: next(readings, 1.6))
     _settle(tuner, lambda threads: 0.002)  # alike: the default, 2, is kept
     assert tuner.choice.threads == 2
-    started = time.perf_counter()
-    while not tuner.measuring and time.perf_counter() - started < 5:  # two windows
-        tuner.after_step(0.002, 32)
-        time.sleep(0.05)
+    _windows_until_measuring(tuner)
     assert tuner.measuring and tuner.candidates == [1, 2] and tuner.default == 1
     _settle(tuner, lambda threads: 0.002)
     assert tuner.choice.threads == 1 and "others' CPU went from 0.0 to 1.6" in tuner.choice.reason
+
+
+def test_a_neighbour_leaving_mid_run_gives_the_cores_back_though_the_reading_moved_little() -> None:
+    readings = iter([0.7, 0.7, 0.0])  # chosen at 0.7 busy: 1 of 2 CPUs; then the neighbour leaves
+    tuner = ThreadTuner(usable=2, busy=0.7, others=lambda: next(readings, 0.0))
+    _settle(tuner, lambda threads: 0.002 if threads == 2 else 0.001)  # busy: one thread faster
+    assert tuner.choice.threads == 1
+    _windows_until_measuring(tuner)
+    assert tuner.measuring and tuner.default == 2
+    _settle(tuner, lambda threads: 0.001 if threads == 2 else 0.002)
+    assert tuner.choice.threads == 2 and "others' CPU went from 0.7 to 0.0" in tuner.choice.reason
+
+
+def test_a_reading_near_the_boundary_does_not_flip_the_choice() -> None:
+    tuner = ThreadTuner(usable=2, busy=0.7, others=lambda: 0.45)  # 0.45 rounds to 2 free, but 0.7 to 1
+    _settle(tuner, lambda threads: 0.002 if threads == 2 else 0.001)
+    _windows_until_measuring(tuner, seconds=4.5)
+    assert not tuner.measuring and len(tuner.changes) == 1
 
 
 @pytest.mark.parametrize("prelude,environment,expected", [

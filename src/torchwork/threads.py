@@ -45,7 +45,7 @@ from torchwork.errors import ConfigError
 BLOCK_S = 0.05  # a timed block of iterations at one count lasts at least this long (short steps in bulk)
 OTHER_WORK = 10.0  # after the choice, an iteration this many times the measured one did other work too
 RECHECK_FALL = 1 / 3  # re-check when throughput falls by more than this share of the chosen count's
-RECHECK_BUSY_CPUS = 0.75  # ... or when the CPU others use moves by this much from what the choice saw
+RECHECK_MARGIN = 0.25  # ... or when the CPU others use gives another free count even this much either side
 WINDOW_S = 2.0  # throughput and the neighbours' CPU are read over windows of at least this long
 
 
@@ -426,7 +426,9 @@ class ThreadTuner:
             self._start(busy, f"re-checked: throughput fell from {self._baseline:,.0f} to {throughput:,.0f} "
                               "samples/s; ")
             return
-        if abs(busy - self.busy) >= RECHECK_BUSY_CPUS and free_cpus(self.usable, busy) != self.default:
+        # Judged against the free count, not the reading the choice saw: a choice made at 0.7 busy (1 of 2
+        # CPUs) must come back to 2 when the neighbour leaves, though 0.7 -> 0.0 is a small move.
+        if all(free_cpus(self.usable, b) != self.default for b in (busy - RECHECK_MARGIN, busy + RECHECK_MARGIN)):
             self._start(busy, f"re-checked: others' CPU went from {self.busy:.1f} to {busy:.1f}; ")
 
 
