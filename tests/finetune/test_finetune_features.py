@@ -111,3 +111,29 @@ def test_a_trainable_bottom_or_a_shuffled_loader_is_refused():
     bottom[0].weight.requires_grad_(True)
     with pytest.raises(ConfigError, match="trainable parameter"):
         cache_features(bottom, dataset(), progress=False)
+
+
+def test_a_bf16_cache_runs_the_bottom_under_autocast_and_stores_float32(tmp_path):
+    class Bottom(nn.Module):  # returns (hidden, mask): the mask's integers must pass through untouched
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = nn.Linear(6, 16)
+
+        def forward(self, x):
+            return self.linear(x), (x > 0).long()
+
+    bottom = Bottom()
+    freeze(bottom)
+    data = [((torch.randn(6),), 0) for _ in range(10)]
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = bottom(torch.stack([x for (x,), _ in data]))[0].float()
+    path = tmp_path / "cache.safetensors"
+    bf16 = cache_features(bottom, data, batch_size=4, progress=False, precision="bf16", path=path)
+    hidden, mask = bf16.features
+    assert hidden.dtype == torch.float32 and mask.dtype == torch.long
+    assert torch.equal(hidden, expected)
+    fp32 = cache_features(bottom, data, batch_size=4, progress=False, path=path)  # not the bf16 cache again
+    assert fp32.fingerprint != bf16.fingerprint and not torch.equal(fp32.features[0], hidden)
+    torch.testing.assert_close(fp32.features[0], hidden, rtol=2e-2, atol=2e-2)
+    with pytest.raises(ConfigError, match="precision='16'"):
+        cache_features(bottom, data, precision="16")

