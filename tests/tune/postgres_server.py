@@ -62,6 +62,18 @@ def postgres_server(database: str = "studies") -> Iterator[str]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def create_database(url: str, name: str) -> str:
+    """A new, empty database on the server at ``url``; returns its URL."""
+    bin_dir = binaries()
+    assert bin_dir is not None
+    server, _ = url.rsplit("/", 1)
+    port = server.rsplit(":", 1)[1]
+    done = subprocess.run([str(bin_dir / "createdb"), "-h", "127.0.0.1", "-p", port, "-U", "tuner", name],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return f"{server}/{name}"
+
+
 def _exists(name: str) -> bool:
     try:
         pwd.getpwnam(name)

@@ -85,9 +85,10 @@ def open_storage(url: str, heartbeat_s: int = HEARTBEAT_S, grace_s: int = GRACE_
                                                      heartbeat_interval=heartbeat_s, grace_period=grace_s,
                                                      heartbeat_stale_trial_callback=stale_callback)
             break
-        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError) as error:
-            # two processes creating the tables of a fresh database at once: the loser retries (PostgreSQL says
-            # so with a duplicate key, SQLite with "table ... already exists")
+        except sqlalchemy.exc.SQLAlchemyError as error:
+            # two processes creating the tables of a fresh database at once: the loser retries. PostgreSQL says
+            # so with a duplicate key (IntegrityError) or 'relation "studies" already exists' (DuplicateTable,
+            # a ProgrammingError), SQLite with "table ... already exists" (OperationalError)
             racing = isinstance(error, sqlalchemy.exc.IntegrityError) or "already exists" in str(error)
             if racing and attempt < 4:
                 time.sleep(0.5 + attempt)
@@ -95,7 +96,7 @@ def open_storage(url: str, heartbeat_s: int = HEARTBEAT_S, grace_s: int = GRACE_
             if isinstance(error, sqlalchemy.exc.IntegrityError):
                 raise
             raise _unopenable(given, error) from None
-        except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as error:
+        except (ImportError, ValueError) as error:
             raise _unopenable(given, error) from None
     if path is not None:
         sqlalchemy.event.listen(storage.engine, "begin", _begin_immediate)
