@@ -53,20 +53,17 @@ def postgres_server(database: str = "studies") -> Iterator[str]:
         done = subprocess.run([str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(root / "log"),
                                "-w", "start"], **run)
         assert done.returncode == 0, done.stderr + (root / "log").read_text()
-        done = subprocess.run([str(bin_dir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "tuner",
-                               database], **run)
-        assert done.returncode == 0, done.stderr
-        yield f"postgresql://tuner@127.0.0.1:{port}/{database}"
+        yield create_database(f"postgresql://tuner@127.0.0.1:{port}/postgres", database)
     finally:
         subprocess.run([str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"], **run)
         shutil.rmtree(root, ignore_errors=True)
 
 
 def create_database(url: str, name: str) -> str:
-    """A new, empty database on the server at ``url``; returns its URL."""
+    """A new, empty database on the server of ``url`` (any database's URL on it); returns its URL."""
     bin_dir = binaries()
     assert bin_dir is not None
-    server, _ = url.rsplit("/", 1)
+    server = url.rsplit("/", 1)[0]
     port = server.rsplit(":", 1)[1]
     done = subprocess.run([str(bin_dir / "createdb"), "-h", "127.0.0.1", "-p", port, "-U", "tuner", name],
                           capture_output=True, text=True, timeout=120)

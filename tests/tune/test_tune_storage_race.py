@@ -21,6 +21,15 @@ while time.time() < start:
 open_storage(sys.argv[1])
 print("opened")
 """
+OPEN_NOW = """
+import sys
+from torchwork.tune.storage import open_storage
+print("opening", flush=True)
+open_storage(sys.argv[1])
+print("opened")
+"""
+NO_POSTGRES = pytest.mark.skipif(binaries() is None, reason="PostgreSQL is not installed (make system-deps "
+                                                            "installs Debian's postgresql)")
 
 
 def _open_at_once(url: str, processes: int = 6) -> None:
@@ -35,17 +44,6 @@ def _open_at_once(url: str, processes: int = 6) -> None:
 def test_processes_opening_a_fresh_storage_at_once_all_get_it(tmp_path) -> None:
     for round_index in range(3):
         _open_at_once("sqlite:///" + str(tmp_path / f"study-{round_index}.db"))
-
-
-NO_POSTGRES = pytest.mark.skipif(binaries() is None, reason="PostgreSQL is not installed (make system-deps "
-                                                            "installs Debian's postgresql)")
-OPEN_NOW = """
-import sys
-from torchwork.tune.storage import open_storage
-print("opening", flush=True)
-open_storage(sys.argv[1])
-print("opened")
-"""
 
 
 @NO_POSTGRES
