@@ -103,6 +103,42 @@ def test_cached_predictions_equal_the_whole_models_for_any_rows():
     assert everything.shape == (len(texts), 3)
 
 
+def test_the_fused_adamw_trains_the_top_as_the_default_one_does():
+    """The quickstart's optimizer is fused AdamW on the CPU: its weights after real bf16 steps on the MiniLM
+    top, with layer-wise groups and weight decay, agree with the default (per-tensor loop) AdamW's."""
+    from torchwork.finetune import freeze, param_groups
+    from torchwork.finetune.minilm import MiniLMClassifier, MiniLMTop
+    from torchwork.recipes.sentiment_transformer import adamw
+
+    results = []
+    for fused in (True, False):
+        torch.manual_seed(0)
+        model = MiniLMClassifier(classes=3)
+        freeze(model, "encoder.embeddings", *[f"encoder.encoder.layer.{i}" for i in range(4)])
+        top = MiniLMTop(model, 4).train()
+        start = {name: p.detach().clone() for name, p in top.named_parameters() if p.requires_grad}
+        groups = param_groups(top, lr=2e-4, layer_decay=0.8, head="model.classifier", weight_decay=0.01)
+        optimizer = adamw(groups, torch.device("cpu")) if fused else torch.optim.AdamW(groups)
+        assert optimizer.defaults["fused"] is (True if fused else None)
+        generator = torch.Generator().manual_seed(1)
+        for _ in range(4):
+            hidden = torch.randn(8, 12, 384, generator=generator)
+            mask = torch.ones(8, 12, dtype=torch.long)
+            mask[4:, 9:] = 0
+            target = torch.randint(0, 3, (8,), generator=generator)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = torch.nn.functional.cross_entropy(top(hidden, mask).float(), target)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        results.append({name: p.detach().clone() for name, p in top.named_parameters() if p.requires_grad})
+        assert all(not torch.equal(start[name], weight) for name, weight in results[-1].items())  # every one moved
+    fused_weights, loop_weights = results
+    assert fused_weights.keys() == loop_weights.keys() and len(fused_weights) > 30
+    for name, weight in fused_weights.items():
+        torch.testing.assert_close(weight, loop_weights[name], atol=1e-6, rtol=1e-5, msg=name)
+
+
 @pytest.mark.parametrize("setting, message", [
     ({"model": "bert"}, "model='bert': use ngram, transformer"),
     ({"transformer_train_layers": "7"}, "MiniLM has 6 layers"),
