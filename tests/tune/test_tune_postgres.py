@@ -6,13 +6,39 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
-from postgres_server import binaries, postgres_server
+from postgres_server import binaries, create_database, postgres_server
 from tune_helpers import SPACE, TRIALS, environment, tune_command
 
 pytestmark = pytest.mark.skipif(binaries() is None,
                                 reason="PostgreSQL is not installed (make system-deps installs Debian's postgresql)")
+
+
+# Two machines' worker loops at full speed: claim the lowest waiting copy, give way if it is a duplicate, else
+# "run" it (told COMPLETE at once, so the claims collide as often as they can).
+RACE = """
+import sys, time
+import optuna
+from optuna.trial import TrialState
+from torchwork.tune.storage import open_storage
+from torchwork.tune.trial import claim, is_duplicate
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+study = optuna.load_study(study_name="race", storage=open_storage(sys.argv[1]))
+while time.time() < float(sys.argv[2]):
+    time.sleep(0.001)
+ran = 0
+while (trial := claim(study)) is not None:
+    if is_duplicate(study, trial):
+        study._storage.set_trial_user_attr(trial._trial_id, "duplicate", True)
+        study.tell(trial, state=TrialState.FAIL)
+    else:
+        study.tell(trial, 1.0)
+        ran += 1
+print(ran)
+"""
+NUMBERS = 40
 
 
 @pytest.fixture(scope="module")
@@ -53,3 +79,28 @@ def test_two_machines_share_one_study(server, tmp_path) -> None:
                            env=environment(), capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0, shown.stderr
     assert sum(line.split()[:1][0].isdigit() for line in shown.stdout.splitlines() if line.split()) == TRIALS
+
+
+def test_copies_queued_by_two_machines_run_once_each_however_the_claims_collide(server) -> None:
+    import optuna
+
+    from torchwork.tune.storage import open_storage
+    from torchwork.tune.study import latest_attempts
+
+    url = create_database(server, "race")
+    study = optuna.create_study(storage=open_storage(url), study_name="race", direction="maximize")
+    for number in range(NUMBERS):
+        for _ in range(2):  # each machine queued every number
+            study.enqueue_trial({}, user_attrs={"trial": number, "attempt": 0})
+    start = time.time() + 4.0
+    machines = [subprocess.Popen([sys.executable, "-c", RACE, url, str(start)], env=environment(),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [p.communicate(timeout=300) for p in machines]
+    assert [p.returncode for p in machines] == [0, 0], [err[-2000:] for _, err in outputs]
+
+    trials = study.get_trials()
+    done = [t.user_attrs["trial"] for t in trials if t.state.name == "COMPLETE"]
+    assert sorted(done) == list(range(NUMBERS))  # every number ran, none twice
+    assert all(t.user_attrs.get("duplicate") for t in trials if t.state.name == "FAIL")
+    assert sorted(latest_attempts(trials)) == list(range(NUMBERS))
+    assert sum(int(out) for out, _ in outputs) == NUMBERS and all(int(out) for out, _ in outputs)  # both worked

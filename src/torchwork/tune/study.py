@@ -74,7 +74,7 @@ def latest_attempts(trials: Iterable[Any]) -> dict[int, Any]:
         number = trial.user_attrs.get("trial")
         if number is None or trial.user_attrs.get("duplicate"):
             continue
-        if number not in latest or trial.number > latest[number].number:
+        if number not in latest or trial._trial_id > latest[number]._trial_id:  # unique; numbers can repeat
             latest[number] = trial
     return dict(sorted(latest.items()))
 

@@ -37,7 +37,7 @@ def claim(study: Any) -> Any:
 
     storage = study._storage
     waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-    for frozen in sorted(waiting, key=lambda t: (t.user_attrs.get("trial", 1 << 30), t.number)):
+    for frozen in sorted(waiting, key=lambda t: (t.user_attrs.get("trial", 1 << 30), t._trial_id)):
         try:
             if not storage.set_trial_state_values(frozen._trial_id, state=TrialState.RUNNING):
                 continue
@@ -50,13 +50,25 @@ def claim(study: Any) -> Any:
 
 
 def is_duplicate(study: Any, trial: Any) -> bool:
-    """Whether another attempt of this trial number runs or has finished well (a retry queued twice)."""
+    """Whether this claimed copy of a trial number must give way: another copy finished well, or another copy
+    that is still live (waiting or running) was queued before it.
+
+    Two machines that open a fresh study at once both queue every number, so each number can have two
+    copies. Exactly one copy per number must run: the earliest-queued live one (lowest storage id, which is
+    unique where Optuna's trial numbers can repeat under concurrent inserts). Two workers that claim both
+    copies at the same moment then agree on which one runs; "any other running copy" made both give way.
+    """
     from optuna.trial import TrialState
 
-    number = trial.user_attrs["trial"]
-    return any(t.user_attrs.get("trial") == number and t.number != trial.number
-               and t.state in (TrialState.RUNNING, TrialState.COMPLETE, TrialState.PRUNED)
-               for t in study.get_trials(deepcopy=False))
+    number, mine = trial.user_attrs["trial"], trial._trial_id
+    for other in study.get_trials(deepcopy=False):
+        if other.user_attrs.get("trial") != number or other._trial_id == mine:
+            continue
+        if other.state in (TrialState.COMPLETE, TrialState.PRUNED):
+            return True
+        if other.state in (TrialState.WAITING, TrialState.RUNNING) and other._trial_id < mine:
+            return True
+    return False
 
 
 @contextlib.contextmanager
