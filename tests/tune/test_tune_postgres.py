@@ -21,9 +21,8 @@ pytestmark = pytest.mark.skipif(binaries() is None,
 RACE = """
 import sys, time
 import optuna
-from optuna.trial import TrialState
 from torchwork.tune.storage import open_storage
-from torchwork.tune.trial import claim, is_duplicate
+from torchwork.tune.trial import claim, give_way, is_duplicate
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 study = optuna.load_study(study_name="race", storage=open_storage(sys.argv[1]))
 while time.time() < float(sys.argv[2]):
@@ -31,8 +30,7 @@ while time.time() < float(sys.argv[2]):
 ran = 0
 while (trial := claim(study)) is not None:
     if is_duplicate(study, trial):
-        study._storage.set_trial_user_attr(trial._trial_id, "duplicate", True)
-        study.tell(trial, state=TrialState.FAIL)
+        give_way(study, trial)
     else:
         study.tell(trial, 1.0)
         ran += 1

@@ -71,6 +71,15 @@ def is_duplicate(study: Any, trial: Any) -> bool:
     return False
 
 
+def give_way(study: Any, trial: Any) -> None:
+    """End a claimed copy that :func:`is_duplicate` found: failed, and marked ``duplicate`` so that reports and
+    :func:`~torchwork.tune.study.latest_attempts` leave it out."""
+    from optuna.trial import TrialState
+
+    study._storage.set_trial_user_attr(trial._trial_id, "duplicate", True)
+    study.tell(trial, state=TrialState.FAIL)
+
+
 @contextlib.contextmanager
 def heartbeat(storage: Any, trial_id: int, every_s: float) -> Iterator[None]:
     """Record the trial's heartbeat every ``every_s`` seconds while the block runs."""

@@ -66,7 +66,7 @@ def work(study_folder: Path, url: str, threads: int, deadline: float | None = No
 
     from torchwork.tune.recovery import recover
     from torchwork.tune.space import Space
-    from torchwork.tune.trial import claim, is_duplicate, run_trial
+    from torchwork.tune.trial import claim, give_way, is_duplicate, run_trial
 
     torch.set_num_threads(threads)
     spec = load_spec(study_folder)
@@ -83,8 +83,7 @@ def work(study_folder: Path, url: str, threads: int, deadline: float | None = No
                 continue
             break
         if is_duplicate(study, trial):
-            study._storage.set_trial_user_attr(trial._trial_id, "duplicate", True)
-            study.tell(trial, state=TrialState.FAIL)
+            give_way(study, trial)
             continue
         run_trial(study, trial, target, space, study_folder, threads, spec["heartbeat_s"])
         done += 1
