@@ -71,9 +71,17 @@ def test_choose_threads_with_a_step_measures_beside_a_neighbour() -> None:
     a, b = torch.randn(384, 384), torch.randn(384, 384)
     with spinning_neighbours(cpus):
         choice = choose_threads("auto", lambda: [a @ b for _ in range(8)], apply=False)
-    assert choice.threads < cpus, choice
-    if choice.step_s:  # measured (the step was long enough): both counts were timed
-        assert set(choice.step_s) == {choice.threads, cpus}
+    assert choice.busy >= cpus / 2, choice  # the neighbours are seen
+    fewer = min(choice.step_s, default=None)
+    if fewer is not None:  # measured (the step was long enough): both counts were timed
+        assert set(choice.step_s) == {fewer, cpus} and fewer < cpus, choice
+    # All CPUs only on the clock: they beat the free CPUs' count (the default) beyond the measured spread. With
+    # the neighbours in this test's own session that can happen (17.3 ms on 1 thread, 10.2 ms on 2, spread ±38%,
+    # seen once in make test), so the test holds the rule, not one outcome of the scheduler.
+    if choice.threads == cpus:
+        assert fewer is not None, choice  # never without measuring
+        assert f"faster than the default {fewer} beyond the spread" in choice.reason, choice
+        assert choice.step_s[cpus] < choice.step_s[fewer] * (1 - choice.spread), choice
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
