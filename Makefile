@@ -6,7 +6,7 @@ LOCK   := requirements/lock.txt
 STAMP  := $(VENV)/.installed
 RUNTIME := $(VENV)/.installed-runtime
 
-.PHONY: venv demo test bench lint typecheck lock system-deps docs docs-serve docs-output clean
+.PHONY: venv demo test test-quick coverage bench lint typecheck lock system-deps docs docs-serve docs-output clean
 
 # Two stamps in one .venv: RUNTIME is what the quickstart needs (make demo), STAMP adds the dev tools, the test
 # suite's clients and its extra runtimes (make test). A demo does not wait for Sphinx, mypy or KServe: about 35 s
@@ -55,9 +55,27 @@ demo: $(RUNTIME)
 	$(BIN)/torchwork quickstart
 
 # The type check of the public API and the docs (warnings are errors) come first; files and settings:
-# [tool.mypy] in pyproject.toml, docs/conf.py.
+# [tool.mypy] in pyproject.toml, docs/conf.py. The suite runs on both cores (pytest-xdist: each module's tests
+# on one worker, so a module's fixtures are built once), in a seeded random order (pytest-randomly prints
+# "Using --randomly-seed=N"; pass PYTEST_ARGS="-p randomly --randomly-seed=N" to replay an order), and fails
+# when it runs past SUITE_BUDGET_S seconds (tests/suite_budget.py; the measurement: docs/design/test-suite.md).
+PYTEST_WORKERS ?= 2
+SUITE_BUDGET_S ?= 1200
+PYTEST_ARGS ?=
+PYTEST := $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadscope
 test: $(STAMP) system-deps typecheck docs
-	$(BIN)/python -m pytest -q
+	$(PYTEST) --suite-budget $(SUITE_BUDGET_S) $(PYTEST_ARGS)
+
+# The edit-test loop: every test not marked slow, on both cores (no type check, no docs build).
+test-quick: $(STAMP)
+	$(PYTEST) -m "not slow" $(PYTEST_ARGS)
+
+# Line coverage of src/ by the whole suite, subprocesses included (coverage.py's subprocess patch).
+coverage: $(STAMP) system-deps
+	rm -rf .coverage-data && mkdir .coverage-data
+	$(BIN)/coverage run --rcfile=.coveragerc -m pytest -q -n $(PYTEST_WORKERS) --dist loadscope $(PYTEST_ARGS) || true
+	$(BIN)/coverage combine --rcfile=.coveragerc --quiet
+	$(BIN)/coverage report --rcfile=.coveragerc --skip-covered --sort=miss | tail -n 30
 
 # The documentation site (Sphinx + MyST): docs/_build/html. docs-serve serves it on 127.0.0.1:8001.
 docs: $(STAMP)

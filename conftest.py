@@ -34,6 +34,10 @@ for _folder in sorted({p.parent for p in (Path(__file__).parent / "tests").rglob
     if str(_folder) not in sys.path:
         sys.path.insert(0, str(_folder))
 
+# The suite's own rules (tests/isolation.py, suite_budget.py, suite_order.py): every test leaves the process
+# as it found it, the whole run holds to its time budget, and the order is random where it may be.
+pytest_plugins = ["isolation", "suite_budget", "suite_order"]
+
 pytest_collect_file = Sybil(
     parsers=[PythonCodeBlockParser(), SkipParser()],
     patterns=["README.md", "docs/*.md", "docs/design/*.md"],

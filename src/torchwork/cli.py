@@ -110,6 +110,8 @@ def _export_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--static-batch", action="store_true", help="do not make the batch dimension dynamic")
     parser.add_argument("--torchscript-method", choices=["trace", "script"], default="trace")
     parser.add_argument("--cpp", action="store_true", help="add the C++ runner's sources (cpp/, a CMake project)")
+    parser.add_argument("--verify-rounds", type=int, metavar="N",
+                        help="interleaved timing rounds of the verification (default: 20; at least 5)")
     parser.add_argument("--json", action="store_true", help="print the export report as JSON")
 
 

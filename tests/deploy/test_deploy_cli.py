@@ -70,7 +70,8 @@ def test_export_cli_from_a_checkpoint_in_a_subprocess(tmp_path, factory):
     out = tmp_path / "artifact"
     env = {**os.environ, "PYTHONPATH": SRC, "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-m", "torchwork.cli", "export", str(tmp_path / "step-000000010.pt"),
-                           "--model", f"{factory}:build", "--format", "onnx,pt2", "-o", str(out)],
+                           "--model", f"{factory}:build", "--format", "onnx,pt2", "-o", str(out),
+                           "--verify-rounds", "5"],
                           capture_output=True, text=True, env=env, timeout=240)
     assert done.returncode == 0, done.stderr
     assert f"wrote {out}: variants onnx, pt2" in done.stdout
@@ -83,9 +84,10 @@ def test_export_cli_from_a_checkpoint_in_a_subprocess(tmp_path, factory):
 def test_export_cli_from_a_factory_with_int8_as_json(tmp_path, factory, capsys):
     out = tmp_path / "int8"
     code = cli_main(["export", f"{factory}:build", "--format", "onnx", "--quantize", "int8", "-o", str(out),
-                     "--json"])
+                     "--json", "--verify-rounds", "5"])
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["ok"] and report["variants"] == ["onnx", "onnx-int8"]
+    assert report["verify"]["timing_rule"].startswith("5 interleaved rounds")  # --verify-rounds reached it
     assert report["verify"]["variants"]["onnx-int8"]["kind"] == "quantized"
 
 
@@ -141,7 +143,7 @@ def test_export_cli_from_a_run_folder(tmp_path, factory, capsys):
     runs.save_checkpoint({"model": best.state_dict(), "format_version": 1}, run / "checkpoints" / "best.pt")
     out = tmp_path / "artifact"
     assert cli_main(["export", str(tmp_path / "runs"), "--model", f"{factory}:build", "--format", "onnx", "-o",
-                     str(out)]) == 0
+                     str(out), "--verify-rounds", "5"]) == 0
     assert "best.pt" in capsys.readouterr().err
     stored = load_weights(out)
     assert all(torch.equal(stored[k], v) for k, v in best.state_dict().items())

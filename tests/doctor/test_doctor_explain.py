@@ -7,6 +7,7 @@ copied from public PyTorch issue reports (the URL is next to each).
 
 from __future__ import annotations
 
+import gc
 import io
 import os
 import pickle
@@ -30,12 +31,16 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 
 def message_of(trigger: Callable[[], object]) -> str:
     """The text a user would see: 'Type: message' of the exception, or of the first warning."""
+    text = None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             trigger()
         except BaseException as error:  # noqa: BLE001 - any exception is the message under test
-            return f"{type(error).__name__}: {error}"
+            text = f"{type(error).__name__}: {error}"
+    gc.collect()  # a DataLoader iterator kept alive by the traceback's frames stops its workers now
+    if text is not None:
+        return text
     if caught:
         return f"{caught[0].category.__name__}: {caught[0].message}"
     raise AssertionError("the trigger raised nothing and warned nothing")
@@ -201,7 +206,7 @@ TRIGGERED: dict[str, Callable[[], object]] = {
     "index-out-of-range": lambda: nn.Embedding(10, 3)(torch.tensor([11])),
     "loss-broadcast": lambda: F.mse_loss(torch.randn(64, 1), torch.randn(64)),
     "loss-target-shape": lambda: F.cross_entropy(torch.randn(4, 3), torch.zeros(5, dtype=torch.long)),
-    "bce-input-range": lambda: F.binary_cross_entropy(torch.randn(4), torch.rand(4)),
+    "bce-input-range": lambda: F.binary_cross_entropy(torch.tensor([-0.5, 1.5, 0.2, 0.7]), torch.rand(4)),
     "dtype-mismatch": lambda: nn.Linear(3, 2)(torch.randn(4, 3, dtype=torch.float64)),
     "dtype-not-implemented": lambda: torch.tensor([1, 2]).mean(),
     "scalar-conversion": lambda: torch.randn(3).item(),

@@ -1,7 +1,7 @@
 """Real server processes for the serving tests: ``torchwork serve`` in a subprocess on a free loopback port.
 
-Test modules import the fixtures from here (``from serve_fixtures import text_server, ...``); the models are
-built once per session.
+tests/serve/conftest.py registers the fixtures, so each test process builds one model folder and starts one
+server of each kind.
 """
 
 from __future__ import annotations
@@ -170,9 +170,22 @@ def digits_server(models_dir: Path) -> Iterator[ServerProcess]:
                        "--max-body-bytes", "20000", "--no-model-process", "--docs")
 
 
-@pytest.fixture(scope="module", params=["--model-process", "--no-model-process"], ids=["process", "thread"])
+def _slow_server(models_dir: Path, mode: str) -> Iterator[ServerProcess]:
+    yield from _server(models_dir, "slow_predictor", "--max-batch-size", "4", "--max-queue", "8",
+                       "--timeout-s", "3", mode)
+
+
+SERVER_MODES = {"params": ["--model-process", "--no-model-process"], "ids": ["process", "thread"]}
+
+
+@pytest.fixture(scope="module", **SERVER_MODES)
 def slow_server(models_dir: Path, request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
     """Sleeps item[0] seconds per batch (the largest in the batch); 4 items a batch, 8 queued, 3 s timeout;
     batches in a model process, then on a thread."""
-    yield from _server(models_dir, "slow_predictor", "--max-batch-size", "4", "--max-queue", "8",
-                       "--timeout-s", "3", request.param)
+    yield from _slow_server(models_dir, request.param)
+
+
+@pytest.fixture(**SERVER_MODES)
+def own_slow_server(models_dir: Path, request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
+    """A slow server of the test's own, for a test that stops it (the module's is shared by its tests)."""
+    yield from _slow_server(models_dir, request.param)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from serve_fixtures import models_dir  # noqa: F401  (a fixture)
 from serve_models import (
     DIGIT_LABELS,
     TEXT_LABELS,
@@ -20,7 +19,7 @@ from torchwork.errors import ConfigError
 from torchwork.serve import OnnxPredictor, TorchPredictor
 
 
-def test_onnx_and_torch_predictors_agree_on_real_digits(models_dir):  # noqa: F811
+def test_onnx_and_torch_predictors_agree_on_real_digits(models_dir):
     from sklearn.datasets import load_digits
 
     digits = load_digits()
@@ -32,7 +31,7 @@ def test_onnx_and_torch_predictors_agree_on_real_digits(models_dir):  # noqa: F8
     assert (onnx_rows.argmax(axis=1) == digits.target[:200]).mean() > 0.9
 
 
-def test_onnx_predictor_reads_its_input_shape_and_rejects_a_bad_file(models_dir, tmp_path):  # noqa: F811
+def test_onnx_predictor_reads_its_input_shape_and_rejects_a_bad_file(models_dir, tmp_path):
     predictor = OnnxPredictor(models_dir / "digits.onnx", labels=DIGIT_LABELS)
     assert predictor.item_shape == (64,) and predictor.dtype == "float32" and predictor.kind == "tensor"
     (tmp_path / "broken.onnx").write_bytes(b"not a model")
@@ -40,7 +39,7 @@ def test_onnx_predictor_reads_its_input_shape_and_rejects_a_bad_file(models_dir,
         OnnxPredictor(tmp_path / "broken.onnx")
 
 
-def test_text_predictor_matches_the_module_and_is_batch_invariant(models_dir):  # noqa: F811
+def test_text_predictor_matches_the_module_and_is_batch_invariant(models_dir):
     predictor = text_predictor(str(models_dir))
     texts, labels = sentences(40, seed=3)
     rows = np.stack(predictor.predict_batch(texts))

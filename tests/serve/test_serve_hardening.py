@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from serve_fixtures import HERE, SRC, ServerProcess, metric_value, models_dir, text_server  # noqa: F401
+from serve_fixtures import HERE, SRC, ServerProcess, metric_value
 
 # Small bounds, so that each case takes seconds: head 3 s, body 2 s, idle 2 s, 4 connections.
 BOUNDS = ("--head-timeout-s", "3", "--body-timeout-s", "2", "--idle-timeout-s", "2", "--max-connections", "4",
@@ -27,7 +27,7 @@ GIVE_UP_S = 20  # a connection the server never closes fails the test after this
 
 
 @pytest.fixture(scope="module", params=["h11", "httptools"])
-def guarded_server(request: pytest.FixtureRequest, models_dir: Path) -> Iterator[ServerProcess]:  # noqa: F811
+def guarded_server(request: pytest.FixtureRequest, models_dir: Path) -> Iterator[ServerProcess]:
     """The guard over each HTTP parser torchwork serve runs on (--http)."""
     if request.param == "httptools":
         pytest.importorskip("httptools")
@@ -71,7 +71,7 @@ def http_request(server: ServerProcess, method: str, path: str, body: bytes = b"
 
 
 # ---------------------------------------------------------------- 415 for anything but JSON
-def test_predict_accepts_only_a_json_content_type(text_server):  # noqa: F811
+def test_predict_accepts_only_a_json_content_type(text_server):
     body = json.dumps({"inputs": ["a lovely film"]}).encode()
     for content_type in [None, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data",
                          "application/jsonx", "text/json"]:
@@ -172,7 +172,7 @@ def test_a_client_that_disconnects_mid_body_is_one_info_line_and_no_500(guarded_
 # ---------------------------------------------------------------- one client's huge requests beside light ones
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["--model-process", "--no-model-process"], ids=["process", "thread"])
-def test_a_huge_request_runs_off_the_event_loop(models_dir, mode):  # noqa: F811
+def test_a_huge_request_runs_off_the_event_loop(models_dir, mode):
     """64 items x 10,000 characters take the model 3.2 s; meanwhile /healthz answers, and with a model process
     so does a light request (on the server's own copy of the model). Inline on the loop, both waited."""
     server = ServerProcess(models_dir, "slow_text_predictor", mode)
@@ -198,7 +198,7 @@ def test_a_huge_request_runs_off_the_event_loop(models_dir, mode):  # noqa: F811
 
 
 # ---------------------------------------------------------------- the ready line; a run folder
-def test_the_address_is_printed_only_once_requests_are_answered(models_dir):  # noqa: F811
+def test_the_address_is_printed_only_once_requests_are_answered(models_dir):
     server = ServerProcess(models_dir, "text_predictor", wait=False)  # a model process: seconds to warm up
     try:
         status, _, answer = server.predict(["a lovely film"])  # at once, no /readyz polling
@@ -223,7 +223,7 @@ def test_serving_a_run_folder_names_its_artifact_at_once(tmp_path):
 
 
 @pytest.mark.parametrize("mode", ["--model-process", "--no-model-process"])
-def test_a_model_that_cannot_answer_its_labels_refuses_to_start_in_one_line(models_dir, mode):  # noqa: F811
+def test_a_model_that_cannot_answer_its_labels_refuses_to_start_in_one_line(models_dir, mode):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(HERE)])}
     result = subprocess.run([sys.executable, "-m", "torchwork.cli", "serve", str(models_dir), "--factory",
                              "serve_models:wrong_labels_predictor", "--port", "0", "--threads", "1", mode],

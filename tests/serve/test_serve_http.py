@@ -9,15 +9,7 @@ import threading
 import time
 
 import numpy as np
-from serve_fixtures import (  # noqa: F401  (fixtures)
-    digits_server,
-    metric_value,
-    models_dir,
-    parallel,
-    probabilities,
-    slow_server,
-    text_server,
-)
+from serve_fixtures import metric_value, parallel, probabilities
 from serve_models import (
     DIGIT_LABELS,
     TEXT_LABELS,
@@ -29,7 +21,7 @@ from serve_models import (
 
 
 # ---------------------------------------------------------------- correct answers under concurrency
-def test_concurrent_text_requests_all_answer_200_and_match_in_process(text_server, models_dir):  # noqa: F811
+def test_concurrent_text_requests_all_answer_200_and_match_in_process(text_server, models_dir):
     texts, _ = sentences(120, seed=7)
     requests = [texts[i:i + 1 + i % 3] for i in range(0, 120, 2)]  # 60 requests of 1 to 3 texts
     local = text_predictor(str(models_dir))
@@ -45,7 +37,7 @@ def test_concurrent_text_requests_all_answer_200_and_match_in_process(text_serve
     assert metric_value(metrics, "torchwork_batch_size_sum") >= sum(len(r) for r in requests)
 
 
-def test_concurrent_digit_requests_on_onnx_runtime_match_in_process(digits_server, models_dir):  # noqa: F811
+def test_concurrent_digit_requests_on_onnx_runtime_match_in_process(digits_server, models_dir):
     from sklearn.datasets import load_digits
 
     digits = load_digits()
@@ -91,7 +83,7 @@ BAD_DIGIT_REQUESTS = [
 ]
 
 
-def test_bad_requests_get_4xx_naming_the_field_while_good_ones_get_200(digits_server):  # noqa: F811
+def test_bad_requests_get_4xx_naming_the_field_while_good_ones_get_200(digits_server):
     bad = BAD_DIGIT_REQUESTS * 2
     good = [(json.dumps({"inputs": [GOOD_PIXELS] * (1 + i % 3)}).encode(), 200, None) for i in range(len(bad))]
     mixed = [request for pair in zip(good, bad) for request in pair]
@@ -115,7 +107,7 @@ def test_bad_requests_get_4xx_naming_the_field_while_good_ones_get_200(digits_se
     assert metric_value(metrics, 'torchwork_requests_total{status="413"}') >= 2
 
 
-def test_text_limits_and_wrong_methods(text_server):  # noqa: F811
+def test_text_limits_and_wrong_methods(text_server):
     cases = [({"inputs": [""]}, 422, "inputs[0]: String should have at least 1 character"),
              ({"inputs": ["ok", "x" * 201]}, 422, "inputs[1]: String should have at most 200 characters"),
              ({"inputs": ["ok", 3]}, 422, "inputs[1]: Input should be a valid string"),
@@ -134,7 +126,7 @@ def test_text_limits_and_wrong_methods(text_server):  # noqa: F811
 
 
 # ---------------------------------------------------------------- health, readiness, metrics, docs
-def test_health_readiness_metrics_and_openapi(digits_server):  # noqa: F811
+def test_health_readiness_metrics_and_openapi(digits_server):
     assert digits_server.request("GET", "/healthz")[:3:2] == (200, {"status": "alive"})
     assert digits_server.request("GET", "/readyz")[:3:2] == (200, {"status": "ready"})
     status, headers, text = digits_server.request("GET", "/metrics")
@@ -175,7 +167,7 @@ def background(server, items: list, results: list) -> list[threading.Thread]:
     return threads
 
 
-def test_queued_requests_are_batched_and_answered_correctly(slow_server):  # noqa: F811
+def test_queued_requests_are_batched_and_answered_correctly(slow_server):
     import torch
 
     before = metric_value(slow_server.metrics(), "torchwork_batch_size_count")
@@ -196,7 +188,7 @@ def test_queued_requests_are_batched_and_answered_correctly(slow_server):  # noq
     assert metric_value(slow_server.metrics(), "torchwork_batch_size_count") - before <= 4
 
 
-def test_a_full_queue_answers_503_with_retry_after(slow_server):  # noqa: F811
+def test_a_full_queue_answers_503_with_retry_after(slow_server):
     results: list = []
     threads = background(slow_server, [slow_item(1.0)], results)  # occupies the worker for 1 s
     wait_in_flight(slow_server, 1, results)
@@ -212,22 +204,22 @@ def test_a_full_queue_answers_503_with_retry_after(slow_server):  # noqa: F811
     assert slow_server.predict([slow_item(0.0)])[0] == 200  # and it recovers
 
 
-def test_a_request_past_the_timeout_answers_504_and_the_server_goes_on(slow_server):  # noqa: F811
+def test_a_request_past_the_timeout_answers_504_and_the_server_goes_on(slow_server):
     status, _, body = slow_server.predict([slow_item(4.0)])
     assert status == 504 and "no prediction within 3 s" in body["detail"]
     assert slow_server.predict([slow_item(0.0)])[0] == 200
 
 
-def test_sigterm_under_load_lets_in_flight_requests_finish(slow_server):  # noqa: F811
+def test_sigterm_under_load_lets_in_flight_requests_finish(own_slow_server):
     # 8 requests of 0.5 s each, up to 4 per batch: at least three batches, 1.5 s of work running or queued.
     results: list = []
-    threads = background(slow_server, [slow_item(0.5) for _ in range(8)], results)
-    wait_in_flight(slow_server, 8, results)
-    slow_server.process.send_signal(signal.SIGTERM)
+    threads = background(own_slow_server, [slow_item(0.5) for _ in range(8)], results)
+    wait_in_flight(own_slow_server, 8, results)
+    own_slow_server.process.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + 10
     while True:  # it stops accepting connections
         try:
-            socket.create_connection(("127.0.0.1", slow_server.port), timeout=2).close()
+            socket.create_connection(("127.0.0.1", own_slow_server.port), timeout=2).close()
         except OSError:
             break
         assert time.monotonic() < deadline, "still accepting connections 10 s after SIGTERM"
@@ -235,4 +227,4 @@ def test_sigterm_under_load_lets_in_flight_requests_finish(slow_server):  # noqa
     for thread in threads:
         thread.join(30)
     assert [status for _, (status, _, _) in results] == [200] * 8
-    assert slow_server.process.wait(30) in (0, -signal.SIGTERM)
+    assert own_slow_server.process.wait(30) in (0, -signal.SIGTERM)

@@ -15,11 +15,13 @@ import time
 from pathlib import Path
 
 import pytest
-from serve_fixtures import HERE, SRC, ServerProcess, metric_value, models_dir  # noqa: F401  (fixtures)
+from serve_fixtures import HERE, SRC, ServerProcess, metric_value
 
 from torchwork.errors import ConfigError
 from torchwork.serve import keys as keys_module
 from torchwork.serve.keys import KeyRing
+
+pytestmark = pytest.mark.in_file_order(reason="one keyed server: a test rotates its key file and sends SIGHUP")
 
 FILE_KEY = "file-key-0123456789abcdef"
 ENV_KEY = "env-key-0123456789abcdef"
@@ -28,7 +30,7 @@ WRONG_KEY = "wrong-key-0123456789abcdef"
 
 
 @pytest.fixture(scope="module")
-def keyed(models_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: F811
+def keyed(models_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     folder = tmp_path_factory.mktemp("keys")
     key_file = folder / "keys.txt"
     key_file.write_text(f"# the team's key\n{FILE_KEY}\n")
@@ -146,7 +148,7 @@ def test_bad_key_files_are_refused_naming_the_line_not_the_key(tmp_path):
 
 
 # ---------------------------------------------------------------- binding beyond loopback
-def run_serve(models_dir: Path, *flags: str, timeout: float = 60) -> subprocess.CompletedProcess:  # noqa: F811
+def run_serve(models_dir: Path, *flags: str, timeout: float = 60) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(HERE)])}
     env.pop("TORCHWORK_API_KEYS", None)
     return subprocess.run([sys.executable, "-m", "torchwork.cli", "serve", str(models_dir), "--factory",
@@ -154,7 +156,7 @@ def run_serve(models_dir: Path, *flags: str, timeout: float = 60) -> subprocess.
                           capture_output=True, text=True, timeout=timeout, env=env)
 
 
-def test_a_public_address_without_keys_refuses_to_start_with_how_to_add_one(models_dir):  # noqa: F811
+def test_a_public_address_without_keys_refuses_to_start_with_how_to_add_one(models_dir):
     started = time.monotonic()
     result = run_serve(models_dir, "--host", "0.0.0.0")
     assert result.returncode == 2, result.stderr
@@ -162,7 +164,7 @@ def test_a_public_address_without_keys_refuses_to_start_with_how_to_add_one(mode
     assert "Traceback" not in result.stderr and time.monotonic() - started < 30  # before the model loads
 
 
-def test_insecure_no_auth_serves_a_public_address_with_a_warning(models_dir, tmp_path):  # noqa: F811
+def test_insecure_no_auth_serves_a_public_address_with_a_warning(models_dir, tmp_path):
     server = ServerProcess(models_dir, "text_predictor", "--host", "0.0.0.0", "--insecure-no-auth",
                            "--no-model-process", log_dir=tmp_path)
     try:
@@ -181,7 +183,7 @@ def self_signed(folder: Path) -> tuple[Path, Path]:
     return cert, key
 
 
-def test_tls_with_a_self_signed_certificate(models_dir, tmp_path):  # noqa: F811
+def test_tls_with_a_self_signed_certificate(models_dir, tmp_path):
     if subprocess.run(["which", "openssl"], capture_output=True).returncode:
         pytest.skip("openssl is not installed")
     cert, key = self_signed(tmp_path)

@@ -15,6 +15,8 @@ import pytest
 from serve_artifacts import build_digits_artifact
 from serve_fixtures import ServerProcess, metric_value
 
+pytestmark = pytest.mark.in_file_order(reason="one server of named artifacts: tests replace an artifact and reload it")
+
 KEY = "a-test-key-for-named-models"
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from serve_fixtures import ServerProcess, digits_server, models_dir, text_server  # noqa: F401
+from serve_fixtures import ServerProcess
 
 SETTINGS = settings(max_examples=120, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -121,12 +121,12 @@ def check_answer(status: int, answer: Any, body: Any = None) -> None:
 
 
 @pytest.fixture(scope="module")
-def digits_client(digits_server) -> Client:  # noqa: F811
+def digits_client(digits_server) -> Client:
     return Client(digits_server)
 
 
 @pytest.fixture(scope="module")
-def text_client(text_server) -> Client:  # noqa: F811
+def text_client(text_server) -> Client:
     return Client(text_server)
 
 
@@ -134,7 +134,7 @@ def dump(value: Any) -> bytes:
     return json.dumps(value).encode()  # NaN and Infinity are written as such: the server must refuse them
 
 
-def test_valid_bodies_from_the_schema_are_answered(digits_server, digits_client, text_server, text_client):  # noqa: F811
+def test_valid_bodies_from_the_schema_are_answered(digits_server, digits_client, text_server, text_client):
     digits_valid = from_schema(request_schema(digits_server), magnitude=1e4)
     text_valid = from_schema(request_schema(text_server))
 
@@ -151,7 +151,7 @@ def test_valid_bodies_from_the_schema_are_answered(digits_server, digits_client,
     check()
 
 
-def test_any_in_range_numbers_never_break_the_server(digits_server, digits_client):  # noqa: F811
+def test_any_in_range_numbers_never_break_the_server(digits_server, digits_client):
     @SETTINGS
     @given(from_schema(request_schema(digits_server)))
     def check(body):
@@ -163,7 +163,7 @@ def test_any_in_range_numbers_never_break_the_server(digits_server, digits_clien
     check()
 
 
-def test_broken_bodies_and_any_json_get_a_4xx_naming_the_field(digits_server, digits_client, text_server,  # noqa: F811
+def test_broken_bodies_and_any_json_get_a_4xx_naming_the_field(digits_server, digits_client, text_server,
                                                                text_client):
     digits_valid = from_schema(request_schema(digits_server), magnitude=1e4)
     text_valid = from_schema(request_schema(text_server))

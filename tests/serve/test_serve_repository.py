@@ -17,6 +17,8 @@ import pytest
 from serve_artifacts import build_digits_artifact
 from serve_fixtures import ServerProcess, metric_value
 
+pytestmark = pytest.mark.in_file_order(reason="one repository server: tests add versions and reload them")
+
 LOAD_WORKERS = 16
 
 

@@ -13,14 +13,7 @@ import types
 
 import numpy as np
 import pytest
-from serve_fixtures import (  # noqa: F401  (fixtures)
-    digits_server,
-    metric_value,
-    models_dir,
-    parallel,
-    probabilities,
-    text_server,
-)
+from serve_fixtures import metric_value, parallel, probabilities
 from serve_models import DIGIT_LABELS, TEXT_LABELS, sentences
 
 httpclient = pytest.importorskip("tritonclient.http")
@@ -69,7 +62,7 @@ def triton(server) -> httpclient.InferenceServerClient:
 
 # ---------------------------------------------------------------- tritonclient.http
 @pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
-def test_tritonclient_text_answers_equal_predict(text_server, binary):  # noqa: F811
+def test_tritonclient_text_answers_equal_predict(text_server, binary):
     texts, _ = sentences(8, seed=3)  # the server's --max-items
     client = triton(text_server)
     name = model_name(text_server)
@@ -92,7 +85,7 @@ def test_tritonclient_text_answers_equal_predict(text_server, binary):  # noqa: 
 
 
 @pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
-def test_tritonclient_digits_answers_equal_predict_under_concurrency(digits_server, binary):  # noqa: F811
+def test_tritonclient_digits_answers_equal_predict_under_concurrency(digits_server, binary):
     from sklearn.datasets import load_digits
 
     pixels = (load_digits().data[:48] / 16.0).astype(np.float32)
@@ -118,7 +111,7 @@ def test_tritonclient_digits_answers_equal_predict_under_concurrency(digits_serv
     assert metadata["inputs"] == [{"name": "input", "datatype": "FP32", "shape": [-1, 64]}]
 
 
-def test_tritonclient_sees_errors_with_their_status(digits_server):  # noqa: F811
+def test_tritonclient_sees_errors_with_their_status(digits_server):
     client = triton(digits_server)
     name = model_name(digits_server)
     image = httpclient.InferInput("input", [1, 63], "FP32")
@@ -135,7 +128,7 @@ def test_tritonclient_sees_errors_with_their_status(digits_server):  # noqa: F81
 
 # ---------------------------------------------------------------- KServe's InferenceRESTClient
 @pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
-def test_kserve_client_answers_equal_predict(text_server, digits_server, binary):  # noqa: F811
+def test_kserve_client_answers_equal_predict(text_server, digits_server, binary):
     from sklearn.datasets import load_digits
 
     inference_client, infer_type = kserve_client()
@@ -169,7 +162,7 @@ def infer_raw(server, name, body: bytes, headers: dict[str, str] | None = None):
     return server.request("POST", f"/v2/models/{name}/infer", body, headers=headers)
 
 
-def test_server_metadata_health_and_repository(text_server):  # noqa: F811
+def test_server_metadata_health_and_repository(text_server):
     status, _, metadata = text_server.request("GET", "/v2")
     assert status == 200 and metadata["name"] == "torchwork" and "binary_tensor_data" in metadata["extensions"]
     assert text_server.request("GET", "/v2/health/live")[2] == {"live": True}
@@ -184,7 +177,7 @@ def test_server_metadata_health_and_repository(text_server):  # noqa: F811
 BYTES_ONE = {"name": "text", "shape": [1], "datatype": "BYTES", "data": ["a lovely film"]}
 
 
-def test_malformed_requests_get_the_right_4xx_with_an_error_field(text_server, digits_server):  # noqa: F811
+def test_malformed_requests_get_the_right_4xx_with_an_error_field(text_server, digits_server):
     text, digits = model_name(text_server), model_name(digits_server)
     pixels = np.zeros((1, 64), np.float32)
     header = json.dumps({"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32",
@@ -227,7 +220,7 @@ def test_malformed_requests_get_the_right_4xx_with_an_error_field(text_server, d
     assert metric_value(digits_server.metrics(), 'torchwork_requests_total{status="400"}') >= 3
 
 
-def test_bytes_tensors_travel_length_prefixed_both_ways(text_server):  # noqa: F811
+def test_bytes_tensors_travel_length_prefixed_both_ways(text_server):
     name = model_name(text_server)
     texts = ["a lovely film", "\u00e9t\u00e9 \U0001F600 terrible"]
     raw = b"".join(struct.pack("<I", len(t.encode())) + t.encode() for t in texts)

@@ -116,6 +116,8 @@ def cli_export(args: argparse.Namespace) -> int:
             raise CheckpointError(f"checkpoint {checkpoint} does not match the model from {spec}: missing "
                                   f"{result.missing_keys[:5]}, unexpected {result.unexpected_keys[:5]}.")
     model, example = made.pop("model"), made.pop("example_inputs")
+    if args.verify_rounds is not None:
+        made["verify_rounds"] = args.verify_rounds
     report = export(model, example, args.output, formats=args.format, dynamic_batch=not args.static_batch,
                     quantize=args.quantize, strict=not args.allow_failed, overwrite=args.overwrite,
                     torchscript_method=args.torchscript_method, cpp=args.cpp, **made)

@@ -1,0 +1,98 @@
+"""The test suite's budget, which it holds itself to (``make test`` passes ``--suite-budget``).
+
+At the end of a run: the slowest tests (setup, call and teardown added up) and the run's wall time are
+printed; the run fails when its wall time exceeds the budget, naming the slowest tests, or when a test's
+call took over ``SLOW_S`` without ``@pytest.mark.slow(reason="...")`` saying why. PyTorch marks a test slow
+when it averages over 60 s; Lightning and transformers cap each test and print the slowest. Under xdist the
+workers' reports reach the controller, which judges the whole run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+import pytest
+
+SLOW_S = 60.0
+SHOWN = 25
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("torchwork suite budget")
+    group.addoption(
+        "--suite-budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="fail the run when its wall time exceeds SECONDS, naming the slowest tests",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slow(reason): a test whose call takes more than a minute; say why")
+    if not hasattr(config, "workerinput"):  # the controller (or the only process) judges the run
+        config.pluginmanager.register(
+            SuiteBudget(config.getoption("--suite-budget")), "torchwork-suite-budget"
+        )
+
+
+class SuiteBudget:
+    def __init__(self, budget_s: float | None) -> None:
+        if budget_s is not None and not budget_s > 0:
+            raise pytest.UsageError(f"--suite-budget must be a positive number of seconds, got {budget_s}")
+        self.budget_s = budget_s
+        self.started = time.monotonic()
+        self.durations: dict[str, float] = defaultdict(float)
+        self.unexplained: dict[str, float] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.durations[report.nodeid] += report.duration
+        if report.when == "call" and report.duration > SLOW_S and not _has_slow_reason(report):
+            self.unexplained[report.nodeid] = report.duration
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        wall = time.monotonic() - self.started
+        slowest = sorted(self.durations.items(), key=lambda item: -item[1])[:SHOWN]
+        write = terminalreporter.write_line
+        terminalreporter.section(f"the {len(slowest)} slowest tests (setup + call + teardown)")
+        for nodeid, seconds in slowest:
+            write(f"{seconds:8.1f} s  {nodeid}")
+        budget = f" of a {self.budget_s:.0f}-s budget" if self.budget_s else ""
+        write(
+            f"suite: {len(self.durations)} tests, {sum(self.durations.values()):.0f} s of test time, "
+            f"{wall:.0f} s wall{budget}"
+        )
+        for nodeid, seconds in self.unexplained.items():
+            terminalreporter.write_line(
+                f"SLOW WITHOUT A REASON: {nodeid} took {seconds:.0f} s (over {SLOW_S:.0f} s):"
+                ' mark it @pytest.mark.slow(reason="...") or make it faster',
+                red=True,
+            )
+        if self.budget_s and wall > self.budget_s:
+            names = ", ".join(f"{nodeid} ({seconds:.0f} s)" for nodeid, seconds in slowest[:5])
+            terminalreporter.write_line(
+                f"OVER BUDGET: the suite took {wall:.0f} s, its budget is "
+                f"{self.budget_s:.0f} s; the slowest: {names}",
+                red=True,
+            )
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        over = self.budget_s is not None and time.monotonic() - self.started > self.budget_s
+        if (over or self.unexplained) and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _has_slow_reason(report: pytest.TestReport) -> bool:
+    return bool(dict(report.user_properties).get("slow_reason"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Carry the slow marker's reason in the report, where the controller under xdist can read it."""
+    marker = item.get_closest_marker("slow")
+    reason = marker.kwargs.get("reason") if marker else None
+    if reason:
+        item.user_properties.append(("slow_reason", reason))
