@@ -66,9 +66,11 @@ PYTEST := $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadscope
 test: $(STAMP) system-deps typecheck docs
 	$(PYTEST) --suite-budget $(SUITE_BUDGET_S) $(PYTEST_ARGS)
 
-# The edit-test loop: every test not marked slow, on both cores (no type check, no docs build).
+# The edit-test loop: the tests not marked slow of what changed (tests/changed.py: the uncommitted changes, or
+# the last commit's; a package's tests folder and doctests, a page of the docs), on both cores, without the
+# type check and the docs build. `make test` still runs everything.
 test-quick: $(STAMP)
-	$(PYTEST) -m "not slow" $(PYTEST_ARGS)
+	$(PYTEST) -m "not slow" $(PYTEST_ARGS) $$($(BIN)/python tests/changed.py)
 
 # Line coverage of src/ by the whole suite, subprocesses included (coverage.py's subprocess patch).
 coverage: $(STAMP) system-deps

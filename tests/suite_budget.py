@@ -86,12 +86,17 @@ class SuiteBudget:
 
 
 def _has_slow_reason(report: pytest.TestReport) -> bool:
-    return bool(dict(report.user_properties).get("slow_reason"))
+    properties = dict(report.user_properties)
+    return bool(properties.get("slow_reason")) or bool(properties.get("cannot_be_marked"))
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Carry the slow marker's reason in the report, where the controller under xdist can read it."""
+    """Carry the slow marker's reason in the report, where the controller under xdist can read it. A block of
+    the documentation (Sybil) or a doctest cannot carry a marker: it runs what the page shows a user."""
+    if not isinstance(item, pytest.Function):
+        item.user_properties.append(("cannot_be_marked", True))
+        return
     marker = item.get_closest_marker("slow")
     reason = marker.kwargs.get("reason") if marker else None
     if reason:

@@ -16,7 +16,7 @@ def _fashion_installed() -> bool:
         ["dpkg", "-s", "dataset-fashion-mnist"], capture_output=True).returncode == 0
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="fine-tunes the real EfficientNet-Lite0 beside a CNN from scratch: about 80 s")
 @pytest.mark.skipif(not _fashion_installed(), reason="Debian's dataset-fashion-mnist is not installed "
                                                       "(sudo apt-get install dataset-fashion-mnist)")
 def test_pretrained_fashion_beats_the_from_scratch_cnn_in_the_same_run(tmp_path):

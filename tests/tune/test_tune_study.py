@@ -113,6 +113,7 @@ def test_best_yaml_reruns_to_the_same_validation_score(reference) -> None:
     assert json.loads((run / "checkpoints" / "best.json").read_text())["value"] == summary["best_value"]
 
 
+@pytest.mark.slow(reason="retrains the defaults and the best trial on all data, as the study does: about 60 s")
 def test_the_final_runs_score_the_defaults_and_the_best_on_test(reference) -> None:
     import time
 
