@@ -92,16 +92,25 @@ class Snapshot:
     torch_state: dict[str, object] = field(default_factory=dict)
 
 
+def _command_outputs() -> set[str]:
+    """The repository root's entries that .gitignore lists one by one (``/runs/``, ``/graph.html``): what the
+    commands the docs show write where a user runs them. Under xdist a docs test writing and removing one
+    would be blamed on the test the other worker runs at that moment."""
+    ignore = REPOSITORY / ".gitignore"
+    lines = ignore.read_text().splitlines() if ignore.is_file() else []
+    return {line.strip("/") for line in lines if line.startswith("/")}
+
+
 def _repository_files() -> set[str]:
     found: set[str] = set()
+    skipped = _UNWATCHED | _command_outputs()
     for root, folders, files in os.walk(REPOSITORY):
-        folders[:] = [f for f in folders if f not in _UNWATCHED and not f.endswith(".egg-info")]
+        top = root == str(REPOSITORY)
+        folders[:] = [f for f in folders if f not in _UNWATCHED and not f.endswith(".egg-info")
+                      and not (top and f in skipped)]
         relative = os.path.relpath(root, REPOSITORY)
-        found.update(
-            os.path.normpath(os.path.join(relative, name))
-            for name in files
-            if not name.startswith(".coverage")
-        )
+        found.update(os.path.normpath(os.path.join(relative, name)) for name in files
+                     if not name.startswith(".coverage") and not (top and name in skipped))
     return found
 
 
@@ -224,6 +233,7 @@ def pytest_configure(config: pytest.Config) -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     root = os.environ.setdefault(_ROOT, tempfile.gettempdir())  # the controller's, inherited by the workers
     folder = tempfile.mkdtemp(prefix=f"tw-{worker}-", dir=root)
+    os.chmod(folder, 0o1777)  # as /tmp: the PostgreSQL tests run initdb as the postgres user inside it
     config.stash[_FOLDER] = (os.environ.get("TMPDIR"), folder)
     os.environ["TMPDIR"] = folder
     tempfile.tempdir = None  # gettempdir() reads TMPDIR again

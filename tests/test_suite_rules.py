@@ -36,6 +36,8 @@ LEAKS = """
     import torch
     import isolation
     isolation.GRACE_S = 0.5
+    isolation.REPOSITORY = Path.cwd() / "repository"  # its own: the real one is shared with other workers
+    isolation.REPOSITORY.mkdir()
 
     def test_environment():
         os.environ["TORCHWORK_LEAKED"] = "1"
@@ -68,10 +70,7 @@ LEAKS = """
 
 
 def test_each_kind_of_leak_fails_its_test_and_a_clean_test_passes(pytester: pytest.Pytester) -> None:
-    try:
-        result = _run(pytester, LEAKS)
-    finally:
-        (HERE.parent / "left-behind-by-a-test.txt").unlink(missing_ok=True)
+    result = _run(pytester, LEAKS)
     result.assert_outcomes(passed=7, errors=6)
     text = result.stdout.str()
     for expected in (
