@@ -64,6 +64,10 @@ class SuiteBudget:
             f"suite: {len(self.durations)} tests, {sum(self.durations.values()):.0f} s of test time, "
             f"{wall:.0f} s wall{budget}"
         )
+        seed = getattr(terminalreporter.config.option, "randomly_seed", None)
+        if seed is not None and terminalreporter.config.pluginmanager.has_plugin("randomly"):
+            # pytest -q hides pytest-randomly's header line: the order is replayed from this one
+            write(f"random order: --randomly-seed={seed} (replay: -p randomly --randomly-seed={seed})")
         for nodeid, seconds in self.unexplained.items():
             terminalreporter.write_line(
                 f"SLOW WITHOUT A REASON: {nodeid} took {seconds:.0f} s (over {SLOW_S:.0f} s):"

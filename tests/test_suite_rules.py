@@ -125,6 +125,14 @@ def test_a_run_over_its_budget_fails_and_names_the_slowest(pytester: pytest.Pyte
     result.stdout.fnmatch_lines(["*the 2 slowest tests*", "*s  test_case.py::test_sleeps"])
 
 
+def test_the_random_order_seed_is_printed_even_under_q(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_case="def test_nothing():\n    pass\n")
+    pytester._monkeypatch.setenv("PYTHONPATH", str(HERE))
+    result = pytester.runpytest_subprocess("-q", "-p", "suite_budget", "-p", "randomly", "--randomly-seed=1234",
+                                           "-p", "no:cacheprovider", timeout=120)
+    result.stdout.fnmatch_lines(["random order: --randomly-seed=1234 (replay: -p randomly --randomly-seed=1234)"])
+
+
 def test_a_test_over_the_slow_limit_needs_a_reason(pytester: pytest.Pytester) -> None:
     source = """
         import time, pytest
