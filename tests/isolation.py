@@ -54,7 +54,6 @@ _LIBRARY_THREADS = (
     "QueueFeederThread",  # multiprocessing queues' feeder, ends with the queue's process
     "asyncio_",  # asyncio's default executor threads (loop.run_in_executor), kept by the loop for reuse
     "Dummy-",  # a thread started by C code that Python only sees (no way to join it)
-    "pytest_timeout",
     "tqdm_monitor",  # tqdm's monitor of its bars, one per process, started with the first bar
 )
 
@@ -65,8 +64,8 @@ _LIBRARY_VARIABLES = {
     "TOKENIZERS_PARALLELISM",  # tokenizers after a fork
     "CUDA_MODULE_LOADING",  # torch on import
     "TORCHINDUCTOR_CACHE_DIR",  # torch.compile's cache, set on its first use
-    "PYTEST_CURRENT_TEST",
-    _ROOT,  # pytest's own, and ours (set before the first test)
+    "PYTEST_CURRENT_TEST",  # pytest's own
+    _ROOT,  # ours, set before the first test
     "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR",  # torch.compile's guards
 }
 # Set for the whole process by the product on purpose: put back after each test, not a failure.
