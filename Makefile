@@ -56,9 +56,9 @@ demo: $(RUNTIME)
 
 # The type check of the public API and the docs (warnings are errors) come first; files and settings:
 # [tool.mypy] in pyproject.toml, docs/conf.py. The suite runs on both cores (pytest-xdist: each module's tests
-# on one worker, so a module's fixtures are built once), in a seeded random order (pytest-randomly prints
-# "Using --randomly-seed=N"; pass PYTEST_ARGS="-p randomly --randomly-seed=N" to replay an order), and fails
-# when it runs past SUITE_BUDGET_S seconds (tests/suite_budget.py; the measurement: docs/design/test-suite.md).
+# on one worker, so a module's fixtures are built once), in a seeded random order (pytest-randomly; the summary
+# ends with "random order: --randomly-seed=N": PYTEST_ARGS="--randomly-seed=N" replays it), and fails when
+# it runs past SUITE_BUDGET_S seconds (tests/suite_budget.py; the measurement: docs/design/test-suite.md).
 PYTEST_WORKERS ?= 2
 SUITE_BUDGET_S ?= 1800
 PYTEST_ARGS ?=
