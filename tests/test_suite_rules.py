@@ -93,10 +93,10 @@ def test_what_the_product_sets_by_design_is_put_back_not_failed(pytester: pytest
 
         def test_sets():
             torch.set_num_threads(1 if torch.get_num_threads() > 1 else 2)
-            os.environ["PYTHONHASHSEED"] = "7"
+            os.environ["PYTHONHASHSEED"] = "424242"
 
         def test_sees_them_back():
-            assert os.environ.get("PYTHONHASHSEED") != "7"
+            assert os.environ.get("PYTHONHASHSEED") != "424242"
     """,
     )
     result.assert_outcomes(passed=2)
