@@ -13,6 +13,7 @@ starts), removed at the end with whatever the tests, their subprocesses and the 
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
@@ -91,13 +92,14 @@ class Snapshot:
     torch_state: dict[str, object] = field(default_factory=dict)
 
 
-def _command_outputs() -> set[str]:
+@functools.cache
+def _command_outputs() -> frozenset[str]:
     """The repository root's entries that .gitignore lists one by one (``/runs/``, ``/graph.html``): what the
     commands the docs show write where a user runs them. Under xdist a docs test writing and removing one
     would be blamed on the test the other worker runs at that moment."""
     ignore = REPOSITORY / ".gitignore"
     lines = ignore.read_text().splitlines() if ignore.is_file() else []
-    return {line.strip("/") for line in lines if line.startswith("/")}
+    return frozenset(line.strip("/") for line in lines if line.startswith("/"))
 
 
 def _repository_files() -> set[str]:
