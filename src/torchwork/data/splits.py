@@ -1,0 +1,114 @@
+"""Splits that cannot leak: rows with the same normalised text form one group, and groups (not rows) are
+split, seeded and stratified by label, so no text is in two splits.
+
+Before splitting, each group is reduced to what training should see: one row per group (the first), under
+the group's most frequent label; a group whose labels tie is dropped (:mod:`torchwork.data.audit` reports
+both as ``duplicate`` and ``conflicting-labels``). Rows too short to mean anything are dropped too.
+
+Example:
+    >>> from torchwork.data.splits import grouped_split
+    >>> texts = [f"review {i}" for i in range(20)] + ["Review 0"]
+    >>> plan = grouped_split(texts, ["a", "b"] * 10 + ["a"], seed=0)
+    >>> sorted(len(part) for part in plan.indices.values()), plan.dropped["duplicate"]
+    ([2, 2, 16], 1)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections import Counter
+from collections.abc import Sequence
+
+from torchwork.data.text_checks import match_key, too_short
+
+SPLITS = ("train", "validation", "test")
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitPlan:
+    """Which rows (indices into the input) go to each split, the label each is trained with, and the rows
+    left out, by reason."""
+
+    indices: dict[str, list[int]]
+    labels: list[str]
+    dropped: dict[str, int]
+
+    def counts(self) -> dict[str, dict[str, object]]:
+        """``{split: {"rows": n, "classes": {label: n}, "sha256": ...}}``, as the data report shows it."""
+        out: dict[str, dict[str, object]] = {}
+        for name, rows in self.indices.items():
+            classes = Counter(self.labels[i] for i in rows)
+            out[name] = {"rows": len(rows), "classes": dict(sorted(classes.items())), "sha256": self.digest(name)}
+        return out
+
+    def digest(self, name: str) -> str:
+        """A hash of split ``name``'s rows and labels: the same file, seed and settings give the same one."""
+        joined = "\n".join(f"{i}\t{self.labels[i]}" for i in self.indices[name])
+        return hashlib.sha256(joined.encode()).hexdigest()
+
+
+def training_rows(texts: Sequence[str], labels: Sequence[str]) -> tuple[list[int], list[str], dict[str, int]]:
+    """``(kept, labels, dropped)``: the first row of each group of equal normalised texts, under the group's
+    most frequent label; tied groups and too-short texts left out (``dropped`` counts them by reason)."""
+    groups: dict[str, list[int]] = {}
+    for index, text in enumerate(texts):
+        groups.setdefault(match_key(text), []).append(index)
+    chosen = list(labels)
+    kept: list[int] = []
+    dropped = {"duplicate": 0, "conflicting-labels": 0, "empty-text": 0}
+    for key, members in groups.items():
+        if not key or too_short(texts[members[0]]):
+            dropped["empty-text"] += len(members)
+            continue
+        (top, top_n), *rest = Counter(labels[i] for i in members).most_common(2) + [(None, 0)]
+        if rest[0][1] == top_n:
+            dropped["conflicting-labels"] += len(members)
+            continue
+        chosen[members[0]] = str(top)
+        kept.append(members[0])
+        dropped["duplicate"] += len(members) - 1
+    return sorted(kept), chosen, dropped
+
+
+def grouped_split(texts: Sequence[str], labels: Sequence[str], *,
+                  fractions: tuple[float, float, float] = (0.8, 0.1, 0.1), seed: int = 0) -> SplitPlan:
+    """Train, validation and test rows of ``texts``: one row per normalised text (see the module),
+    stratified by label, seeded."""
+    from torchwork.data.datasets import stratified_split
+
+    kept, chosen, dropped = training_rows(texts, labels)
+    parts = stratified_split([chosen[i] for i in kept], fractions, seed=seed)
+    indices = {name: [kept[j] for j in part] for name, part in zip(SPLITS, parts)}
+    return SplitPlan(indices, chosen, dropped)
+
+
+def given_split(texts: Sequence[str], labels: Sequence[str], splits: Sequence[str], *,
+                drop_leaked: bool = False, validation_fraction: float = 0.1, seed: int = 0) -> SplitPlan:
+    """The split the user gave (a split column, or a test file): each split reduced as
+    :func:`training_rows` does; with ``drop_leaked``, a row whose normalised text is in an earlier split
+    (train before validation before test) is left out. Without a validation split, one is carved from
+    train by :func:`grouped_split`."""
+    indices: dict[str, list[int]] = {}
+    dropped: Counter[str] = Counter()
+    chosen = list(labels)
+    seen: set[str] = set()
+    for name in SPLITS:
+        members = [i for i, s in enumerate(splits) if s == name]
+        if drop_leaked:
+            fresh = [i for i in members if match_key(texts[i]) not in seen]
+            dropped["leaked"] += len(members) - len(fresh)
+            members = fresh
+        kept, part_labels, part_dropped = training_rows([texts[i] for i in members], [labels[i] for i in members])
+        dropped.update(part_dropped)
+        for j in kept:
+            chosen[members[j]] = part_labels[j]
+        indices[name] = [members[j] for j in kept]
+        seen.update(match_key(texts[i]) for i in members)
+    if not indices["validation"]:
+        train = indices["train"]
+        carved = grouped_split([texts[i] for i in train], [chosen[i] for i in train],
+                               fractions=(1 - validation_fraction, validation_fraction, 0.0), seed=seed)
+        indices["train"] = [train[j] for j in carved.indices["train"]]
+        indices["validation"] = [train[j] for j in carved.indices["validation"]]
+    return SplitPlan(indices, chosen, dict(dropped))
