@@ -92,6 +92,14 @@ def _data_arguments(parser: argparse.ArgumentParser) -> None:
     profile.add_argument("--model", choices=["small", "none"], default="small",
                          help="time a small real training step with each batch, or none (default: small)")
     profile.add_argument("--json", action="store_true", help="print the report as JSON")
+    check = actions.add_parser(
+        "check", help="the data report of your own labelled text file, before any training",
+        description="Read a CSV, TSV, JSON Lines or Parquet file of texts and labels and report what is wrong "
+                    "with it: duplicates, leakage across splits, conflicting labels, empty and garbled rows, "
+                    "class imbalance, truncation, likely label errors. Exit code 1 when a finding is an error.")
+    _own_data_arguments(check)
+    check.add_argument("--seed", type=int, default=0, help="split and baseline seed (default: 0)")
+    check.add_argument("--json", action="store_true", help="print the report as JSON")
 
 def _export_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", metavar="CHECKPOINT_OR_RUN",
@@ -171,6 +179,25 @@ def _quickstart_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fashion: also fine-tune pretrained EfficientNet-Lite0 (frozen backbone) and compare")
 
 
+def _own_data_arguments(parser: argparse.ArgumentParser) -> None:
+    """A user's labelled text file, its columns and test file: ``fit`` and ``data check`` read them alike."""
+    parser.add_argument("data", metavar="DATA", help="your labelled texts: a .csv, .tsv, .jsonl or .parquet file")
+    parser.add_argument("--text", metavar="COL", help="the text column (default: guessed, and printed)")
+    parser.add_argument("--label", metavar="COL", help="the label column (default: guessed, and printed)")
+    parser.add_argument("--test", metavar="DATA", help="your own test file (audited, not trusted)")
+
+
+def _fit_arguments(parser: argparse.ArgumentParser) -> None:
+    _own_data_arguments(parser)
+    parser.add_argument("--quick", action="store_true",
+                        help="the n-gram model only (minutes), not the fine-tuned MiniLM")
+    parser.add_argument("--serve", action="store_true", help="also start the server and send a few test texts")
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE",
+                        help="override a setting of the sentiment recipe (python -m torchwork.recipes.settings "
+                             "sentiment lists them), e.g. drop_leaked=true, seed=1, epochs=4")
+    parser.add_argument("--json", action="store_true", help="print summary.json at the end")
+
+
 def _train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("recipe_or_config", help="a recipe name (sentiment, fashion) or a YAML config file")
     parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a setting")
@@ -225,6 +252,8 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
 COMMANDS: list[Command] = [
     ("demo", "train a small classifier on scikit-learn's digits with the engine and print a summary",
      _demo_arguments, "torchwork.recipes.digits:cli_main"),
+    ("fit", "your own labelled texts to a served model: the data report, baselines, fine-tuning, evaluation, "
+            "INT8 export, verification", _fit_arguments, "torchwork.recipes.registry:fit_main"),
     ("quickstart", "the main job: dirty tweets to a trained, quantized, verified and servable model",
      _quickstart_arguments, "torchwork.recipes.registry:quickstart_main"),
     ("train", "run a recipe from its name or a YAML config, with --set overrides (--nproc for DDP)",
@@ -236,8 +265,8 @@ COMMANDS: list[Command] = [
      _resume_arguments, "torchwork.runs.relaunch:main"),
     ("launch", "run a training script on several processes / machines with torchrun (DDP)",
      _launch_arguments, "torchwork.distributed.launch:main"),
-    ("data", "datasets: describe a dataset's splits, or profile the input pipeline",
-     _data_arguments, "torchwork.data.profile:cli_main"),
+    ("data", "datasets: check your own file before training, describe a dataset's splits, or profile the input "
+             "pipeline", _data_arguments, "torchwork.recipes.data_command:cli_main"),
     ("export", "export a model to a checked artifact directory (pt2, ONNX, TorchScript; optional INT8)",
      _export_arguments, "torchwork.deploy.cli:cli_export"),
     ("verify", "compare an artifact's variants with eager on held-out inputs: parity, speed, size",

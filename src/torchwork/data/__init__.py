@@ -36,6 +36,13 @@ _LAZY: dict[str, str] = {
     "default_num_workers": "torchwork.data.loaders",
     "seed_worker": "torchwork.data.loaders",
     "profile_loader": "torchwork.data.profile",
+    "audit_texts": "torchwork.data.audit",
+    "DataReport": "torchwork.data.findings",
+    "Finding": "torchwork.data.findings",
+    "grouped_split": "torchwork.data.splits",
+    "SplitPlan": "torchwork.data.splits",
+    "label_noise_candidates": "torchwork.data.label_noise",
+    "match_key": "torchwork.data.text_checks",
     "ProfileReport": "torchwork.data.profile",
     "TextTable": "torchwork.data.tables",
     "read_text_table": "torchwork.data.tables",
@@ -46,6 +53,7 @@ __all__ = list(_LAZY)
 
 # Type checkers read the imports (and flag a misspelt name); at run time each name is imported on first use.
 if TYPE_CHECKING:  # pragma: no cover
+    from torchwork.data.audit import audit_texts  # noqa: F401
     from torchwork.data.balance import balanced_sampler, class_weights  # noqa: F401
     from torchwork.data.cleaning import CleaningConfig, CleaningReport, clean_text, clean_texts  # noqa: F401
     from torchwork.data.datasets import (  # noqa: F401
@@ -55,10 +63,14 @@ if TYPE_CHECKING:  # pragma: no cover
         load_dataset,
         stratified_split,
     )
+    from torchwork.data.findings import DataReport, Finding  # noqa: F401
+    from torchwork.data.label_noise import label_noise_candidates  # noqa: F401
     from torchwork.data.loaders import default_num_workers, loader, seed_worker  # noqa: F401
     from torchwork.data.metrics import classification_metrics, format_metrics  # noqa: F401
     from torchwork.data.profile import ProfileReport, profile_loader  # noqa: F401
+    from torchwork.data.splits import SplitPlan, grouped_split  # noqa: F401
     from torchwork.data.tables import TextTable, describe_table, read_text_table  # noqa: F401
     from torchwork.data.text import TextCollate, TextPreprocessor  # noqa: F401
+    from torchwork.data.text_checks import match_key  # noqa: F401
 else:
     __getattr__, __dir__ = lazy_attributes("torchwork.data", _LAZY, globals())

@@ -211,7 +211,7 @@ def _label_noise(texts: Sequence[str], labels: Sequence[str], rows: Sequence[int
                  confidence=round(c.confidence, 3),
                  note=f"labelled {c.given}, the baseline says {c.suggested} ({c.confidence:.0%})")
          for c in candidates],
-        "read the listed rows (most suspicious first, all of them in data_report.json) and correct the "
+        "read the listed rows (most suspicious first; every one under \"rows\" in the JSON report) and correct the "
         "labels that are wrong; the model learns from whatever the labels say",
         f"{len(candidates):,} rows ({len(candidates) / len(texts):.1%}) look mislabelled to a cross-validated "
         "TF-IDF baseline", [rows[c.index] for c in candidates])

@@ -78,7 +78,8 @@ def grouped_split(texts: Sequence[str], labels: Sequence[str], *,
     from torchwork.data.datasets import stratified_split
 
     kept, chosen, dropped = training_rows(texts, labels)
-    parts = stratified_split([chosen[i] for i in kept], fractions, seed=seed)
+    classes = sorted({chosen[i] for i in kept})
+    parts = stratified_split([classes.index(chosen[i]) for i in kept], fractions, seed=seed)
     indices = {name: [kept[j] for j in part] for name, part in zip(SPLITS, parts)}
     return SplitPlan(indices, chosen, dropped)
 

@@ -85,6 +85,32 @@ def quickstart_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def fit_settings(args: argparse.Namespace) -> list[str]:
+    """The sentiment recipe's settings ``torchwork fit`` runs: the user's file and columns, the fine-tuned
+    transformer (the n-gram model with ``--quick``), a run folder of its own, then the user's ``--set``s.
+
+    Example:
+        >>> fit_settings(argparse.Namespace(data="a.csv", text=None, label="stars", test=None, quick=True,
+        ...                                 set=["seed=1"]))
+        ['run_dir=runs/fit', 'data=a.csv', 'model=ngram', 'label=stars', 'seed=1']
+    """
+    settings = ["run_dir=runs/fit", f"data={args.data}", "model=ngram" if args.quick else "model=transformer"]
+    settings += [f"{key}={value}" for key, value in (("text", args.text), ("label", args.label),
+                                                      ("test_data", args.test)) if value]
+    return [*settings, *(args.set or [])]
+
+
+def fit_main(args: argparse.Namespace) -> int:
+    """``torchwork fit DATA [--text COL] [--label COL] [--test DATA] [--quick] [--serve] [--set k=v] [--json]``."""
+    import json
+
+    name, config = resolve("sentiment", fit_settings(args))
+    summary = run_recipe(name, config, serve=args.serve)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    return 0
+
+
 def train_main(args: argparse.Namespace) -> int:
     """``torchwork train RECIPE_OR_CONFIG.yaml [--set key=value ...] [--nproc N ...]``."""
     name, config = resolve(args.recipe_or_config, args.set)  # validate before launching anything

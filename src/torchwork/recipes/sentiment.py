@@ -35,6 +35,11 @@ MODELS = ("ngram", "transformer")
 class SentimentConfig:
     seed: int = 0
     run_dir: str = "runs/sentiment"
+    data: str = ""  # your labelled texts instead of the tweets (torchwork fit): .csv, .tsv, .jsonl, .parquet
+    text: str = ""  # the text column of `data` (empty: guessed, and printed)
+    label: str = ""  # the label column of `data` (empty: guessed, and printed)
+    test_data: str = ""  # your own test file: audited, not trusted (empty: a test split is made from `data`)
+    drop_leaked: bool = False  # drop the rows of a later split whose text is in an earlier one (else: an error)
     subset: int = 0  # keep only this many rows per split (0: all); for quick checks
     epochs: int = 12
     batch_size: int = 256
@@ -206,13 +211,13 @@ def validation_objective(config: SentimentConfig, callbacks: Any = (),
     import torch
 
     from torchwork import seed_everything
-    from torchwork.data import load_dataset
+    from torchwork.recipes.fit_data import load_text_splits
     from torchwork.recipes.recorded import recorded_config
 
     if config.threads:
         torch.set_num_threads(config.threads)
     seed_everything(config.seed)
-    dataset = load_dataset("tweets", seed=config.seed)
+    dataset, _ = load_text_splits(config, label_noise=False, say=lambda line: None)
     train, validation = (stratified_subset(s, config.subset, config.seed) for s in (dataset.train, dataset.validation))
     previous = recorded_config(dataclasses.asdict(config))  # resuming (TORCHWORK_RESUME): its precision
     recorded = ({"precision_chosen": previous["precision_chosen"],
@@ -237,7 +242,6 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
     from torchwork.data import (
         classification_metrics,
         format_metrics,
-        load_dataset,
         loader,
     )
     from torchwork.recipes.recorded import recorded_config
@@ -252,8 +256,10 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
         choose_threads(config.threads or "auto", say=say)
     seed_everything(config.seed)
 
-    say("== 1. Data: CrowdFlower tweets (dirty, imbalanced)")
-    dataset = load_dataset("tweets", seed=config.seed)
+    from torchwork.recipes.fit_data import load_text_splits
+
+    say(f"== 1. Data: {config.data or 'CrowdFlower tweets (dirty, imbalanced)'}")
+    dataset, own_data = load_text_splits(config, say=say)
     say(dataset.describe())
     train, validation, test = (stratified_subset(s, config.subset, config.seed)
                                for s in (dataset.train, dataset.validation, dataset.test))
@@ -268,7 +274,9 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
         + (" (recorded by the run being resumed)" if recorded else ""))
 
     say("\n== 3. Model: TF-IDF-weighted word and character n-grams, trained from scratch")
-    fitted = fit_ngram(config, train, validation, classes, recorded, {"baseline": baseline},
+    data_record = ({"data_source": own_data.report.source, "data_report_counts": own_data.report.counts()}
+                   if own_data else {})
+    fitted = fit_ngram(config, train, validation, classes, recorded, {"baseline": baseline, **data_record},
                        data_splits={"test": test})
     trainer, model, preprocessor = fitted["trainer"], fitted["model"], fitted["preprocessor"]
     history, precision, training_seconds = fitted["history"], fitted["precision"], fitted["training_seconds"]
@@ -278,6 +286,10 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
     if not trainer.world.is_rank_zero:
         return {}  # under torchrun, rank 0 evaluates, exports and reports
     preprocessor.save(run_path / "preprocess")  # the exact preprocessing, kept with the run
+    if own_data is not None:
+        from torchwork.files import write_json
+
+        write_json(run_path / "data_report.json", own_data.report.to_dict())
     best = torch.load(run_path / "checkpoints" / "best.pt", weights_only=True)
     model.load_state_dict(best["model"])
     best_epoch = json.loads((run_path / "checkpoints" / "best.json").read_text())
@@ -335,7 +347,8 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
     if serve:
         from torchwork.recipes.serve_demo import serve_and_ask
 
-        serve_and_ask(artifact, ["@united thank you, the crew was wonderful!",
+        serve_and_ask(artifact, list(test.texts[:3]) if own_data else [
+                                 "@united thank you, the crew was wonderful!",
                                  "@united my bag is lost AGAIN and nobody answers the phone",
                                  "Flight 1234 lands at 5pm"])
     say(f"\nreport:  {run_path / 'report.html'}")
