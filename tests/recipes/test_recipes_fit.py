@@ -48,7 +48,11 @@ def test_fit_goes_from_a_csv_to_a_verified_artifact(fitted) -> None:
     summary = json.loads((run / "summary.json").read_text())
     assert summary["model"] == "ngram" and 0.5 < summary["test"]["macro_f1"] <= 1
     assert (run / "artifact" / "model.onnx").is_file() or any((run / "artifact").glob("*.onnx"))
-    assert (run / "report.html").is_file()
+    against = summary["against_baseline"]
+    assert against["difference"]["low"] <= against["difference"]["value"] <= against["difference"]["high"]
+    assert against["beats"] == (against["difference"]["low"] > 0) and "95% interval" in against["reason"]
+    html = (run / "report.html").read_text()
+    assert "Data report (before training)" in html and "label-noise" in html
 
 
 def test_the_data_report_and_the_data_file_are_in_the_run_folder(fitted) -> None:
@@ -73,3 +77,27 @@ def test_a_leaky_test_file_stops_fit_before_any_training(tmp_path, capsys) -> No
     assert code == 2 and "cross-split-duplicate" in err and "drop_leaked=true" in err
     assert len(err.strip().splitlines()) == 1
     assert not runs.exists()  # nothing half-written
+
+
+def _served(name: str, right: int, rows: int = 400) -> dict:
+    """A served model whose test answers are right on the first ``right`` of ``rows`` rows (labels 0, 1, ...)."""
+    probabilities = [[0.9, 0.1] if (i % 2 == 0) == (i < right) else [0.1, 0.9] for i in range(rows)]
+    return {"name": name, "test_probabilities": probabilities}
+
+
+@pytest.mark.parametrize(("transformer_right", "served"), [(400, "transformer"), (300, "ngram")])
+def test_a_transformer_is_served_only_beyond_the_baseline_noise(transformer_right, served) -> None:
+    from torchwork.recipes.fit_choice import choose_served
+
+    labels = [i % 2 for i in range(400)]
+    baseline = [label if i < 310 else 1 - label for i, label in enumerate(labels)]  # right on 310 rows
+    said: list[str] = []
+    chosen = choose_served(_served("transformer", transformer_right), lambda: _served("ngram", 320), baseline,
+                           labels, ["a", "b"], 0, said.append)
+    assert chosen["name"] == served
+    if served == "ngram":  # 300 right against the baseline's 310: not served, and said so
+        assert chosen["against_baseline"]["instead_of"]["model"] == "transformer"
+        assert not chosen["against_baseline"]["instead_of"]["beats"]
+        assert any("the transformer is not served" in line for line in said)
+    else:
+        assert chosen["against_baseline"]["beats"] and "instead_of" not in chosen["against_baseline"]

@@ -43,6 +43,7 @@ _LAZY: dict[str, str] = {
     "SplitPlan": "torchwork.data.splits",
     "label_noise_candidates": "torchwork.data.label_noise",
     "match_key": "torchwork.data.text_checks",
+    "paired_macro_f1": "torchwork.data.intervals",
     "ProfileReport": "torchwork.data.profile",
     "TextTable": "torchwork.data.tables",
     "read_text_table": "torchwork.data.tables",
@@ -64,6 +65,7 @@ if TYPE_CHECKING:  # pragma: no cover
         stratified_split,
     )
     from torchwork.data.findings import DataReport, Finding  # noqa: F401
+    from torchwork.data.intervals import paired_macro_f1  # noqa: F401
     from torchwork.data.label_noise import label_noise_candidates  # noqa: F401
     from torchwork.data.loaders import default_num_workers, loader, seed_worker  # noqa: F401
     from torchwork.data.metrics import classification_metrics, format_metrics  # noqa: F401

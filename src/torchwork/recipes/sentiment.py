@@ -29,6 +29,9 @@ from torchwork.recipes.sentiment_transformer import STRATEGIES
 MIN_SUBSET = 200  # rows per split: about 35 of the rarest class (positive, ~18%)
 
 MODELS = ("ngram", "transformer")
+# What `--serve` asks the served tweets model (a user's own data: three of its test texts instead).
+DEMO_TWEETS = ["@united thank you, the crew was wonderful!",
+               "@united my bag is lost AGAIN and nobody answers the phone", "Flight 1234 lands at 5pm"]
 
 
 @dataclasses.dataclass
@@ -110,20 +113,24 @@ def say(text: str = "") -> None:
     print(text, flush=True)
 
 
-def tfidf_baseline(train: Any, test: Any, classes: list[str]) -> dict[str, Any]:
-    """TF-IDF (words and bigrams) + logistic regression with balanced class weights: the number to beat."""
+def tfidf_predictions(train: Any, test: Any) -> Any:
+    """TF-IDF (words and bigrams) + logistic regression with balanced class weights, trained on ``train``:
+    its class ids for ``test``."""
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
-
-    from torchwork.data import classification_metrics
 
     vectorizer = TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True)
     features = vectorizer.fit_transform(train.texts)
     classifier = LogisticRegression(max_iter=1000, class_weight="balanced")
     classifier.fit(features, train.labels)
-    predictions = classifier.predict(vectorizer.transform(test.texts))
-    return classification_metrics(test.labels, predictions, classes)
+    return classifier.predict(vectorizer.transform(test.texts))
 
+
+def tfidf_baseline(train: Any, test: Any, classes: list[str]) -> dict[str, Any]:
+    """The baseline's test metrics (:func:`tfidf_predictions`): the number to beat."""
+    from torchwork.data import classification_metrics
+
+    return classification_metrics(test.labels, tfidf_predictions(train, test), classes)
 
 
 def recorded_choices(config: SentimentConfig, classes: list[str]) -> dict[str, Any] | None:
@@ -234,19 +241,12 @@ OBJECTIVE = {"name": "val_macro_f1", "direction": "maximize",
              "description": "the n-gram model's best validation macro-F1 (early stopping's checkpoint)"}
 
 
-def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
-    """Run the whole recipe; returns ``summary.json``'s content."""
+def _threads_and_seed(config: SentimentConfig) -> None:
+    """The run's threads (a resumed run's own count; else chosen for the machine now) and its seed."""
     import torch
 
     from torchwork import seed_everything
-    from torchwork.data import (
-        classification_metrics,
-        format_metrics,
-        loader,
-    )
     from torchwork.recipes.recorded import recorded_config
-
-    started = time.perf_counter()
     from torchwork.threads import choose_threads
 
     recorded_threads = (recorded_config(dataclasses.asdict(config)) or {}).get("threads_used")
@@ -256,6 +256,19 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
         choose_threads(config.threads or "auto", say=say)
     seed_everything(config.seed)
 
+
+def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
+    """Run the whole recipe; returns ``summary.json``'s content."""
+    import torch
+
+    from torchwork.data import (
+        classification_metrics,
+        format_metrics,
+        loader,
+    )
+    from torchwork.files import write_json
+    started = time.perf_counter()
+    _threads_and_seed(config)
     from torchwork.recipes.fit_data import load_text_splits
 
     say(f"== 1. Data: {config.data or 'CrowdFlower tweets (dirty, imbalanced)'}")
@@ -287,8 +300,6 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
         return {}  # under torchrun, rank 0 evaluates, exports and reports
     preprocessor.save(run_path / "preprocess")  # the exact preprocessing, kept with the run
     if own_data is not None:
-        from torchwork.files import write_json
-
         write_json(run_path / "data_report.json", own_data.report.to_dict())
     best = torch.load(run_path / "checkpoints" / "best.pt", weights_only=True)
     model.load_state_dict(best["model"])
@@ -307,30 +318,26 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
     from torchwork.recipes.recorded import Decisions
 
     decisions = Decisions(run_path)  # what later sections measure, read back when the run is resumed
+    def served_ngram() -> dict[str, Any]:
+        served = _export_ngram(config, model, preprocessor, train, test, classes, run_path, decisions)
+        served.update(name="ngram", metrics=metrics, history=history, precision=precision,
+                      training_seconds=training_seconds, test_probabilities=probabilities.tolist())
+        return served
+
     if config.model == "transformer":
         from torchwork.recipes.sentiment_transformer import transformer_sections
 
         served = transformer_sections(config, train, validation, test, classes, run_path, models, decisions)
     else:
-        served = _export_ngram(config, model, preprocessor, train, test, classes, run_path, decisions)
-        served.update(name="ngram", metrics=metrics, history=history, precision=precision,
-                      training_seconds=training_seconds, test_probabilities=probabilities.tolist())
+        served = served_ngram()
+    if own_data is not None:  # a user's data: served only if it beats the baseline beyond the noise
+        from torchwork.recipes.fit_choice import choose_served
+
+        served = choose_served(served, served_ngram, tfidf_predictions(train, test), test.labels, classes,
+                               config.seed, say)
     served["test_labels"] = list(test.labels)
     artifact = served["artifact"]
-    summary = {
-        "test": {"accuracy": served["metrics"]["accuracy"], "macro_f1": served["metrics"]["macro_f1"]},
-        "baseline": {"accuracy": baseline["accuracy"], "macro_f1": baseline["macro_f1"]},
-        "artifact": str(artifact),
-        "report": str(run_path / "report.html"),
-        "model": served["name"],
-        "deploy_variant": served["verify_report"]["deploy"],
-        "precision": served["precision"],
-        "epochs_run": len(served["history"]),
-        "training_seconds": round(served["training_seconds"], 1),
-        "seconds": round(time.perf_counter() - started, 1),
-        "models": models,
-        **({"speed": served["speed"]} if served.get("speed") else {}),
-    }
+    summary = _summary(served, baseline, run_path, models, time.perf_counter() - started)
     from torchwork.recipes.sentiment_report import write_report
     from torchwork.recipes.sentiment_report_parts import seed_rows
 
@@ -339,22 +346,37 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
                  summary=summary, guard=trainer.guard, cleaning=dataset.cleaning, served=served,
                  sizes={"train": len(train), "validation": len(validation), "test": len(test)},
                  test_texts=list(test.texts),
-                 seeds=seed_rows(run_path.parent, run_path, dataclasses.asdict(config), models))
-    from torchwork.files import write_json
-
+                 seeds=seed_rows(run_path.parent, run_path, dataclasses.asdict(config), models),
+                 data_report=own_data.report.to_dict() if own_data else None)
     write_json(run_path / "summary.json", summary)
     write_resolved_config(run_path / "config.yaml", config, precision=precision, served=served)
     if serve:
         from torchwork.recipes.serve_demo import serve_and_ask
 
-        serve_and_ask(artifact, list(test.texts[:3]) if own_data else [
-                                 "@united thank you, the crew was wonderful!",
-                                 "@united my bag is lost AGAIN and nobody answers the phone",
-                                 "Flight 1234 lands at 5pm"])
-    say(f"\nreport:  {run_path / 'report.html'}")
-    say(f"summary: {run_path / 'summary.json'}")
-    say(f"serve it: torchwork serve {artifact}")
+        serve_and_ask(artifact, list(test.texts[:3]) if own_data else DEMO_TWEETS)
+    say(f"\nreport:  {run_path / 'report.html'}\nsummary: {run_path / 'summary.json'}\n"
+        f"serve it: torchwork serve {artifact}")
     return summary
+
+
+def _summary(served: dict[str, Any], baseline: dict[str, Any], run_path: Any, models: dict[str, Any],
+             seconds: float) -> dict[str, Any]:
+    """``summary.json``: the served model's and the baseline's test scores, the artifact and what was chosen."""
+    return {
+        "test": {"accuracy": served["metrics"]["accuracy"], "macro_f1": served["metrics"]["macro_f1"]},
+        "baseline": {"accuracy": baseline["accuracy"], "macro_f1": baseline["macro_f1"]},
+        "artifact": str(served["artifact"]),
+        "report": str(run_path / "report.html"),
+        "model": served["name"],
+        "deploy_variant": served["verify_report"]["deploy"],
+        "precision": served["precision"],
+        "epochs_run": len(served["history"]),
+        "training_seconds": round(served["training_seconds"], 1),
+        "seconds": round(seconds, 1),
+        "models": models,
+        **({"speed": served["speed"]} if served.get("speed") else {}),
+        **({"against_baseline": served["against_baseline"]} if served.get("against_baseline") else {}),
+    }
 
 
 def write_resolved_config(path: Any, config: SentimentConfig, precision: str, served: dict[str, Any]) -> None:

@@ -17,20 +17,22 @@ def write_report(path: Path, *, history: list[dict[str, Any]], metrics: dict[str
                  verification: dict[str, Any] | None, artifact: Path, run_path: Path, summary: dict[str, Any],
                  guard: Any = None, cleaning: Any = None, served: dict[str, Any] | None = None,
                  sizes: dict[str, int] | None = None, test_texts: list[str] | None = None,
-                 seeds: list[dict[str, Any]] | None = None) -> Path:
+                 seeds: list[dict[str, Any]] | None = None, data_report: dict[str, Any] | None = None) -> Path:
     from torchwork.recipes import sentiment_report_parts as parts
 
     served = served or {}
-    report = Report("Sentiment analysis of airline tweets: torchwork quickstart")
+    report = Report(f"{data_report['source']['data']['path']}: torchwork fit" if data_report else
+                    "Sentiment analysis of airline tweets: torchwork quickstart")
     data = ", ".join(f"{n} {v:,}" for n, v in (sizes or {}).items())
     report.paragraph(f"Served model: {served.get('name', 'ngram')}; device {served.get('device') or 'cpu'}; "
                      f"precision {summary.get('precision')}; training {summary.get('training_seconds')} s "
                      f"(whole run {summary.get('seconds')} s); data: {data or '-'} tweets."
                      + (f" Training strategy: {served['strategy']}." if served.get("strategy") else ""), "note")
-    better = metrics["macro_f1"] >= baseline["macro_f1"]
-    report.paragraph(f"Test macro-F1 {metrics['macro_f1']:.4f} against the TF-IDF baseline's "
-                     f"{baseline['macro_f1']:.4f}: " + ("the model wins." if better else "the baseline wins."),
-                     "good" if better else "bad")
+    against = served.get("against_baseline")
+    better = against["beats"] if against else metrics["macro_f1"] >= baseline["macro_f1"]
+    report.paragraph(f"{against['reason']}." if against else f"Test macro-F1 {metrics['macro_f1']:.4f} against the "
+                     f"TF-IDF baseline's {baseline['macro_f1']:.4f}: "
+                     + ("the model wins." if better else "the baseline wins."), "good" if better else "bad")
     report.table("Test split", ["", "accuracy", "macro-F1", "weighted F1"],
                  [["model", metrics["accuracy"], metrics["macro_f1"], metrics["weighted_f1"]],
                   ["TF-IDF + logistic regression", baseline["accuracy"], baseline["macro_f1"],
@@ -96,17 +98,8 @@ def write_report(path: Path, *, history: list[dict[str, Any]], metrics: dict[str
                      rows)
         report.paragraph(f"Artifact: {artifact}. Serve it with: torchwork serve {artifact}")
 
-    report.heading("Guard findings during training")
-    findings = list(getattr(guard, "findings", []) or [])
-    if findings:
-        report.table(None, ["check", "severity", "message", "fix"],
-                     [[f.id, f.severity, f.message, f.fix] for f in findings])
-    else:
-        report.paragraph("The doctor's guard checks (non-finite loss, exploding gradients, BatchNorm on one "
-                         "sample, modes) found nothing.")
-    if cleaning is not None:
-        report.heading("Data cleaning")
-        report.code(str(cleaning))
+    parts.guard_section(report, guard)
+    parts.data_sections(report, cleaning, data_report)
     report.heading("Summary")
     report.code(summary)
     report.heading("Run manifest")

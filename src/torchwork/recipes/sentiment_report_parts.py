@@ -142,3 +142,28 @@ def seed_rows(run_root: Path, current: Path, settings: Mapping[str, Any],
     spread = {"seed": "max - min", **{c: round(max(r[c] for r in ordered) - min(r[c] for r in ordered), 4)
                                       for c in columns}}
     return [{c: r.get(c) for c in ("seed", *columns)} for r in ordered] + [spread]
+
+
+def data_sections(report: Any, cleaning: Any, data_report: Mapping[str, Any] | None) -> None:
+    """The data report's findings (a user's own file: ``torchwork fit``) and the cleaning's counts."""
+    if data_report is not None:
+        report.heading("Data report (before training)")
+        report.table(None, ["severity", "kind", "count", "what", "first rows", "fix"],
+                     [[f["severity"], f["kind"], f["count"], f["summary"],
+                       ", ".join(str(e.get("row", "")) for e in f["examples"] if "row" in e), f["fix"]]
+                      for f in data_report["findings"]])
+    if cleaning is not None:
+        report.heading("Data cleaning")
+        report.code(str(cleaning))
+
+
+def guard_section(report: Any, guard: Any) -> None:
+    """What the doctor's guard found during training, or that it found nothing."""
+    report.heading("Guard findings during training")
+    findings = list(getattr(guard, "findings", []) or [])
+    if findings:
+        report.table(None, ["check", "severity", "message", "fix"],
+                     [[f.id, f.severity, f.message, f.fix] for f in findings])
+    else:
+        report.paragraph("The doctor's guard checks (non-finite loss, exploding gradients, BatchNorm on one "
+                         "sample, modes) found nothing.")
