@@ -137,3 +137,59 @@ def test_a_bf16_cache_runs_the_bottom_under_autocast_and_stores_float32(tmp_path
     torch.testing.assert_close(fp32.features[0], hidden, rtol=2e-2, atol=2e-2)
     with pytest.raises(ConfigError, match="precision='16'"):
         cache_features(bottom, data, precision="16")
+
+
+def _sequence_items() -> list:
+    """Token-like rows of different lengths, in batches whose widths differ (as a length-bucketed loader makes)."""
+    generator = torch.Generator().manual_seed(0)
+    return [(torch.randn(2 + i % 5, 3, generator=generator), i % 2) for i in range(11)]
+
+
+class _Widths(nn.Module):
+    """A frozen 'bottom' that returns its padded input and the padding mask (what MiniLM's bottom returns)."""
+
+    def forward(self, padded, mask):
+        return padded * 2, mask
+
+
+def _padded_batches(items, size):
+    from torch.utils.data import DataLoader
+
+    def collate(batch):
+        longest = max(x.shape[0] for x, _ in batch)
+        padded = torch.stack([nn.functional.pad(x, [0, 0, 0, longest - x.shape[0]]) for x, _ in batch])
+        mask = torch.stack([(torch.arange(longest) < x.shape[0]).long() for x, _ in batch])
+        return (padded, mask), torch.tensor([y for _, y in batch])
+
+    return DataLoader(items, batch_size=size, shuffle=False, collate_fn=collate)
+
+
+def test_a_ragged_cache_holds_the_same_rows_as_the_padded_one_in_less_memory() -> None:
+    items = _sequence_items()
+    padded = cache_features(_Widths(), _padded_batches(items, 3), progress=False)
+    ragged = cache_features(_Widths(), _padded_batches(items, 3), progress=False, ragged=True)
+    assert len(ragged) == len(padded) == 11 and torch.equal(ragged.targets, padded.targets)
+    for index in [*range(11), -1]:
+        (h, m), y = ragged[index]
+        (hp, mp), yp = padded[index]
+        width = h.shape[0]
+        assert torch.equal(h, hp[:width]) and torch.equal(m, mp[:width]) and y == yp
+        assert not mp[width:].any()  # what the padded cache holds beyond is padding only
+    stored = sum(b[0].numel() for b in ragged.batches)
+    assert stored < padded.features[0].numel()
+    with pytest.raises(IndexError):
+        ragged[11]
+
+
+def test_a_ragged_cache_stays_in_memory_and_says_so(tmp_path) -> None:
+    from torchwork.errors import ConfigError
+
+    items = _sequence_items()
+    with pytest.raises(ConfigError, match="in memory only"):
+        cache_features(_Widths(), _padded_batches(items, 3), progress=False, ragged=True, path=tmp_path / "c")
+    ragged = cache_features(_Widths(), _padded_batches(items, 3), progress=False, ragged=True)
+    with pytest.raises(ConfigError, match="index its rows"):
+        _ = ragged.features
+    with pytest.raises(ConfigError, match="in memory only"):
+        ragged.save(tmp_path / "c")
+    assert not list(tmp_path.iterdir())

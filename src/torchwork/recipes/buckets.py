@@ -72,11 +72,22 @@ def pad_batch(items: Sequence[tuple[Sequence[int], int]], pad_id: int = 0) -> tu
     return (input_ids, mask), torch.tensor([int(label) for _, label in items], dtype=torch.long)
 
 
-def trim_cached(items: Sequence[tuple[tuple[Any, Any], Any]]) -> tuple[tuple[Any, Any], Any]:
-    """Collate cached ``((hidden, mask), label)`` items, dropping the padding columns no row of the batch uses."""
+def _widen(row: Any, width: int) -> Any:
+    """``row`` (positions first) zero-padded to ``width`` positions."""
     import torch
 
-    hidden = torch.stack([h for (h, _), _ in items])
-    mask = torch.stack([m for (_, m), _ in items])
+    if row.shape[0] == width:
+        return row
+    return torch.nn.functional.pad(row, [0, 0] * (row.ndim - 1) + [0, width - row.shape[0]])
+
+
+def trim_cached(items: Sequence[tuple[tuple[Any, Any], Any]]) -> tuple[tuple[Any, Any], Any]:
+    """Collate cached ``((hidden, mask), label)`` items, dropping the padding columns no row of the batch uses
+    (rows of a ragged cache, of different widths, are padded to the widest first)."""
+    import torch
+
+    longest = max(m.shape[0] for (_, m), _ in items)  # a ragged cache's rows keep their own batch's width
+    hidden = torch.stack([_widen(h, longest) for (h, _), _ in items])
+    mask = torch.stack([_widen(m, longest) for (_, m), _ in items])
     width = max(int(mask.sum(dim=1).max()), 1)
     return (hidden[:, :width], mask[:, :width]), torch.stack([torch.as_tensor(t) for _, t in items])

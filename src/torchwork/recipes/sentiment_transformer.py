@@ -368,11 +368,11 @@ def train_transformer(config: Any, train: Any, validation: Any, test: Any, class
         for name in ("train", "validation"):
             ordered = _loader(data[name], data[name].lengths, 64, False, config.seed, pad_batch)
             cached[name] = cache_features(bottom, ordered, device=str(device), desc=f"caching {name} features",
-                                          precision=precision)
+                                          precision=precision, ragged=True)
         cache_seconds = time.perf_counter() - started
         say(f"cached layer-{split_at} features of {len(train) + len(validation):,} tweets in {cache_seconds:.0f} s"
             + (" (the bottom in bf16, as the top trains)" if precision == "bf16" else ""))
-        lengths = {n: c.features[1].sum(dim=1).tolist() for n, c in cached.items()}
+        lengths = {n: [int(mask.sum()) for batch in c.batches for mask in batch[1]] for n, c in cached.items()}
         train_loader = _loader(cached["train"], lengths["train"], size, True, config.seed, trim_cached)
         val_loader = _loader(cached["validation"], lengths["validation"], 128, False, config.seed, trim_cached)
         head = "model.classifier"
