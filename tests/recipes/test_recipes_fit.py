@@ -42,6 +42,25 @@ def fitted(tmp_path_factory) -> tuple[Path, int]:
     return run, code
 
 
+def test_a_changed_data_file_shows_in_runs_diff_as_a_data_change(fitted, capsys) -> None:
+    run, _ = fitted
+    rows = _reviews(2400)
+    rows[7] = (rows[7][0], "fresh" if rows[7][1] == "rotten" else "rotten")  # one label corrected
+    _write(run.parent.parent / "reviews.csv", rows)  # the same file, edited in place
+    assert main(["fit", str(run.parent.parent / "reviews.csv"), *QUICK, "--set", f"run_dir={run.parent}"]) == 0
+    (again,) = [r for r in run.parent.iterdir() if r != run]
+    capsys.readouterr()
+    main(["runs", "diff", str(run), str(again), "--json"])
+    differences = json.loads(capsys.readouterr().out)
+    keys = {d["key"] for d in differences["differences"] if d["group"] == "data"}
+    assert "data_source.data.fingerprint" in keys and "test" in keys
+    settings = {d["key"] for d in differences["differences"] if d["group"] == "settings"}
+    assert settings <= {"model.parameters"}, settings  # the vocabulary follows from the data
+    before = json.loads((run / "data_report.json").read_text())["source"]["data"]["fingerprint"]
+    after = json.loads((again / "data_report.json").read_text())["source"]["data"]["fingerprint"]
+    assert before != after
+
+
 def test_fit_goes_from_a_csv_to_a_verified_artifact(fitted) -> None:
     run, code = fitted
     assert code == 0

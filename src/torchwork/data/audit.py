@@ -64,7 +64,7 @@ def _duplicates(texts: Sequence[str], rows: Sequence[int | str], groups: dict[st
     count = exact + normalised
     if not count:
         return None
-    examples.sort(key=lambda e: (e["exact"], e["row"]))  # the normalised ones are the less obvious: first
+    examples.sort(key=lambda e: (e["exact"], _row_order(e["row"])))  # the normalised ones are the less obvious: first
     return finding(
         "duplicate", "warning", count, examples,
         "torchwork keeps one row of each group of equal texts for training and never puts one text in two "
@@ -184,7 +184,7 @@ def _class_findings(labels: Sequence[str]) -> list[Finding]:
 
 
 def _truncated(texts: Sequence[str], rows: Sequence[int | str], token_lengths: Sequence[int],
-               max_length: int) -> Finding | None:
+               max_length: int, suggested: int | None) -> Finding | None:
     over = [i for i, n in enumerate(token_lengths) if n > max_length]
     if not over:
         return None
@@ -193,8 +193,10 @@ def _truncated(texts: Sequence[str], rows: Sequence[int | str], token_lengths: S
     return finding(
         "truncated", "warning" if share >= TRUNCATED_WARNING else "info", len(over),
         [example(rows[i], texts[i], tokens=int(token_lengths[i])) for i in over],
-        f"the model reads the first {max_length} tokens of each text; --set max_length=N reads more (up to "
-        "the model's limit, slower), or put what matters first",
+        f"the model reads the first {max_length} tokens of each text; torchwork fit --set "
+        "transformer_max_length=N reads more (slower; up to the model's limit"
+        + (f"; the 95th percentile of these texts is {suggested}" if suggested else "") + "), or put what matters "
+        "first",
         f"{share:.1%} of texts are longer than max_length={max_length} tokens (the longest: "
         f"{max(token_lengths):,})", [rows[i] for i in over])
 
@@ -219,12 +221,14 @@ def _label_noise(texts: Sequence[str], labels: Sequence[str], rows: Sequence[int
 
 def audit_texts(texts: Sequence[str], labels: Sequence[str], *, rows: Sequence[int | str] | None = None,
                 splits: Sequence[str] | None = None, token_lengths: Sequence[int] | None = None,
-                max_length: int | None = None, label_noise: bool = True, seed: int = 0) -> DataReport:
+                max_length: int | None = None, suggested_length: int | None = None, label_noise: bool = True,
+                seed: int = 0) -> DataReport:
     """The data report of ``texts`` labelled ``labels`` (see the module for the kinds).
 
     ``rows``: the row number of each text in its file (default 1, 2, ...); ``splits``: the split each row
     was given (``train``/``validation``/``test``), when the user gave them; ``token_lengths`` and
-    ``max_length``: the model's token count of each text and the length it reads.
+    ``max_length``: the model's token count of each text and the length it reads (``suggested_length``: a
+    better one, named in the fix).
     """
     if len(labels) != len(texts) or (rows is not None and len(rows) != len(texts)) or (
             splits is not None and len(splits) != len(texts)):
@@ -240,7 +244,8 @@ def audit_texts(texts: Sequence[str], labels: Sequence[str], *, rows: Sequence[i
         _empty(texts, rows),
         _garbled(texts, rows),
         *_class_findings(labels),
-        _truncated(texts, rows, token_lengths, max_length) if token_lengths is not None and max_length else None,
+        (_truncated(texts, rows, token_lengths, max_length, suggested_length)
+         if token_lengths is not None and max_length else None),
         _label_noise(texts, labels, rows, seed) if label_noise else None,
     ]
     return DataReport([f for f in found if f is not None])

@@ -79,6 +79,7 @@ def check_classes(labels: Sequence[str], path: os.PathLike[str] | str) -> None:
 
 def _model_lengths(texts: Sequence[str], model_folder: Any, say: Callable[[str], Any]) -> tuple[list[int] | None,
                                                                                              int | None]:
+    """Each text's token count with the model's tokenizer, and the max_length their 95th percentile suggests."""
     from torchwork.errors import ConfigError
     from torchwork.finetune.max_length import choose_max_length, token_lengths
 
@@ -96,12 +97,13 @@ def _model_lengths(texts: Sequence[str], model_folder: Any, say: Callable[[str],
 
 def load_fit_data(data: str | os.PathLike[str], *, text: str | None = None, label: str | None = None,
                   test: str | os.PathLike[str] | None = None, seed: int = 0, drop_leaked: bool = False,
-                  model_folder: str | os.PathLike[str] | None = None, label_noise: bool = True,
-                  say: Callable[[str], Any] = print) -> FitData:
+                  model_folder: str | os.PathLike[str] | None = None, max_length: int | None = None,
+                  label_noise: bool = True, say: Callable[[str], Any] = print) -> FitData:
     """Read ``data`` (and ``test``), print what was read, audit the rows and plan the splits.
 
     ``drop_leaked`` removes the rows of a later split whose text is in an earlier one (the report still
-    counts them); ``model_folder`` gives the tokenizer that counts tokens (default: MiniLM's).
+    counts them); ``model_folder`` gives the tokenizer that counts tokens (default: MiniLM's) and
+    ``max_length`` the tokens the model will read (default: the sentiment recipe's transformer_max_length).
     """
     table = read_text_table(data, text=text, label=label)
     test_table = read_text_table(test, text=table.text_column, label=table.label_column) if test else None
@@ -109,15 +111,20 @@ def load_fit_data(data: str | os.PathLike[str], *, text: str | None = None, labe
         say(line)
     texts, labels, rows, splits = _combined(table, test_table)
     check_classes(labels, data)
-    lengths, max_length = _model_lengths(texts, model_folder, say)
+    lengths, suggested = _model_lengths(texts, model_folder, say)
+    if max_length is None:
+        from torchwork.recipes.sentiment import SentimentConfig
+
+        max_length = SentimentConfig().transformer_max_length
     from torchwork.data.audit import audit_texts
 
     report = audit_texts(texts, labels, rows=rows, splits=splits, token_lengths=lengths, max_length=max_length,
-                         label_noise=label_noise, seed=seed)
+                         suggested_length=suggested, label_noise=label_noise, seed=seed)
     plan = (given_split(texts, labels, splits, drop_leaked=drop_leaked, seed=seed) if splits is not None
             else grouped_split(texts, labels, seed=seed))
     report.splits = plan.counts()
     report.source = _source(table, test_table, plan, max_length)
+    report.source["suggested_max_length"] = suggested
     return FitData(table, test_table, texts, labels, rows, report, plan, max_length, seed)
 
 
@@ -172,7 +179,7 @@ def load_text_splits(config: Any, *, label_noise: bool = True, say: Callable[[st
         return load_dataset("tweets", seed=config.seed), None
     data = load_fit_data(config.data, text=config.text or None, label=config.label or None,
                          test=config.test_data or None, seed=config.seed, drop_leaked=config.drop_leaked,
-                         label_noise=label_noise, say=say)
+                         max_length=config.transformer_max_length, label_noise=label_noise, say=say)
     for line in data.report.lines():
         say(line)
     blocking = blocking_errors(data.report, config.drop_leaked)

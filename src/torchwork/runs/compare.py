@@ -28,6 +28,9 @@ from torchwork.runs.readback import RECORDED_RESULTS, field, number, read_manife
 # them there so that a resume decides the same way).
 # Settings read in their own group (seed / threads / precision), not among the settings.
 OWN_GROUP = ("seed", "threads", "precision")
+# What `torchwork fit` records of a user's data file (its fingerprint, columns, the data report's counts): a
+# difference there is a data difference, listed with the splits' fingerprints, not a setting.
+DATA_RECORD = ("data_source", "data_report_counts")
 # Settings that change nothing before the monitored metric is measured (where runs go, what is done with
 # the model after training): listed, but ranked last as causes.
 DERIVED_SHAPE = ("model.parameters", "model.structure")  # follow from the settings, code or data
@@ -69,7 +72,7 @@ def settings_differences(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str,
     ca, cb = _config(a), _config(b)
 
     def settings(manifest: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
-        flat = _flatten({k: v for k, v in config.items() if k not in RECORDED_RESULTS + OWN_GROUP})
+        flat = _flatten({k: v for k, v in config.items() if k not in RECORDED_RESULTS + OWN_GROUP + DATA_RECORD})
         training = field(manifest, "training", dict) or {}
         flat.update({f"training.{k}": v for k, v in _flatten(training).items() if k != "precision"})
         if not config:  # no resolved config recorded: the optimizer's settings are the settings
@@ -163,7 +166,15 @@ def _patch_label(git: dict[str, Any]) -> str:
 
 
 def data_differences(a: dict[str, Any], b: dict[str, Any], run_a: Path, run_b: Path) -> list[dict[str, Any]]:
-    """Per split whose fingerprint differs: rows, class counts, and rows added / removed / relabelled."""
+    """The data file ``torchwork fit`` recorded, if it differs; per split whose fingerprint differs: rows,
+    class counts, and rows added / removed / relabelled."""
+    recorded = [_difference("data", key, va, vb, "the data file or its report differs")
+                for key, va, vb in _pairs(*({k: v for k, v in _flatten(_config(m)).items()
+                                             if k.split(".")[0] in DATA_RECORD} for m in (a, b)))]
+    return recorded + _split_differences(a, b, run_a, run_b)
+
+
+def _split_differences(a: dict[str, Any], b: dict[str, Any], run_a: Path, run_b: Path) -> list[dict[str, Any]]:
     from torchwork.runs.fingerprint import class_shift, compare_rows, read_rows
 
     fa, fb = field(a, "fingerprints", dict), field(b, "fingerprints", dict)
