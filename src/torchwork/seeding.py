@@ -61,5 +61,11 @@ def seed_worker(worker_id: int) -> None:
 
 
 def current_seed() -> dict[str, object]:
-    """What :func:`seed_everything` set in this process (for the manifest)."""
-    return {"seed": _seed, "deterministic": _deterministic}
+    """What :func:`seed_everything` set in this process (for the manifest); when it was not called,
+    ``seed`` is None and ``torch_initial_seed`` is the seed torch drew for its default generator at start
+    (what ``torch.manual_seed`` would need to repeat the weights' initialisation; Python's and NumPy's
+    generators stay unknown)."""
+    found: dict[str, object] = {"seed": _seed, "deterministic": _deterministic}
+    if _seed is None and "torch" in sys.modules:
+        found["torch_initial_seed"] = sys.modules["torch"].initial_seed()
+    return found

@@ -118,3 +118,36 @@ def test_a_dataset_whose_rows_cannot_be_read_is_said_so_and_the_run_goes_on(tmp_
 
     recorded = record_splits(tmp_path, {"train": torch.utils.data.DataLoader(Named())})
     assert recorded["train"]["rows"] is None and "could not be read (ValueError" in recorded["train"]["why"]
+
+
+def _unseeded_fit(run_dir, monkeypatch) -> dict:
+    """A run whose script never called seed_everything (torch draws its own seed): its manifest."""
+    from torch import nn
+
+    import torchwork.seeding
+    from torchwork import Trainer
+
+    monkeypatch.setattr(torchwork.seeding, "_seed", None)  # as in a fresh process that was never seeded
+    model = nn.Linear(4, 2)
+    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss(), device="cpu",
+                      run_dir=run_dir, progress=False, threads=1)
+    x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
+    trainer.fit([(x, y)], epochs=1)
+    return json.loads((trainer.run_path / "manifest.json").read_text())
+
+
+def test_an_unseeded_run_records_torchs_initial_seed_and_diff_names_it(tmp_path, monkeypatch, capsys):
+    from torchwork.cli import main
+
+    torch.manual_seed(1234)
+    first = _unseeded_fit(tmp_path / "runs", monkeypatch)
+    assert first["seed"] is None and first["torch_initial_seed"] == 1234
+    torch.manual_seed(99)
+    second = _unseeded_fit(tmp_path / "runs", monkeypatch)
+    assert second["torch_initial_seed"] == 99
+    runs = sorted((tmp_path / "runs").iterdir())
+    main(["runs", "show", str(runs[0])])
+    assert "not seeded: torch's initial seed was 1234" in capsys.readouterr().out
+    main(["runs", "diff", str(runs[0]), str(runs[1]), "--json"])
+    seeds = [d for d in json.loads(capsys.readouterr().out)["differences"] if d["key"] == "seed"]
+    assert [(d["a"], d["b"]) for d in seeds] == [(1234, 99)] and "initial seeds differ" in seeds[0]["note"]

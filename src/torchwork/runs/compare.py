@@ -257,6 +257,11 @@ def run_differences(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]
         seed_b = field(b, "config.seed", int)
     if seed_a != seed_b:
         found.append(_difference("seed / threads / precision", "seed", seed_a, seed_b))
+    elif seed_a is None:  # neither run was seeded: torch's own draw is what differs between them
+        initial_a, initial_b = field(a, "torch_initial_seed", int), field(b, "torch_initial_seed", int)
+        if initial_a != initial_b:
+            found.append(_difference("seed / threads / precision", "seed", initial_a, initial_b,
+                                     "neither run called seed_everything: torch's initial seeds differ"))
     for key in ("deterministic", "training.precision", "threads.torch", "threads.interop",
                 "threads.environment"):
         va, vb = field(a, key, (bool, str, int, dict)), field(b, key, (bool, str, int, dict))

@@ -123,7 +123,9 @@ def format_summary(manifest: dict[str, Any], run_path: Any) -> str:
         + (f"  scheduler {manifest['scheduler']['class']}" if manifest["scheduler"] else ""),
         f"training  {training['epochs']} epochs on {training['device']}, precision {training['precision']}, "
         f"accumulate {training['accumulate']}, clip {training['clip_grad_norm']}",
-        f"seed      {manifest['seed']} (deterministic={manifest['deterministic']})",
+        f"seed      {manifest['seed']} (deterministic={manifest['deterministic']})"
+        + (f"; not seeded: torch's initial seed was {manifest['torch_initial_seed']}"
+           if manifest["seed"] is None and manifest.get("torch_initial_seed") is not None else ""),
         f"code      git {str(git['commit'])[:10]}{' (dirty)' if git['dirty'] else ''}; "
         f"python {manifest['versions']['python']}, torch {manifest['versions']['torch']}, "
         f"cuda {manifest['versions']['cuda']}; world size {manifest['world_size']}",

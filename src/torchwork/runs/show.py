@@ -30,6 +30,7 @@ def describe_run(run: str | os.PathLike[str]) -> dict[str, Any]:
             "error": field(manifest, "error", str),
             "monitor": {"metric": row.metric, "mode": row.mode, "best": row.best, "final": row.final},
             "seed": row.seed, "deterministic": field(manifest, "deterministic", bool),
+            "torch_initial_seed": field(manifest, "torch_initial_seed", int),
             "model": {"class": field(manifest, "model.class", str),
                       "parameters": field(manifest, "model.parameters.total", int)},
             "training": field(manifest, "training", dict) or {}, "threads": field(manifest, "threads", dict) or {},
@@ -60,7 +61,9 @@ def format_description(description: dict[str, Any]) -> str:
         lines.append(f"monitor   {monitor['metric']} ({monitor['mode']}): best {_value(monitor['best'])}, "
                      f"final {_value(monitor['final'])}")
     threads = d["threads"]
-    lines.append(f"seed      {d['seed']} (deterministic={d['deterministic']}); precision "
+    unseeded = (f"; not seeded: torch's initial seed was {d['torch_initial_seed']}"
+                if d["seed"] is None and d.get("torch_initial_seed") is not None else "")
+    lines.append(f"seed      {d['seed']} (deterministic={d['deterministic']}{unseeded}); precision "
                  f"{d['training'].get('precision')}; threads {threads.get('torch')} "
                  f"(interop {threads.get('interop')})")
     commit = str(code["commit"])[:12] if code["commit"] else "not a git work tree"
