@@ -117,7 +117,7 @@ def test_best_yaml_reruns_to_the_same_validation_score(reference) -> None:
 def test_the_final_runs_score_the_defaults_and_the_best_on_test(reference) -> None:
     import time
 
-    from tune_helpers import SPACE
+    from tune_helpers import SETTINGS, SPACE
 
     from torchwork.tune.results import finish
     from torchwork.tune.runner import TuneOptions, prepare
@@ -126,7 +126,7 @@ def test_the_final_runs_score_the_defaults_and_the_best_on_test(reference) -> No
     space = runs.parent / "final-space.yaml"
     space.write_text(SPACE)
     options = TuneOptions("sentiment", str(space), trials=TRIALS, study="ref", seed=0,
-                          settings=[f"run_dir={runs}", "subset=300", "batch_size=64"])
+                          settings=[f"run_dir={runs}", *SETTINGS])
     prepared = prepare(options)
     assert prepared["queued"] == 0  # a finished study: nothing to run again
     summary = finish(prepared, options, len(os.sched_getaffinity(0)), time.perf_counter())
