@@ -69,3 +69,12 @@ def test_exact_excerpts_are_current(page: Path, index: int) -> None:
 def test_a_marker_with_an_unknown_key_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown key 'comand'"):
         docs_output.parse_marker("<!-- output\ncomand: echo hi\n-->")
+
+
+def test_every_folder_the_pages_serve_is_one_an_export_on_them_writes() -> None:
+    """A reader copies the export line, then the serve line: the serve line must name the folder written."""
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = page.read_text()
+        written = set(re.findall(r"torchwork (?:export|fit|quickstart)[^\n]*?(?:-o|--output) (\S+)", text))
+        for served in re.findall(r"^torchwork serve (/tmp/\S+|artifacts/\S+)", text, flags=re.M):
+            assert served in written, f"{page.name}: 'torchwork serve {served}' serves a folder no export there writes"
