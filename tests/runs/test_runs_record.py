@@ -151,3 +151,22 @@ def test_an_unseeded_run_records_torchs_initial_seed_and_diff_names_it(tmp_path,
     main(["runs", "diff", str(runs[0]), str(runs[1]), "--json"])
     seeds = [d for d in json.loads(capsys.readouterr().out)["differences"] if d["key"] == "seed"]
     assert [(d["a"], d["b"]) for d in seeds] == [(1234, 99)] and "initial seeds differ" in seeds[0]["note"]
+
+
+def test_runs_diff_shows_the_configured_learning_rate_not_the_schedulers_current_one(tmp_path, capsys):
+    from torch import nn
+
+    from torchwork import Trainer
+    from torchwork.cli import main
+
+    for max_lr in (0.1, 0.3):
+        model = nn.Linear(4, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=max_lr)
+        schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=max_lr, total_steps=4)
+        trainer = Trainer(model, optimizer, nn.CrossEntropyLoss(), schedule, device="cpu", run_dir=tmp_path / "runs",
+                          progress=False, threads=1)  # no config: the optimizer's settings are the settings
+        trainer.fit([(torch.randn(8, 4), torch.randint(0, 2, (8,)))] * 2, epochs=2)
+    first, second = sorted((tmp_path / "runs").iterdir())
+    main(["runs", "diff", str(first), str(second), "--json"])
+    rates = [(d["a"], d["b"]) for d in json.loads(capsys.readouterr().out)["differences"] if d["key"] == "optimizer.lr"]
+    assert rates == [(0.1, 0.3)]  # not OneCycleLR's starting lr, max_lr / 25

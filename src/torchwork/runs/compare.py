@@ -80,6 +80,9 @@ def settings_differences(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str,
             first = groups[0] if isinstance(groups[0], dict) else {}
             flat.update({f"optimizer.{k}": v for k, v in first.items()
                          if k not in ("params", "num_params", "initial_lr", "max_lr", "min_lr")})
+            # The learning rate as configured, not where the scheduler had moved it when the manifest was
+            # written: OneCycleLR's and CyclicLR's max_lr, else the optimizer's lr before any scheduler.
+            flat["optimizer.lr"] = first.get("max_lr", first.get("initial_lr", first.get("lr")))
             flat["optimizer.class"] = field(manifest, "optimizer.class", str)
         flat["model.class"] = field(manifest, "model.class", str)
         flat["model.parameters"] = field(manifest, "model.parameters.total", int)
