@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -28,14 +29,23 @@ RECIPE = "src/torchwork/recipes/sentiment.py"
 LOSS = "loss_fn = nn.CrossEntropyLoss(weight=class_weights(train.labels))"
 
 
-def _run(project: Path, settings: dict) -> Path:
-    before = set((project / "runs").iterdir()) if (project / "runs").exists() else set()
+def _runs(project: Path, *settings: dict) -> list[Path]:
+    """One real run per settings, side by side (each on one thread, and a third of each is the export's timing
+    pauses): the run folder each one names."""
     env = {**os.environ, "PYTHONPATH": str(project / "src")}
-    done = subprocess.run([sys.executable, "driver.py", json.dumps(settings)], cwd=project, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    (new,) = set((project / "runs").iterdir()) - before
-    return new
+    logs = [tempfile.TemporaryFile("w+") for _ in settings]  # not pipes: none fills while another is waited for
+    processes = [subprocess.Popen([sys.executable, "driver.py", json.dumps(one)], cwd=project, env=env, stdout=log,
+                                  stderr=subprocess.STDOUT) for one, log in zip(settings, logs)]
+    found = []
+    for process, log in zip(processes, logs):
+        process.wait(timeout=600)
+        with log:
+            log.seek(0)
+            said = log.read()
+        assert process.returncode == 0, said[-3000:]
+        (summary,) = [line.split(": ", 1)[1] for line in said.splitlines() if line.startswith("summary: ")]
+        found.append((project / summary).parent)
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -46,15 +56,15 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     shutil.copy(DRIVER, project / "driver.py")
     (project / ".gitignore").write_text("runs/\nlabel_fixes.json\n")
     git_repo(project, {})
-    found = {"base": _run(project, {}), "setting": _run(project, {"lr": 0.1})}
+    found = dict(zip(("base", "setting", "seed"), _runs(project, {}, {"lr": 0.1}, {"seed": 1})))
     (project / "label_fixes.json").write_text(json.dumps({"share": 0.05}))
-    found["relabelled"] = _run(project, {})
+    (found["relabelled"],) = _runs(project, {})
     (project / "label_fixes.json").unlink()
-    found["seed"] = _run(project, {"seed": 1})
     source = (project / RECIPE).read_text()
     assert LOSS in source
     (project / RECIPE).write_text(source.replace(LOSS, LOSS[:-1] + ", label_smoothing=0.3)"))
-    found["code"] = _run(project, {})
+    (found["code"],) = _runs(project, {})
+    assert len(set(found.values())) == 5
     return found
 
 
