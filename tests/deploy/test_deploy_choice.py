@@ -27,6 +27,21 @@ def samples(median: float, width: float, n: int = 20) -> list[float]:
     return [median - width / 2 + width * i / (n - 1) for i in range(n)]
 
 
+def test_batch_one_latency_counts_beside_the_batch_of_64():
+    level = {"pt2": samples(1.0, 0.1), "onnx": samples(1.0, 0.1), "onnx-int8": samples(1.0, 0.1)}
+    # ONNX level with pt2 at batch 64 but 3.7x faster at batch 1: chosen, and the reason says where it wins
+    latencies = {"pt2": samples(0.37, 0.02), "onnx": samples(0.1, 0.02), "onnx-int8": samples(0.1, 0.02)}
+    chosen, why = choose_variant(rows(), level, inputs=360, latencies=latencies)
+    assert chosen == "onnx" and "3.70x the speed of pt2 at batch 1, beyond the timing spread" in why["onnx"]
+    assert why["onnx-int8"].startswith("not chosen")  # level with onnx at both sizes
+    # INT8 2x faster at batch 64 but 3x slower at batch 1: not chosen, and the reason says so
+    faster = {**level, "onnx-int8": samples(0.5, 0.05)}
+    slow_single = {"pt2": samples(0.1, 0.02), "onnx": samples(0.1, 0.02), "onnx-int8": samples(0.3, 0.02)}
+    chosen, why = choose_variant(rows(), faster, inputs=360, latencies=slow_single)
+    assert chosen == "pt2" and "0.33x the speed of pt2 at batch 1, beyond the timing spread" in why["onnx-int8"]
+    assert choose_variant(rows(), faster, inputs=360)[0] == "onnx-int8"  # batch 64 alone: as before
+
+
 def test_four_example_inputs_never_recommend_int8_however_fast():
     timings = {"pt2": samples(1.0, 0.02), "onnx": samples(0.5, 0.02), "onnx-int8": samples(0.1, 0.02)}
     chosen, why = choose_variant(rows(), timings, inputs=4)

@@ -6,7 +6,10 @@ A variant other than the most exact one is recommended only when
    :data:`MIN_PARITY_ROWS` real inputs: four example inputs say nothing about a quantized model's error;
 2. its median batch time, over at least :data:`MIN_TIMING_ROUNDS` interleaved rounds, beats the best
    variant so far (candidates taken from the most exact on) by more than the spread of both (the sum of
-   their interquartile ranges): a difference inside the noise would flip between two runs.
+   their interquartile ranges): a difference inside the noise would flip between two runs;
+3. where batch-1 latencies were timed too, it wins at one batch size beyond the spread and is not slower
+   beyond the spread at the other: a server answers single requests as well as full batches, so a variant
+   3.7x slower than another at batch 1 is not chosen for being level at batch 64.
 
 Otherwise the most exact variant is kept, and each variant's ``choice`` says why.
 
@@ -47,13 +50,27 @@ def most_exact(rows: Mapping[str, Mapping[str, Any]]) -> str | None:
                                                      rows[n].get("max_rel") or 0.0, order.index(n)))
 
 
+def _compare(name: str, best: str, timings: Mapping[str, Sequence[float]], label: str) -> tuple[float, str]:
+    """``(gain, words)``: how much faster ``name`` is than ``best`` beyond both spreads (< 0: slower beyond
+    them; 0: within them), and the words for it."""
+    samples, base = timings.get(name) or [], timings.get(best) or []
+    base_median, median = statistics.median(base), statistics.median(samples)
+    noise = spread(samples) + spread(base)
+    gain = base_median - median
+    beyond = gain - noise if gain > noise else (gain + noise if gain < -noise else 0.0)
+    relation = "beyond" if beyond else "within"
+    return beyond, (f"{base_median / median:.2f}x the speed of {best}{label}, {relation} the timing spread "
+                    f"(gain {1e3 * gain:.3f} ms {'>' if beyond else '<='} IQR sum {1e3 * noise:.3f} ms)")
+
+
 def choose_variant(rows: Mapping[str, Mapping[str, Any]], timings: Mapping[str, Sequence[float]],
-                   inputs: int) -> tuple[str | None, dict[str, str]]:
+                   inputs: int, latencies: Mapping[str, Sequence[float]] | None = None
+                   ) -> tuple[str | None, dict[str, str]]:
     """The variant to deploy and, for every variant, why it was or was not chosen.
 
     ``rows``: the artifact's variants (``kind``, ``ok``, ``within_tolerance``, ``max_abs``, ``problem``);
     ``timings``: seconds per batch of each variant, one sample per interleaved round; ``inputs``: how many
-    real inputs parity was checked on.
+    real inputs parity was checked on; ``latencies``: seconds per batch-1 call, per round, where timed.
     """
     reasons: dict[str, str] = {}
     for name, row in rows.items():
@@ -79,18 +96,16 @@ def choose_variant(rows: Mapping[str, Mapping[str, Any]], timings: Mapping[str, 
             reasons[name] = (f"not chosen: {min(len(samples), len(base))} timing rounds; >= {MIN_TIMING_ROUNDS} "
                              "are needed to measure the spread")
             continue
-        base_median, median = statistics.median(base), statistics.median(samples)
-        noise = spread(samples) + spread(base)
-        speedup = base_median / median
-        gain = f"gain {1e3 * (base_median - median):.3f} ms"
-        if base_median - median > noise:
-            reasons[name] = (f"{speedup:.2f}x the speed of {best}, beyond the timing spread "
-                             f"({gain} > IQR sum {1e3 * noise:.3f} ms)")
+        gains = [_compare(name, best, timings, "")]
+        if latencies and min(len(latencies.get(name) or []), len(latencies.get(best) or [])) >= MIN_TIMING_ROUNDS:
+            gains.append(_compare(name, best, latencies, " at batch 1"))
+        words = "; ".join(w for _, w in gains)
+        if any(g > 0 for g, _ in gains) and not any(g < 0 for g, _ in gains):
+            reasons[name] = words
             replaced.append(best)
             best = name
         else:
-            reasons[name] = (f"not chosen: {speedup:.2f}x the speed of {best}, within the timing spread "
-                             f"({gain} <= IQR sum {1e3 * noise:.3f} ms)")
+            reasons[name] = f"not chosen: {words}"
     if best == exact:
         reasons[exact] = "chosen: the most exact variant that passes parity (no other is measurably faster)"
         return exact, reasons

@@ -266,7 +266,8 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
         if name in manifest.variants:
             row["bytes"] = manifest.variant_bytes(name)
     deploy, reasons = choose_variant({n: r for n, r in report["variants"].items() if n in manifest.variants},
-                                     report.pop("timing_rounds"), int(model_inputs[0].shape[0]))
+                                     report.pop("timing_rounds"), int(model_inputs[0].shape[0]),
+                                     report.pop("latency_rounds"))
     for name, reason in reasons.items():
         report["variants"][name]["choice"] = reason
     report.update(
@@ -279,8 +280,9 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
         deploy=deploy,
         deploy_rule=f"the most exact variant that passes parity, unless another passes it on >= {MIN_PARITY_ROWS} "
                     f"real inputs, stays within {tolerance:g} of the reference's "
-                    f"{'accuracy' if targets is not None else 'top-1 predictions'}, and is faster at batch 64 by "
-                    f"more than the spread (IQR) of >= {MIN_TIMING_ROUNDS} timing rounds",
+                    f"{'accuracy' if targets is not None else 'top-1 predictions'}, and is faster at batch 64 or at "
+                    "batch 1 by more than the spread (IQR) of >= "
+                    f"{MIN_TIMING_ROUNDS} timing rounds, and slower at neither beyond it",
         refused_at_export=manifest.refused, advice=manifest.advice, not_loaded=skipped)
     return report
 
@@ -379,7 +381,9 @@ def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[An
     one, many = timing if timing is not None else (_rows(inputs, small), _rows(inputs, large))
     progress.stage(f"timing {', '.join(working)} (interleaved blocks of 10 calls)", batch=small, total=rounds,
                    unit="rounds")
-    latency = interleaved_seconds({n: functools.partial(r, one) for n, r in working.items()}, rounds, repeat=10)
+    latency_rounds = interleaved_samples({n: functools.partial(r, one) for n, r in working.items()}, rounds,
+                                         repeat=10)
+    latency = {name: statistics.median(values) for name, values in latency_rounds.items()}
     progress.stage(f"timing {', '.join(working)} (interleaved blocks of up to 2 calls)", batch=large,
                    total=rounds, unit="rounds")
     batch_rounds = interleaved_samples({n: functools.partial(r, many) for n, r in working.items()}, rounds, repeat=2,
@@ -393,7 +397,7 @@ def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[An
     padding = (f"each chunk of {static_batch or CHUNK} rows preprocessed on its own, shortest rows first"
                if ordered is not None else "one batch")
     return {"variants": rows, "timing_batches": {"latency": small, "throughput": large}, "parity_padding": padding,
-            "timing_rounds": batch_rounds, "timing_rule": f"{rounds} interleaved rounds of blocks (10 calls at "
+            "timing_rounds": batch_rounds, "latency_rounds": latency_rounds, "timing_rule": f"{rounds} interleaved rounds of blocks (10 calls at "
             f"batch {small}, 2 at batch {large}, or 1 where a call takes {BLOCK_S} s), each block {SETTLE_S} s "
             "after the previous one",
             "timing_inputs": ("the held-out row of median size alone, and the first rows padded together"
