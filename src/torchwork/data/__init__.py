@@ -1,5 +1,5 @@
-"""Real datasets, users' labelled text files (CSV, TSV, JSON Lines, Parquet), text cleaning and tokenizing,
-class balance, loaders and input-pipeline profiling.
+"""Real datasets, users' labelled text files (CSV, TSV, JSON Lines, Parquet) and image folders, text
+cleaning and tokenizing, class balance, loaders and input-pipeline profiling.
 
 Names are imported lazily: ``import torchwork.data`` imports neither torch nor scikit-learn.
 
@@ -37,6 +37,9 @@ _LAZY: dict[str, str] = {
     "seed_worker": "torchwork.data.loaders",
     "profile_loader": "torchwork.data.profile",
     "audit_texts": "torchwork.data.audit",
+    "audit_images": "torchwork.data.image_audit",
+    "read_image_folder": "torchwork.data.image_folder",
+    "ImageFolderData": "torchwork.data.image_folder",
     "DataReport": "torchwork.data.findings",
     "Finding": "torchwork.data.findings",
     "grouped_split": "torchwork.data.splits",
@@ -65,6 +68,8 @@ if TYPE_CHECKING:  # pragma: no cover
         stratified_split,
     )
     from torchwork.data.findings import DataReport, Finding  # noqa: F401
+    from torchwork.data.image_audit import audit_images  # noqa: F401
+    from torchwork.data.image_folder import ImageFolderData, read_image_folder  # noqa: F401
     from torchwork.data.intervals import paired_macro_f1  # noqa: F401
     from torchwork.data.label_noise import label_noise_candidates  # noqa: F401
     from torchwork.data.loaders import default_num_workers, loader, seed_worker  # noqa: F401

@@ -158,7 +158,14 @@ def _garbled(texts: Sequence[str], rows: Sequence[int | str]) -> Finding | None:
         [rows[i] for i, _ in hits])
 
 
-def _class_findings(labels: Sequence[str]) -> list[Finding]:
+def class_findings(labels: Sequence[str], unit: str = "rows") -> list[Finding]:
+    """``imbalance`` (the largest class over the smallest) and ``rare-class`` (fewer than 5 ``unit``; fewer
+    than 2 is an error) of ``labels``: one for each row (or image, with ``unit="images"``).
+
+    Example:
+        >>> [(f.kind, f.severity) for f in class_findings(["cat"] * 20 + ["dog"] * 3 + ["eel"])]
+        [('imbalance', 'warning'), ('rare-class', 'error')]
+    """
     counts = Counter(labels)
     found = []
     largest, smallest = max(counts.values()), min(counts.values())
@@ -169,16 +176,16 @@ def _class_findings(labels: Sequence[str]) -> list[Finding]:
         found.append(finding(
             "imbalance", severity, len(counts), [{"classes": dict(counts.most_common())}],
             "scores are macro-averaged (each class counts alike) and the loss weights classes by their "
-            "inverse frequency; add rows of the small classes if you can",
-            f"the largest class has {ratio:.1f}x the rows of the smallest ({shares})"))
+            f"inverse frequency; add {unit} of the small classes if you can",
+            f"the largest class has {ratio:.1f}x the {unit} of the smallest ({shares})"))
     rare = {k: v for k, v in counts.items() if v < RARE_ROWS}
     if rare:
         severity = "error" if min(rare.values()) < 2 else "warning"
         found.append(finding(
-            "rare-class", severity, len(rare), [{"class": k, "rows": v} for k, v in sorted(rare.items())],
-            f"add rows (at least {RARE_ROWS} per class; 2 are the least that can be split into training and "
-            "test), merge the class into another, or remove its rows",
-            f"{len(rare)} classes have fewer than {RARE_ROWS} rows: "
+            "rare-class", severity, len(rare), [{"class": k, unit: v} for k, v in sorted(rare.items())],
+            f"add {unit} (at least {RARE_ROWS} per class; 2 are the least that can be split into training and "
+            f"test), merge the class into another, or remove its {unit}",
+            f"{len(rare)} classes have fewer than {RARE_ROWS} {unit}: "
             + ", ".join(f"{k!r} ({v})" for k, v in sorted(rare.items()))))
     return found
 
@@ -243,7 +250,7 @@ def audit_texts(texts: Sequence[str], labels: Sequence[str], *, rows: Sequence[i
         _conflicts(texts, labels, rows, groups),
         _empty(texts, rows),
         _garbled(texts, rows),
-        *_class_findings(labels),
+        *class_findings(labels),
         (_truncated(texts, rows, token_lengths, max_length, suggested_length)
          if token_lengths is not None and max_length else None),
         _label_noise(texts, labels, rows, seed) if label_noise else None,

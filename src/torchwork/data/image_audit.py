@@ -1,0 +1,467 @@
+"""The data report of an image folder (read by :func:`~torchwork.data.image_folder.read_image_folder`): what
+is wrong with it, found before any training, in the text report's format
+(:class:`~torchwork.data.findings.DataReport`; a row is a path relative to the folder).
+
+Kinds:
+
+- ``corrupt-file`` (warning: they are left out): empty, truncated or undecodable files, and decompression
+  bombs (a header claiming more than Pillow's ``MAX_IMAGE_PIXELS``, never decoded);
+- ``hidden-entry`` and ``not-image`` (info), ``skipped-entry`` (warning: links leading out of the folder,
+  FIFOs, devices, images outside any class folder), ``empty-class`` (warning: a class folder without a
+  readable image);
+- ``duplicate`` (warning): the same bytes, or a near copy (re-encoded, brightened, resized);
+  ``cross-split-duplicate`` (error): an image of a later split (validation, test) also in an earlier one;
+  ``conflicting-labels`` (warning): one image in two class folders;
+- ``odd-size`` (warning): a side more than 4x from the median's, or an aspect ratio beyond 4:1;
+  ``grayscale`` (info): grayscale images among colour ones, or the reverse;
+- ``imbalance`` and ``rare-class``: as in the text report (:func:`torchwork.data.audit.class_findings`).
+
+Near copies: each image's 64-bit difference hash (:func:`dhash`) puts it in 8 buckets (one per byte), so two
+hashes that differ in at most 7 bits share a bucket; two images of a bucket are near copies when their hashes
+differ in at most 10 bits and their 16x16 grayscale thumbnails correlate at 0.99 or more (brightness and
+contrast do not count). Equal hashes alone would miss half the re-saved JPEGs and join different
+low-resolution images (measured on Fashion-MNIST: a 9x8 hash is unchanged by a JPEG re-save for 41% of
+images, and 7% of images share their hash with another one). A bucket is compared in chunks of 256 members
+sorted by hash: no step compares all pairs of images.
+
+Example:
+    >>> import pathlib, tempfile
+    >>> import numpy as np
+    >>> from PIL import Image
+    >>> from torchwork.data.image_folder import read_image_folder
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> rng = np.random.default_rng(0)
+    >>> for split, label, i in [(s, c, i) for s in ("train", "test") for c in ("cat", "dog") for i in range(3)]:
+    ...     (root / split / label).mkdir(parents=True, exist_ok=True)
+    ...     Image.fromarray(rng.integers(0, 255, (32, 32), dtype=np.uint8)).save(root / split / label / f"{i}.png")
+    >>> _ = (root / "test" / "dog" / "2.png").write_bytes((root / "train" / "dog" / "0.png").read_bytes())
+    >>> report = audit_images(read_image_folder(root))
+    >>> [(f.kind, f.severity, f.rows) for f in report.findings]
+    [('duplicate', 'warning', ['test/dog/2.png']), ('cross-split-duplicate', 'error', ['test/dog/2.png'])]
+    >>> report.splits["test"]["classes"], report.source["layout"]
+    ({'cat': 3, 'dog': 3}, 'split folders')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import statistics
+import struct
+import warnings
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from torchwork.data.findings import DataReport, Finding, example, finding
+from torchwork.data.image_folder import ImageFolderData
+from torchwork.data.tables_detect import read_regular_file
+from torchwork.errors import DataError
+
+# The formats the folder's extensions name: Pillow is never asked to try others (EPS would run Ghostscript).
+FORMATS = ("JPEG", "PNG", "BMP", "GIF", "WEBP", "TIFF")
+DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's MAX_IMAGE_PIXELS: a larger header is a decompression bomb
+MAX_BYTES = 256 * 2**20
+DRAFT = 128  # a JPEG is decoded at the smallest scale that keeps both sides at least this long
+BANDS, MAX_HAMMING, MIN_CORRELATION, CHUNK, THUMB = 8, 10, 0.99, 256, 16
+ODD_SIDE, ODD_ASPECT = 4.0, 4.0
+GRAY_SPREAD = 10  # a pixel whose channels differ by at most this much is gray
+SPLIT_ORDER = ("train", "validation", "test")
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageFacts:
+    """What one file is: its bytes' hash, its size and mode, whether its content is gray, its difference
+    hash and 16x16 grayscale thumbnail; or the problem (``truncated``, ...) and what Pillow said."""
+
+    sha256: str
+    width: int = 0
+    height: int = 0
+    mode: str = ""
+    gray: bool = False
+    dhash: int = 0
+    thumb: bytes = b""
+    problem: str | None = None
+    detail: str = ""
+
+    def describe(self) -> str:
+        return f"{self.width}x{self.height} {self.mode}" if self.problem is None else f"{self.problem}: {self.detail}"
+
+
+def dhash(image: Any) -> int:
+    """The 64-bit difference hash of a Pillow image: grayscale, resized to 9x8, one bit per pair of
+    horizontal neighbours (1 where the left one is brighter), row by row.
+
+    Example:
+        >>> from PIL import Image
+        >>> ramp = Image.linear_gradient("L").rotate(90)  # dark on the left, bright on the right
+        >>> f"{dhash(ramp):016x}", f"{dhash(ramp.transpose(Image.Transpose.FLIP_LEFT_RIGHT)):016x}"
+        ('0000000000000000', 'ffffffffffffffff')
+    """
+    from PIL import Image
+
+    small = np.asarray(image.convert("L").resize((9, 8), Image.Resampling.LANCZOS), dtype=np.int16)
+    return int.from_bytes(np.packbits(small[:, :-1] > small[:, 1:]).tobytes(), "big")
+
+
+def _is_gray(image: Any) -> bool:
+    from PIL import Image
+
+    if image.mode in ("1", "L", "LA", "I", "F") or image.mode.startswith("I;"):
+        return True
+    rgb = np.asarray(image.convert("RGB").resize((32, 32), Image.Resampling.BOX), dtype=np.int16)
+    spread = rgb.max(axis=2) - rgb.min(axis=2)
+    return float(np.percentile(spread, 99)) <= GRAY_SPREAD
+
+
+def _formats() -> list[str]:
+    """:data:`FORMATS`, less those this Pillow was built without."""
+    from PIL import Image
+
+    Image.init()
+    return [name for name in FORMATS if name in Image.OPEN]
+
+
+def _decoded(sha: str, data: bytes, max_pixels: int) -> ImageFacts:
+    from PIL import Image
+
+    formats = _formats()
+    with Image.open(io.BytesIO(data), formats=formats) as image:
+        width, height = image.size
+        if width * height > max_pixels:
+            return ImageFacts(sha, width, height, image.mode, problem="decompression bomb",
+                              detail=f"the header says {width}x{height} pixels, over {max_pixels:,}; not decoded")
+        image.verify()  # checksums and structure, without decoding
+    with Image.open(io.BytesIO(data), formats=formats) as image:
+        mode = image.mode
+        image.draft("RGB", (DRAFT, DRAFT))
+        image.load()  # a real decode: verify() does not see a truncated pixel stream in every format
+        gray_image = image.convert("L")
+        thumb = gray_image.resize((THUMB, THUMB), Image.Resampling.BOX).tobytes()
+        return ImageFacts(sha, width, height, mode, _is_gray(image), dhash(gray_image), thumb)
+
+
+def inspect_image(path: str | Path, *, max_bytes: int = MAX_BYTES, max_pixels: int | None = None) -> ImageFacts:
+    """The :class:`ImageFacts` of the image file ``path``: read once (a regular file of at most
+    ``max_bytes``), checked with Pillow's ``verify()`` and decoded once; a file that fails is an
+    ``ImageFacts`` with a ``problem``, never an exception.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "x.png"
+        >>> _ = path.write_bytes(b"\\x89PNG\\r\\n\\x1a\\n" + b"\\x00" * 20)
+        >>> inspect_image(path).problem
+        'undecodable'
+    """
+    from PIL import Image
+
+    try:
+        data = read_regular_file(Path(path), max_bytes)
+    except DataError as error:
+        return ImageFacts("", problem="unreadable file", detail=str(error))
+    sha = hashlib.sha256(data).hexdigest()
+    if not data:
+        return ImageFacts(sha, problem="empty file", detail="0 bytes")
+    limit = max_pixels or Image.MAX_IMAGE_PIXELS or DEFAULT_MAX_PIXELS
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # bomb warnings (checked above) and palette-transparency notes
+            return _decoded(sha, data, int(limit))
+    except Image.DecompressionBombError as error:
+        return ImageFacts(sha, problem="decompression bomb", detail=f"{error}; not decoded")
+    except (OSError, SyntaxError, ValueError, EOFError, struct.error, IndexError, TypeError,
+            ZeroDivisionError, MemoryError) as error:  # what Pillow's decoders raise on damaged files
+        truncated = "truncated" in str(error) or isinstance(error, EOFError)
+        return ImageFacts(sha, problem="truncated" if truncated else "undecodable",
+                          detail=f"{type(error).__name__}: {error}")
+
+
+class _Groups:
+    """Union-find over image indices: the groups of exact and near copies."""
+
+    def __init__(self, n: int) -> None:
+        self.parent = list(range(n))
+
+    def find(self, i: int) -> int:
+        while self.parent[i] != i:
+            self.parent[i] = self.parent[self.parent[i]]
+            i = self.parent[i]
+        return i
+
+    def join(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+    def groups(self) -> list[list[int]]:
+        members: dict[int, list[int]] = defaultdict(list)
+        for i in range(len(self.parent)):
+            members[self.find(i)].append(i)
+        return [m for m in members.values() if len(m) > 1]
+
+
+_POPCOUNT = np.array([bin(b).count("1") for b in range(256)], dtype=np.uint8)
+
+
+def _link_near(chunk: list[int], hashes: np.ndarray, thumbs: np.ndarray, groups: _Groups) -> None:
+    t = thumbs[chunk]
+    h = hashes[chunk]  # (m, 8) bytes of each hash
+    bits_apart = _POPCOUNT[h[:, None, :] ^ h[None, :, :]].sum(axis=2)
+    close = (t @ t.T >= MIN_CORRELATION) & (bits_apart <= MAX_HAMMING)
+    for a, c in np.argwhere(np.triu(close, 1)):
+        groups.join(chunk[a], chunk[c])
+
+
+def duplicate_groups(facts: Sequence[ImageFacts]) -> list[list[int]]:
+    """Groups (indices into ``facts``, each sorted, at least 2) of exact copies (the same bytes) and near
+    copies (see the module) among the readable images.
+
+    Example:
+        >>> a = ImageFacts("x" * 64, 8, 8, "L")
+        >>> duplicate_groups([a, ImageFacts("y" * 64, 8, 8, "L"), a])
+        [[0, 2]]
+    """
+    groups = _Groups(len(facts))
+    readable = [i for i, f in enumerate(facts) if f.problem is None and f.sha256]
+    first: dict[str, int] = {}
+    for i in readable:
+        groups.join(first.setdefault(facts[i].sha256, i), i)
+    thumbs = np.zeros((len(facts), THUMB * THUMB), dtype=np.float32)
+    for i in readable:
+        if len(facts[i].thumb) == THUMB * THUMB:
+            t = np.frombuffer(facts[i].thumb, dtype=np.uint8).astype(np.float32)
+            t -= t.mean()
+            norm = float(np.linalg.norm(t))
+            thumbs[i] = t / norm if norm > 1e-3 else 0.0  # a flat image is nobody's near copy
+    hashes = np.frombuffer(b"".join(f.dhash.to_bytes(8, "big") for f in facts), dtype=np.uint8).reshape(-1, 8)
+    width = 64 // BANDS
+    for band in range(BANDS):
+        buckets: dict[int, list[int]] = defaultdict(list)
+        for i in readable:
+            buckets[(facts[i].dhash >> (width * band)) & ((1 << width) - 1)].append(i)
+        for members in buckets.values():
+            members.sort(key=lambda i: facts[i].dhash)
+            for start in range(0, len(members) - 1, CHUNK):
+                _link_near(members[start:start + CHUNK], hashes, thumbs, groups)
+    return sorted(groups.groups())
+
+
+def _split_rank(name: str) -> int:
+    return SPLIT_ORDER.index(name) if name in SPLIT_ORDER else len(SPLIT_ORDER)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Audit:
+    """The folder and the facts of each of its images, for the checks below."""
+
+    data: ImageFolderData
+    facts: list[ImageFacts]
+    groups: list[list[int]]
+
+    @property
+    def readable(self) -> list[int]:
+        return [i for i, f in enumerate(self.facts) if f.problem is None]
+
+    def split(self, i: int) -> str:
+        return self.data.splits[i] if self.data.splits is not None else "train"
+
+    def example(self, i: int, **extra: Any) -> dict[str, Any]:
+        return example(self.data.rows[i], self.facts[i].describe(), **extra)
+
+
+def _listed(kind: str, severity: str, entries: Sequence[tuple[str, str]], fix: str, what: str) -> Finding | None:
+    """A finding about entries of the listing (no image decoded): ``(row, note)`` each."""
+    if not entries:
+        return None
+    return finding(kind, severity, len(entries), [example(row, note) for row, note in entries], fix,
+                   f"{len(entries):,} {what}", sorted(row for row, _ in entries))
+
+
+def _listing_findings(data: ImageFolderData, unreadable_classes: Sequence[str]) -> list[Finding | None]:
+    return [
+        _listed("hidden-entry", "info", [(row, "hidden") for row in data.hidden],
+                "hidden files and folders (.name, __MACOSX) are never read nor taken for a class; delete them if "
+                "they are leftovers (notebook checkpoints, macOS metadata)", "hidden entries are left out"),
+        _listed("not-image", "info", [(row, Path(row).suffix or "no extension") for row in data.not_images],
+                "only .jpg .jpeg .png .bmp .gif .webp .tif .tiff files are read; rename an image saved under "
+                "another extension", "files are not images (by extension) and are left out"),
+        _listed("skipped-entry", "warning", data.skipped,
+                "torchwork reads only regular files inside the folder; copy the files a link points to into the "
+                "folder, and move images into a class folder", "entries are skipped (links out of the folder, "
+                "special files, images outside a class folder)"),
+        _listed("empty-class", "warning",
+                [(row, "no image file") for row in data.empty_classes]
+                + [(row, "no readable image") for row in unreadable_classes],
+                "add images to these class folders, or remove the folders: a class without images cannot be "
+                "learnt (torchvision's ImageFolder refuses such a folder)", "class folders hold no usable image"),
+    ]
+
+
+def _corrupt(audit: _Audit) -> Finding | None:
+    bad = [i for i, f in enumerate(audit.facts) if f.problem is not None]
+    if not bad:
+        return None
+    kinds = Counter(audit.facts[i].problem for i in bad)
+    return finding(
+        "corrupt-file", "warning", len(bad), [audit.example(i) for i in bad],
+        "these files are left out; re-export or re-download them, or delete them",
+        f"{len(bad):,} files cannot be decoded (" + ", ".join(f"{n:,} {k}" for k, n in kinds.most_common()) + ")",
+        [audit.data.rows[i] for i in bad])
+
+
+def _duplicates(audit: _Audit) -> list[Finding | None]:
+    rows, labels, facts = audit.data.rows, audit.data.labels, audit.facts
+    copies, leaked, conflicts = [], [], []
+    exact = 0
+    for group in audit.groups:
+        members = sorted(group, key=lambda i: (_split_rank(audit.split(i)), i))  # the earliest split's first
+        first = members[0]
+        earliest = audit.split(first)
+        for i in members[1:]:
+            same = facts[i].sha256 == facts[first].sha256
+            exact += same
+            how = "exact copy" if same else "near copy"
+            copies.append(audit.example(i, note=f"{how} of {rows[first]}", first_row=rows[first], exact=same))
+        leaked += [audit.example(i, split=audit.split(i), note=f"in {audit.split(i)}, also in {earliest} as "
+                                 f"{rows[first]}") for i in members if audit.split(i) != earliest]
+        seen = Counter(labels[i] for i in members)
+        if len(seen) > 1:
+            conflicts.append((members, seen))
+    found: list[Finding | None] = []
+    if copies:
+        copies.sort(key=lambda e: (e["exact"], e["row"]))  # near copies are the less obvious: first
+        found.append(finding(
+            "duplicate", "warning", len(copies), copies,
+            "torchwork keeps one image of each group for training and never puts a group in two splits; delete "
+            "the copies to keep the counts honest",
+            f"{len(copies):,} images repeat another one ({exact:,} the same bytes, {len(copies) - exact:,} near "
+            "copies)", sorted(e["row"] for e in copies)))
+    if leaked:
+        found.append(finding(
+            "cross-split-duplicate", "error", len(leaked), leaked,
+            "delete these images from the later split (validation, test), or move them to the split that holds "
+            "their copy; scores measured with them are inflated",
+            f"{len(leaked):,} images of a later split are also (or nearly) in an earlier one (leakage)",
+            sorted(e["row"] for e in leaked)))
+    if conflicts:
+        found.append(_conflicting(audit, conflicts))
+    return found
+
+
+def _conflicting(audit: _Audit, conflicts: list[tuple[list[int], Counter[str]]]) -> Finding:
+    rows = audit.data.rows
+    examples = [audit.example(members[0], labels=dict(seen), rows=[rows[i] for i in members],
+                              note="in " + ", ".join(f"{label} ×{n}" for label, n in seen.most_common()))
+                for members, seen in conflicts]
+    hit = sorted(rows[i] for members, _ in conflicts for i in members)
+    return finding(
+        "conflicting-labels", "warning", len(hit), examples,
+        "keep each image in the one class folder it belongs to; for training torchwork keeps the most frequent "
+        "class of each group and drops a group whose classes tie",
+        f"{len(conflicts):,} images ({len(hit):,} files) are in more than one class folder", hit)
+
+
+def _odd_sizes(audit: _Audit) -> Finding | None:
+    readable = audit.readable
+    if not readable:
+        return None
+    facts = audit.facts
+    width = statistics.median(facts[i].width for i in readable)
+    height = statistics.median(facts[i].height for i in readable)
+
+    def why(f: ImageFacts) -> str | None:
+        aspect = max(f.width / f.height, f.height / f.width) if f.width and f.height else float("inf")
+        if aspect > ODD_ASPECT:
+            return f"aspect ratio {aspect:.1f}:1"
+        if max(f.width / width, width / max(f.width, 1), f.height / height, height / max(f.height, 1)) > ODD_SIDE:
+            return f"far from the median size {width:g}x{height:g}"
+        return None
+
+    odd = [(i, reason) for i in readable if (reason := why(facts[i]))]
+    if not odd:
+        return None
+    return finding(
+        "odd-size", "warning", len(odd), [audit.example(i, note=reason) for i, reason in odd],
+        "every image is resized to the model's input size: these are squashed or blown up; crop them, or check "
+        "they belong (a banner, an icon, a scan of a page)",
+        f"{len(odd):,} images have a size far from the others' (median {width:g}x{height:g}) or an extreme shape",
+        [audit.data.rows[i] for i, _ in odd])
+
+
+def _grayscale(audit: _Audit) -> Finding | None:
+    readable = audit.readable
+    gray = [i for i in readable if audit.facts[i].gray]
+    if not gray or len(gray) == len(readable):
+        return None
+    few_gray = len(gray) <= len(readable) / 2
+    minority = gray if few_gray else [i for i in readable if not audit.facts[i].gray]
+    what, among = ("grayscale", "colour") if few_gray else ("colour", "grayscale")
+    return finding(
+        "grayscale", "info", len(minority), [audit.example(i, note=what) for i in minority],
+        "torchwork converts every image to RGB; check these belong (a scan, an X-ray among photos), and that a "
+        "class is not told apart by its colour alone",
+        f"{len(minority):,} of {len(readable):,} images are {what} among {among} ones",
+        [audit.data.rows[i] for i in minority])
+
+
+def _unreadable_classes(audit: _Audit) -> list[str]:
+    """Class folders (``train/cat`` or ``cat``) that hold image files but none readable."""
+    files: dict[str, list[int]] = defaultdict(list)
+    for i, (label, row) in enumerate(zip(audit.data.labels, audit.data.rows)):
+        files[f"{row.split('/', 1)[0]}/{label}" if audit.data.splits is not None else label].append(i)
+    return sorted(folder for folder, members in files.items()
+                  if all(audit.facts[i].problem is not None for i in members))
+
+
+def _plan(audit: _Audit, seed: int) -> Any:
+    """The split plan of the readable images: the folder's splits, or a grouped split; either way the images
+    of a duplicate group count as one (the splits' ``texts`` are the groups' keys)."""
+    from torchwork.data.splits import given_split, grouped_split
+
+    group_of = {i: members[0] for members in audit.groups for i in members}
+    readable = audit.readable
+    keys = [f"image group {group_of.get(i, i)}" for i in readable]
+    labels = [audit.data.labels[i] for i in readable]
+    if audit.data.splits is None:
+        return grouped_split(keys, labels, seed=seed)
+    return given_split(keys, labels, [audit.split(i) for i in readable], seed=seed)
+
+
+def _source(audit: _Audit, plan: Any) -> dict[str, Any]:
+    data = audit.data
+    listing = "\n".join(f"{row}\t{f.sha256}" for row, f in sorted(zip(data.rows, audit.facts)))
+    return {"folder": str(data.folder), "layout": data.layout,
+            "fingerprint": "sha256:" + hashlib.sha256(listing.encode()).hexdigest(), "files": len(data.rows),
+            "images": len(audit.readable), "classes": list(data.classes), "dropped": plan.dropped}
+
+
+def audit_images(data: ImageFolderData, *, seed: int = 0, max_bytes: int = MAX_BYTES,
+                 max_pixels: int | None = None, progress: Callable[[int, int], Any] | None = None) -> DataReport:
+    """The data report of the image folder ``data`` (see the module for the kinds), with the images of each
+    split (the folder's train/ val/ test/, else a seeded grouped split) and where the images came from.
+
+    Every file is read once (a regular file of at most ``max_bytes``) and decoded once; ``progress(done,
+    total)`` is called every 1000 files.
+    """
+    from torchwork.data.audit import class_findings
+
+    facts = []
+    for done, path in enumerate(data.paths, 1):
+        facts.append(inspect_image(path, max_bytes=max_bytes, max_pixels=max_pixels))
+        if progress is not None and (done % 1000 == 0 or done == len(data.paths)):
+            progress(done, len(data.paths))
+    audit = _Audit(data, facts, duplicate_groups(facts))
+    labels = [data.labels[i] for i in audit.readable]
+    if len(set(labels)) < 2:
+        raise DataError(f"{data.folder}: fewer than 2 classes hold a readable image (of {len(data.rows):,} image "
+                        "files, " + f"{len(labels):,} can be decoded). Replace the damaged files.")
+    found: list[Finding | None] = [
+        _corrupt(audit), *_listing_findings(data, _unreadable_classes(audit)), *_duplicates(audit),
+        _odd_sizes(audit), _grayscale(audit), *class_findings(labels, unit="images"),
+    ]
+    plan = _plan(audit, seed)
+    return DataReport([f for f in found if f is not None], plan.counts(), _source(audit, plan))

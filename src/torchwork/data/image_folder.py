@@ -1,0 +1,240 @@
+"""Read a user's image folder: one sub-folder per class (``PHOTOS/cat/x.jpg``), optionally below ``train/``,
+``val/`` (or ``validation/``) and ``test/`` (``PHOTOS/train/cat/x.jpg``), without decoding any image.
+
+What is listed and what is only reported:
+
+- image files by extension (``.jpg .jpeg .png .bmp .gif .webp .tif .tiff``, any case) inside a class folder,
+  at any depth below it; each is a row whose id is its path relative to the folder (``train/cat/x.jpg``);
+- hidden entries (a name starting with ``.``, or ``__MACOSX``): never a class, never read; reported
+  (torchvision's ``ImageFolder`` takes ``.ipynb_checkpoints`` for a class: torchvision issue #2831);
+- other files: reported as not images; class folders without an image file: reported as empty (where
+  ``ImageFolder`` raises, torchvision issue #4925);
+- links leading outside the folder, broken links, FIFOs, sockets and devices: skipped and reported; a link
+  inside the folder is followed, a folder already read is not read twice.
+
+A folder no classifier can be trained on (missing, a file, no class folder, a single class) is a
+:class:`~torchwork.errors.DataError` saying what to do. Decoding, hashing and every check of the pixels are
+:func:`torchwork.data.image_audit.audit_images`'s.
+
+Example:
+    >>> import pathlib, tempfile
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> for row in ["cat/a.png", "cat/b.jpg", "dog/c.png", "dog/notes.txt", ".ipynb_checkpoints/d.png"]:
+    ...     (root / row).parent.mkdir(parents=True, exist_ok=True)
+    ...     _ = (root / row).write_bytes(b"")
+    >>> data = read_image_folder(root)
+    >>> data.rows, data.labels, data.classes, data.splits
+    (['cat/a.png', 'cat/b.jpg', 'dog/c.png'], ['cat', 'cat', 'dog'], ['cat', 'dog'], None)
+    >>> data.hidden, data.not_images
+    (['.ipynb_checkpoints'], ['dog/notes.txt'])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import stat
+from pathlib import Path
+
+from torchwork.errors import DataError
+
+IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
+SPLIT_FOLDERS = {"train": "train", "val": "validation", "valid": "validation", "validation": "validation",
+                 "test": "test"}
+HIDDEN_NAMES = frozenset({"__MACOSX"})
+LAYOUT = "put each class's images in a sub-folder named after the class (PHOTOS/cat/x.jpg), optionally below " \
+         "train/, val/ and test/ (PHOTOS/train/cat/x.jpg)"
+
+
+@dataclasses.dataclass
+class ImageFolderData:
+    """The image files of a folder, each with its row id (path relative to the folder), class and split,
+    and every entry left out, by reason."""
+
+    folder: Path
+    paths: list[Path]
+    rows: list[str]
+    labels: list[str]
+    splits: list[str] | None  # None: no train/ val/ test/ folders
+    classes: list[str]  # every class folder's name, sorted (empty ones included)
+    empty_classes: list[str] = dataclasses.field(default_factory=list)  # rows of class folders without images
+    hidden: list[str] = dataclasses.field(default_factory=list)
+    not_images: list[str] = dataclasses.field(default_factory=list)
+    skipped: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (row, why)
+
+    @property
+    def layout(self) -> str:
+        return "class folders" if self.splits is None else "split folders"
+
+
+def is_hidden(name: str) -> bool:
+    """True for a name the folder reader never takes for a class or an image (``.x``, ``__MACOSX``).
+
+    Example:
+        >>> is_hidden(".DS_Store"), is_hidden("__MACOSX"), is_hidden("cat")
+        (True, True, False)
+    """
+    return name.startswith(".") or name in HIDDEN_NAMES
+
+
+@dataclasses.dataclass
+class _Walk:
+    """What reading a folder has found so far."""
+
+    root: Path
+    real_root: str
+    max_files: int
+    max_depth: int
+    data: ImageFolderData
+    seen_dirs: set[str] = dataclasses.field(default_factory=set)
+
+    def entries(self, folder: Path, rel: str) -> list[tuple[str, str, Path]]:
+        """``(kind, row, path)`` of each entry of ``folder``, sorted by name: kind ``dir`` or ``file``; hidden
+        entries, links out of the folder and special files are recorded and left out."""
+        out = []
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError as error:
+            self.data.skipped.append((rel or ".", f"cannot be listed ({error.strerror})"))
+            return []
+        for name in names:
+            row = f"{rel}/{name}" if rel else name
+            if is_hidden(name):
+                self.data.hidden.append(row)
+                continue
+            kind = self.kind(folder / name, row)
+            if kind is not None:
+                out.append((kind, row, folder / name))
+        return out
+
+    def kind(self, path: Path, row: str) -> str | None:
+        try:
+            info = os.lstat(path)
+            if stat.S_ISLNK(info.st_mode):
+                target = os.path.realpath(path)
+                if os.path.commonpath([target, self.real_root]) != self.real_root:
+                    self.data.skipped.append((row, f"a link leading outside the folder (to {target})"))
+                    return None
+                info = os.stat(path)
+        except FileNotFoundError:
+            self.data.skipped.append((row, f"a broken link (to {os.readlink(path)})"))
+            return None
+        except OSError as error:
+            self.data.skipped.append((row, f"cannot be read ({error.strerror})"))
+            return None
+        if stat.S_ISDIR(info.st_mode):
+            return "dir"
+        if stat.S_ISREG(info.st_mode):
+            return "file"
+        special = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+                   (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+        what = next((name for test, name in special if test(info.st_mode)), "not a regular file")
+        self.data.skipped.append((row, what))
+        return None
+
+    def first_visit(self, path: Path, row: str) -> bool:
+        real = os.path.realpath(path)
+        if real in self.seen_dirs:
+            self.data.skipped.append((row, "a link to a folder already read"))
+            return False
+        self.seen_dirs.add(real)
+        return True
+
+    def class_folder(self, path: Path, row: str, label: str, split: str | None, depth: int = 0) -> int:
+        """Record the images below a class folder; the number of them."""
+        if not self.first_visit(path, row):
+            return 0
+        found = 0
+        for kind, child, child_path in self.entries(path, row):
+            if kind == "dir":
+                if depth + 1 > self.max_depth:
+                    self.data.skipped.append((child, f"deeper than {self.max_depth} folders below its class"))
+                else:
+                    found += self.class_folder(child_path, child, label, split, depth + 1)
+            elif child_path.suffix.lower() in IMAGE_EXTENSIONS:
+                self.add(child_path, child, label, split)
+                found += 1
+            else:
+                self.data.not_images.append(child)
+        return found
+
+    def add(self, path: Path, row: str, label: str, split: str | None) -> None:
+        if len(self.data.paths) >= self.max_files:
+            raise DataError(f"{self.root} holds more than {self.max_files:,} image files (max_files). Check the "
+                            "size of the folder, or raise max_files if it is right.")
+        self.data.paths.append(path)
+        self.data.rows.append(row)
+        self.data.labels.append(label)
+        if self.data.splits is not None:
+            self.data.splits.append(split or "train")
+
+    def classes_below(self, folder: Path, rel: str, split: str | None) -> set[str]:
+        """Read the class folders of ``folder`` (the root, or a split folder); their names."""
+        names = set()
+        for kind, row, path in self.entries(folder, rel):
+            if kind == "file":
+                if path.suffix.lower() in IMAGE_EXTENSIONS:
+                    self.data.skipped.append((row, "an image outside any class folder has no class: move it "
+                                                   "into one"))
+                else:
+                    self.data.not_images.append(row)
+                continue
+            label = path.name
+            names.add(label)
+            if not self.class_folder(path, row, label, split):
+                self.data.empty_classes.append(row)
+        return names
+
+
+def _split_folders(root: Path) -> dict[str, list[str]]:
+    """``{split: [folder names]}`` of the split folders directly below ``root``."""
+    found: dict[str, list[str]] = {}
+    for name in sorted(os.listdir(root)):
+        split = SPLIT_FOLDERS.get(name.casefold())
+        if split and (root / name).is_dir():
+            found.setdefault(split, []).append(name)
+    return found
+
+
+def read_image_folder(folder: str | os.PathLike[str], *, max_files: int = 2_000_000,
+                      max_depth: int = 16) -> ImageFolderData:
+    """The image files of ``folder`` (see the module): their paths, rows, classes and splits, and every
+    entry left out; a DataError, before any image is read, for a folder no classifier can learn from."""
+    root = Path(folder)
+    if not root.exists():
+        raise DataError(f"{root}: no such folder (relative paths start at {Path.cwd()}). Check the path.")
+    if not root.is_dir():
+        raise DataError(f"{root} is a file, not a folder. torchwork data check reads a text table file or an "
+                        f"image folder: {LAYOUT}.")
+    splits = _split_folders(root)
+    data = ImageFolderData(root, [], [], [], [] if splits else None, [])
+    walk = _Walk(root, os.path.realpath(root), max_files, max_depth, data)
+    walk.seen_dirs.add(walk.real_root)
+    if not splits:
+        classes = walk.classes_below(root, "", None)
+    else:
+        if "train" not in splits:
+            raise DataError(f"{root} has {', '.join(n + '/' for names in splits.values() for n in names)} but no "
+                            "train/ folder. Add train/ with one sub-folder per class, or put the class folders "
+                            "directly in the folder (a split is then planned).")
+        classes = set()
+        for kind, row, path in walk.entries(root, ""):
+            split = SPLIT_FOLDERS.get(path.name.casefold()) if kind == "dir" else None
+            if split is None:
+                data.skipped.append((row, "outside train/, val/ and test/: not read"))
+            elif walk.first_visit(path, row):
+                classes |= walk.classes_below(path, row, split)
+    data.classes = sorted(classes)
+    _require_classes(root, data)
+    return data
+
+
+def _require_classes(root: Path, data: ImageFolderData) -> None:
+    if not data.classes:
+        raise DataError(f"{root} has no class sub-folders (hidden ones are not classes). To train a classifier, "
+                        f"{LAYOUT}.")
+    with_images = sorted(set(data.labels))
+    if len(with_images) < 2:
+        which = f"only the class folder {with_images[0]!r} holds" if with_images else "no class folder holds"
+        raise DataError(f"{root}: {which} image files ({', '.join(sorted(IMAGE_EXTENSIONS))}); a classifier "
+                        f"needs at least 2 classes. {LAYOUT[0].upper() + LAYOUT[1:]}.")
