@@ -1,0 +1,44 @@
+"""`torchwork data check PHOTOS/` on an image folder: the same report as for a text file, exit 1 on leakage,
+and the text table's options refused in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from torchwork.cli import main
+
+
+def _photos(root: Path) -> Path:
+    rng = np.random.default_rng(0)
+    for split, count in (("train", 8), ("test", 3)):
+        for label in ("cat", "dog"):
+            (root / split / label).mkdir(parents=True)
+            for k in range(count):
+                pixels = rng.integers(0, 256, (24, 32, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(root / split / label / f"{k}.png")
+    return root
+
+
+def test_data_check_reports_an_image_folder(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    photos = _photos(tmp_path / "photos")
+    assert main(["data", "check", str(photos)]) == 0
+    out = capsys.readouterr().out
+    assert "image folder" in out and "22 image files in 2 classes (split folders)" in out
+    assert "data report: 0 error(s)" in out and "split test: 6 rows (cat 3, dog 3)" in out
+
+    (photos / "test" / "dog" / "leak.png").write_bytes((photos / "train" / "cat" / "0.png").read_bytes())
+    assert main(["data", "check", str(photos), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    leak = next(f for f in report["findings"] if f["kind"] == "cross-split-duplicate")
+    assert leak["severity"] == "error" and leak["rows"] == ["test/dog/leak.png"]
+    assert report["source"]["folder"] == str(photos) and report["source"]["fingerprint"].startswith("sha256:")
+
+    assert main(["data", "check", str(photos), "--label", "kind", "--test", "x.csv"]) == 2
+    err = capsys.readouterr().err
+    assert "is an image folder: --label, --test apply to a text table only" in err
+    assert len(err.strip().splitlines()) == 1
