@@ -23,7 +23,8 @@ def test_script_first_backward_names_the_cut_line(tmp_path) -> None:
     script = REPO / "examples" / "mistakes" / "broken_graph.py"
     done = torchwork("-o", "bg.html", str(script), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "(the encoder never learned)" in done.stdout  # the script ran to its end
+    assert "(the encoder never learned)" not in done.stdout  # stopped at its first backward: 19 steps less
+    assert "stopped" in done.stderr and "at its first backward()" in done.stderr
     line = next(i for i, text in enumerate(script.read_text().splitlines(), 1) if ".detach()" in text)
     assert f"encoder.0.weight: cut by .detach() at {script}:{line}" in done.stdout
     page = (tmp_path / "bg.html").read_text()
@@ -39,12 +40,33 @@ def test_at_file_line_captures_that_tensor(tmp_path) -> None:
         loss = h.sum()
         print("done", loss.item())
         """))
-    done = torchwork("--at", "steps.py:4", "steps.py", "2", cwd=tmp_path)
+    done = torchwork("--at", "steps.py:4", "--run-on", "steps.py", "2", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "done 2.64" in done.stdout  # the script's own argument arrived
     assert "autograd graph: 2 nodes, 1 leaves" in done.stdout and "SigmoidBackward0" in done.stdout
     assert "SumBackward0" not in done.stdout
     assert (tmp_path / "graph.html").is_file()
+
+
+@pytest.mark.parametrize("run_on", [False, True])
+def test_a_training_script_stops_at_its_first_backward_unless_asked_to_run_on(tmp_path, run_on) -> None:
+    (tmp_path / "train.py").write_text(textwrap.dedent("""\
+        import pathlib
+        import torch
+        w = torch.nn.Parameter(torch.ones(3))
+        for step in range(3):
+            (w * 2).sum().backward()
+            pathlib.Path(f"step-{step}").write_text("trained")  # what a long training run would go on doing
+        raise SystemExit(4)
+        """))
+    done = torchwork(*(["--run-on"] if run_on else []), "train.py", cwd=tmp_path)
+    steps = sorted(p.name for p in tmp_path.glob("step-*"))
+    assert "MulBackward0" in done.stdout and (tmp_path / "graph.html").is_file()
+    if run_on:
+        assert steps == ["step-0", "step-1", "step-2"] and done.returncode == 1  # the script's failure, reported
+    else:
+        assert steps == [] and done.returncode == 0, done.stderr  # stopped before the first backward ran
+        assert "graph: stopped train.py at its first backward()" in done.stderr
 
 
 def test_model_factory_with_input_shape(tmp_path) -> None:

@@ -43,6 +43,9 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--high", type=int, default=100, help="upper bound of random integer inputs (default 100)")
     parser.add_argument("-o", "--output", default="graph.html", help="the HTML page to write (default graph.html)")
     parser.add_argument("--no-dot", action="store_true", help="use the built-in layout even if Graphviz is installed")
+    parser.add_argument("--run-on", action="store_true",
+                        help="with a script: let it run to its end after the capture (default: stop it there, so "
+                             "a training script does not train for the picture of its first backward)")
 
 
 def is_factory(target: str) -> bool:
@@ -87,7 +90,7 @@ def cli_main(args: argparse.Namespace) -> int:
         if args.input_shape:
             raise ConfigError("--input-shape goes with a model factory (MODULE:FACTORY), not with a script.")
         at = parse_at(args.at) if args.at else None
-        g, code = graph_of_script(args.target, args.args, at)
+        g, code = graph_of_script(args.target, args.args, at, run_on=args.run_on)
     path = g.to_html(args.output, use_dot=False if args.no_dot else None)
     sys.stdout.flush()
     print("\n" + g.summary())
@@ -123,10 +126,17 @@ def graph_of_factory(spec: str, shapes: list[tuple[int, ...]], dtype: str, high:
     return trace(model, *inputs)
 
 
-class _ScriptGraph:
-    """Builds the graph at the script's first backward(), or after the tensor at FILE:LINE was made."""
+class GraphCaptured(BaseException):
+    """Raised inside the script once its graph is built, to stop it there (a BaseException: a script's own
+    ``except Exception`` does not swallow it)."""
 
-    def __init__(self, at: tuple[str, int] | None) -> None:
+
+class _ScriptGraph:
+    """Builds the graph at the script's first backward(), or after the tensor at FILE:LINE was made; then
+    stops the script unless ``run_on``."""
+
+    def __init__(self, at: tuple[str, int] | None, run_on: bool = False) -> None:
+        self.run_on = run_on
         self.at = (os.path.realpath(at[0]), at[1]) if at else None
         self.graph: Any = None
         self.candidate: Any = None
@@ -153,9 +163,14 @@ class _ScriptGraph:
         self.graph = graph(tensor, capture=self.capture)
         self.candidate = None
         self.capture.release()
+        if not self.run_on:
+            raise GraphCaptured
 
 
-def graph_of_script(script: str, script_args: list[str], at: tuple[str, int] | None) -> tuple[Any, int]:
+def graph_of_script(script: str, script_args: list[str], at: tuple[str, int] | None,
+                    run_on: bool = False) -> tuple[Any, int]:
+    """The graph of ``script``'s first backward (or of the tensor made at ``at``); the script is stopped
+    once it is captured unless ``run_on``. Returns the graph and the exit status to report."""
     from torchwork.doctor.runner import run_script
     from torchwork.inspect.recording import capture
 
@@ -164,11 +179,19 @@ def graph_of_script(script: str, script_args: list[str], at: tuple[str, int] | N
                           "model factory (torchwork graph package.module:build --input-shape 8,20).")
     if at is not None and not os.path.isfile(at[0]):
         raise ConfigError(f"--at {at[0]}:{at[1]}: no file {at[0]!r}.")
-    state = _ScriptGraph(at)
+    state = _ScriptGraph(at, run_on)
     with capture(on_output=state.on_output, on_backward=state.on_backward) as cap:
         state.capture = cap
-        result = run_script(script, script_args, checks=())
-        state.build(state.candidate)  # --at on the script's last operations
+        try:
+            result = run_script(script, script_args, checks=())
+            if state.graph is None:
+                state.run_on = True  # the script has ended: nothing left to stop
+                state.build(state.candidate)  # --at on the script's last operations
+        except GraphCaptured:
+            what = f"the tensor made at {at[0]}:{at[1]}" if at else "its first backward()"
+            print(f"graph: stopped {script} at {what}, where the graph was captured (--run-on runs it to its "
+                  "end)", file=sys.stderr)
+            return state.graph, 0
     if state.graph is None:
         what = f"no tensor with an autograd history was made at {at[0]}:{at[1]}" if at else \
             "the script never called backward()"
