@@ -267,3 +267,14 @@ def test_without_split_folders_a_split_is_planned_and_copies_stay_together(folde
     assert again.source["fingerprint"] == report.source["fingerprint"] and again.splits == report.splits
     (root / rows[20]).write_bytes((root / rows[21]).read_bytes())
     assert audit_images(read_image_folder(root), seed=1).source["fingerprint"] != report.source["fingerprint"]
+
+
+def test_a_class_with_test_images_and_no_training_images_is_an_error(folders, tmp_path) -> None:
+    rows = [f"train/{name}/{k}.png" for name in ("cat", "dog") for k in range(6)] + [
+        f"test/{name}/{k}.png" for name in ("cat", "dog", "eel") for k in range(2)]
+    root = _tiny(tmp_path / "photos", rows, folders["images"])
+    (root / "train" / "eel").mkdir()
+    report = audit_images(read_image_folder(root))
+    untrained = report.of_kind("class-not-in-train")
+    assert untrained.severity == "error" and untrained.examples == [{"class": "eel", "splits": ["test"]}]
+    assert report.of_kind("empty-class").rows == ["train/eel"]

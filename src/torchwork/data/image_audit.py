@@ -14,6 +14,7 @@ Kinds:
   ``conflicting-labels`` (warning): one image in two class folders;
 - ``odd-size`` (warning): a side more than 4x from the median's, or an aspect ratio beyond 4:1;
   ``grayscale`` (info): grayscale images among colour ones, or the reverse;
+- ``class-not-in-train`` (error): a class with images in val/ or test/ and none in train/;
 - ``imbalance`` and ``rare-class``: as in the text report (:func:`torchwork.data.audit.class_findings`).
 
 Near copies: each image's 64-bit difference hash (:func:`dhash`) puts it in 8 buckets (one per byte), so two
@@ -409,6 +410,24 @@ def _grayscale(audit: _Audit) -> Finding | None:
         [audit.data.rows[i] for i in minority])
 
 
+def _untrained_classes(audit: _Audit) -> Finding | None:
+    """Classes with readable images in validation/ or test/ and none in train/: a model cannot learn them."""
+    if audit.data.splits is None:
+        return None
+    splits: dict[str, set[str]] = defaultdict(set)
+    for i in audit.readable:
+        splits[audit.data.labels[i]].add(audit.split(i))
+    missing = sorted(label for label, found in splits.items() if "train" not in found)
+    if not missing:
+        return None
+    return finding(
+        "class-not-in-train", "error", len(missing),
+        [{"class": label, "splits": sorted(splits[label], key=_split_rank)} for label in missing],
+        "add training images of these classes to train/<class>/, or remove their folders from val/ and test/",
+        f"{len(missing)} classes have images in val/ or test/ but none in train/: "
+        + ", ".join(repr(label) for label in missing[:10]))
+
+
 def _unreadable_classes(audit: _Audit) -> list[str]:
     """Class folders (``train/cat`` or ``cat``) that hold image files but none readable."""
     files: dict[str, list[int]] = defaultdict(list)
@@ -462,7 +481,7 @@ def audit_images(data: ImageFolderData, *, seed: int = 0, max_bytes: int = MAX_B
                         "files, " + f"{len(labels):,} can be decoded). Replace the damaged files.")
     found: list[Finding | None] = [
         _corrupt(audit), *_listing_findings(data, _unreadable_classes(audit)), *_duplicates(audit),
-        _odd_sizes(audit), _grayscale(audit), *class_findings(labels, unit="images"),
+        _untrained_classes(audit), _odd_sizes(audit), _grayscale(audit), *class_findings(labels, unit="images"),
     ]
     plan = _plan(audit, seed)
     return DataReport([f for f in found if f is not None], plan.counts(), _source(audit, plan))
