@@ -30,10 +30,10 @@ import logging
 import os
 import time
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 from torchwork.errors import ConfigError
+from torchwork.serve.key_file import read_key_file
 from torchwork.serve.metrics import Counter
 
 logger = logging.getLogger("torchwork.serve")
@@ -56,10 +56,14 @@ class KeyRing:
         shorter than 16 characters or a malformed digest, naming the line (never the key)."""
         digests = []
         for number, line in enumerate(lines, start=1):
-            key = line.strip()
+            key = line.strip().removeprefix("\ufeff").strip()  # a byte-order mark, as some editors write
             if not key or key.startswith("#"):
                 continue
-            if key.startswith("sha256:"):
+            if not key.isascii() or not key.isprintable():  # a client sends a header as latin-1 bytes
+                raise ConfigError(f"{source} line {number}: a key must be printable ASCII (letters, digits, "
+                                  "punctuation), else no client's header can match it; make one with: python -c "
+                                  "'import secrets; print(secrets.token_urlsafe(32))'")
+            if key[:7].lower() == "sha256:":
                 try:
                     digest = bytes.fromhex(key[7:])
                 except ValueError:
@@ -82,15 +86,15 @@ class KeyRing:
         environ = dict(os.environ) if environ is None else environ
         digests: list[bytes] = []
         sources = []
-        if key_file is not None:
-            digests += cls.from_lines(_read_key_file(key_file), f"--api-key-file {key_file}").digests
+        if key_file is not None:  # the file's own keys: an emptied file is a mistake, whatever the environment
+            digests += cls.from_lines(read_key_file(key_file), f"--api-key-file {key_file}").digests
             sources.append(key_file)
+            if not digests:
+                raise ConfigError(f"--api-key-file {key_file} holds no key: write one key a line (at least "
+                                  f"{MIN_KEY_LENGTH} characters), or a line sha256:HEX with its digest")
         if environ.get(ENVIRONMENT, "").strip():
             digests += cls.from_lines(environ[ENVIRONMENT].split(","), ENVIRONMENT).digests
             sources.append(ENVIRONMENT)
-        if key_file is not None and not digests:
-            raise ConfigError(f"--api-key-file {key_file} holds no key: write one key a line (at least "
-                              f"{MIN_KEY_LENGTH} characters), or a line sha256:HEX with its digest")
         return cls(digests, " and ".join(sources)) if digests else None
 
     def allows(self, authorization: str | None) -> bool:
@@ -107,14 +111,14 @@ class KeyRing:
         return found
 
 
-def _read_key_file(path: str) -> list[str]:
-    try:
-        return Path(path).read_text().splitlines()
-    except OSError as error:
-        raise ConfigError(f"--api-key-file {path}: cannot read it ({error.strerror}); write one key a line") \
-            from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"--api-key-file {path} is not UTF-8 text; write one key a line") from None
+def printable(text: str) -> str:
+    """``text`` with control characters escaped, for a log line: a path's ``%0a`` cannot start a forged line.
+
+    Example:
+        >>> printable("/predict\\nrefused GET / from 10.0.0.1\\x1b[2J")
+        '/predict\\\\nrefused GET / from 10.0.0.1\\\\x1b[2J'
+    """
+    return "".join(c if c.isprintable() or c == " " else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def is_loopback(host: str) -> bool:
@@ -206,7 +210,8 @@ class KeyCheck:
         client = scope.get("client")
         peer = f"{client[0]}:{client[1]}" if client else "a client"
         more = f" ({skipped} more refused since the last line)" if skipped else ""
-        logger.warning("refused %s %s from %s: %s API key%s", scope.get("method"), scope["path"], peer, reason, more)
+        logger.warning("refused %s %s from %s: %s API key%s", scope.get("method"), printable(scope["path"]), peer,
+                       reason, more)
         self._logged[reason] = (now, 0)
 
 

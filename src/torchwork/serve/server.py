@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchwork.errors import ConfigError
 from torchwork.serve.config import HTTP_PARSERS, ServeConfig
+from torchwork.serve.key_file import permission_warning
 from torchwork.serve.keys import ENVIRONMENT, KeyCheck, KeyRing, check_bind
 from torchwork.serve.predictor import ServedModel, available_cpus, configure_threads
 
@@ -334,6 +335,8 @@ def cli_main(args: argparse.Namespace) -> int:
     config.threads = configure_threads(config.threads)  # before the model exists: ONNX Runtime reads it
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if config.api_key_file is not None and (loose := permission_warning(config.api_key_file)) is not None:
+        logging.getLogger("torchwork.serve").warning(loose)
 
     def server_copy(folder: str) -> ServedModel:
         """The server's predictor: the model itself, which answers lone light requests here, or, for an

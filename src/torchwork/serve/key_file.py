@@ -1,0 +1,81 @@
+"""Reading ``--api-key-file``: a regular file of at most :data:`MAX_KEY_FILE_BYTES`, UTF-8 with or without a BOM.
+
+The file is opened without blocking and checked from its own descriptor before a byte is read, so a FIFO
+(which would hold the server's event loop at a SIGHUP), a device such as ``/dev/zero`` (which never ends), or a
+link to either is refused with one :class:`~torchwork.errors.ConfigError` that names the path and what to do.
+A file others may read is worth a warning, as an SSH key would be: :func:`permission_warning`.
+
+Example:
+    >>> import os, pathlib, tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "keys.txt"
+    >>> _ = path.write_bytes(b"\\xef\\xbb\\xbfcorrect-horse-battery-staple\\n")
+    >>> read_key_file(str(path))
+    ['correct-horse-battery-staple']
+    >>> os.chmod(path, 0o644)
+    >>> permission_warning(str(path)).endswith(f"readable by other users (mode 644); make it private with: "
+    ...                                        f"chmod 600 {path}")
+    True
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from torchwork.errors import ConfigError
+from torchwork.paths import _kind  # what a mode is, in words (a FIFO, a character device)
+
+MAX_KEY_FILE_BYTES = 1 << 20  # 1 MiB: some ten thousand keys
+
+
+def read_key_file(path: str) -> list[str]:
+    """The lines of the key file ``path``; a :class:`~torchwork.errors.ConfigError` for anything but a readable
+    regular UTF-8 file of at most :data:`MAX_KEY_FILE_BYTES` (a leading byte-order mark is dropped)."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)  # a FIFO opens at once
+    try:
+        fd = os.open(path, flags)
+    except OSError as error:
+        raise ConfigError(f"--api-key-file {path}: cannot read it ({error.strerror}); write one key a line") \
+            from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ConfigError(f"--api-key-file {path} is not a regular file (a {_kind(mode)}); keys are read only "
+                              "from a regular file: write one key a line into one")
+        data = _read_at_most(fd, MAX_KEY_FILE_BYTES + 1)
+    except OSError as error:
+        raise ConfigError(f"--api-key-file {path}: cannot read it ({error.strerror}); write one key a line") \
+            from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_KEY_FILE_BYTES:
+        raise ConfigError(f"--api-key-file {path} is larger than {MAX_KEY_FILE_BYTES} bytes; a key file holds one "
+                          "key a line (or sha256:HEX digests), not more")
+    try:
+        return data.decode("utf-8-sig").splitlines()
+    except UnicodeDecodeError:
+        raise ConfigError(f"--api-key-file {path} is not UTF-8 text; write one key a line") from None
+
+
+def permission_warning(path: str) -> str | None:
+    """One line to warn with when users other than the owner may read the key file, else None."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if not mode & (stat.S_IRWXG | stat.S_IRWXO):
+        return None
+    return (f"--api-key-file {path} is readable by other users (mode {stat.S_IMODE(mode):o}); make it private "
+            f"with: chmod 600 {path}")
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    chunks, size = [], 0
+    while size < limit:
+        chunk = os.read(fd, min(1 << 16, limit - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
