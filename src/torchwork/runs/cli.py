@@ -38,26 +38,43 @@ def add_arguments(parser: Any) -> None:
 
 
 def cli_main(args: Any) -> int:
+    """Run one ``runs`` action; an error's text is :func:`~torchwork.runs.terminal.shown` (it names folders)."""
+    from torchwork.errors import TorchworkError
+    from torchwork.runs.terminal import shown
+
+    try:
+        return _action(args)
+    except TorchworkError as error:
+        raise type(error)(shown(str(error))) from None
+
+
+def _action(args: Any) -> int:
+    """Every string read from a run folder is printed masked (no secret), and escaped on a terminal."""
+    from torchwork.masking import mask_values
+    from torchwork.runs.terminal import shown_values
+
     command = args.runs_command
     if command == "ls":
         from torchwork.runs.listing import filter_rows, format_rows, list_runs, sort_rows
 
         rows = sort_rows(filter_rows(list_runs(args.runs_dir), args.filter), args.sort)
-        print(json.dumps([r.to_dict() for r in rows], indent=1) if args.json else format_rows(rows))
+        print(json.dumps(mask_values([r.to_dict() for r in rows]), indent=1) if args.json else format_rows(rows))
         return 0
     if command == "show":
         from torchwork.runs.show import describe_run, format_description
 
-        description = describe_run(args.run)
-        print(json.dumps(description, indent=1, default=str) if args.json else format_description(description))
+        description = mask_values(describe_run(args.run))
+        print(json.dumps(description, indent=1, default=str) if args.json
+              else format_description(shown_values(description)))
         return 0
     from torchwork.runs.compare import compare_runs, format_comparison
 
-    comparison = compare_runs(args.run_a, args.run_b)
+    comparison = mask_values(compare_runs(args.run_a, args.run_b))
     if args.html:
         from torchwork.runs.diff_html import write_html
 
         write_html(args.html, comparison)
         print(f"wrote {args.html}", file=sys.stderr)
-    print(json.dumps(comparison, indent=1, default=str) if args.json else format_comparison(comparison))
+    print(json.dumps(comparison, indent=1, default=str) if args.json
+          else format_comparison(shown_values(comparison)))
     return 0

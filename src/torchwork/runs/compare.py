@@ -283,7 +283,10 @@ def command_differences(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, 
 
 
 def _command_text(value: Any) -> Any:
-    return " ".join(map(str, value)) if isinstance(value, list) else value
+    """A recorded command line as one string, its secrets masked (a manifest recorded before masking)."""
+    from torchwork.masking import mask_argv
+
+    return " ".join(mask_argv(list(map(str, value)))) if isinstance(value, list) else value
 
 
 def result_differences(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:

@@ -38,6 +38,7 @@ from torchwork.runs.readback import (
     parse_time,
     recipe_of,
 )
+from torchwork.runs.terminal import shown
 
 # Folders inside a run that hold no runs: not walked.
 NOT_RUNS = frozenset({"checkpoints", "tensorboard", "data", "preprocess", "artifact", "__pycache__", ".git"})
@@ -312,15 +313,15 @@ def format_rows(rows: Sequence[RunRow]) -> str:
     for row in rows:
         if row.study:
             studies.setdefault(row.study, []).append(row)
-    shown: set[str] = set()
+    studies_listed: set[str] = set()
     for row in rows:
         if row.study:
-            if row.study in shown:
+            if row.study in studies_listed:
                 continue
-            shown.add(row.study)
+            studies_listed.add(row.study)
             trials = sorted(studies[row.study], key=_trial_order)
             states = {s: sum(1 for t in trials if t.state == s) for s in dict.fromkeys(t.state for t in trials)}
-            table.append([f"study {row.study}: {len(trials)} trials ("
+            table.append([f"study {shown(row.study)}: {len(trials)} trials ("
                           + ", ".join(f"{n} {s}" for s, n in states.items()) + ")"])
             table.extend(_cells(t, "  ") for t in trials)
             continue
@@ -334,7 +335,7 @@ def format_rows(rows: Sequence[RunRow]) -> str:
         lines.append("  ".join(c.ljust(w) if i in (0, 1, 2, 3, 4, 8) else c.rjust(w)
                                for i, (c, w) in enumerate(zip(cells, widths))).rstrip())
     problems = [r for r in rows if r.problem]
-    lines.extend(f"{r.name}: {r.problem}" for r in problems)
+    lines.extend(shown(f"{r.name}: {r.problem}") for r in problems)
     return "\n".join(lines)
 
 
@@ -345,5 +346,6 @@ def _trial_order(row: RunRow) -> tuple[bool, int, str]:
 
 def _cells(row: RunRow, indent: str) -> list[str]:
     started = (row.started or "-").replace("T", " ")[:16]
-    return [indent + row.name, started, row.recipe or "-", row.state_text, row.metric or "-", _value(row.best),
-            _value(row.final), "-" if row.seed is None else str(row.seed), row.commit_text, _duration(row.duration_s)]
+    cells = [indent + row.name, started, row.recipe or "-", row.state_text, row.metric or "-", _value(row.best),
+             _value(row.final), "-" if row.seed is None else str(row.seed), row.commit_text, _duration(row.duration_s)]
+    return [shown(cell) for cell in cells]  # a folder's name and manifest: no escape sequence, no secret

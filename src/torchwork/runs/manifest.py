@@ -54,6 +54,18 @@ def _hyperparameters(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     return {"class": type(optimizer).__name__, "defaults": dict(optimizer.defaults), "param_groups": groups}
 
 
+def _command() -> dict[str, Any]:
+    """The command line as recorded: its secrets (a password in a storage URL, ``--token X``) masked, and
+    ``masked: true`` when something was, so that resume knows the recorded line cannot run as it is."""
+    from torchwork.masking import mask_argv
+
+    argv = mask_argv(sys.argv)
+    command: dict[str, Any] = {"argv": argv, "executable": sys.executable, "cwd": os.getcwd()}
+    if argv != list(sys.argv):
+        command["masked"] = True
+    return command
+
+
 @dataclass
 class RunDescription:
     """What trains, as the manifest records it: ``training`` holds the resolved step settings
@@ -87,7 +99,7 @@ def build_manifest(description: RunDescription, train_loader: Any, val_loader: A
                                  if isinstance(v, (int, float, str, bool, list))}} if scheduler else None),
         "training": {"epochs": epochs, **description.training},
         "config": config or {},
-        "command": {"argv": list(sys.argv), "executable": sys.executable, "cwd": os.getcwd()},
+        "command": _command(),
         "git": git_state(),
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "cuda": cuda,
                      "cudnn": torch.backends.cudnn.version() if cuda else None},

@@ -82,6 +82,10 @@ def plan_command(command: dict[str, Any]) -> ResumePlan:
     if not isinstance(argv, list) or not argv or not all(isinstance(part, str) for part in argv):
         raise CheckpointError(f"the run's manifest.json records no command to run again (command: {command!r}).")
     _check_lengths(argv)
+    if command.get("masked") is True:
+        raise CheckpointError("the run's manifest.json records its command with a secret masked (a password or "
+                              f"token, written as ***): {' '.join(argv)!r} cannot run as recorded. Run the command "
+                              "yourself, with the secret, and TORCHWORK_RESUME=RUN_FOLDER set.")
     cwd, note = command.get("cwd"), None
     if not isinstance(cwd, str) or not Path(cwd).is_dir():
         cwd, note = os.getcwd(), f"the recorded working directory {command.get('cwd')!r} is not here: running in {os.getcwd()}"

@@ -48,7 +48,9 @@ def cli_main(args: Any) -> int:
         print(show(args.where, args.study))
         return 0
     if args.where:
-        raise ConfigError(f"unexpected argument {args.where!r}; the study's settings go with --space, --trials, "
+        from torchwork.masking import mask_secrets
+
+        raise ConfigError(f"unexpected argument {mask_secrets(args.where)!r}; the study's settings go with --space, --trials, "
                           "--set.")
     if not args.space or args.trials is None:
         raise ConfigError("torchwork tune needs --space SPACE.yaml and --trials N, e.g. "

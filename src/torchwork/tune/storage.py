@@ -20,7 +20,6 @@ Example:
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import time
 from pathlib import Path
@@ -39,8 +38,10 @@ def default_url(study_folder: Path) -> str:
 
 
 def describe_url(url: str) -> str:
-    """The URL with any password hidden (what summaries and errors print)."""
-    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)
+    """The URL with any password hidden (what summaries and errors print): see :mod:`torchwork.masking`."""
+    from torchwork.masking import mask_secrets
+
+    return mask_secrets(url)
 
 
 def sqlite_path(url: str) -> Path | None:
@@ -71,7 +72,7 @@ def open_storage(url: str, heartbeat_s: int = HEARTBEAT_S, grace_s: int = GRACE_
     engine_kwargs: dict[str, Any] = {}
     if path is not None:
         if not path.parent.is_dir():
-            raise ConfigError(f"storage {url}: the folder {path.parent} does not exist.")
+            raise ConfigError(f"storage {describe_url(url)}: the folder {path.parent} does not exist.")
         _prepare_sqlite(path)
         # isolation_level None: the driver sends no BEGIN of its own; _begin_immediate sends ours.
         engine_kwargs = {"connect_args": {"timeout": BUSY_TIMEOUT_S, "isolation_level": None}}
@@ -105,7 +106,7 @@ def open_storage(url: str, heartbeat_s: int = HEARTBEAT_S, grace_s: int = GRACE_
 
 
 def _unopenable(url: str, error: BaseException) -> ConfigError:
-    reason = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
+    reason = describe_url((str(getattr(error, "orig", None) or error).strip().splitlines() or ["unknown"])[0])
     return ConfigError(f"cannot open the study storage {describe_url(url)}: {reason}. Check that the server runs "
                        "and the URL (user, password, host, port, database) is right.")
 
