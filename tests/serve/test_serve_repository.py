@@ -131,9 +131,13 @@ def test_a_bad_version_keeps_the_old_one_serving_and_says_why(repository, digits
     status, _, answer = load(server, "beta", "7")
     assert status == 400 and "failed to load" in answer["error"] and f"Version {serving} keeps serving" in \
         answer["error"], answer
+    assert "artifact beta/7 is damaged" in answer["error"], answer  # a path relative to the model folder
     assert infer(server, "beta", digits_artifact.images[:1])[0] == 200
     assert server.request("GET", "/v2/models/beta")[2]["versions"] == [serving]
-    assert load(server, "beta", "9")[0] == 404  # not in the folder
+    status, _, answer = load(server, "beta", "9")
+    assert status == 404 and "no version '9'" in answer["error"]  # not in the folder
+    for error in (server.stderr(), answer["error"]):  # the operator's log names the folder; a client never
+        assert (str(root) in error) == (error is not answer["error"]), error
 
 
 def test_model_control_refuses_paths_outside_the_model_folder(repository, digits_artifact, tmp_path):
@@ -149,6 +153,7 @@ def test_model_control_refuses_paths_outside_the_model_folder(repository, digits
     (root / "beta" / "8").symlink_to(outside, target_is_directory=True)
     status, _, answer = load(server, "beta", "8")
     assert status == 400 and "leads outside the model folder" in answer["error"], answer
+    assert str(root) not in answer["error"] and str(outside) not in answer["error"]
     (root / "beta" / "8").unlink()
     assert load(server, "nobody")[0] == 404
 
@@ -200,3 +205,24 @@ def test_model_control_is_refused_from_another_machine_and_when_off(digits_artif
         assert status == 403 and "--enable-model-control" in answer["error"]
     finally:
         server.stop()
+
+
+def test_a_link_out_of_the_model_folder_refuses_the_start_as_a_load_refuses_it(digits_artifact, tmp_path):
+    from torchwork.errors import ConfigError
+    from torchwork.serve.server import served_sources
+
+    outside = tmp_path / "outside"
+    shutil.copytree(digits_artifact.path, outside / "1")
+    root = tmp_path / "models"
+    shutil.copytree(digits_artifact.path, root / "alpha" / "1")
+    assert served_sources([str(root)], None) == [("alpha", str((root / "alpha" / "1").resolve()), root)]
+    (root / "alpha" / "2").symlink_to(outside / "1", target_is_directory=True)  # the newest version links out
+    with pytest.raises(ConfigError, match="alpha/2 leads outside the model folder; .* serve it as alpha=ARTIFACT"):
+        served_sources([str(root)], None)
+    (root / "alpha" / "2").unlink()
+    (root / "beta").symlink_to(outside, target_is_directory=True)  # a whole model folder that links out
+    with pytest.raises(ConfigError, match="beta/1 leads outside the model folder"):
+        served_sources([str(root)], None)
+    (root / "beta").unlink()
+    (root / "alpha" / "3").symlink_to("1", target_is_directory=True)  # a link that stays inside is fine
+    assert served_sources([str(root)], None)[0][1] == str((root / "alpha" / "1").resolve())

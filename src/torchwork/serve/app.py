@@ -204,7 +204,8 @@ def create_app(predictor: ServedModel | None, config: ServeConfig | None = None,
     for spec in specs:
         slot_metrics = _slot_metrics(configs[spec.name].max_batch_size, slots, spec.name)
         slots[spec.name] = Slot(spec.name, new_state(spec.name, spec.version, spec.predictor, spec.model_process,
-                                                     slot_metrics), slot_metrics, spec.reload, spec.newest)
+                                                     slot_metrics), slot_metrics, spec.reload, spec.newest,
+                                spec.root)
     single = next(iter(slots.values())) if len(slots) == 1 else None
     server_parts: list[Any] = [guard, *([keys] if keys is not None else [])]
 

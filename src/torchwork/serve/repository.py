@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import re
 import threading
 from collections.abc import Awaitable, Callable
@@ -62,6 +63,7 @@ class ModelSpec:
     # model already serving it)
     limits: dict[str, Any] = dataclasses.field(default_factory=dict)  # this model's own settings among
     # MODEL_SETTINGS (batch size, payload size, queue...), over the server's
+    root: Path | None = None  # the folder a load reads under: a client's error names paths relative to it
 
 
 def check_name(name: str, what: str = "model name") -> str:
@@ -101,15 +103,31 @@ def version_folder(root: Path, name: str, version: str | None) -> tuple[str, Pat
     versions = versions_in(base / name)
     if version is None:
         if not versions:
-            raise ProtocolError(404, f"no version of {name!r} in {root} (want {root}/{name}/VERSION/manifest.json)")
+            raise ProtocolError(404, f"no version of {name!r} in the model folder (want {name}/VERSION/manifest.json "
+                                     "in it)")
         version = versions[-1]
     folder = (base / name / version).resolve()
     if base not in folder.parents:
-        raise ProtocolError(400, f"{name}/{version} leads outside the model folder {root}; only artifacts inside "
-                                 "it can be loaded")
+        raise ProtocolError(400, f"{name}/{version} leads outside the model folder; only artifacts inside it can "
+                                 "be loaded")
     if version not in versions:
-        raise ProtocolError(404, f"model {name!r} has no version {version!r} in {root} (found {versions})")
+        raise ProtocolError(404, f"model {name!r} has no version {version!r} in the model folder (found {versions})")
     return version, folder
+
+
+def relative_to(text: str, root: Path | None) -> str:
+    """``text`` with every path under ``root`` made relative to it: what a client may see of the server's files.
+
+    Example:
+        >>> relative_to("artifact /srv/models/text/2: model.onnx is damaged", Path("/srv/models"))
+        'artifact text/2: model.onnx is damaged'
+    """
+    if root is None:
+        return text
+    for form in sorted({str(root.resolve()), os.path.abspath(root)}, key=len, reverse=True):
+        text = re.sub(re.escape(form) + r"(?:/+|(?![\w.-]))", lambda found: "" if "/" in found.group() else ".",
+                      text)
+    return text
 
 
 def manifest_digest(folder: Path) -> str | None:
@@ -164,8 +182,9 @@ class Slot:
     """One served model: the state serving now, its metrics across versions, how to load another version."""
 
     def __init__(self, name: str, state: Any, metrics: Any, reload: Loader | None = None,
-                 newest: Callable[[], str | None] | None = None) -> None:
+                 newest: Callable[[], str | None] | None = None, root: Path | None = None) -> None:
         self.name, self.state, self.metrics, self.reload, self.newest = name, state, metrics, reload, newest
+        self.root = root  # the folder loads read under; a client's error names paths relative to it
         self.in_flight = 0
         self.loading: str | None = None  # the version being loaded, while it is
         self._lock = asyncio.Lock()
@@ -190,14 +209,14 @@ class Slot:
                 found, predictor, process = await loop.run_in_executor(None, _locked, self.reload, version)
                 self.loading = found
                 new = await start(found, predictor, process)
-            except ProtocolError:
-                raise
+            except ProtocolError as problem:
+                raise ProtocolError(problem.status, relative_to(str(problem), self.root)) from None
             except Exception as error:  # the artifact, its checksums, the model process: say which
                 logger.error("model %s: version %s failed to load; version %s keeps serving: %s", self.name,
-                             version or "newest", old.v2.version, error)
+                             version or "newest", old.v2.version, error)  # the operator's log: whole paths
                 raise ProtocolError(400, f"model {self.name!r} version {version or 'newest'} failed to load: "
-                                         f"{type(error).__name__}: {error}. Version {old.v2.version} keeps "
-                                         "serving.") from None
+                                         f"{type(error).__name__}: {relative_to(str(error), self.root)}. Version "
+                                         f"{old.v2.version} keeps serving.") from None
             finally:
                 self.loading = None
             self.state = new  # the switch: every request from here on finds the new version

@@ -378,8 +378,8 @@ def cli_main(args: argparse.Namespace) -> int:
                 return server_copy(str(path)), process_for(str(path), name)
             source = ArtifactFolder(name, Path(folder), build)
             reload, newest, version = source.reload, source.newest, "1"
-        specs.append(ModelSpec(name, version, server_copy(folder),
-                               process_for(folder, name), reload, newest, limits.get(name, {})))
+        specs.append(ModelSpec(name, version, server_copy(folder), process_for(folder, name), reload, newest,
+                               limits.get(name, {}), root if root is not None else Path(folder).resolve().parent))
     serve(None, config, keys=keys, models=specs)
     return 0
 
@@ -442,7 +442,7 @@ def served_sources(arguments: list[str], name: str | None) -> list[tuple[str, st
                 if name is not None:
                     raise ConfigError("--name names a single artifact; a model folder names its models by their "
                                       "folders (models/NAME/VERSION/)")
-                return [(check_name(model), str(root / model / versions[-1]), root) for model, versions in models]
+                return [(check_name(model), str(newest_inside(root, model)), root) for model, _ in models]
         return [(check_name(name or model_name_for(arguments[0])), arguments[0], None)]
     if name is not None:
         raise ConfigError("--name names a single artifact; with several, write NAME=ARTIFACT for each")
@@ -456,6 +456,20 @@ def served_sources(arguments: list[str], name: str | None) -> list[tuple[str, st
             raise ConfigError(f"model name {model!r} is given twice; each model needs its own name")
         sources.append((check_name(model), folder, None))
     return sources
+
+
+def newest_inside(root: Path, model: str) -> Path:
+    """The folder of ``model``'s newest version in the model folder ``root``, checked as a load checks it: a
+    model or version folder that is a link leading out of ``root`` refuses the start (as a load refuses it),
+    rather than serving an artifact from elsewhere or quietly serving fewer models than the folder holds."""
+    from torchwork.serve.inference_protocol import ProtocolError
+    from torchwork.serve.repository import version_folder
+
+    try:
+        return version_folder(root, model, None)[1]
+    except ProtocolError as problem:
+        raise ConfigError(f"{root}: {problem}; copy the artifact into the model folder, or serve it as "
+                          f"{model}=ARTIFACT") from None
 
 
 def model_name_for(artifact: str) -> str:
