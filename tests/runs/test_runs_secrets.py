@@ -6,11 +6,12 @@ in clear (recorded before masking)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 
 import pytest
-from runs_helpers import tiny_fit
+from runs_helpers import git_repo, tiny_fit
 
 from torchwork.cli import main
 from torchwork.errors import CheckpointError
@@ -21,6 +22,13 @@ SECRET = "Hunter2xyz"
 ARGV = ["/venv/bin/torchwork", "tune", "sentiment", "--storage", f"postgresql://tuner:{SECRET}1@db:5432/studies",
         f"--dashboard=mysql://:{SECRET}2@db/x", f"sqlite:///s.db?mode=ro&PASSWORD={SECRET}3", "--token",
         f"{SECRET}4", f"--api-key={SECRET}5", f"https://h/p?pwd={SECRET}6&secret={SECRET}7&Api_Key={SECRET}8"]
+
+
+@pytest.fixture(autouse=True)
+def _passive_waiting(monkeypatch):
+    """The command sets OMP_WAIT_POLICY when torch is not imported yet: set here, so that the test leaves the
+    environment as it found it."""
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -46,13 +54,16 @@ def test_mask_argv_hides_urls_in_both_flag_forms_and_secret_flags_values():
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     """Two real runs started with secrets on their command line."""
-    root = tmp_path_factory.mktemp("secrets") / "runs"
-    saved = sys.argv[:]
+    base = tmp_path_factory.mktemp("secrets")
+    work_tree = git_repo(base / "project", {"train.py": "print('train')\n"})  # its own code: no patch of ours
+    saved, cwd = sys.argv[:], os.getcwd()
     sys.argv[:] = ARGV
+    os.chdir(work_tree)
     try:
-        runs = [tiny_fit(root, seed=0, lr=lr, epochs=1).run_path for lr in (0.05, 0.1)]
+        runs = [tiny_fit(base / "runs", seed=0, lr=lr, epochs=1).run_path for lr in (0.05, 0.1)]
     finally:
         sys.argv[:] = saved
+        os.chdir(cwd)
     return runs
 
 

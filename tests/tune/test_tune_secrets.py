@@ -11,6 +11,13 @@ from torchwork.cli import main
 SECRET = "Hunter2xyz"
 
 
+@pytest.fixture(autouse=True)
+def _passive_waiting(monkeypatch):
+    """The command sets OMP_WAIT_POLICY when torch is not imported yet: set here, so that the test leaves the
+    environment as it found it."""
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+
+
 @pytest.mark.parametrize("url", [
     f"postgresql://tuner:{SECRET}@127.0.0.1:1/studies",  # nothing listens on port 1
     f"postgresql://:{SECRET}@127.0.0.1:1/studies",

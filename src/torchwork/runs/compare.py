@@ -22,7 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from torchwork.errors import ConfigError
-from torchwork.runs.readback import RECORDED_RESULTS, field, number, read_manifest, read_metrics, recipe_of
+from torchwork.runs.folder_files import load_json, read_run_file
+from torchwork.runs.readback import (
+    MAX_MANIFEST_BYTES,
+    RECORDED_RESULTS,
+    field,
+    number,
+    read_manifest,
+    read_metrics,
+    recipe_of,
+)
 
 # Keys a recipe keeps in its config that are results of the run, not settings (recipes/recorded.py keeps
 # them there so that a resume decides the same way).
@@ -113,22 +122,25 @@ def _first_line_apart(a: str | None, b: str | None, side: int) -> str | None:
 
 def _patch_by_file(run: Path, git: dict[str, Any]) -> dict[str, str]:
     """Each file's part of the run's saved patch (empty when the tree was clean or it is missing)."""
+    from torchwork.runs.code import MAX_PATCH_BYTES
+
     name = git.get("patch")
     if not isinstance(name, str) or Path(name).is_absolute() or ".." in Path(name).parts:
         return {}
     try:
-        text = (run / name).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return {}
-    parts: dict[str, str] = {}
-    current = None
+        text = read_run_file(run, name, MAX_PATCH_BYTES).decode("utf-8", errors="replace")
+    except (OSError, ConfigError):
+        return {}  # missing, or refused (not a regular file of the run, over 32 MiB): the files are compared
+    # Each file's lines gathered in a list and joined once: adding to a string kept in a dict copies it
+    # every time (a 4 MB patch took 41 s that way; this takes a fraction of a second).
+    parts: dict[str, list[str]] = {}
+    current: list[str] | None = None
     for line in text.splitlines(keepends=True):
         if line.startswith("diff --git a/"):
-            current = line.rstrip("\n").split(" b/", 1)[-1]
-            parts[current] = ""
+            current = parts[line.rstrip("\n").split(" b/", 1)[-1]] = []
         if current is not None:
-            parts[current] += line
-    return parts
+            current.append(line)
+    return {name: "".join(lines) for name, lines in parts.items()}
 
 
 def code_differences(a: dict[str, Any], b: dict[str, Any], run_a: Path, run_b: Path) -> list[dict[str, Any]]:
@@ -308,10 +320,10 @@ def result_differences(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, A
 def _summary(run: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     test = None
     try:
-        summary = json.loads((run / "summary.json").read_text())
+        summary = load_json(read_run_file(run, "summary.json", MAX_MANIFEST_BYTES), run / "summary.json")
         test = number(summary.get("test", {}).get("macro_f1")) if isinstance(summary, dict) else None
     except (OSError, ValueError, AttributeError):
-        pass
+        pass  # missing, damaged or refused: no test score shown
     return {"path": str(run), "recipe": recipe_of(manifest), "model": field(manifest, "model.class", str),
             "started": field(manifest, "started", str), "state": field(manifest, "state", str),
             "seed": field(manifest, "seed", int), "metric": field(manifest, "monitor.metric", str),

@@ -26,6 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from torchwork.errors import ConfigError
+from torchwork.runs.folder_files import read_run_file
+
 ROW_DTYPE = np.dtype("<u8")  # (content digest, label) pairs
 DIGEST_BYTES = 8
 
@@ -130,12 +133,14 @@ def record_splits(run: Path, splits: Mapping[str, Any]) -> dict[str, Any]:
 
 def read_rows(run: Path, entry: Mapping[str, Any]) -> np.ndarray | None:
     """The rows a manifest's fingerprint entry names, or None when the file is missing or does not match."""
-    relative = entry.get("row_file")
+    relative, rows = entry.get("row_file"), entry.get("rows")
     if not isinstance(relative, str) or Path(relative).is_absolute() or ".." in Path(relative).parts:
         return None
-    try:
-        data = (run / relative).read_bytes()
-    except OSError:
+    if not isinstance(rows, int) or isinstance(rows, bool) or not 0 <= rows < 2**40:
+        return None
+    try:  # the file must hold exactly the rows the manifest counts: read no more than that
+        data = read_run_file(run, relative, rows * 2 * ROW_DTYPE.itemsize)
+    except (OSError, ConfigError):
         return None
     if len(data) % (2 * ROW_DTYPE.itemsize):
         return None

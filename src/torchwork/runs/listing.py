@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from torchwork.errors import ConfigError
+from torchwork.runs.folder_files import load_json, read_run_file
 from torchwork.runs.readback import (
     MANIFEST,
     field,
@@ -43,6 +44,7 @@ from torchwork.runs.terminal import shown
 # Folders inside a run that hold no runs: not walked.
 NOT_RUNS = frozenset({"checkpoints", "tensorboard", "data", "preprocess", "artifact", "__pycache__", ".git"})
 MAX_DEPTH = 8
+MAX_BEST_BYTES = 2**20  # checkpoints/best.json: a few fields
 COLUMNS = ("run", "started", "recipe", "state", "metric", "best", "final", "seed", "commit", "duration")
 
 
@@ -109,7 +111,7 @@ def _alive(pid: int, started: float | None) -> bool:
     """Whether process ``pid`` runs on this host and began no later than the run (not a reused pid)."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError, ValueError):  # no such process, or no such process id
         return False
     except (PermissionError, OSError):
         return True
@@ -131,7 +133,10 @@ def run_state(manifest: dict[str, Any], run: Path, host: str) -> str:
         return "finished" if (run / "summary.json").is_file() else "unknown"
     if state != "running":
         return state
-    pid, on = field(manifest, "process.pid", int), field(manifest, "process.host", str)
+    process = field(manifest, "process", dict) or {}
+    pid, on = field(process, "pid", int), field(process, "host", str)
+    if "pid" in process and not (pid is not None and 0 < pid < 2**31):  # no process has it: unreadable
+        return "unknown"
     if pid is None or on != host:
         return f"running on {on}" if on else "running"
     resumes = field(manifest, "resumes", list) or []
@@ -140,14 +145,16 @@ def run_state(manifest: dict[str, Any], run: Path, host: str) -> str:
 
 
 def _unended_metric(run: Path, metric: str | None) -> tuple[float | None, float | None, float | None]:
-    """(best, final, time of the last line) for a run that recorded no end."""
+    """(best, final, time of the last line) for a run that recorded no end; a ConfigError when best.json or
+    metrics.jsonl is refused (not a regular file of the run, far too big or deep)."""
     best = None
     try:
-        recorded = json.loads((run / "checkpoints" / "best.json").read_text())
+        where = Path("checkpoints", "best.json")
+        recorded = load_json(read_run_file(run, where, MAX_BEST_BYTES), run / where)
         if isinstance(recorded, dict) and recorded.get("monitor") == metric:
             best = number(recorded.get("value"))
-    except (OSError, ValueError):
-        pass
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        pass  # missing or cut short: the best is unknown
     final = last = None
     for line in metrics_tail(run):  # newest first, parsed only as far as needed
         if last is None:
@@ -190,8 +197,12 @@ def read_row(run: str | Path, root: str | Path, host: str | None = None) -> RunR
         row.trial = str(number_) if number_ is not None else None
     started, ended = parse_time(row.started), parse_time(manifest.get("ended"))
     if field(manifest, "ended", str) is None and row.metric:
-        best, final, last = _unended_metric(run, row.metric)
-        row.best, row.final, ended = row.best if row.best is not None else best, final, last
+        try:
+            best, final, last = _unended_metric(run, row.metric)
+        except ConfigError as error:
+            row.problem = str(error)  # listed; its values unknown
+        else:
+            row.best, row.final, ended = row.best if row.best is not None else best, final, last
     if started is not None and ended is not None:
         row.duration_s = round(max(0.0, ended - started), 1)
     return row

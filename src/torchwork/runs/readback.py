@@ -25,9 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from torchwork.errors import ConfigError
+from torchwork.runs.folder_files import load_json, open_run_file, read_run_file
 
 MANIFEST = "manifest.json"
 MAX_MANIFEST_BYTES = 16 * 2**20
+MAX_METRICS_BYTES = 256 * 2**20  # a million epochs' lines; more is not a metrics file
+LARGEST_INT = 2**63  # a recorded count, seed or id is below this: a larger one is not a reading
 TAIL_BYTES = 64 * 1024  # enough for the last epoch's line of metrics.jsonl
 
 # Config entries a recipe keeps for resume (results, not settings): shown as effects, never as causes.
@@ -51,15 +54,14 @@ def read_manifest(run: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def load_manifest_file(path: Path) -> dict[str, Any]:
+    """The manifest at ``path``, read as :mod:`torchwork.runs.folder_files` reads a run's files (a regular
+    file inside the run folder, at most 16 MiB, JSON at most 64 levels deep), or a one-line ConfigError."""
     size = path.stat().st_size
     if size > MAX_MANIFEST_BYTES:
         raise ConfigError(f"{path} is {size / 2**20:.0f} MiB, more than a run manifest can be "
                           f"({MAX_MANIFEST_BYTES >> 20} MiB): it is not one.")
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError as error:
-        raise ConfigError(f"{path} is not UTF-8 text ({error.reason} at byte {error.start}): not a manifest."
-                          ) from None
+        data = load_json(read_run_file(path.parent, path.name, MAX_MANIFEST_BYTES), path)
     except json.JSONDecodeError as error:
         # a file cut short ends inside a value: the parser reaches its end, or a string never closes
         ends_early = error.pos >= len(error.doc.rstrip()) - 1 or error.msg.startswith("Unterminated string")
@@ -73,13 +75,17 @@ def load_manifest_file(path: Path) -> dict[str, Any]:
 
 def field(manifest: Any, dotted: str, kind: type | tuple[type, ...]) -> Any:
     """``manifest["a"]["b"]`` for ``"a.b"`` when every level is a dict and the value is of ``kind``, else None
-    (an int is accepted where a float is asked; a bool is never a number)."""
+    (an int is accepted where a float is asked; a bool is never a number; an integer of 2**63 or more, or a
+    NaN or infinite float, is no reading: None)."""
     value = manifest
     for key in dotted.split("."):
         if not isinstance(value, dict) or key not in value:
             return None
         value = value[key]
     kinds = kind if isinstance(kind, tuple) else (kind,)
+    if (isinstance(value, int) and abs(value) >= LARGEST_INT) or (isinstance(value, float)
+                                                                   and not math.isfinite(value)):
+        return None
     if float in kinds and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if isinstance(value, bool) and bool not in kinds:
@@ -117,29 +123,36 @@ def parse_time(text: Any) -> float | None:
 def _metric_lines(data: bytes) -> Iterator[dict[str, Any]]:
     for line in data.splitlines():
         try:
-            row = json.loads(line)
-        except (ValueError, UnicodeDecodeError):
-            continue  # a line cut by a crash
-        if isinstance(row, dict) and isinstance(row.get("step"), (int, float)):
+            row = load_json(line, "metrics.jsonl")
+        except ValueError:
+            continue  # a line cut by a crash (or not JSON, or nested absurdly deep)
+        if isinstance(row, dict) and _step(row.get("step")):
             yield row
 
 
+def _step(value: Any) -> bool:
+    """A step a line can be placed at: a finite number below 2**53 (not NaN, Infinity, or 10**30)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and abs(value) < 2**53)
+
+
 def read_metrics(run: Path) -> list[dict[str, Any]]:
-    """Every line of ``metrics.jsonl`` that parses to an object with a step (cut lines are skipped)."""
+    """Every line of ``metrics.jsonl`` that parses to an object with a step (cut lines are skipped); none
+    when the file is missing or refused (not a regular file of the run, over 256 MiB)."""
     try:
-        return list(_metric_lines((run / "metrics.jsonl").read_bytes()))
-    except OSError:
+        return list(_metric_lines(read_run_file(run, "metrics.jsonl", MAX_METRICS_BYTES)))
+    except (OSError, ConfigError):
         return []
 
 
 def metrics_tail(run: Path) -> Iterator[dict[str, Any]]:
     """The last lines of ``metrics.jsonl`` (its last 64 KiB), newest first, each parsed when reached."""
     try:
-        with open(run / "metrics.jsonl", "rb") as handle:
+        with open_run_file(run, "metrics.jsonl") as handle:
             handle.seek(0, os.SEEK_END)
             size = handle.tell()
             handle.seek(max(0, size - TAIL_BYTES))
-            data = handle.read()
+            data = handle.read(TAIL_BYTES)
     except OSError:
         return iter(())
     if size > TAIL_BYTES:
