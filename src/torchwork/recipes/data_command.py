@@ -34,8 +34,10 @@ def cli_main(args: argparse.Namespace, *, label_noise: bool = True, say: Callabl
         report = _image_report(args, (lambda line: None) if quiet else say)
     else:
         from torchwork.recipes.fit_data import load_fit_data
+        from torchwork.recipes.sentiment import SentimentConfig
 
         report = load_fit_data(args.data, text=args.text, label=args.label, test=args.test, seed=args.seed,
+                               max_length=SentimentConfig().transformer_max_length,  # what fit's MiniLM reads
                                label_noise=label_noise, say=(lambda line: None) if quiet else say).report
     if quiet:
         say(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode())

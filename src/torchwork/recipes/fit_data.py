@@ -103,7 +103,7 @@ def load_fit_data(data: str | os.PathLike[str], *, text: str | None = None, labe
 
     ``drop_leaked`` removes the rows of a later split whose text is in an earlier one (the report still
     counts them); ``model_folder`` gives the tokenizer that counts tokens (default: MiniLM's) and
-    ``max_length`` the tokens the model will read (default: the sentiment recipe's transformer_max_length).
+    ``max_length`` the tokens the model will read (None: no ``truncated`` check).
     """
     table = read_text_table(data, text=text, label=label)
     test_table = read_text_table(test, text=table.text_column, label=table.label_column) if test else None
@@ -112,10 +112,6 @@ def load_fit_data(data: str | os.PathLike[str], *, text: str | None = None, labe
     texts, labels, rows, splits = _combined(table, test_table)
     check_classes(labels, data)
     lengths, suggested = _model_lengths(texts, model_folder, say)
-    if max_length is None:
-        from torchwork.recipes.sentiment import SentimentConfig
-
-        max_length = SentimentConfig().transformer_max_length
     from torchwork.data.audit import audit_texts
 
     report = audit_texts(texts, labels, rows=rows, splits=splits, token_lengths=lengths, max_length=max_length,
