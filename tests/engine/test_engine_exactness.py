@@ -105,7 +105,8 @@ def test_scheduler_counts_optimizer_steps_not_micro_batches():
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
     x, y = make_data(n=48).tensors
     micro = [(x[i:i + 8].double(), y[i:i + 8]) for i in range(0, 48, 8)]  # 6 micro -> 2 windows of 3
-    trainer = Trainer(model, opt, nn.CrossEntropyLoss(), sched, device="cpu", accumulate=3, progress=False)
+    trainer = Trainer(model, opt, nn.CrossEntropyLoss(), sched, device="cpu", accumulate=3, progress=False,
+                      scheduler_interval="step")  # per step, as asked (auto: StepLR counts epochs)
     history = trainer.fit(micro, epochs=1)
     assert history[0]["steps"] == 2 and trainer.global_step == 2
     assert opt.param_groups[0]["lr"] == pytest.approx(0.25)

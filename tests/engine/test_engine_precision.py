@@ -70,7 +70,7 @@ def test_fp16_scheduler_not_stepped_on_skipped_step():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trainer = Trainer(model, opt, PoisonOnce(poison_at=0), sched, device="cpu", precision="fp16",
-                          progress=False)
+                          progress=False, scheduler_interval="step")  # per step, as asked
     trainer.fit(batches(3), epochs=1)
     assert opt.param_groups[0]["lr"] == pytest.approx(0.25)  # 3 steps, 1 skipped
 

@@ -44,6 +44,9 @@ class StepOptions:
             :class:`~torchwork.engine.compiling.CompileOptions`; see :mod:`torchwork.engine.compiling`.
         threads: torch's CPU threads: ``"auto"`` (chosen for the machine as it is, timed on the first real
             steps, re-checked when it changes: :mod:`torchwork.threads`) or a count, always honoured.
+        scheduler_interval: when the scheduler steps: ``"step"`` (after every optimizer step), ``"epoch"``
+            (once per epoch) or ``"auto"`` (from what the scheduler counts, decided when ``fit`` starts and
+            said with the reason: :mod:`torchwork.engine.schedules`).
     """
 
     accumulate: int = 1
@@ -53,12 +56,15 @@ class StepOptions:
     keep_fp32: Iterable[str | type] = ()
     compile: Any = False
     threads: int | str = "auto"
+    scheduler_interval: str = "auto"
 
     def __post_init__(self) -> None:
         from torchwork.engine.compiling import CompileOptions
+        from torchwork.engine.schedules import check_interval
 
         CompileOptions.of(self.compile)  # checked before any work starts
         check_threads(self.threads)
+        check_interval(self.scheduler_interval)
         k = self.accumulate
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ConfigError(f"accumulate={k!r}: it is the number of micro-batches per optimizer "
@@ -159,6 +165,7 @@ class TrainerKeywords(TypedDict, total=False):
     keep_fp32: Iterable[str | type]
     compile: Any
     threads: int | str
+    scheduler_interval: str
     # EvaluationOptions
     metrics: Mapping[str, Callable[[Any, Any], Any]]
     epoch_metrics: Mapping[str, Callable[[Any, Any], Any]]

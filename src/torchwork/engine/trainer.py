@@ -93,8 +93,9 @@ class Trainer:
         model: the module to train; moved to ``device``.
         optimizer: holds (some of) the model's parameters.
         loss_fn: ``loss_fn(outputs, targets)`` returning a scalar or a dict of named scalars.
-        scheduler: an LR scheduler, stepped once per optimizer step (ReduceLROnPlateau: once per epoch,
-            on ``plateau_monitor``).
+        scheduler: an LR scheduler, stepped after every optimizer step or once per epoch as
+            ``scheduler_interval`` says (``"auto"``: from what it counts, said when ``fit`` starts;
+            ReduceLROnPlateau: once per epoch, on ``plateau_monitor``).
         device: ``"auto"`` (cuda, then mps, then cpu) or any device name.
         precision: ``"32"``, ``"bf16"`` (autocast, no scaler) or ``"fp16"`` (autocast + GradScaler).
         step_fn: ``step_fn(model, batch) -> loss`` replaces the ``(inputs, targets)`` convention.
@@ -161,6 +162,15 @@ class Trainer:
         self._check_optimizer(model, optimizer)
         self.loss_fn, self.step_fn, self.scheduler = loss_fn, step_fn, scheduler
         self._plateau = isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+        from torchwork.engine.schedules import SchedulePlan, scheduler_interval
+
+        # Checked now (ReduceLROnPlateau per step is refused). "auto" is decided when fit knows the epochs;
+        # until then (a loop of the user's own, calling trainer.step) the scheduler steps per step, as before.
+        self._schedule: SchedulePlan | None = None
+        if scheduler is not None:
+            asked = step.scheduler_interval
+            self._schedule = (SchedulePlan("auto", "decided when fit starts") if asked == "auto" and not self._plateau
+                              else scheduler_interval(scheduler, asked))
         self.precision = resolve_precision(precision, self.device)
         self.scaler = self.precision.scaler
         keep_fp32 = step.keep_fp32
@@ -202,6 +212,7 @@ class Trainer:
     clip_grad_norm = _Setting("step")
     clip_grad_value = _Setting("step")
     loss_weights = _Setting("step")
+    scheduler_interval = _Setting("step")
     metrics = _Setting("evaluation")
     epoch_metrics = _Setting("evaluation")
     early_stopping = _Setting("evaluation")
@@ -294,7 +305,26 @@ class Trainer:
         else:
             sync = LocalSync()
         return StepSetup(self.optimizer, self.precision, sync, self._forward, self._forward.samples_in,
-                         self.clip_grad_norm, self.clip_grad_value, None if self._plateau else self.scheduler)
+                         self.clip_grad_norm, self.clip_grad_value, self._per_step_scheduler())
+
+    def _per_step_scheduler(self) -> Any:
+        """The scheduler the optimizer step steps: None when it steps per epoch or on a plateau."""
+        plan = self._schedule
+        return self.scheduler if plan is not None and plan.interval in ("step", "auto") else None
+
+    def _plan_schedule(self, train_loader: Any, epochs: int) -> None:
+        """Decide ``scheduler_interval="auto"`` for this run (its epochs and steps per epoch) and say it."""
+        if self.scheduler is None or self._plateau:
+            return
+        from torchwork.engine.schedules import scheduler_interval
+
+        batches = length_or_none(train_loader)
+        steps_per_epoch = -(-batches // self.accumulate) if batches is not None else None
+        self._schedule = scheduler_interval(self.scheduler, self.scheduler_interval, epochs=epochs,
+                                            steps_per_epoch=steps_per_epoch)
+        self._step.scheduler = self._per_step_scheduler()
+        self._say(f"scheduler: stepped {'once per epoch' if self._schedule.interval == 'epoch' else 'per step'} "
+                  f"({self._schedule.reason})")
 
     @property
     def thread_choice(self) -> ThreadChoice | None:
@@ -441,6 +471,7 @@ class Trainer:
         self.should_stop = False
         self._epochs_total = epochs
         self._compiler.planned_steps = planned_steps(train_loader, epochs, self.accumulate)
+        self._plan_schedule(train_loader, epochs)
         if self.world.is_distributed:
             from torchwork.distributed.setup import check_same_length, shard_loader
             from torchwork.seeding import current_seed
@@ -664,6 +695,8 @@ class Trainer:
                 raise ConfigError(f"ReduceLROnPlateau needs {self.plateau_monitor!r}, but the epoch "
                                   f"logged {sorted(logs)}. Pass a val_loader or plateau_monitor=.")
             self.scheduler.step(logs[self.plateau_monitor])
+        elif self._schedule is not None and self._schedule.interval == "epoch":
+            self.scheduler.step()  # before the epoch's checkpoint, which must hold the stepped schedule
         self.history.append(logs)
         for logger in self.loggers:
             logger.log(logs, self.global_step)
@@ -838,11 +871,13 @@ class Trainer:
             after.append("scaler.update(): shrink the scale after a skip, grow it after many good steps")
         else:
             after.append("optimizer.step()")
-        if self.scheduler is not None and not self._plateau:
+        if self._per_step_scheduler() is not None:
             after.append("scheduler.step() (once per optimizer step)")
         lines.extend(f"  {number}. {text}" for number, text in enumerate(after, start=3))
         if self._plateau:
             lines.append(f"  once per epoch: scheduler.step({self.plateau_monitor})")
+        elif self._schedule is not None and self._schedule.interval == "epoch":
+            lines.append(f"  once per epoch: scheduler.step() ({self._schedule.reason})")
         lines.append(f"  every {self.log_every_n_steps} steps: log loss, lr"
                      + (", grad_norm" if self.clip_grad_norm else "") + (", scale" if self.scaler else ""))
         return "\n".join(lines)
