@@ -144,7 +144,7 @@ def test_torchwork_train_nproc_runs_a_recipe_under_torchrun(tmp_path):
         return subprocess.run(
             [sys.executable, "-m", "torchwork.cli", "train", "sentiment", "--nproc", "2", "--set", "subset=300",
              "--set", "epochs=1", "--set", "quantize=false", "--set", "export_formats=onnx",
-             "--set", f"run_dir={runs}", "--set", "threads=1"],
+             "--set", f"run_dir={runs}", "--set", "threads=1", "--set", "verify_rounds=5"],
             capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
 
     runs = tmp_path / "runs"
