@@ -47,6 +47,7 @@ REGISTRY: dict[str, str] = {
     "graph-breaks": "graph_breaks:GraphBreaks",
     "zero-grad-in-accumulation": "zero_grad_in_accumulation:ZeroGradInAccumulation",
     "requires-grad-attribute": "requires_grad_attribute:RequiresGradAttribute",
+    "scheduler-per-batch": "scheduler_interval:SchedulerPerBatch",
 }
 CHECK_IDS: tuple[str, ...] = tuple(REGISTRY)
 HELPERS: dict[str, str] = {"forwards": "_forwards:ForwardTracker", "grads": "_grads:GradTracker"}

@@ -1,0 +1,80 @@
+"""scheduler-per-batch: a learning-rate schedule sized in epochs, stepped after every batch.
+
+``StepLR(step_size=1, gamma=0.7)``, ``MultiStepLR``, ``ExponentialLR`` or a cosine of ``T_max=epochs`` count
+epochs; called once per batch, they run through the whole schedule in the first few batches: after 13
+batches StepLR(1, 0.7) has cut the rate 100x, and the model stops learning early in the first epoch. Found
+when such a scheduler (its length shorter than one epoch of the loader being read, or no length at all) is
+stepped as often as its optimizer and its rate has fallen over 100x before the first epoch ended. A schedule
+sized in steps (OneCycleLR, a warm-up, a cosine over all the steps) never falls that fast so early.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from torchwork.doctor.checks import Check
+
+FALL = 100.0
+_NO_LENGTH = ("ExponentialLR",)
+
+
+def _length(scheduler: Any) -> tuple[str, int] | None:
+    """The setting that says how many calls the schedule lasts, and its value (None: it has no length)."""
+    from torchwork.engine.schedules import _horizon
+
+    return _horizon(scheduler)
+
+
+class SchedulerPerBatch(Check):
+    id = "scheduler-per-batch"
+    severity = "error"
+
+    def __init__(self, session: Any) -> None:
+        super().__init__(session)
+        self.optimizer_steps: dict[int, int] = {}
+        self.reported: set[int] = set()
+
+    def install(self) -> None:
+        check = self
+
+        def make(original: Any) -> Any:
+            def step(scheduler: Any, *args: Any, **kwargs: Any) -> Any:
+                result = original(scheduler, *args, **kwargs)
+                check.after_scheduler_step(scheduler)
+                return result
+            return step
+
+        self.session.patch(torch.optim.lr_scheduler.LRScheduler, "step", make)
+
+    def on_step_post(self, optimizer: Any) -> None:
+        self.optimizer_steps[id(optimizer)] = self.optimizer_steps.get(id(optimizer), 0) + 1
+
+    def after_scheduler_step(self, scheduler: Any) -> None:
+        calls = getattr(scheduler, "_step_count", 0) - 1  # the constructor steps it once
+        optimizer = getattr(scheduler, "optimizer", None)
+        if calls < 2 or optimizer is None or id(scheduler) in self.reported:
+            return
+        steps = self.optimizer_steps.get(id(optimizer), 0)
+        loader = self.session.current_loader()
+        batches = len(loader) if loader is not None and hasattr(loader, "__len__") else None
+        horizon = _length(scheduler)
+        epoch_sized = type(scheduler).__name__ in _NO_LENGTH or (
+            horizon is not None and batches is not None and horizon[1] < batches)
+        if not epoch_sized or calls < steps or batches is None or steps >= batches:
+            return  # not an epoch-sized schedule, not per batch, or past the first epoch
+        group = optimizer.param_groups[0]
+        start, now = group.get("initial_lr", group["lr"]), group["lr"]
+        if not (start > 0 and now < start / FALL):
+            return
+        self.reported.add(id(scheduler))
+        name = type(scheduler).__name__
+        sized = f"{name}({horizon[0]}={horizon[1]})" if horizon is not None else name
+        self.report(
+            f"{sized} is stepped after every batch: after {steps} of the epoch's {batches} batches the "
+            f"learning rate is {now:.3g}, {start / now:.0f}x below its start ({start:.3g}). Its counts are "
+            "epochs: the whole schedule runs in the first batches and training stalls.",
+            "Call scheduler.step() once per epoch, after the loop over the batches (or size the schedule in "
+            "steps: OneCycleLR(total_steps=epochs * len(loader))). torchwork's Trainer chooses the interval "
+            "from the scheduler: scheduler_interval='auto'.")
