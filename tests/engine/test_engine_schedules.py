@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from torchwork import Trainer
-from torchwork.engine.schedules import scheduler_interval
 from torchwork.errors import ConfigError
+from torchwork.schedules import scheduler_interval
 
 EPOCHS, BATCHES = 3, 6
 

@@ -46,7 +46,7 @@ class StepOptions:
             steps, re-checked when it changes: :mod:`torchwork.threads`) or a count, always honoured.
         scheduler_interval: when the scheduler steps: ``"step"`` (after every optimizer step), ``"epoch"``
             (once per epoch) or ``"auto"`` (from what the scheduler counts, decided when ``fit`` starts and
-            said with the reason: :mod:`torchwork.engine.schedules`).
+            said with the reason: :mod:`torchwork.schedules`).
     """
 
     accumulate: int = 1
@@ -60,7 +60,7 @@ class StepOptions:
 
     def __post_init__(self) -> None:
         from torchwork.engine.compiling import CompileOptions
-        from torchwork.engine.schedules import check_interval
+        from torchwork.schedules import check_interval
 
         CompileOptions.of(self.compile)  # checked before any work starts
         check_threads(self.threads)

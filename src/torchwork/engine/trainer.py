@@ -162,7 +162,7 @@ class Trainer:
         self._check_optimizer(model, optimizer)
         self.loss_fn, self.step_fn, self.scheduler = loss_fn, step_fn, scheduler
         self._plateau = isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
-        from torchwork.engine.schedules import SchedulePlan, scheduler_interval
+        from torchwork.schedules import SchedulePlan, scheduler_interval
 
         # Checked now (ReduceLROnPlateau per step is refused). "auto" is decided when fit knows the epochs;
         # until then (a loop of the user's own, calling trainer.step) the scheduler steps per step, as before.
@@ -316,7 +316,7 @@ class Trainer:
         """Decide ``scheduler_interval="auto"`` for this run (its epochs and steps per epoch) and say it."""
         if self.scheduler is None or self._plateau:
             return
-        from torchwork.engine.schedules import scheduler_interval
+        from torchwork.schedules import scheduler_interval
 
         batches = length_or_none(train_loader)
         steps_per_epoch = -(-batches // self.accumulate) if batches is not None else None

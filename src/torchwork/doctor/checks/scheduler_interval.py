@@ -22,9 +22,9 @@ _NO_LENGTH = ("ExponentialLR",)
 
 def _length(scheduler: Any) -> tuple[str, int] | None:
     """The setting that says how many calls the schedule lasts, and its value (None: it has no length)."""
-    from torchwork.engine.schedules import _horizon
+    from torchwork.schedules import horizon
 
-    return _horizon(scheduler)
+    return horizon(scheduler)
 
 
 class SchedulerPerBatch(Check):

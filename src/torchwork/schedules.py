@@ -55,8 +55,16 @@ def check_interval(value: Any) -> str:
     return str(value)
 
 
-def _horizon(scheduler: Any) -> tuple[str, int] | None:
-    """The setting that says how many calls the schedule lasts, and its value, where it has one."""
+def horizon(scheduler: Any) -> tuple[str, int] | None:
+    """The setting that says how many calls the schedule lasts, and its value, where it has one (the
+    doctor's ``scheduler-per-batch`` reads it too).
+
+    Example:
+        >>> import torch
+        >>> optimizer = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=1.0)
+        >>> horizon(torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=[3, 8]))
+        ('milestones', 8)
+    """
     name = type(scheduler).__name__
     if name == "StepLR":
         return "step_size", int(scheduler.step_size)
@@ -86,11 +94,11 @@ def _auto(scheduler: Any, epochs: int | None, steps_per_epoch: int | None) -> Sc
                                 + ")")
         return SchedulePlan("step", f"{name}: its schedulers disagree, stepped per step as before; say "
                                     "scheduler_interval='epoch' if it counts epochs")
-    horizon = _horizon(scheduler)
-    if horizon is None:
+    length_setting = horizon(scheduler)
+    if length_setting is None:
         return SchedulePlan("step", f"{name} is a function of its count: stepped per step (the Trainer's default "
                                     "before this choice); say scheduler_interval='epoch' if it counts epochs")
-    field, length = horizon
+    field, length = length_setting
     if epochs is None or length <= epochs:
         where = f"the run's {epochs} epochs" if epochs is not None else "a run of epochs"
         return SchedulePlan("epoch", f"{name}'s {field}={length} fits in {where}: counted in epochs")
