@@ -19,7 +19,7 @@ from torchwork.runs.checkpoint import load_checkpoint
 # change of format_version, not a refactoring; an entry added at the end that older checkpoints may lack,
 # like "threads", is not).
 FILE_ENTRIES = ["format_version", "world_size", "per_rank", "model", "optimizer", "scheduler", "scaler", "counters",
-                "rng", "epoch_start_rng", "loader_rng", "epoch_totals", "history", "callbacks", "threads"]
+                "rng", "epoch_start_rng", "loader_rng", "epoch_totals", "history", "callbacks", "step_fn", "threads"]
 
 
 def _trainer(seed: int = 0) -> tuple[Trainer, list[tuple[torch.Tensor, torch.Tensor]]]:

@@ -55,6 +55,8 @@ class TrainerCheckpoint:
     ``epoch_start_rng`` (mid-epoch: the streams that decided the epoch's order); ``loader_rng`` (at an
     epoch's end: the train loader's own generator); ``epoch_totals`` (mid-epoch: the epoch's running
     totals); ``history`` (one record per epoch); ``callbacks`` (each callback's state, or None);
+    ``step_fn`` (a ``step_fn`` object's ``state_dict()``: state it carries across batches, such as a
+    truncated-BPTT hidden state; None without one);
     ``threads`` (on the CPU, torch's thread count the run had chosen: a resume with ``threads="auto"`` keeps
     it, so that the continuation computes as the run did; older checkpoints lack it).
     ``extra``: what was written beside these (a run folder's ``best_value`` and ``run``), kept as it was.
@@ -74,6 +76,7 @@ class TrainerCheckpoint:
     epoch_totals: dict[str, Any] | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
     callbacks: list[Any] = field(default_factory=list)
+    step_fn: Any = None
     threads: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -125,6 +128,7 @@ class TrainerCheckpoint:
                    scaler=scaler.state_dict() if scaler is not None else None,
                    counters=trainer.state.counters(), **own, history=list(trainer.history),
                    callbacks=[c.state_dict() if hasattr(c, "state_dict") else None for c in trainer.callbacks],
+                   step_fn=trainer.step_fn.state_dict() if hasattr(trainer.step_fn, "state_dict") else None,
                    threads=_threads_in_use(trainer))
 
     def restore(self, trainer: Trainer) -> None:
@@ -142,6 +146,8 @@ class TrainerCheckpoint:
         for callback, saved in zip(trainer.callbacks, self.callbacks or []):
             if saved is not None and hasattr(callback, "load_state_dict"):
                 callback.load_state_dict(saved)
+        if self.step_fn is not None and hasattr(trainer.step_fn, "load_state_dict"):
+            trainer.step_fn.load_state_dict(self.step_fn)
         check_optimizer_fits(trainer.optimizer, self.optimizer)
         try:
             trainer.optimizer.load_state_dict(self.optimizer)

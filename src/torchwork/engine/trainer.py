@@ -206,6 +206,7 @@ class Trainer:
         self._totals: dict[str, Any] = {}
         self._checkpointing = False
         self._interrupt = InterruptFlag()
+        self._carried: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ settings, each read from its group
     accumulate = _Setting("step")
@@ -480,6 +481,9 @@ class Trainer:
             train_loader = shard_loader(train_loader, self.world, train=True, seed=seed)
             check_same_length(length_or_none(train_loader), self.device)
         self._capture_train_modes()
+        from torchwork.engine.carried_state import carried_values
+
+        self._carried = carried_values(self.step_fn)  # what the first checkpoint compares with
         state = self._open_run(train_loader, val_loader, epochs, resume)
         if state is not None:
             try:
@@ -709,9 +713,22 @@ class Trainer:
             self._save_checkpoint(logs)  # after the callbacks, so early stopping's state is in it
 
     def _save_checkpoint(self, metrics: dict[str, Any] | None = None) -> None:
+        self._warn_carried_state()
         state = self.state_dict()  # a collective under DDP: every rank contributes its RNG state
         if self._session is not None:
             self._session.save(state, metrics)
+
+    def _warn_carried_state(self) -> None:
+        """At the first checkpoint: name the state a ``step_fn`` carried that the checkpoint does not hold."""
+        from torchwork.engine.carried_state import changed_state
+
+        carried, self._carried = self._carried, {}
+        names = changed_state(self.step_fn, carried)
+        if names and self.world.is_rank_zero:
+            warnings.warn(f"step_fn carries {', '.join(names)} from batch to batch, and the checkpoints do not "
+                          "hold it: a resume restarts it from its first value and will not be exact. Give the "
+                          "step_fn object state_dict() and load_state_dict() (a class with __call__), and the "
+                          "checkpoints save and restore it.", stacklevel=2)
 
     # ------------------------------------------------------------------ state (checkpoints)
     def state_dict(self) -> dict[str, Any]:
