@@ -46,6 +46,50 @@ def why_unsafe(root: str | os.PathLike[str], path: str | os.PathLike[str], direc
     return None
 
 
+class NotRegularFile(OSError):
+    """What :func:`open_regular` opened is not a regular file; ``mode`` is its ``st_mode``."""
+
+    def __init__(self, mode: int) -> None:
+        super().__init__(f"not a regular file (a {_kind(mode)})")
+        self.mode = mode
+
+
+def open_regular(path: str | os.PathLike[str], *, follow_links: bool = True) -> int:
+    """A descriptor of ``path`` open for reading, checked with ``fstat`` to be a regular file: the file checked
+    is the file read (a FIFO swapped in after an earlier check is caught), and opening never blocks (a FIFO
+    opens at once, without a writer). :class:`NotRegularFile` otherwise (the descriptor closed); an OSError
+    when it cannot be opened.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "a.txt"
+        >>> _ = path.write_bytes(b"abc")
+        >>> descriptor = open_regular(path)
+        >>> read_at_most(descriptor, 2), os.close(descriptor)
+        (b'ab', None)
+    """
+    flags = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+             | (0 if follow_links else getattr(os, "O_NOFOLLOW", 0)))
+    descriptor = os.open(path, flags)
+    mode = os.fstat(descriptor).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(descriptor)
+        raise NotRegularFile(mode)
+    return descriptor
+
+
+def read_at_most(descriptor: int, limit: int) -> bytes:
+    """Up to ``limit`` bytes from ``descriptor`` (fewer at the end of the file)."""
+    chunks, size = [], 0
+    while size < limit:
+        chunk = os.read(descriptor, min(1 << 16, limit - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
 def _kind(mode: int) -> str:
     for test, name in ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"),
                        (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket")):

@@ -61,11 +61,11 @@ def training_rows(texts: Sequence[str], labels: Sequence[str]) -> tuple[list[int
         if not key or too_short(texts[members[0]]):
             dropped["empty-text"] += len(members)
             continue
-        (top, top_n), *rest = Counter(labels[i] for i in members).most_common(2) + [(None, 0)]
-        if rest[0][1] == top_n:
+        ranked = Counter(labels[i] for i in members).most_common(2)
+        if len(ranked) == 2 and ranked[0][1] == ranked[1][1]:  # a tie: no label to keep
             dropped["conflicting-labels"] += len(members)
             continue
-        chosen[members[0]] = str(top)
+        chosen[members[0]] = str(ranked[0][0])
         kept.append(members[0])
         dropped["duplicate"] += len(members) - 1
     return sorted(kept), chosen, dropped

@@ -23,6 +23,7 @@ import stat
 from pathlib import Path
 
 from torchwork.errors import DataError
+from torchwork.paths import NotRegularFile, open_regular
 
 SAMPLE_BYTES = 64 * 1024
 DELIMITERS = (",", ";", "\t", "|")
@@ -58,12 +59,14 @@ def read_regular_file(path: Path, max_bytes: int) -> bytes:
         raise DataError(f"{path}: cannot be read ({error.strerror}). Check the path and its permissions.") from None
     _require_regular(path, info.st_mode)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd = open_regular(path)
+    except NotRegularFile as error:
+        _require_regular(path, error.mode)
+        raise
     except OSError as error:
         raise DataError(f"{path}: cannot be opened ({error.strerror}). Check its permissions.") from None
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(fd)
-        _require_regular(path, info.st_mode)
         if info.st_size > max_bytes:
             raise DataError(f"{path} is {_size(info.st_size)}, over the limit of {_size(max_bytes)} (max_bytes). "
                             "Use a sample of the file, or raise max_bytes if this machine has the memory.")

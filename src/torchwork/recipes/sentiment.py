@@ -126,11 +126,16 @@ def tfidf_predictions(train: Any, test: Any) -> Any:
     return classifier.predict(vectorizer.transform(test.texts))
 
 
-def tfidf_baseline(train: Any, test: Any, classes: list[str]) -> dict[str, Any]:
-    """The baseline's test metrics (:func:`tfidf_predictions`): the number to beat."""
+def tfidf_baseline(train: Any, test: Any, classes: list[str], recorded: dict[str, Any] | None = None
+                   ) -> tuple[dict[str, Any], Any]:
+    """The baseline's test metrics, the number to beat, and its test predictions (:func:`tfidf_predictions`);
+    a resumed run's ``recorded`` metrics instead, without predictions."""
     from torchwork.data import classification_metrics
 
-    return classification_metrics(test.labels, tfidf_predictions(train, test), classes)
+    if recorded:
+        return recorded["baseline"], None
+    predictions = tfidf_predictions(train, test)
+    return classification_metrics(test.labels, predictions, classes), predictions
 
 
 def recorded_choices(config: SentimentConfig, classes: list[str]) -> dict[str, Any] | None:
@@ -281,7 +286,7 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
     say("\n== 2. Baseline: TF-IDF + logistic regression")
     recorded = recorded_choices(config, classes)  # resuming: what the run already measured and chose
     baseline_started = time.perf_counter()
-    baseline = recorded["baseline"] if recorded else tfidf_baseline(train, test, classes)
+    baseline, baseline_predictions = tfidf_baseline(train, test, classes, recorded)
     baseline_seconds = time.perf_counter() - baseline_started
     say(f"baseline test accuracy {baseline['accuracy']:.4f}, macro-F1 {baseline['macro_f1']:.4f}"
         + (" (recorded by the run being resumed)" if recorded else ""))
@@ -333,8 +338,8 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
     if own_data is not None:  # a user's data: served only if it beats the baseline beyond the noise
         from torchwork.recipes.fit_choice import choose_served
 
-        served = choose_served(served, served_ngram, tfidf_predictions(train, test), test.labels, classes,
-                               config.seed, say)
+        predictions = baseline_predictions if baseline_predictions is not None else tfidf_predictions(train, test)
+        served = choose_served(served, served_ngram, predictions, test.labels, classes, config.seed, say)
     served["test_labels"] = list(test.labels)
     artifact = served["artifact"]
     summary = _summary(served, baseline, run_path, models, time.perf_counter() - started)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from torchwork.errors import ConfigError
+from torchwork.paths import NotRegularFile, open_regular
 
 MAX_JSON_DEPTH = 64  # a manifest nests about 6 deep; far deeper is not one
 _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
@@ -43,12 +44,11 @@ def open_run_file(run: str | os.PathLike[str], relative: str | os.PathLike[str])
     if os.path.commonpath([real_run, real]) != real_run:
         raise ConfigError(f"{path} is a link leading out of its run folder (to {real}): refused. A run folder's "
                           "files are its own; replace the link with the file.")
-    _refuse_special(path, os.stat(real).st_mode)  # before opening: opening a FIFO waits for a writer
-    descriptor = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_NOFOLLOW", 0))
+    _refuse_special(path, os.stat(real).st_mode)  # before opening: refused by its stat, unopened
     try:
-        _refuse_special(path, os.fstat(descriptor).st_mode)  # the file opened is the one checked
-    except ConfigError:
-        os.close(descriptor)
+        descriptor = open_regular(real, follow_links=False)  # the file opened is the one checked
+    except NotRegularFile as error:
+        _refuse_special(path, error.mode)
         raise
     return os.fdopen(descriptor, "rb")
 

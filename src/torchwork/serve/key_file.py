@@ -23,7 +23,7 @@ import os
 import stat
 
 from torchwork.errors import ConfigError
-from torchwork.paths import _kind  # what a mode is, in words (a FIFO, a character device)
+from torchwork.paths import NotRegularFile, _kind, open_regular, read_at_most
 
 MAX_KEY_FILE_BYTES = 1 << 20  # 1 MiB: some ten thousand keys
 
@@ -31,23 +31,21 @@ MAX_KEY_FILE_BYTES = 1 << 20  # 1 MiB: some ten thousand keys
 def read_key_file(path: str) -> list[str]:
     """The lines of the key file ``path``; a :class:`~torchwork.errors.ConfigError` for anything but a readable
     regular UTF-8 file of at most :data:`MAX_KEY_FILE_BYTES` (a leading byte-order mark is dropped)."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)  # a FIFO opens at once
     try:
-        fd = os.open(path, flags)
+        descriptor = open_regular(path)
+    except NotRegularFile as error:
+        raise ConfigError(f"--api-key-file {path} is not a regular file (a {_kind(error.mode)}); keys are read "
+                          "only from a regular file: write one key a line into one") from None
     except OSError as error:
         raise ConfigError(f"--api-key-file {path}: cannot read it ({error.strerror}); write one key a line") \
             from None
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise ConfigError(f"--api-key-file {path} is not a regular file (a {_kind(mode)}); keys are read only "
-                              "from a regular file: write one key a line into one")
-        data = _read_at_most(fd, MAX_KEY_FILE_BYTES + 1)
+        data = read_at_most(descriptor, MAX_KEY_FILE_BYTES + 1)
     except OSError as error:
         raise ConfigError(f"--api-key-file {path}: cannot read it ({error.strerror}); write one key a line") \
             from None
     finally:
-        os.close(fd)
+        os.close(descriptor)
     if len(data) > MAX_KEY_FILE_BYTES:
         raise ConfigError(f"--api-key-file {path} is larger than {MAX_KEY_FILE_BYTES} bytes; a key file holds one "
                           "key a line (or sha256:HEX digests), not more")
@@ -67,15 +65,4 @@ def permission_warning(path: str) -> str | None:
         return None
     return (f"--api-key-file {path} is readable by other users (mode {stat.S_IMODE(mode):o}); make it private "
             f"with: chmod 600 {path}")
-
-
-def _read_at_most(fd: int, limit: int) -> bytes:
-    chunks, size = [], 0
-    while size < limit:
-        chunk = os.read(fd, min(1 << 16, limit - size))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)
 
