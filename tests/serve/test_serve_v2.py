@@ -220,6 +220,21 @@ def test_malformed_requests_get_the_right_4xx_with_an_error_field(text_server, d
     assert metric_value(digits_server.metrics(), 'torchwork_requests_total{status="400"}') >= 3
 
 
+def test_huge_declared_shapes_get_400_and_no_traceback_in_the_log(text_server, digits_server):
+    """A zero-element tensor with a 2**62 dimension answered 500 with a traceback logged per request, and 2**26
+    declared BYTES elements in a 111-byte body were made before the data was looked at."""
+    text, digits = model_name(text_server), model_name(digits_server)
+    empty = {"name": "input", "datatype": "FP32", "shape": [0, 2**62], "parameters": {"binary_data_size": 0}}
+    declared = {"name": "text", "datatype": "BYTES", "shape": [2**26], "parameters": {"binary_data_size": 0}}
+    for server, name, entry, words in [(digits_server, digits, empty, "dimension 1 is 4611686018427387904"),
+                                       (digits_server, digits, {**empty, "shape": [1, 2**62, 0]}, "dimension 1"),
+                                       (text_server, text, declared, "cannot hold 67108864 BYTES elements")]:
+        header = json.dumps({"inputs": [entry]}).encode()
+        status, _, answer = infer_raw(server, name, header, {"Inference-Header-Content-Length": str(len(header))})
+        assert status == 400 and words in answer["error"], answer
+        assert "Traceback" not in server.stderr() and "unexpected error" not in server.stderr()
+
+
 def test_bytes_tensors_travel_length_prefixed_both_ways(text_server):
     name = model_name(text_server)
     texts = ["a lovely film", "\u00e9t\u00e9 \U0001F600 terrible"]

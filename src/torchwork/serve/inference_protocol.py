@@ -97,6 +97,8 @@ def parse_request(body: bytes, header_length: int | None, max_elements: int = 1 
         raise ProtocolError(400, f"Inference-Header-Content-Length={header_length} but the body has "
                                  f"{len(body)} bytes")
     header = body[:header_length]
+    if header_length > _LAYOUT_BYTES:  # a header this large is not tritonclient's: checked, never kept
+        return _layout(header, max_elements).decode(memoryview(body)[header_length:])
     key = (header, max_elements)
     layout = _LAYOUTS.get(key)
     if layout is None:
@@ -159,9 +161,13 @@ class _Layout:
         return InferRequest(self.id, tensors, self.outputs, self.binary_output)
 
 
-# Checked binary request headers by (header, max_elements): at most _LAYOUTS_KEPT, the oldest dropped first.
+# Checked binary request headers by (header, max_elements): at most _LAYOUTS_KEPT, the oldest dropped first,
+# each at most _LAYOUT_BYTES long (tritonclient's are 150-400 bytes), so the cache holds at most 2 MiB of headers.
 _LAYOUTS: dict[tuple[bytes, int], _Layout] = {}
 _LAYOUTS_KEPT = 512
+_LAYOUT_BYTES = 4096
+# The most dimensions a tensor may have (numpy's limit is 64; no model here takes more than a few).
+MAX_DIMENSIONS = 32
 
 
 def _layout(header: bytes, max_elements: int) -> _Layout:
@@ -220,11 +226,7 @@ def _input(entry: Any, where: str, max_elements: int) -> _InputSpec:
     if datatype != "BYTES" and datatype not in NUMERIC:
         raise ProtocolError(400, f"{where}.datatype={datatype!r} is not one of the protocol's: "
                                  f"{', '.join([*NUMERIC, 'BYTES'])}")
-    if not isinstance(shape, list) or any([type(d) is not int or d < 0 for d in shape]):
-        raise ProtocolError(400, f"{where}.shape must be a list of non-negative integers, got {shape!r}")
-    count = math.prod(shape)
-    if count > max_elements:
-        raise ProtocolError(400, f"{where}.shape {shape} holds {count} elements, more than this server takes")
+    count = _element_count(shape, where, max_elements)
     size = _object(entry.get("parameters"), f"{where}.parameters").get("binary_data_size")
     if size is None:
         if "data" not in entry:
@@ -236,11 +238,44 @@ def _input(entry: Any, where: str, max_elements: int) -> _InputSpec:
         raise ProtocolError(400, f"{where}.binary_data_size={size!r} must be a number of bytes (an integer >= 0)")
     if "data" in entry:
         raise ProtocolError(400, f"{where} has both \"data\" and binary_data_size; send one")
-    takes = None if datatype == "BYTES" else count * np.dtype(NUMERIC[datatype]).itemsize
-    if takes is not None and size != takes:
+    if datatype == "BYTES":
+        if size < _LENGTH.size * count:  # checked before a list of `count` elements is made for them
+            raise ProtocolError(400, f"{where}: binary_data_size={size} cannot hold {count} BYTES elements "
+                                     f"(each takes at least {_LENGTH.size} bytes, its length)")
+    elif size != (takes := count * np.dtype(NUMERIC[datatype]).itemsize):
         raise ProtocolError(400, f"{where}: {size} bytes of binary data for shape {shape} of {datatype} "
                                  f"(which takes {takes})")
     return _InputSpec(where, name, datatype, tuple(shape), count, size)
+
+
+def _element_count(shape: Any, where: str, max_elements: int) -> int:
+    """The number of elements of ``shape``, checked before anything is allocated for them: at most
+    :data:`MAX_DIMENSIONS` dimensions, each and their product at most ``max_elements`` (a dimension beyond
+    that is refused even beside a 0, which numpy could not reshape to).
+
+    Example:
+        >>> _element_count([2, 3], "inputs[0]", 100)
+        6
+        >>> try:
+        ...     _element_count([0, 2**62], "inputs[0]", 100)
+        ... except ProtocolError as problem:
+        ...     print(problem.status, problem)
+        400 inputs[0].shape [0, 4611686018427387904]: dimension 1 is 4611686018427387904, more than the 100 elements this server takes in a tensor
+    """
+    if not isinstance(shape, list) or any([type(d) is not int or d < 0 for d in shape]):
+        text = repr(shape) if len(repr(shape)) <= 200 else f"{repr(shape)[:200]}..."
+        raise ProtocolError(400, f"{where}.shape must be a list of non-negative integers, got {text}")
+    if len(shape) > MAX_DIMENSIONS:
+        raise ProtocolError(400, f"{where}.shape has {len(shape)} dimensions; send at most {MAX_DIMENSIONS}")
+    for index, dimension in enumerate(shape):
+        if dimension > max_elements:
+            raise ProtocolError(400, f"{where}.shape {shape}: dimension {index} is {dimension}, more than the "
+                                     f"{max_elements} elements this server takes in a tensor")
+    count = math.prod(shape)  # at most MAX_DIMENSIONS factors, each bounded: Python's integers do not overflow
+    if count > max_elements:
+        raise ProtocolError(400, f"{where}.shape {shape} holds {count} elements, more than the {max_elements} "
+                                 "this server takes in a tensor")
+    return count
 
 
 def _json_data(data: Any, datatype: str, count: int, where: str) -> Any:
@@ -281,6 +316,9 @@ def _flatten(data: Any, where: str) -> list[Any]:
 
 def _split_bytes(raw: memoryview, count: int, where: str) -> list[bytes]:
     """A BYTES tensor's elements: each a 4-byte little-endian length, then that many bytes."""
+    if _LENGTH.size * count > len(raw):  # before a list of `count` elements is made
+        raise ProtocolError(400, f"{where}: {len(raw)} bytes of binary data cannot hold {count} BYTES elements "
+                                 f"(each takes at least {_LENGTH.size} bytes, its length)")
     array: list[bytes] = [b""] * count
     offset = 0
     for index in range(count):

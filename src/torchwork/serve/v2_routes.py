@@ -28,6 +28,7 @@ Example (the routes of an app serving one model):
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -42,6 +43,19 @@ from torchwork.serve.v2_model import V2Model
 EXTENSIONS = ["binary_tensor_data", "model_repository"]
 _ACCEPTED_TYPES = ("application/json", "application/octet-stream")
 _HEADER_BYTES = HEADER.encode()
+
+
+def path_parameters(path: str) -> dict[str, Any]:
+    """``openapi_extra`` declaring each ``{param}`` of ``path`` in the schema: these handlers take the
+    ``Request`` itself, so FastAPI sees no parameter to declare, and a client generated from a schema with
+    an undeclared path parameter breaks.
+
+    Example:
+        >>> [p["name"] for p in path_parameters("/v2/models/{name}/versions/{version}")["parameters"]]
+        ['name', 'version']
+    """
+    return {"parameters": [{"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+                           for name in re.findall(r"\{(\w+)\}", path)]}
 
 
 def v2_error(status: int, message: str, retry_after: int | None = None) -> Response:
@@ -129,7 +143,7 @@ def add_v2_routes(app: FastAPI, find: Callable[[str, str | None], Any], listing:
     for path in ("/v2/models/{name}/infer", "/v2/models/{name}/versions/{version}/infer"):
         app.router.add_api_route(path, handler, methods=["POST"], include_in_schema=path.count("{") == 1,
                                  summary="Open Inference Protocol: infer (JSON or binary tensors)",
-                                 route_class_override=RawRoute)
+                                 openapi_extra=path_parameters(path), route_class_override=RawRoute)
 
     async def server_metadata() -> Response:
         return ok({"name": "torchwork", "version": server_version, "extensions": EXTENSIONS})
@@ -180,10 +194,10 @@ def add_v2_routes(app: FastAPI, find: Callable[[str, str | None], Any], listing:
     app.add_api_route("/v2/repository/index", index, methods=["POST"],
                       summary="The served models, their versions and states")
     for suffix in ("", "/versions/{version}"):
-        app.add_api_route(f"/v2/models/{{name}}{suffix}", model_metadata, methods=["GET"],
-                          include_in_schema=not suffix, summary="Open Inference Protocol: model metadata")
-        app.add_api_route(f"/v2/models/{{name}}{suffix}/ready", model_ready, methods=["GET"],
-                          include_in_schema=not suffix, summary="Open Inference Protocol: model ready")
+        for path, route, summary in ((f"/v2/models/{{name}}{suffix}", model_metadata, "model metadata"),
+                                     (f"/v2/models/{{name}}{suffix}/ready", model_ready, "model ready")):
+            app.add_api_route(path, route, methods=["GET"], include_in_schema=not suffix,
+                              summary=f"Open Inference Protocol: {summary}", openapi_extra=path_parameters(path))
 
 
 def _keep_fragments(fragments: Any) -> tuple[int, Any]:
@@ -241,5 +255,6 @@ def add_model_control(app: FastAPI, known: Callable[[str], bool],
         return Response(json.dumps({"name": name, "version": serving, "state": "READY"}).encode(), 200,
                         media_type="application/json")
 
-    app.add_api_route("/v2/repository/models/{name}/load", load, methods=["POST"],
+    path = "/v2/repository/models/{name}/load"
+    app.add_api_route(path, load, methods=["POST"], openapi_extra=path_parameters(path),
                       summary="Load a model's newest (or named) version from its model folder, with no downtime")
