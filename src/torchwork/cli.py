@@ -47,10 +47,6 @@ class SuggestingParser(argparse.ArgumentParser):
         target.error(f"unrecognized arguments: {' '.join(unknown)}" + (f" ({'; '.join(hints)})" if hints else ""))
 
 
-def _no_arguments(parser: argparse.ArgumentParser) -> None:
-    pass
-
-
 def _demo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--epochs", type=int, default=8, help="training epochs (default: 8)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")

@@ -35,7 +35,6 @@ from torchwork.errors import ConfigError
 INTERVALS = ("auto", "step", "epoch")
 _STEP_SIZED = ("OneCycleLR", "CyclicLR")
 _PER_EPOCH = ("ExponentialLR",)
-_FUNCTIONS = ("LambdaLR", "MultiplicativeLR")
 _CHAINS = ("SequentialLR", "ChainedScheduler")
 
 

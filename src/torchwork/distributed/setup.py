@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sampler
 
-from torchwork.distributed.env import World, world_from_env
+from torchwork.distributed.env import World
 from torchwork.distributed.frames import user_call_site
 
 # DistributedError lived here before torchwork.errors held every error class: the old import path still works.
@@ -43,12 +43,6 @@ def init_process_group(world: World, timeout_s: float = 300.0, debug: bool = Fal
         from torchwork.distributed import debug as collective_debug
 
         collective_debug.enable(timeout_s=min(timeout_s, 60.0))
-
-
-def current_world() -> World:
-    if dist.is_available() and dist.is_initialized():
-        return World(dist.get_rank(), dist.get_world_size(), world_from_env().local_rank)
-    return world_from_env()
 
 
 def wrap_ddp(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:

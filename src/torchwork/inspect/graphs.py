@@ -28,8 +28,6 @@ import torch
 from torchwork.inspect.recording import ORIGIN_KEY, Capture, Where, active_capture
 from torchwork.inspect.walk import reached_leaves, saved_slots, storage_key, walk_nodes
 
-_ACCUMULATE = "torch::autograd::AccumulateGrad"
-
 
 @dataclass
 class Node:
