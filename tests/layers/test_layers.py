@@ -80,7 +80,24 @@ def imports_of(path: Path, *, run_time_only: bool = False) -> list[tuple[int, st
                 found.append((node.lineno, candidate if _is_module(candidate) else base))
         elif isinstance(node, ast.Import):
             found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.Call) and (named := _imported_by_call(node)):
+            found.append((node.lineno, named))
     return [(line, name) for line, name in found if name == "torchwork" or name.startswith("torchwork.")]
+
+
+def _imported_by_call(call: ast.Call) -> str | None:
+    """The module ``__import__("torchwork")`` or ``importlib.import_module("torchwork.x")`` names; of an
+    f-string (``f"torchwork.doctor.checks.{name}"``), the package its constant start names."""
+    function = ast.unparse(call.func)
+    if function not in ("__import__", "importlib.import_module", "import_module") or not call.args:
+        return None
+    argument = call.args[0]
+    if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
+        return argument.value
+    if isinstance(argument, ast.JoinedStr) and argument.values and isinstance(argument.values[0], ast.Constant):
+        start = str(argument.values[0].value)
+        return start.rsplit(".", 1)[0] if "." in start else None
+    return None
 
 
 def _is_module(name: str) -> bool:
@@ -162,6 +179,16 @@ def test_no_two_modules_import_each_other() -> None:
         graph[name] = {target for _, target in imports_of(path, run_time_only=True)
                        if target in modules and not modules[target].name == "__init__.py" and target != name}
     assert _cycles(graph) == []
+
+
+def test_the_walker_sees_imports_by_call(tmp_path: Path) -> None:
+    module = tmp_path / "calls.py"
+    module.write_text('import importlib\n\n\ndef f(name):\n    __import__("torchwork").__version__\n'
+                      '    importlib.import_module("torchwork.engine.trainer")\n'
+                      '    importlib.import_module(f"torchwork.doctor.checks.{name}")\n'
+                      '    importlib.import_module(name)\n    __import__("os")\n')
+    assert sorted(imports_of(module)) == [(5, "torchwork"), (6, "torchwork.engine.trainer"),
+                                          (7, "torchwork.doctor.checks")]
 
 
 def test_the_walker_sees_lazy_imports() -> None:

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Any
 
 import torch
@@ -87,7 +88,7 @@ def build_manifest(description: RunDescription, train_loader: Any, val_loader: A
     scheduler = description.scheduler
     cuda = torch.version.cuda if torch.cuda.is_available() else None
     return {
-        "torchwork_version": __import__("torchwork").__version__,
+        "torchwork_version": metadata.version("torchwork"),  # not torchwork.__version__: runs is below the API
         "model": {"class": type(model).__name__, "structure": str(model), "parameters": parameter_counts(model)},
         **current_seed(),
         "data": {"train_size": _dataset_size(train_loader),
