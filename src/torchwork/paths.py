@@ -42,7 +42,7 @@ def why_unsafe(root: str | os.PathLike[str], path: str | os.PathLike[str], direc
     if directory and not stat.S_ISDIR(mode):
         return "is not a directory"
     if not directory and not stat.S_ISREG(mode):
-        return f"is not a regular file (a {_kind(mode)})"
+        return f"is not a regular file (a {file_kind(mode)})"
     return None
 
 
@@ -50,7 +50,7 @@ class NotRegularFile(OSError):
     """What :func:`open_regular` opened is not a regular file; ``mode`` is its ``st_mode``."""
 
     def __init__(self, mode: int) -> None:
-        super().__init__(f"not a regular file (a {_kind(mode)})")
+        super().__init__(f"not a regular file (a {file_kind(mode)})")
         self.mode = mode
 
 
@@ -90,9 +90,17 @@ def read_at_most(descriptor: int, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, in words, for a message.
+
+    >>> file_kind(stat.S_IFIFO)
+    'FIFO'
+    """
     for test, name in ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"),
                        (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket")):
         if test(mode):
             return name
     return "special file"
+
+
+_kind = file_kind  # the old name, still read by serve/config, key_file and tls (owned elsewhere this session)

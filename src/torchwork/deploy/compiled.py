@@ -30,7 +30,7 @@ from torchwork.deploy.choice import spread
 from torchwork.deploy.contents import load_examples
 from torchwork.deploy.runtime import load_pt2, torch_runner
 from torchwork.deploy.trust import safe_member
-from torchwork.deploy.verification import _rows, interleaved_samples
+from torchwork.deploy.verification import first_rows, interleaved_samples
 from torchwork.engine.compiling import compile_batch_dynamic
 from torchwork.errors import ConfigError
 
@@ -69,7 +69,7 @@ def compile_artifact(artifact: LoadedArtifact, setting: str, *, rounds: int = 7,
     sizes = (manifest.static_batch,) if manifest.static_batch else TIMED_BATCHES
     started = time.perf_counter()
     for size in sizes:  # compiles here, not at the first request
-        compiled(_rows(examples, size))
+        compiled(first_rows(examples, size))
     compile_seconds = time.perf_counter() - started
     if setting == "on":
         artifact.run_model = compiled
@@ -78,7 +78,7 @@ def compile_artifact(artifact: LoadedArtifact, setting: str, *, rounds: int = 7,
     figures: dict[str, Any] = {"compile_seconds": round(compile_seconds, 2)}
     wins = []
     for size in sizes:
-        batch = _rows(examples, size)
+        batch = first_rows(examples, size)
         once = time.perf_counter()
         eager(batch)
         repeat = max(1, min(200, math.ceil(0.02 / max(time.perf_counter() - once, 1e-6))))  # samples of ~20 ms

@@ -38,7 +38,7 @@ def replay_artifact(directory: str | os.PathLike[str]) -> list[CheckResult]:
     from torchwork.deploy.runtime import open_runner
     from torchwork.deploy.tensors import load_tensors
     from torchwork.deploy.trust import safe_member
-    from torchwork.env.known_answers import CheckResult, _compare  # numpy: not at import (torchwork --help)
+    from torchwork.env.known_answers import CheckResult, compare_arrays  # numpy: not at import (--help)
 
     root = Path(directory)
     if not (root / MANIFEST).is_file():
@@ -73,7 +73,7 @@ def replay_artifact(directory: str | os.PathLike[str]) -> list[CheckResult]:
                 raise ExportError(f"{len(outputs)} outputs, {len(expected)} recorded")
             ok, error, detail = True, 0.0, ""
             for index, (got, want) in enumerate(zip(outputs, expected)):
-                one_ok, one_error, one_detail = _compare(got.double().numpy(), want.double().numpy(), atol, rtol)
+                one_ok, one_error, one_detail = compare_arrays(got.double().numpy(), want.double().numpy(), atol, rtol)
                 error = max(error, one_error)
                 if not one_ok and ok:
                     ok, detail = False, f"output {index} differs from the recording {one_detail}"

@@ -47,7 +47,8 @@ from torchwork.deploy.trust import safe_member
 from torchwork.errors import ConfigError, ExportError
 
 
-def _rows(inputs: tuple[Any, ...], count: int) -> tuple[Any, ...]:
+def first_rows(inputs: tuple[Any, ...], count: int) -> tuple[Any, ...]:
+    """``count`` rows of each input tensor, from the first, wrapping around when the inputs hold fewer."""
     import torch
 
     index = torch.arange(count) % inputs[0].shape[0]
@@ -295,7 +296,7 @@ def _compiled_runner(module: Any, inputs: tuple[Any, ...], static_batch: int | N
     progress.stage("compiling the reference with torch.compile (Inductor)")
     started = time.perf_counter()
     for size in (static_batch,) if static_batch else (1, 64):
-        run(_rows(inputs, size))
+        run(first_rows(inputs, size))
     return run, time.perf_counter() - started
 
 
@@ -378,7 +379,7 @@ def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[An
             row.update(_within_tolerance(row, rows[reference_name], found, tolerance))
         rows[name] = row
     small, large = (static_batch, static_batch) if static_batch else (1, TIMING_BATCH)
-    one, many = timing if timing is not None else (_rows(inputs, small), _rows(inputs, large))
+    one, many = timing if timing is not None else (first_rows(inputs, small), first_rows(inputs, large))
     progress.stage(f"timing {', '.join(working)} (interleaved blocks of 10 calls)", batch=small, total=rounds,
                    unit="rounds")
     latency_rounds = interleaved_samples({n: functools.partial(r, one) for n, r in working.items()}, rounds,

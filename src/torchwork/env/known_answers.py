@@ -215,7 +215,8 @@ CASES: tuple[Case, ...] = (
 )
 
 
-def _compare(actual: np.ndarray, expected: np.ndarray, atol: float, rtol: float) -> tuple[bool, float, str]:
+def compare_arrays(actual: np.ndarray, expected: np.ndarray, atol: float, rtol: float) -> tuple[bool, float, str]:
+    """(within ``atol + rtol * |expected|`` everywhere and finite, the largest error, where it is, in words)."""
     if actual.shape != expected.shape:
         return False, float("inf"), f"shape {actual.shape}, expected {expected.shape}"
     error = np.abs(actual - expected)
@@ -252,10 +253,10 @@ def _case_on_devices(case: Case, devices: Sequence[str], seed: int) -> list[Chec
 
     def against_reference(position: int) -> tuple[bool, float, str]:
         outputs[position] = case.run(inputs, devices[position])
-        return _compare(outputs[position], expected, case.atol, case.rtol)
+        return compare_arrays(outputs[position], expected, case.atol, case.rtol)
 
     def against_first(position: int) -> tuple[bool, float, str]:
-        return _compare(outputs[position], outputs[0], case.atol, case.rtol)
+        return compare_arrays(outputs[position], outputs[0], case.atol, case.rtol)
 
     results = []
     for position, device in enumerate(devices):

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from torchwork.report.plots import _figure, _png
+from torchwork.report.plots import figure_png, new_figure
 
 MAX_CELL = 160  # characters of one manifest value in the table
 
@@ -28,7 +28,7 @@ def confusion_pair_png(matrix: Sequence[Sequence[int]], classes: Sequence[str]) 
     """Counts and row-normalised shares side by side (rows: true class, columns: predicted)."""
     import numpy as np
 
-    fig, axes = _figure(9.2, 4.0)
+    fig, axes = new_figure(9.2, 4.0)
     fig.clf()
     for index, (data, title, fmt) in enumerate(((np.asarray(matrix), "counts", "{:d}"),
                                                 (np.asarray(normalised(matrix)), "normalised by true class",
@@ -44,13 +44,13 @@ def confusion_pair_png(matrix: Sequence[Sequence[int]], classes: Sequence[str]) 
             for j in range(data.shape[1]):
                 ax.text(j, i, fmt.format(data[i, j].item()), ha="center", va="center",
                         color="white" if data[i, j] > data.max() / 2 else "black")
-    return _png(fig)
+    return figure_png(fig)
 
 
 def lr_curve_png(lrs: Sequence[float], steps_per_epoch: int, best_step: int | None,
                  val_f1: Sequence[float] = ()) -> bytes:
     """The learning rate at every step, the epochs' validation macro-F1, and the best checkpoint marked."""
-    fig, ax = _figure(7.0, 3.4)
+    fig, ax = new_figure(7.0, 3.4)
     ax.plot(range(len(lrs)), lrs, label="learning rate (head)", color="tab:blue")
     ax.set_xlabel("step")
     ax.set_ylabel("learning rate")
@@ -64,7 +64,7 @@ def lr_curve_png(lrs: Sequence[float], steps_per_epoch: int, best_step: int | No
         right.set_ylabel("validation macro-F1")
         right.legend(loc="lower right")
     ax.legend(loc="upper right")
-    return _png(fig)
+    return figure_png(fig)
 
 
 def misclassified(texts: Sequence[str], labels: Sequence[int], probabilities: Sequence[Sequence[float]],

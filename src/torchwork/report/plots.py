@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 
-def _figure(width: float = 6.0, height: float = 3.4) -> tuple[Any, Any]:
+def new_figure(width: float = 6.0, height: float = 3.4) -> tuple[Any, Any]:
+    """A matplotlib figure and axes (Agg, 100 dpi) of ``width`` x ``height`` inches; pass it to :func:`figure_png`."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display, no GUI toolkit
@@ -23,7 +24,8 @@ def _figure(width: float = 6.0, height: float = 3.4) -> tuple[Any, Any]:
     return plt.subplots(figsize=(width, height), dpi=100)
 
 
-def _png(fig: Any) -> bytes:
+def figure_png(fig: Any) -> bytes:
+    """The figure as PNG bytes (laid out tight); the figure is closed."""
     import matplotlib.pyplot as plt
 
     buffer = io.BytesIO()
@@ -35,7 +37,7 @@ def _png(fig: Any) -> bytes:
 
 def curves_png(history: Sequence[dict[str, Any]], keys: Sequence[str], title: str = "") -> bytes:
     """Per-epoch curves of ``keys`` from a Trainer history."""
-    fig, ax = _figure()
+    fig, ax = new_figure()
     epochs = [h["epoch"] for h in history]
     for key in keys:
         values = [h.get(key) for h in history]
@@ -45,7 +47,7 @@ def curves_png(history: Sequence[dict[str, Any]], keys: Sequence[str], title: st
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
-    return _png(fig)
+    return figure_png(fig)
 
 
 def confusion_png(matrix: Sequence[Sequence[int]], classes: Sequence[str]) -> bytes:
@@ -53,7 +55,7 @@ def confusion_png(matrix: Sequence[Sequence[int]], classes: Sequence[str]) -> by
     import numpy as np
 
     data = np.asarray(matrix)
-    fig, ax = _figure(4.6, 4.0)
+    fig, ax = new_figure(4.6, 4.0)
     ax.imshow(data, cmap="Blues")
     ax.set_xticks(range(len(classes)), classes, rotation=30)
     ax.set_yticks(range(len(classes)), classes)
@@ -63,12 +65,12 @@ def confusion_png(matrix: Sequence[Sequence[int]], classes: Sequence[str]) -> by
         for j in range(data.shape[1]):
             ax.text(j, i, str(data[i, j]), ha="center", va="center",
                     color="white" if data[i, j] > data.max() / 2 else "black")
-    return _png(fig)
+    return figure_png(fig)
 
 
 def grouped_bars_png(groups: Sequence[str], series: dict[str, Sequence[float]], ylabel: str) -> bytes:
     """Bars per group for each series (e.g. per-class F1: model against baseline)."""
-    fig, ax = _figure()
+    fig, ax = new_figure()
     width = 0.8 / max(1, len(series))
     for index, (name, values) in enumerate(series.items()):
         positions = [g + index * width for g in range(len(groups))]
@@ -79,4 +81,4 @@ def grouped_bars_png(groups: Sequence[str], series: dict[str, Sequence[float]], 
     ax.set_ylabel(ylabel)
     ax.set_ylim(0, 1.05)
     ax.legend()
-    return _png(fig)
+    return figure_png(fig)
