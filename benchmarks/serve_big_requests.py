@@ -127,13 +127,14 @@ def summary(times: list[float]) -> dict[str, float]:
             "n": len(ordered)}
 
 
-def measure(artifact: Path, src: Path, mode: str, light: bytes, big: bytes, seconds: float) -> dict[str, Any]:
+def measure(artifact: Path, src: Path, mode: str, light: bytes, big: bytes, seconds: float, every_s: float
+            ) -> dict[str, Any]:
     process, port = start(artifact, src, mode)
     try:
         result: dict[str, Any] = {"unloaded": {}, "loaded": {}}
         for name, path, body in (("healthz", "/healthz", None), ("light", "/predict", light)):
             result["unloaded"][name] = summary(timings(port, "GET" if body is None else "POST", path, body,
-                                                       seconds))
+                                                       seconds, every_s))
         context = multiprocessing.get_context("spawn")
         stop, count, latencies = context.Event(), context.Value("i", 0), context.Manager().list()
         client = context.Process(target=big_client, args=(port, big, stop, count, latencies), daemon=True)
@@ -142,7 +143,7 @@ def measure(artifact: Path, src: Path, mode: str, light: bytes, big: bytes, seco
             time.sleep(0.05)
         for name, path, body in (("healthz", "/healthz", None), ("light", "/predict", light)):
             result["loaded"][name] = summary(timings(port, "GET" if body is None else "POST", path, body,
-                                                     seconds))
+                                                     seconds, every_s))
         stop.set()
         client.join(120)
         result["big"] = {"requests": count.value, **summary(list(latencies))}
@@ -161,6 +162,10 @@ def main() -> None:
     parser.add_argument("--src", type=Path, default=ROOT / "src", help="the torchwork source to serve")
     parser.add_argument("--modes", nargs="+", default=["process", "thread"], choices=["process", "thread"])
     parser.add_argument("--seconds", type=float, default=6.0, help="time per measurement (default: 6)")
+    parser.add_argument("--every-ms", type=float, default=10.0,
+                        help="one probe request every this many ms (default: 10; a transformer needs more)")
+    parser.add_argument("--artifact", type=Path, default=None,
+                        help="serve this artifact (e.g. a quickstart run's transformer) instead of the n-gram one")
     args = parser.parse_args()
     from serve_load import build_text_artifact
 
@@ -168,10 +173,12 @@ def main() -> None:
     light = json.dumps({"inputs": [light_text]}).encode()
     big = json.dumps({"inputs": big_texts}).encode()
     with tempfile.TemporaryDirectory() as folder:
-        build_text_artifact(Path(folder))
-        artifact = Path(folder) / "text-artifact"
-        results = {mode: measure(artifact, args.src.resolve(), mode, light, big, args.seconds) for mode in args.modes}
-    record({"src": str(args.src), "cpus": os.cpu_count(), "big_request_bytes": len(big),
+        if args.artifact is None:
+            build_text_artifact(Path(folder))
+        artifact = args.artifact or Path(folder) / "text-artifact"
+        results = {mode: measure(artifact, args.src.resolve(), mode, light, big, args.seconds,
+                                 args.every_ms / 1000) for mode in args.modes}
+    record({"src": str(args.src), "artifact": str(args.artifact or "n-gram"), "every_ms": args.every_ms, "cpus": os.cpu_count(), "big_request_bytes": len(big),
                       "modes": results}, indent=1)
 
 

@@ -8,9 +8,12 @@ The rule:
 - **Queue limits.** A request is refused (503) when ``max_queue`` items wait already, or when the server
   is shutting down.
 - **Forming batches.** When the model is free it takes everything queued, in order, as far as it fits in
-  ``max_batch_size`` items (a request is never split between batches; a lone request larger than that runs
-  in chunks of ``max_batch_size``), so at low load nobody pays a wait and under load batches grow by
-  themselves.
+  ``max_batch_size`` items (a request is never split between batches), so at low load nobody pays a wait
+  and under load batches grow by themselves.
+- **Large requests run in parts.** A request of more than ``max_batch_size`` items, or of more work than
+  the model does in ``part_s`` (25 ms; its speed measured on the batches it ran), runs as consecutive parts,
+  each queued once the previous one is answered (:mod:`~torchwork.serve.request_parts`): a request that
+  arrives meanwhile waits for one part at most, not for the whole of another client's request.
 - **Deadlines.** It waits for more items (never longer than ``max_wait_s``) only when waiting pays: requests
   arrived while the previous batch was running, so more are arriving concurrently; and it stops waiting as
   soon as they stop coming (nothing new for a few typical gaps between arrivals).
@@ -51,6 +54,7 @@ from torchwork.deploy.runtime import check_row_count
 from torchwork.errors import QueueFullError, ServeError
 from torchwork.serve.encoding import Answer
 from torchwork.serve.metrics import ServerMetrics
+from torchwork.serve.request_parts import PartedJob
 from torchwork.serve.schemas import error_body
 
 logger = logging.getLogger("torchwork.serve")
@@ -59,11 +63,12 @@ logger = logging.getLogger("torchwork.serve")
 class Job:
     """One queued request: await it for its answer; ``cancel()`` it if nobody will wait any longer."""
 
-    __slots__ = ("items", "future", "cancelled", "answer", "rule", "encode")
+    __slots__ = ("items", "future", "cancelled", "answer", "rule", "encode", "part")
 
     def __init__(self, items: Sequence[Any], future: asyncio.Future[Answer], rule: BatchingRule | None = None,
-                 encode: Callable[[Sequence[Any]], Any] | None = None) -> None:
+                 encode: Callable[[Sequence[Any]], Any] | None = None, part: bool = False) -> None:
         self.items = items
+        self.part = part  # one part of a large request (more of it follows)
         self.future = future
         self.cancelled = False
         self.answer: Answer | None = None
@@ -98,12 +103,15 @@ class BatchingRule:
     def __init__(self, run: Callable[[list[Any]], Sequence[Any]], encode: Callable[[Sequence[Any]], Answer], *,
                  max_batch_size: int = 32, max_wait_s: float = 0.002, max_queue: int = 1024,
                  metrics: ServerMetrics | None = None, inline_below_s: float = 0.02,
-                 cost: Callable[[Sequence[Any]], float] = len) -> None:
+                 cost: Callable[[Sequence[Any]], float] = len, part_s: float = 0.025) -> None:
         self._run, self._encode, self._cost = run, encode, cost
         self.max_batch_size, self.max_wait_s, self.max_queue = max_batch_size, max_wait_s, max_queue
-        self.inline_below_s = inline_below_s
+        self.inline_below_s, self.part_s = inline_below_s, part_s
         self.metrics = metrics
         self.unit_seconds = math.inf  # smoothed time per unit of cost of a lone item (unknown until measured)
+        # Seconds and cost units of recent batches, decaying: the time per unit of cost in a batch, weighted by
+        # cost (what sizes a large request's parts).
+        self._batch_seconds, self._batch_units = 0.0, 0.0
         # Each counter has a single writer thread (submitted/last_arrival/gap: the event loop; taken: whoever
         # takes jobs for the model), so no lock is needed.
         self.submitted = 0  # items ever queued
@@ -130,27 +138,58 @@ class BatchingRule:
         return self.submitted - self.taken
 
     # ------------------------------------------------------------------ on the event loop
-    def submit(self, items: Sequence[Any], encode: Callable[[Sequence[Any]], Any] | None = None) -> Job:
+    def submit(self, items: Sequence[Any], encode: Callable[[Sequence[Any]], Any] | None = None,
+               admitted: bool = False) -> Job:
         """Queue one request; raise :class:`~torchwork.errors.QueueFullError` when ``max_queue`` items wait
         already or the server is shutting down (the server answers 503). ``encode``: this request's encoder
-        of its rows, in place of the rule's (another protocol's answer from the same batch)."""
+        of its rows, in place of the rule's (another protocol's answer from the same batch); ``admitted``:
+        a part of a request whose items were admitted and counted as queued already (all at once)."""
         if self.loop is None:
             raise ServeError("the batcher is not started: call start(loop) (thread batcher) or await open() on the "
                              "event loop first")
-        if self.stopping:
+        if not admitted:
+            self.admit(len(items))
+        elif self.stopping:
             raise QueueFullError("the server is shutting down; retry on another instance or later")
-        queued = self.submitted - self.taken
-        if queued and queued + len(items) > self.max_queue:
-            raise QueueFullError(f"the queue holds {queued} items (--max-queue {self.max_queue}); retry later")
-        job = Job(items, self.loop.create_future(), self, encode)
+        job = Job(items, self.loop.create_future(), self, encode, part=admitted)
         now = time.monotonic()
         self.gap = 0.8 * self.gap + 0.2 * min(now - self.last_arrival, 1.0)
         self.last_arrival = now
-        self.submitted += len(items)
+        if not admitted:
+            self.submitted += len(items)
         self.pending.append(job)
         if self._flush_handle is None:  # after the handlers that are ready in this pass have submitted
             self._flush_handle = self.loop.call_soon(self._flush)
         return job
+
+    def admit(self, count: int) -> None:
+        """Raise :class:`~torchwork.errors.QueueFullError` unless a request of ``count`` items may queue now."""
+        if self.stopping:
+            raise QueueFullError("the server is shutting down; retry on another instance or later")
+        queued = self.submitted - self.taken
+        if queued and queued + count > self.max_queue:
+            raise QueueFullError(f"the queue holds {queued} items (--max-queue {self.max_queue}); retry later")
+
+    def parts(self, items: Sequence[Any]) -> list[slice]:
+        """How ``items`` (one request) go to the model: consecutive slices of at most ``max_batch_size`` items,
+        each about ``part_s`` of work once the model's speed in batches is known (one slice: run it whole).
+
+        Example:
+            >>> BatchingRule(len, len, max_batch_size=4).parts(list(range(10)))
+            [slice(0, 4, None), slice(4, 8, None), slice(8, 10, None)]
+        """
+        limit = self.part_s * self._batch_units / self._batch_seconds if self._batch_seconds else math.inf
+        if len(items) <= 1 or (len(items) <= self.max_batch_size and self._cost(items) <= limit):
+            return [slice(0, len(items))]
+        slices, start, work = [], 0, 0.0
+        for index in range(len(items)):
+            cost = self._cost(items[index:index + 1])
+            if index > start and (index - start >= self.max_batch_size or work + cost > limit):
+                slices.append(slice(start, index))
+                start, work = index, 0.0
+            work += cost
+        slices.append(slice(start, len(items)))
+        return slices
 
     def flush_if_alone(self) -> None:
         """As a handler starts to wait: if the scheduled flush is the only callback left in this loop pass
@@ -247,12 +286,16 @@ class BatchingRule:
         start = 0
         for job in jobs:
             end = start + len(job.items)
-            try:
-                job.answer = (job.encode or self._encode)(rows[start:end])
-            except Exception as error:
-                logger.exception("could not encode an answer")
-                job.answer = 500, error_body(f"the answer could not be encoded: {type(error).__name__}: {error}")
+            job.answer = self.encode_rows(rows[start:end], job.encode)
             start = end
+
+    def encode_rows(self, rows: Sequence[Any], encode: Callable[[Sequence[Any]], Any] | None = None) -> Answer:
+        """One request's answer from its ``rows`` (``encode``: the request's own encoder, else the rule's)."""
+        try:
+            return (encode or self._encode)(rows)
+        except Exception as error:
+            logger.exception("could not encode an answer")
+            return 500, error_body(f"the answer could not be encoded: {type(error).__name__}: {error}")
 
     def fail(self, jobs: Sequence[Job], message: str, status: int = 500) -> None:
         """Answer every job with an error."""
@@ -262,8 +305,11 @@ class BatchingRule:
     def observe(self, jobs: list[Job], size: int, elapsed: float) -> None:
         """Record a batch of ``size`` items that took ``elapsed`` seconds: metrics, and the time per unit of
         cost when it was a lone item (what decides whether requests run inline)."""
+        cost = sum(self._cost(job.items) for job in jobs)
+        self._batch_seconds = 0.9 * self._batch_seconds + elapsed
+        self._batch_units = 0.9 * self._batch_units + cost
         if size == 1:
-            unit = elapsed / max(self._cost(jobs[0].items), 1e-9)
+            unit = elapsed / max(cost, 1e-9)
             self.unit_seconds = unit if math.isinf(self.unit_seconds) else 0.7 * self.unit_seconds + 0.3 * unit
         if self.metrics is not None:
             for start in range(0, size, self.max_batch_size):
@@ -290,8 +336,13 @@ class Batching:
         """Items waiting for the model."""
         return self.rule.queued_items
 
-    def submit(self, items: Sequence[Any], encode: Callable[[Sequence[Any]], Any] | None = None) -> Job:
-        """Queue one request (on the event loop); see :meth:`BatchingRule.submit`."""
+    def submit(self, items: Sequence[Any], encode: Callable[[Sequence[Any]], Any] | None = None
+               ) -> Job | PartedJob:
+        """Queue one request (on the event loop); see :meth:`BatchingRule.submit`. A large one runs in
+        parts (:meth:`BatchingRule.parts`)."""
+        parts = self.rule.parts(items)
+        if len(parts) > 1:
+            return PartedJob(self.rule, items, encode, parts)
         return self.rule.submit(items, encode)
 
     async def open(self) -> None:

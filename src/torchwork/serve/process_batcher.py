@@ -12,8 +12,8 @@ Batching follows the one rule of :class:`~torchwork.serve.batching.BatchingRule`
 :class:`~torchwork.serve.batcher.Batcher` does: this class holds one and only moves batches to the child
 and answers back. A lone request with the child idle runs inline on the event loop on this process's copy
 of the model when that is cheap; so does one that would otherwise wait behind a batch the child needs
-more than ``busy_inline_s`` (50 ms) more for, such as 64 items of 10,000 characters: a light request then
-waits for no large one. The child encodes the answers
+more than ``busy_inline_s`` (50 ms) more for, or behind a part of a large request (64 items of 10,000
+characters run in parts: :mod:`~torchwork.serve.request_parts`): a light request then waits for no large one. The child encodes the answers
 (:mod:`torchwork.serve.encoding`); this process only joins each request's bytes. If the child dies, the
 batch it was running answers 500 and a new child starts while requests queue.
 
@@ -79,10 +79,12 @@ class ProcessBatcher(Batching):
         self._connected = True
 
     def _idle(self) -> bool:
-        """Nothing waits, and the child is free or busy for long with a batch; then hold the local model."""
+        """Nothing waits, and the child is free or busy for long (a long batch, or a part of a large request,
+        more of which follows); then hold the local model."""
         if not self.inline or not self._connected or self._waiting or self._alone:
             return False
-        if self._in_flight is not None and self._child_remaining() < self.busy_inline_s:
+        if self._in_flight is not None and self._child_remaining() < self.busy_inline_s \
+                and not any(job.part for job in self._in_flight):
             return False
         return self.rule.model_lock.acquire(False)
 
