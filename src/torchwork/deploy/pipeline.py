@@ -30,16 +30,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torchwork.deploy import progress
-from torchwork.deploy.advice import graph_advice, model_advice
-from torchwork.deploy.aoti import NATIVE_TRUST, export_pt2_aoti
+from torchwork.deploy.aoti import NATIVE_TRUST
 from torchwork.deploy.contents import save_samples
-from torchwork.deploy.fallback import measure_margin
 from torchwork.deploy.formats import (
     TORCHSCRIPT_DEPRECATED,
-    TRACE_EXPLANATION,
-    export_onnx,
-    export_pt2,
-    export_torchscript,
     input_names_of,
 )
 from torchwork.deploy.manifest import (
@@ -49,7 +43,6 @@ from torchwork.deploy.manifest import (
     MANIFEST,
     PARITY,
     PREPROCESS_DIR,
-    VARIANT_FILES,
     VERIFY,
     WEIGHTS,
     Manifest,
@@ -59,13 +52,13 @@ from torchwork.deploy.manifest import (
     Variant,
     variant_format,
 )
-from torchwork.deploy.parity import check_variant, make_probes
+from torchwork.deploy.parity import make_probes
 from torchwork.deploy.parity_inputs import length_ordered
 from torchwork.deploy.plan import ExportPlan, parse_formats  # noqa: F401 (parse_formats: its old import path)
-from torchwork.deploy.quantize import CONV_ADVICE, quantize_onnx
 from torchwork.deploy.runtime import open_runner
 from torchwork.deploy.tensors import as_input_tuple, check_inputs, dtype_name, flatten_outputs, save_tensors
 from torchwork.deploy.trust import class_spec, file_table, resolve_class
+from torchwork.deploy.variants import Checked, export_variants, remove_variant
 from torchwork.errors import ConfigError, ExportError
 from torchwork.files import current_umask, fsync_dir, write_json
 
@@ -318,6 +311,51 @@ def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], plan:
     args = widen(args, dynamic)
     with torch.no_grad():
         example_outputs = flatten_outputs(module(*args))
+    names, out_names = _checked_names(module, args, example_outputs, plan)
+    input_schema = _schema(names, args, dynamic)
+    preprocess_entry = _save_preprocess(plan.preprocess, tmp, plan.samples) if plan.preprocess is not None else None
+    probes, eager_outputs = _probes_and_eager(module, args, dynamic, plan, input_schema)
+    # checked here, before any format is exported: rows that do not fit fail the export at once
+    calibration = (_calibration_feeds(plan, names, input_schema) if plan.quantize and (
+        plan.quantize_smoothing or plan.quantize_fallback_agreement or plan.quantize_activations == "static")
+        else [])
+    checked = export_variants(tmp, module, args, plan, names, out_names, dynamic, probes, eager_outputs, calibration)
+    variants, refused = checked.variants, checked.refused
+    labels = plan.labels
+    manifest = Manifest(
+        format_version=FORMAT_VERSION, inputs=input_schema,
+        outputs=_schema(out_names, example_outputs, _output_dims(probes, eager_outputs) or [{}] * len(out_names)),
+        variants=variants, files={}, created_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        versions=_versions(), environment=_environment(),
+        model={"class": f"{type(module).__module__}.{type(module).__qualname__}",
+               "parameters": sum(p.numel() for p in module.parameters())},
+        refused=refused, preprocess=preprocess_entry,
+        postprocess=Postprocess(bool(plan.softmax), list(labels) if labels is not None else None),
+        advice=list(dict.fromkeys(checked.advice)), reports={"parity": PARITY})
+    save_tensors(tmp / WEIGHTS, {k: v for k, v in module.state_dict().items() if isinstance(v, torch.Tensor)})
+    save_tensors(tmp / EXAMPLES, {f"input_{i}": t for i, t in enumerate(args)})
+    if plan.samples is not None:
+        manifest.samples = save_samples(tmp, plan.samples, plan.targets)
+    write_json(tmp / PARITY, checked.parity)
+    if plan.cpp:
+        from torchwork.deploy.cpp_runner import add_cpp_folder
+
+        add_cpp_folder(tmp)
+    verification = None
+    if variants and plan.samples is not None:
+        verification = _verify_in_place(tmp, out, module, plan, manifest, variants, refused)
+    _refuse_or_warn(out, checked, plan.strict)
+    manifest.example_outputs = _record_example_outputs(tmp, module, args, variants, plan.threads, plan.atol,
+                                                       plan.rtol)
+    _write_manifest(tmp, manifest)
+    return {"ok": not refused, "artifact": str(out), "variants": list(variants), "refused": refused,
+            "deploy": manifest.deploy, "advice": manifest.advice, "parity": checked.parity,
+            "verify": verification}
+
+
+def _checked_names(module: Any, args: tuple[Any, ...], example_outputs: Sequence[Any],
+                   plan: ExportPlan) -> tuple[list[str], list[str]]:
+    """The input and output names, checked against the model's inputs and outputs (and its labels)."""
     names = list(plan.input_names or input_names_of(module, len(args)))
     out_names = list(plan.output_names or (["output"] if len(example_outputs) == 1
                                            else [f"output_{i}" for i in range(len(example_outputs))]))
@@ -331,19 +369,18 @@ def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], plan:
     if labels is not None and (example_outputs[0].ndim != 2 or example_outputs[0].shape[1] != len(labels)):
         raise ConfigError(f"{len(labels)} labels, but the first output has shape {list(example_outputs[0].shape)} "
                           "(expected (batch, number of labels)).")
+    return names, out_names
 
-    input_schema = _schema(names, args, dynamic)
 
-    # Probes: real rows when held-out samples are given, else the example inputs.
-    preprocess, samples = plan.preprocess, plan.samples
-    preprocess_entry = _save_preprocess(preprocess, tmp, samples) if preprocess is not None else None
+def _probes_and_eager(module: Any, args: tuple[Any, ...], dynamic: Sequence[dict[int, str]], plan: ExportPlan,
+                      input_schema: Any) -> tuple[list[Any], list[Any]]:
+    """The probes (real rows when held-out samples are given, else the example inputs) at several batch sizes
+    and lengths, and what eager returns for each (or the error it raised)."""
+    import torch
+
     pool = args
-    if samples is not None:
-        pool = _model_inputs(samples[:PROBE_POOL], preprocess, input_schema, "samples")
-    # checked here, before any format is exported: rows that do not fit fail the export at once
-    calibration = (_calibration_feeds(plan, names, input_schema) if plan.quantize and (
-        plan.quantize_smoothing or plan.quantize_fallback_agreement or plan.quantize_activations == "static")
-        else [])
+    if plan.samples is not None:
+        pool = _model_inputs(plan.samples[:PROBE_POOL], plan.preprocess, input_schema, "samples")
     base_length = next((pool[i].shape[1] for i, e in enumerate(dynamic) if 1 in e), None)
     lengths = plan.lengths
     if lengths is None and base_length is not None:
@@ -357,110 +394,48 @@ def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], plan:
                 eager_outputs.append(flatten_outputs(module(*probe.inputs)))
         except Exception as error:
             eager_outputs.append(error)
+    return probes, eager_outputs
 
-    variants: dict[str, Variant] = {}
-    refused: dict[str, str] = {}
-    parity: dict[str, Any] = {"probes": [p.label for p in probes], "atol": plan.atol, "rtol": plan.rtol,
-                              "formats": {}}
-    advice = model_advice(module, plan.formats)
-    for fmt in plan.formats:
-        path = tmp / VARIANT_FILES[fmt]
-        progress.stage(f"exporting and checking on {len(probes)} probes", variant=fmt)
-        try:
-            if fmt == "pt2":
-                info = export_pt2(module, args, path, names, dynamic)
-            elif fmt == "pt2-aoti":
-                info = export_pt2_aoti(module, args, path, names, dynamic)
-            elif fmt == "onnx":
-                info = export_onnx(module, args, path, names, out_names, dynamic)
-                advice += graph_advice(info["graph"]["ops"])
-            else:
-                info = export_torchscript(module, args, path, plan.torchscript_method)
-                advice.append(TORCHSCRIPT_DEPRECATED)
-            check = check_variant(open_runner(path, fmt, plan.threads, trust_native=True), probes, eager_outputs, atol=plan.atol,
-                                  rtol=plan.rtol)
-        except ExportError as error:
-            refused[fmt] = str(error)
-            parity["formats"][fmt] = {"ok": False, "export_error": str(error), "log": getattr(error, "log", [])}
-            _remove(tmp, fmt)
-            continue
-        problems = info["problems"] + check["problems"]
-        if problems and fmt == "torchscript" and plan.torchscript_method == "trace":
-            problems.append(TRACE_EXPLANATION)
-        parity["formats"][fmt] = {"ok": not problems, **check, "problems": problems,
-                                  "export": {k: v for k, v in info.items() if k not in ("problems", "files")}}
-        if problems:
-            refused[fmt] = " ".join(problems)
-            _remove(tmp, fmt)
-            continue
-        variants[fmt] = Variant(path.name, fmt, [f for f in info["files"] if f != path.name],
-                                opset=info["graph"]["opset"] if fmt == "onnx" else None,
-                                method=plan.torchscript_method if fmt == "torchscript" else None)
 
-    if plan.quantize:
-        _quantize_variant(tmp, variants, refused, parity, probes, eager_outputs, plan, names, calibration)
-        if "Conv" in plan.quantize_ops:
-            advice.append(CONV_ADVICE)
+def _verify_in_place(tmp: Path, out: Path, module: Any, plan: ExportPlan, manifest: Manifest,
+                     variants: dict[str, Variant], refused: dict[str, str]) -> dict[str, Any]:
+    """verify() on the artifact being built: a variant that fails on the held-out samples is removed and
+    refused; the manifest names the variant to deploy."""
+    _write_manifest(tmp, manifest)
+    from torchwork.deploy.verification import verify
 
-    manifest = Manifest(
-        format_version=FORMAT_VERSION, inputs=input_schema,
-        outputs=_schema(out_names, example_outputs, _output_dims(probes, eager_outputs) or [{}] * len(out_names)),
-        variants=variants, files={}, created_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        versions=_versions(), environment=_environment(),
-        model={"class": f"{type(module).__module__}.{type(module).__qualname__}",
-               "parameters": sum(p.numel() for p in module.parameters())},
-        refused=refused, preprocess=preprocess_entry,
-        postprocess=Postprocess(bool(plan.softmax), list(labels) if labels is not None else None),
-        advice=list(dict.fromkeys(advice)), reports={"parity": PARITY})
-    save_tensors(tmp / WEIGHTS, {k: v for k, v in module.state_dict().items() if isinstance(v, torch.Tensor)})
-    save_tensors(tmp / EXAMPLES, {f"input_{i}": t for i, t in enumerate(args)})
-    if samples is not None:
-        manifest.samples = save_samples(tmp, samples, plan.targets)
-    write_json(tmp / PARITY, parity)
-    if plan.cpp:
-        from torchwork.deploy.cpp_runner import add_cpp_folder
+    trust: tuple[str, ...] = (NATIVE_TRUST,)  # its own freshly compiled library
+    if manifest.preprocess and manifest.preprocess.trust_needed:
+        trust += (manifest.preprocess.trust_needed,)
+    verification = verify(tmp, model=module, threads=plan.threads, rounds=plan.verify_rounds, atol=plan.atol,
+                          rtol=plan.rtol, tolerance=plan.tolerance, trust=trust,
+                          reference_outputs=plan.sample_outputs)
+    verification["artifact"] = str(out)
+    for name, row in verification["variants"].items():
+        if name in variants and not row["ok"]:
+            refused[name] = f"failed verification on the held-out samples: {row.get('problem')}"
+            del variants[name]
+            remove_variant(tmp, name)
+    manifest.deploy = verification["deploy"] if verification["deploy"] in variants else None
+    if plan.deploy in variants:
+        manifest.deploy = verification["deploy"] = plan.deploy
+    write_json(tmp / VERIFY, verification)
+    manifest.reports["verify"] = VERIFY
+    return verification
 
-        add_cpp_folder(tmp)
 
-    verification = None
-    if variants and samples is not None:
-        _write_manifest(tmp, manifest)
-        from torchwork.deploy.verification import verify
-
-        trust: tuple[str, ...] = (NATIVE_TRUST,)  # its own freshly compiled library
-        if preprocess_entry and preprocess_entry.trust_needed:
-            trust += (preprocess_entry.trust_needed,)
-        verification = verify(tmp, model=module, threads=plan.threads, rounds=plan.verify_rounds, atol=plan.atol,
-                              rtol=plan.rtol, tolerance=plan.tolerance, trust=trust,
-                              reference_outputs=plan.sample_outputs)
-        verification["artifact"] = str(out)
-        for name, row in verification["variants"].items():
-            if name in variants and not row["ok"]:
-                refused[name] = f"failed verification on the held-out samples: {row.get('problem')}"
-                del variants[name]
-                _remove(tmp, name)
-        manifest.deploy = verification["deploy"] if verification["deploy"] in variants else None
-        if plan.deploy in variants:
-            manifest.deploy = verification["deploy"] = plan.deploy
-        write_json(tmp / VERIFY, verification)
-        manifest.reports["verify"] = VERIFY
-
-    ok = not refused
-    if not variants or (plan.strict and refused):
+def _refuse_or_warn(out: Path, checked: Checked, strict: bool) -> None:
+    """Raise when no variant is left (or, strict, when any was refused); warn of the refused ones otherwise."""
+    variants, refused = checked.variants, checked.refused
+    if not variants or (strict and refused):
         reasons = "\n".join(f"  - {name}: {reason}" for name, reason in refused.items())
         hint = "" if not variants else "\nPass strict=False (--allow-failed) to write the artifact without them."
         refusal = ExportError(f"refused to write {out}: no silently wrong artifact.\n{reasons}{hint}")
-        refusal.report = {"ok": False, "refused": refused, "parity": parity}
+        refusal.report = {"ok": False, "refused": refused, "parity": checked.parity}
         raise refusal
     if refused:
         warnings.warn(f"artifact {out} written without {sorted(refused)}: " + "; ".join(
-            f"{k}: {v}" for k, v in refused.items()), stacklevel=3)
-    manifest.example_outputs = _record_example_outputs(tmp, module, args, variants, plan.threads, plan.atol,
-                                                       plan.rtol)
-    _write_manifest(tmp, manifest)
-    return {"ok": ok, "artifact": str(out), "variants": list(variants), "refused": refused,
-            "deploy": manifest.deploy, "advice": manifest.advice, "parity": parity,
-            "verify": verification}
+            f"{k}: {v}" for k, v in refused.items()), stacklevel=4)
 
 
 def _write_manifest(tmp: Path, manifest: Manifest) -> None:
@@ -469,52 +444,6 @@ def _write_manifest(tmp: Path, manifest: Manifest) -> None:
     data = manifest.to_json()
     Manifest.from_json(data)  # what is written reads back: a field added here must be added to Manifest too
     write_json(tmp / MANIFEST, data)
-
-
-def _quantize_variant(tmp: Path, variants: dict[str, Variant], refused: dict[str, str], parity: dict[str, Any],
-                      probes: Sequence[Any], eager_outputs: Sequence[Any], plan: ExportPlan, names: Sequence[str],
-                      calibration: Sequence[dict[str, Any]] = ()) -> None:
-    if "onnx" not in variants:
-        refused["onnx-int8"] = "INT8 quantization starts from the ONNX variant, which was refused."
-        return
-    target = tmp / VARIANT_FILES["onnx-int8"]
-    feeds = ([{name: tensor.numpy() for name, tensor in zip(names, probe.inputs)} for probe in probes]
-             if plan.quantize_attention_mask is not None else [])  # what the fused graph is checked on
-    progress.stage("quantizing (calibration rows)" if calibration else "quantizing", variant="onnx-int8",
-                   total=len(calibration) or None, unit="batches")
-    try:
-        info = quantize_onnx(tmp / VARIANT_FILES["onnx"], target, tuple(plan.quantize_ops), plan.quantize_per_channel,
-                             plan.quantize_smoothing, calibration, attention_mask=plan.quantize_attention_mask,
-                             check_feeds=feeds, activations=plan.quantize_activations,
-                             keep_float_outputs=plan.quantize_fallback_agreement is not None,
-                             reduce_range=plan.quantize_reduce_range)
-        check = check_variant(open_runner(target, "onnx", plan.threads), probes, eager_outputs, exact=False)
-    except ExportError as error:
-        refused["onnx-int8"] = str(error)
-        parity["formats"]["onnx-int8"] = {"ok": False, "export_error": str(error)}
-        target.unlink(missing_ok=True)
-        return
-    float_outputs = info.pop("float_outputs", None)
-    parity["formats"]["onnx-int8"] = {**check, "quantization": info}
-    if not check["ok"]:
-        refused["onnx-int8"] = "; ".join(check["problems"])
-        target.unlink(missing_ok=True)
-        return
-    fallback = None
-    if plan.quantize_fallback_agreement is not None:
-        passes = 1 if float_outputs is not None else 2  # the float side is in hand from the calibration pass
-        progress.stage("the float fallback's margin on the calibration rows", variant="onnx-int8",
-                       total=passes * len(calibration), unit="batches")
-        fallback = {"variant": "onnx", **measure_margin(tmp / VARIANT_FILES["onnx"], target, calibration,
-                                                        plan.quantize_fallback_agreement, plan.threads,
-                                                        plan.quantize_fallback_margin, exact_outputs=float_outputs),
-                    "agreement_asked": plan.quantize_fallback_agreement}
-        parity["formats"]["onnx-int8"]["fallback"] = fallback
-    variants["onnx-int8"] = Variant(target.name, "onnx", [], quantization={
-        k: info[k] for k in ("method", "weight_type", "per_channel", "op_types", "nodes_quantized",
-                             "gemm_rewritten_as_matmul", "smoothing", "attention_fusion", "activations",
-                             "reduce_range")},
-        fallback=fallback if fallback and fallback["margin"] is not None else None)
 
 
 CALIBRATION_BATCH = 64
@@ -541,10 +470,3 @@ def _calibration_feeds(plan: ExportPlan, names: Sequence[str], input_schema: Any
         _model_inputs(raw[start:start + CALIBRATION_BATCH], plan.preprocess, input_schema, "calibration")
         for start in range(0, len(raw), CALIBRATION_BATCH))
     return [{name: tensor.numpy() for name, tensor in zip(names, batch)} for batch in batches]
-
-
-def _remove(tmp: Path, variant: str) -> None:
-    name = VARIANT_FILES[variant]
-    for path in tmp.iterdir():
-        if path.name == name or (variant == "onnx" and path.name.startswith(name + ".")):
-            path.unlink()
