@@ -20,6 +20,7 @@ from torchwork.errors import CheckpointError
 from torchwork.runs.folder import list_runs
 
 TWO_TRAINERS = Path(__file__).with_name("two_trainers_script.py")
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def data() -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -85,10 +86,17 @@ def run_two(runs: Path, out: Path, *extra: str, env: dict | None = None) -> subp
                           text=True, timeout=300, env={**os.environ, **(env or {})})
 
 
-@pytest.mark.slow
-def test_each_of_two_trainers_resumes_its_own_run_after_sigkill(tmp_path):
-    plain = run_two(tmp_path / "plain", tmp_path / "plain.pt")
+@pytest.fixture(scope="module")
+def uninterrupted_two(tmp_path_factory) -> dict:
+    """The two Trainers' script run once without a kill: the weights every resumed run must equal."""
+    root = tmp_path_factory.mktemp("uninterrupted")
+    plain = run_two(root / "runs", root / "plain.pt")
     assert plain.returncode == 0, plain.stderr
+    return torch.load(root / "plain.pt", weights_only=True)
+
+
+@pytest.mark.slow
+def test_each_of_two_trainers_resumes_its_own_run_after_sigkill(tmp_path, uninterrupted_two):
     runs, out = tmp_path / "runs", tmp_path / "out.pt"
     killed = run_two(runs, out, "--kill-at", "5")
     assert killed.returncode == -signal.SIGKILL
@@ -98,7 +106,37 @@ def test_each_of_two_trainers_resumes_its_own_run_after_sigkill(tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming {outer} from step-000000012.pt" in resumed.stderr
     assert f"resuming {inner} from step-000000004.pt" in resumed.stderr
-    result, expected = torch.load(out, weights_only=True), torch.load(tmp_path / "plain.pt", weights_only=True)
+    result, expected = torch.load(out, weights_only=True), uninterrupted_two
     assert result["runs"] == [str(outer), str(inner)] and result["steps"] == expected["steps"] == [12, 18]
     for key, value in expected["model"].items():
+        assert torch.equal(result["model"][key], value), key
+
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("first_keeps_a_run", [True, False], ids=["first-restored", "first-re-run"])
+def test_torchwork_resume_of_the_killed_second_trainer_s_run_resumes_each_its_own(tmp_path, uninterrupted_two,
+                                                                                   first_keeps_a_run):
+    """Issue 49, item 10: the process is SIGKILLed during the second Trainer; `torchwork resume` names the run
+    the kill interrupted (the second's, as a Ctrl-C's message would). The first Trainer used to be handed that
+    run and refuse it. Now the first restores its finished run from its final checkpoint (or, keeping none,
+    trains again from its start), the second continues its own, and the weights equal an uninterrupted run's."""
+    runs, out = tmp_path / "runs", tmp_path / "out.pt"
+    flags = () if first_keeps_a_run else ("--first-keeps-no-run",)
+    killed = run_two(runs, out, *flags, env={"TWO_TRAINERS_KILL_AT": "5"})  # not in the recorded command
+    assert killed.returncode == -signal.SIGKILL
+    (second,) = list_runs(list_runs(runs)[0] / "finetune" if first_keeps_a_run else runs / "finetune")
+    resumed = subprocess.run([sys.executable, "-m", "torchwork.cli", "resume", str(second), "--yes"],
+                             capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+                             env={**os.environ, "PYTHONPATH": str(SRC)})
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming {second} from step-000000004.pt (step 4" in resumed.stderr
+    if first_keeps_a_run:
+        (first,) = list_runs(runs)
+        assert f"resuming {first} from step-000000012.pt (step 12, after epoch 2)" in resumed.stderr
+        assert len(list_runs(first / "finetune")) == 1  # no new run for either
+    result = torch.load(out, weights_only=True)
+    assert result["steps"] == uninterrupted_two["steps"] == [12, 18]
+    assert result["runs"][1] == str(second)
+    for key, value in uninterrupted_two["model"].items():
         assert torch.equal(result["model"][key], value), key

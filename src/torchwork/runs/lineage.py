@@ -8,6 +8,12 @@ process whose first run was NAME. Resuming, the first ``fit`` continues the name
 run under its own ``run_dir`` whose lineage says it was the k-th of that run (a new run when there is none:
 it had not started when the process was stopped).
 
+``TORCHWORK_RESUME`` may also name a later fit's run (the one a kill or a Ctrl-C interrupted, which the
+interrupt's message names): its lineage leads to the outermost run, recorded as ``"path"``, the outermost
+run's folder relative to its own (a nested run also finds it among its parent folders), and every fit
+resumes its own run as above. A fit without a ``run_dir`` keeps no checkpoint and no lineage: it trains
+again from its start (exactly, when the script seeds it) and never takes a run from ``TORCHWORK_RESUME``.
+
 Example:
     >>> import json, os, tempfile, pathlib
     >>> from torchwork.runs import lineage
@@ -17,7 +23,7 @@ Example:
     ...     (run / "checkpoints").mkdir(parents=True)
     ...     _ = (run / "manifest.json").write_text(json.dumps({"lineage": {"outermost": outer.name, "index": index}}))
     >>> os.environ["TORCHWORK_RESUME"] = str(outer)
-    >>> lineage.resume_target(None, root) == str(outer)       # the first fit: the outermost run
+    >>> lineage.resume_target(None, root) == outer            # the first fit: the outermost run
     True
     >>> lineage.register(outer)
     {'outermost': '20260101T000000Z-aaaaaa', 'index': 0}
@@ -28,12 +34,12 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
-from torchwork.runs.folder import list_runs
+from torchwork.errors import CheckpointError, ConfigError
+from torchwork.runs.folder import is_run_folder, list_runs
 
 ENV = "TORCHWORK_RESUME"
 
@@ -55,36 +61,74 @@ def forget() -> None:
 
 def lineage_of(run: Path) -> dict[str, Any] | None:
     """The lineage a run folder's manifest records (None when it records none or cannot be read)."""
-    try:
-        recorded = json.loads((run / "manifest.json").read_text()).get("lineage")
-    except (OSError, ValueError, AttributeError):
+    from torchwork.runs.readback import load_manifest_file
+
+    try:  # a regular file of bounded size: a link to a device or a FIFO is no manifest
+        recorded = load_manifest_file(run / "manifest.json").get("lineage")
+    except (OSError, ConfigError):
         return None
     return recorded if isinstance(recorded, dict) else None
 
 
 def resume_target(resume: Any, run_dir: str | os.PathLike[str] | None) -> Any:
     """What the next ``fit`` resumes: ``resume`` itself unless ``TORCHWORK_RESUME`` is set; then the outermost
-    run for the process's first fit, the nested run of the same place for a later one (None: a new run)."""
+    run for the process's first fit with a ``run_dir``, the run of the same place for a later one (None: a
+    new run). A fit without a ``run_dir`` has no run of its own: it gets ``resume`` as given."""
     named = os.environ.get(ENV)
-    if not named:
+    if not named or run_dir is None:
         return resume
     runs = _runs()
     if not runs:
-        return named
-    if run_dir is None:
-        return None
-    wanted = {"outermost": runs[0].name, "index": len(runs)}
+        return outermost_of(Path(named))
+    wanted = (runs[0].name, len(runs))
+    if _place(Path(named)) == wanted:  # the run TORCHWORK_RESUME names is this fit's own
+        return Path(named)
     for run in reversed(list_runs(run_dir)):
-        if lineage_of(run) == wanted:
+        if _place(run) == wanted:
             return run
     return None
 
 
+def _place(run: Path) -> tuple[Any, Any] | None:
+    recorded = lineage_of(run)
+    return (recorded.get("outermost"), recorded.get("index")) if recorded is not None else None
+
+
+def outermost_of(run: Path) -> Path:
+    """The run of the first fit of the process that made ``run``: ``run`` itself, unless its lineage says it
+    was a later fit; then the folder its lineage points to (``path``, or a parent folder of that name).
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> outermost_of(pathlib.Path(tempfile.mkdtemp())).is_dir()  # no lineage: the run itself
+        True
+    """
+    recorded = lineage_of(run)
+    if recorded is None or not recorded.get("index"):
+        return run
+    name, index = recorded.get("outermost"), recorded.get("index")
+    places = []
+    if isinstance(recorded.get("path"), str):
+        places.append(Path(os.path.normpath(Path(os.path.abspath(run)) / recorded["path"])))
+    places += [parent for parent in Path(os.path.abspath(run)).parents if parent.name == name]
+    for place in places:
+        if place.name == name and is_run_folder(place) and _place(place) in ((name, 0), None):
+            return place
+    raise CheckpointError(f"{run} is the run of training {index + 1} of its script, whose first training's run "
+                          f"{name!r} is not where it was ({', '.join(map(str, places[:1])) or 'no path recorded'}; "
+                          "nor among the run's parent folders): each training resumes its own run, so the first "
+                          "one's folder is needed too. Put it back beside this run, or resume it by name.")
+
+
 def register(run: Path) -> dict[str, Any]:
-    """Count ``run`` as this process's next fit; returns its lineage (what its manifest records)."""
+    """Count ``run`` as this process's next fit; returns its lineage (what its manifest records): a later fit's
+    also records the first fit's run folder relative to its own, to find it from either."""
     runs = _runs()
     runs.append(run)
-    return {"outermost": runs[0].name, "index": len(runs) - 1}
+    recorded: dict[str, Any] = {"outermost": runs[0].name, "index": len(runs) - 1}
+    if len(runs) > 1:
+        recorded["path"] = os.path.relpath(os.path.abspath(runs[0]), os.path.abspath(run))
+    return recorded
 
 
 def resumed_run(run_dir: str | os.PathLike[str] | None) -> Path | None:

@@ -13,7 +13,9 @@ manifest's ``command`` is read as a description and checked against the two thin
 Anything else (``/bin/sh -c ...``, an unknown executable) is refused, and so is a folder with no valid
 checkpoint of its own: there would be nothing to resume. The recorded ``executable`` is shown, never run.
 The command starts with ``TORCHWORK_RESUME=RUN_FOLDER``, which makes ``Trainer.fit`` continue that run folder
-from its newest valid checkpoint.
+from its newest valid checkpoint. A folder made by a later training of a script (a fine-tuning after a
+pretraining, the run a kill interrupted) is resumed through the script's first run, which its lineage names
+(:mod:`torchwork.runs.lineage`): each training of the script continues its own run.
 
 On POSIX the resume process *becomes* the command (``exec``), keeping its process id: a signal sent to it
 (SIGTERM from a scheduler, SIGKILL) reaches the training itself. A child process would outlive a killed
@@ -49,7 +51,9 @@ from typing import Any
 from torchwork.errors import CheckpointError
 
 # torchwork commands that start a training run from recorded settings alone (no user code): run as recorded.
-RUN_COMMANDS = ("train", "quickstart", "demo")
+# `tune` is what a study's trial runs record: running it again continues the study, each killed trial from its
+# newest checkpoint.
+RUN_COMMANDS = ("train", "quickstart", "demo", "tune")
 # torchwork commands that run a user's script: resumed like that script, after confirmation.
 SCRIPT_COMMANDS = ("launch",)
 
@@ -100,6 +104,11 @@ def plan_command(command: dict[str, Any]) -> ResumePlan:
         raise CheckpointError(f"the run's manifest.json records `torchwork {subcommand}`, which does not start a "
                               f"training run; torchwork resume re-runs only `torchwork {'/'.join(RUN_COMMANDS)}` "
                               "or a Python script.")
+    if Path(argv[0]).name == "worker.py" and Path(argv[0]).parent.name == "tune":
+        raise CheckpointError("the run is a trial of a `torchwork tune` study, recorded with the command of its "
+                              "worker, which cannot run alone (it needs the study's storage). Run the study's "
+                              "`torchwork tune ... --study NAME` command again: it continues each killed trial "
+                              "from its newest checkpoint.")
     if argv[0].endswith(".py"):
         script = _existing_script(argv[0], cwd)
         return ResumePlan([sys.executable, script, *argv[1:]], cwd, "script", script=script, note=note)
@@ -162,7 +171,15 @@ def resume_plan(run_folder: str | Path) -> tuple[Path, ResumePlan, Path]:
         raise CheckpointError(f"{manifest_path} is not valid JSON ({error}); the run folder is damaged.") from None
     checkpoint = check_resumable(run)
     command = manifest.get("command") if isinstance(manifest, dict) else None
-    return run, plan_command(command if isinstance(command, dict) else {}), checkpoint
+    plan = plan_command(command if isinstance(command, dict) else {})
+    config = manifest.get("config") if isinstance(manifest, dict) else None
+    trial = config.get("tune") if isinstance(config, dict) else None
+    if isinstance(trial, dict) and "study" in trial:
+        note = (f"this run is trial {str(trial.get('trial'))[:40]} of the study {str(trial['study'])[:100]}: its "
+                "command runs the study again, which continues this trial from its newest checkpoint unless it "
+                "finished, and any other trial left")
+        plan.note = f"{plan.note}; {note}" if plan.note else note
+    return run, plan, checkpoint
 
 
 def _confirmed(plan: ResumePlan, yes: bool) -> bool:
@@ -189,9 +206,16 @@ def refuse_if_running(run: Path) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from torchwork.runs.lineage import outermost_of
+
     run, plan, checkpoint = resume_plan(args.run_folder)
     refuse_if_running(run)
+    first = outermost_of(run)  # a later training's run: the script starts again from its first training's
     print(f"torchwork: resuming {run} from {checkpoint.name}: {plan.shown()} (in {plan.cwd})", file=sys.stderr)
+    if first != run:
+        refuse_if_running(first)
+        print(f"torchwork: {run.name} is a later training of its script: the script's first training continues "
+              f"its own run, {first}, and each later one its own.", file=sys.stderr)
     if plan.note:
         print(f"torchwork: {plan.note}", file=sys.stderr)
     if plan.kind == "script":
@@ -200,7 +224,7 @@ def main(args: argparse.Namespace) -> int:
         if not _confirmed(plan, getattr(args, "yes", False)):
             raise CheckpointError("not confirmed: nothing was run. Check the command above and pass --yes to "
                                   "run it.")
-    env = dict(os.environ, TORCHWORK_RESUME=str(run))
+    env = dict(os.environ, TORCHWORK_RESUME=str(first))
     try:
         if os.name != "posix":
             return subprocess.run(plan.argv, cwd=plan.cwd, env=env).returncode
