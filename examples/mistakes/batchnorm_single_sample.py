@@ -17,11 +17,11 @@ class Net(nn.Module):
         self.out = nn.Linear(32, 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.bn(self.fc(x))  # doctor: batchnorm-single-sample
+        x = self.bn(self.fc(x))
         return self.out(torch.relu(x))
 
 
-loader = DataLoader(TensorDataset(torch.randn(129, 12), torch.randint(0, 2, (129,))), batch_size=64)
+loader = DataLoader(TensorDataset(torch.randn(129, 12), torch.randint(0, 2, (129,))), batch_size=64)  # doctor: batchnorm-single-sample
 model = Net()
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 for xb, yb in loader:

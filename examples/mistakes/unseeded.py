@@ -1,7 +1,9 @@
-"""Note: a correct training loop, but no seed: no two runs give the same result.
+"""Note: a training run saved to be resumed, but no seed: a resumed or repeated run cannot match it.
 
 Run: torchwork doctor examples/mistakes/unseeded.py
 """
+import io
+
 import torch
 from torch import nn
 
@@ -15,3 +17,5 @@ for _ in range(20):
     loss.backward()
     optimizer.step()
 print(f"loss {loss.item():.4f}")
+checkpoint = io.BytesIO()  # a file in real code: torch.save(..., "checkpoint.pt")
+torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": 1}, checkpoint)

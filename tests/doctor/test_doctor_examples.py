@@ -21,7 +21,8 @@ SRC = ROOT / "src"
 EXAMPLES = ROOT / "examples" / "mistakes"
 SCRIPTS = sorted(EXAMPLES.glob("*.py"))
 MARK = re.compile(r"#\s*doctor:\s*([a-z\-]+)")
-CRASHING = {"batchnorm_single_sample", "device_mismatch", "inplace_leaf", "inplace_saved", "state_dict_mismatch"}
+CRASHING = {"batchnorm_single_sample", "device_mismatch", "inplace_layer", "inplace_leaf", "inplace_saved",
+            "state_dict_mismatch"}
 
 DRIVER = """
 import json, sys

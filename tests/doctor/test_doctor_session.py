@@ -137,17 +137,18 @@ def test_user_module_that_moves_its_input_is_not_a_device_mismatch() -> None:
 
 
 def test_write_through_a_temporary_view_is_not_reported() -> None:
+    """Issue 51: a view made in the writing statement names the tensor it changes: the change is the intent."""
     torch.manual_seed(0)
     with diagnose(["view-mutation"]) as session:
         flat = torch.randn(6).view(2, 3)  # nobody else holds the base
         flat.mul_(2)
         kept = torch.randn(6)
-        kept[:3].mul_(2)  # an update through the view: the base `kept` changes
+        kept[:3].mul_(2)  # an update through the view, on purpose: the statement names `kept`
         fresh = torch.empty(4, 2)
         fresh[:, 0].uniform_(-1, 1)  # a deliberate fill of a column (issue 21: not a surprise, not reported)
         fresh[:, 1].zero_()
-    assert [(f.id, f.severity, f.line) for f in session.findings] == [
-        ("view-mutation", "info", test_write_through_a_temporary_view_is_not_reported.__code__.co_firstlineno + 6)]
+        _ = kept.sum() + fresh.sum()  # both read again afterwards
+    assert session.findings == []
 
 
 def test_models_with_doctor_hooks_can_be_copied_and_saved() -> None:

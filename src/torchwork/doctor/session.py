@@ -39,6 +39,7 @@ Tensor = torch.Tensor
 
 # Operation categories, decided once per function object.
 _INPLACE, _RANDOM, _BREAK, _NO_VALUES, _BACKWARD, _ATTR, _MAYBE_INPLACE, _ADD = 1, 2, 4, 8, 16, 32, 64, 128
+_NAMED = 256  # a name some check watches (its ``ops``): handed to that check's ``on_op``
 # Sums: where a running total can keep every step's autograd graph alive (`total_loss += loss`).
 ADD_OPS = frozenset({"__add__", "__radd__", "__iadd__", "add", "add_", "__sub__", "__rsub__", "__isub__", "sub",
                      "sub_"})
@@ -173,6 +174,8 @@ class _DoctorMode(TorchFunctionMode):
         except (KeyError, TypeError):
             name = getattr(func, "__name__", "") or ""
             cat = _category(name)
+            if name in session._named_callbacks:
+                cat |= _NAMED
             if cat & _ATTR:
                 owner = getattr(func, "__self__", None)
                 if getattr(owner, "__name__", None) == "data":
@@ -194,6 +197,9 @@ class _DoctorMode(TorchFunctionMode):
         if session._derive_callbacks:  # every result, views and copies included (armed on demand)
             for callback in session._derive_callbacks:
                 session._safely(callback, args, out)
+        if cat & _NAMED:
+            for callback in session._named_callbacks.get(getattr(func, "__name__", ""), ()):
+                session._safely(callback, func, args, kwargs, out)
         if cat:
             if cat & _MAYBE_INPLACE and _inplace_flag(func, args, kwargs, self.inplace_positions):
                 cat |= _INPLACE
@@ -240,6 +246,7 @@ class Session:
         self._handles: list[Any] = []
         self._patches: list[tuple[Any, str, Any]] = []
         self._depth = threading.local()
+        self._running = threading.local()  # the modules whose forward is running, outermost first
         self._lock = threading.RLock()
         self._model_names: weakref.WeakKeyDictionary[torch.nn.Module, str] = weakref.WeakKeyDictionary()
         self._models: dict[int, weakref.ReferenceType[torch.nn.Module]] = {}
@@ -320,6 +327,11 @@ class Session:
         self._backward_post_callbacks = hooks("on_backward_post")
         self._step_pre_callbacks = hooks("on_step_pre")
         self._step_post_callbacks = hooks("on_step_post")
+        self._named_callbacks: dict[str, list[Callable[..., Any]]] = {}
+        for item in self.checks:
+            if type(item).on_op is not Check.on_op:
+                for name in item.ops:
+                    self._named_callbacks.setdefault(name, []).append(item.on_op)
         self._break_callbacks: list[Callable[..., Any]] = []  # armed on demand by broken-graph
         self._derive_callbacks: list[Callable[..., Any]] = []  # (args, out) of every op, armed on demand
 
@@ -392,9 +404,17 @@ class Session:
                 self._safely(callback, tensor)
 
     # ------------------------------------------------------------------ module and optimizer hooks
+    def running_modules(self) -> list[torch.nn.Module]:
+        """The modules whose forward is running in this thread, outermost first (empty outside any)."""
+        stack: list[torch.nn.Module] | None = getattr(self._running, "stack", None)
+        if stack is None:
+            stack = self._running.stack = []
+        return stack
+
     def _module_pre(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         if self._forked or torch.compiler.is_compiling():
             return
+        self.running_modules().append(module)
         depth = getattr(self._depth, "value", 0)
         self._depth.value = depth + 1
         top = depth == 0
@@ -406,6 +426,11 @@ class Session:
     def _module_post(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
         if self._forked or torch.compiler.is_compiling():
             return
+        stack = self.running_modules()
+        if stack and stack[-1] is module:
+            stack.pop()
+        elif module in stack:  # a forward that raised left inner modules behind (always_call runs this one)
+            del stack[len(stack) - 1 - stack[::-1].index(module):]
         depth = getattr(self._depth, "value", 1) - 1
         self._depth.value = max(depth, 0)
         top = depth <= 0
@@ -468,9 +493,9 @@ class Session:
         self._install_common_patches()
         for item in self.checks:
             item.install()
-        if self._module_pre_callbacks or self._module_post_callbacks:
-            self._handles.append(register_module_forward_pre_hook(self._module_pre_kwargs_adapter()))
-            self._handles.append(register_module_forward_hook(self._module_post, always_call=True))
+        # always on: besides the checks' own hooks, they keep the stack of running modules
+        self._handles.append(register_module_forward_pre_hook(self._module_pre_kwargs_adapter()))
+        self._handles.append(register_module_forward_hook(self._module_post, always_call=True))
         self._handles.append(register_optimizer_step_pre_hook(self._step_pre))
         self._handles.append(register_optimizer_step_post_hook(self._step_post))
         self._mode = _DoctorMode(self)

@@ -48,6 +48,9 @@ REGISTRY: dict[str, str] = {
     "zero-grad-in-accumulation": "zero_grad_in_accumulation:ZeroGradInAccumulation",
     "requires-grad-attribute": "requires_grad_attribute:RequiresGradAttribute",
     "scheduler-per-batch": "scheduler_interval:SchedulerPerBatch",
+    "dropout-in-eval": "dropout_in_eval:DropoutInEval",
+    "anomaly-mode": "anomaly_mode:AnomalyMode",
+    "loss-on-probabilities": "loss_on_probabilities:LossOnProbabilities",
 }
 CHECK_IDS: tuple[str, ...] = tuple(REGISTRY)
 HELPERS: dict[str, str] = {"forwards": "_forwards:ForwardTracker", "grads": "_grads:GradTracker"}
@@ -60,13 +63,15 @@ class Check:
     ``on_module_post(module, args, output, top)``, ``on_inplace(func, tensor)``,
     ``on_add(func, args, out)`` (sums and differences), ``on_random(func, args, kwargs)``, ``on_values(func, args, out)``,
     ``on_op_error(func, args, kwargs, error)``, ``on_backward_pre(tensor)``, ``on_backward_post(tensor)``,
-    ``on_step_pre(optimizer)``, ``on_step_post(optimizer)``; plus ``install``, ``uninstall`` and
+    ``on_step_pre(optimizer)``, ``on_step_post(optimizer)``, ``on_op(func, args, kwargs, out)`` (after each call
+    of a torch function whose name is in the check's ``ops``); plus ``install``, ``uninstall`` and
     ``finish`` (called once the script has ended and every hook is removed).
     """
 
     id: str = ""
     severity: str = "warning"
     requires: tuple[str, ...] = ()  # helper names from HELPERS
+    ops: frozenset[str] = frozenset()  # names of torch functions handed to on_op
 
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -107,6 +112,8 @@ class Check:
     def on_step_pre(self, optimizer: Any) -> None: ...
 
     def on_step_post(self, optimizer: Any) -> None: ...
+
+    def on_op(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None: ...
 
 
 def _load(target: str) -> type[Check]:

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from torchwork.doctor.checks import Check
+from torchwork.doctor.checks._dropout import FUNCTIONAL_DROPOUT, FunctionalDropout, active_rate
 from torchwork.doctor.session import tensors_in
 
 _STOCHASTIC = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)
@@ -50,6 +51,7 @@ class ForwardInfo:
     call: int = 0  # id of the frame of the user function that ran this forward (0: module level)
     function: str = ""  # that function's name
     caller: tuple[str, int] | None = None  # the user's line that called that function
+    functional: list[FunctionalDropout] = dataclasses.field(default_factory=list)  # F.dropout/SDPA that dropped
 
 
 class _Usage:
@@ -68,6 +70,7 @@ class _Usage:
 
 class ForwardTracker(Check):
     id = ""
+    ops = FUNCTIONAL_DROPOUT
 
     def __init__(self, session: Any) -> None:
         super().__init__(session)
@@ -79,6 +82,7 @@ class ForwardTracker(Check):
         self._alive: weakref.WeakSet[_Usage] = weakref.WeakSet()
         self._last_input: dict[int, torch.Tensor] = {}  # model id -> a copy of its last (small) input
         self._last_output: dict[int, list[weakref.ReferenceType[torch.Tensor]]] = {}  # model id -> its outputs
+        self._dropout_sites: dict[tuple[int, str], tuple[str, int] | None] = {}  # (module id, op) -> user's line
         self.stopped = False
 
     # ----------------------------------------------------------------- helpers
@@ -109,6 +113,27 @@ class ForwardTracker(Check):
         info.call, info.function, info.caller = self._calling_function()
         info.continues = self._continues(id(module), args) or self._fed_back(id(module), args)
         self._pending.setdefault(id(module), []).append(info)
+
+    def on_op(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        """Record functional dropout that dropped something (rate > 0) in the running forward pass."""
+        running = self.session.running_modules()
+        stack = self._pending.get(id(running[0])) if running else None
+        module = running[-1] if running else None
+        if not stack or module is None or isinstance(module, nn.modules.dropout._DropoutNd):
+            return  # no tracked model, or an nn.Dropout layer (counted among the layers already)
+        name = getattr(func, "__name__", "")
+        info = stack[-1]
+        if len(info.functional) >= 8 or any(c.name == name and c.module_id == id(module) for c in info.functional):
+            return
+        rate = active_rate(name, args, kwargs)
+        if rate <= 0:
+            return
+        site = (id(module), name)
+        if site not in self._dropout_sites:
+            self._dropout_sites[site] = self.session.where()
+        info.functional.append(FunctionalDropout(name, rate, f"{self.session.module_name(module)} "
+                                                 f"({type(module).__name__})", module.training,
+                                                 self._dropout_sites[site], id(module)))
 
     def _calling_function(self) -> tuple[int, str, tuple[str, int] | None]:
         """(id of the user's innermost frame, its function, the user's line that called it), or (0, '', None)

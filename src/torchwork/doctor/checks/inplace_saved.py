@@ -8,10 +8,14 @@ The finding names the culprit first: the call that changed the tensor (an ``opti
 GAN's discriminator update and the generator's backward, an in-place op), then the line that saved it.
 A storage stays watched for as long as a graph that saved it is alive (a graph kept with
 ``retain_graph=True`` and backpropagated again is the classic GAN case), not only until its first backward.
+When the change was made by a layer built with ``inplace=True`` (``nn.ReLU(inplace=True)``,
+``nn.Dropout(p, inplace=True)``), the finding is at the line that built the layer (in ``__init__``), where
+the fix goes, and names the ``forward`` line that ran it.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -20,6 +24,19 @@ from torchwork.doctor.checks import Check
 from torchwork.doctor.findings import format_where
 
 Tensor = torch.Tensor
+Where = tuple[str, int] | None
+
+
+def inplace_layer_classes() -> list[type]:
+    """The torch.nn layers with an ``inplace`` argument that define their own ``__init__``."""
+    from torch import nn
+
+    found = []
+    for value in [*vars(nn).values(), nn.modules.dropout._DropoutNd]:
+        code = getattr(vars(value).get("__init__"), "__code__", None) if isinstance(value, type) else None
+        if code is not None and issubclass(value, nn.Module) and "inplace" in code.co_varnames:
+            found.append(value)
+    return found
 
 
 def _storage_key(tensor: Tensor) -> int | None:
@@ -58,13 +75,25 @@ class InplaceSaved(Check):
     def __init__(self, session: Any) -> None:
         super().__init__(session)
         self.saved: dict[int, int] = {}  # storage -> how many saved tensors (not yet unpacked) use it
-        self.modified: dict[int, tuple[str, tuple[str, int] | None]] = {}  # storage -> (op, where)
+        self.modified: dict[int, tuple[str, Where, Where]] = {}  # storage -> (op, where, the layer's definition)
+        self.defined: weakref.WeakKeyDictionary[Any, Where] = weakref.WeakKeyDictionary()  # inplace=True layers
         self._hooks: Any = None
         self.paused = False  # another check reads saved tensors: not a use by backward
 
     def install(self) -> None:
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         self._hooks.__enter__()
+        check = self
+
+        def make(original: Any) -> Any:
+            def __init__(layer: Any, *args: Any, **kwargs: Any) -> None:
+                original(layer, *args, **kwargs)
+                if getattr(layer, "inplace", False) and layer not in check.defined:
+                    check.defined[layer] = check.session.where()
+            return __init__
+
+        for cls in inplace_layer_classes():
+            self.session.patch(cls, "__init__", make)
 
     def uninstall(self) -> None:
         if self._hooks is not None:
@@ -99,11 +128,14 @@ class InplaceSaved(Check):
 
     def _violation(self, packed: _Packed) -> None:
         tensor, version, key = packed.tensor, packed.version, packed.key
-        op, changed_at = self.modified.get(key, ("an in-place operation", None)) if key is not None else (
-            "an in-place operation", None)
+        op, changed_at, defined_at = self.modified.get(key, ("an in-place operation", None, None)) if (
+            key is not None) else ("an in-place operation", None, None)
         described = f"[{tensor.type()} {list(tensor.shape)}]"
         saved_text = format_where(packed.saved_at)
         culprit = f"{op} at {format_where(changed_at)}" if changed_at else op
+        if defined_at is not None:
+            culprit = f"{op}, built with inplace=True here and run at {format_where(changed_at)},"
+            changed_at = defined_at
         self.report(
             f"{culprit} changed a tensor {described} that autograd had saved at {saved_text} ({packed.origin}) "
             f"to compute gradients; backward needs the old values (version {version}, now {tensor._version}).",
@@ -123,7 +155,13 @@ class InplaceSaved(Check):
         key = _storage_key(tensor)
         if key is not None and key in self.saved:
             name = getattr(func, "__name__", "an in-place operation")
-            self.modified[key] = (f"`{name}`", self.session.where())
+            running = self.session.running_modules()
+            layer = running[-1] if running else None
+            defined_at = self.defined.get(layer) if layer is not None else None
+            if defined_at is not None:
+                self.modified[key] = (f"`{type(layer).__name__}(inplace=True)`", self.session.where(), defined_at)
+            else:
+                self.modified[key] = (f"`{name}`", self.session.where(), None)
 
     def on_step_pre(self, optimizer: Any) -> None:
         if not self.saved:
@@ -133,4 +171,4 @@ class InplaceSaved(Check):
             for param in group["params"]:
                 key = _storage_key(param)
                 if key in self.saved:
-                    self.modified[key] = (f"{type(optimizer).__name__}.step()", where)
+                    self.modified[key] = (f"{type(optimizer).__name__}.step()", where, None)

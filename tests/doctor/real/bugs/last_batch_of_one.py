@@ -15,13 +15,14 @@ class SmallCNN(nn.Module):
         self.fc, self.fc_norm, self.out = nn.Linear(6, 12), nn.BatchNorm1d(12), nn.Linear(12, 4)
 
     def forward(self, x):
-        x = torch.relu(self.norm(self.conv(x)))  # expect: batchnorm-single-sample
+        x = torch.relu(self.norm(self.conv(x)))
         x = x.mean(dim=(2, 3))
         return self.out(torch.relu(self.fc_norm(self.fc(x))))
 
 
 torch.manual_seed(5)
-loader = DataLoader(TensorDataset(torch.randn(13, 3, 6, 6), torch.randint(0, 4, (13,))), batch_size=4, shuffle=True)
+loader = DataLoader(TensorDataset(torch.randn(13, 3, 6, 6), torch.randint(0, 4, (13,))),  # expect: batchnorm-single-sample
+                    batch_size=4, shuffle=True)
 net = SmallCNN()
 opt = torch.optim.SGD(net.parameters(), lr=0.05)
 for x, y in loader:
