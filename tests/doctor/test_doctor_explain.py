@@ -287,6 +287,13 @@ DOCUMENTED: dict[str, list[str]] = {
         "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasSgemm( handle, opa, opb, m, "
         "n, k, &alpha, a, lda, b, ldb, &beta, c, ldc)`",
     ],
+    "cublas-alloc-failed": [
+        # https://github.com/huggingface/transformers/issues/12935 (token ids beyond GPT-2's vocabulary)
+        "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+        # https://github.com/pytorch/pytorch/issues/24838 (index 3 into an embedding of 3 rows, PyTorch 1.1)
+        "RuntimeError: cublas runtime error : resource allocation failed at "
+        "/opt/conda/conda-bld/pytorch_1556653099582/work/aten/src/THC/THCGeneral.cpp:228",
+    ],
     "cuda-library-error": [
         # https://github.com/rogerrojur/tianchi-multi-task-nlp/issues/10
         "RuntimeError: CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate(handle)`",

@@ -44,6 +44,8 @@ class Family:
     check: str | None = None  # the doctor check that reports the same mistake
     detail: Detail | None = None  # a sentence built from the message itself (shapes, devices, keys)
     variants: tuple[tuple[str, str, str], ...] = ()
+    # (cause, fix) read from the message itself, replacing the family's (the entry a checkpoint wraps)
+    case: Callable[[re.Match[str]], tuple[str, str] | None] | None = None
 
     def compiled(self) -> tuple[tuple[re.Pattern[str], re.Pattern[str] | None], ...]:
         return _compiled(self)
@@ -156,11 +158,9 @@ def _prefix_detail(m: re.Match[str]) -> str | None:
 
     text = re.sub(r"\s*\n\s*", "", m.string)  # keys wrapped across lines as pasted
     missing, unexpected = _keys(text, "Missing"), _keys(text, "Unexpected")
-    entries = [k for k in unexpected if "." not in k and _CHECKPOINT_ENTRIES.match(k)]
-    if entries and len(entries) == len(unexpected):
-        weights = next((k for k in entries if re.search(r"state_dict|model|net|weights|params", k, re.IGNORECASE)
-                        and not re.search(r"optim|sched|scaler", k, re.IGNORECASE)), None)
-        load = f"model.load_state_dict(checkpoint[{weights!r}])" if weights else "the entry that holds the weights"
+    wrapped = _wrapped_checkpoint(unexpected)
+    if wrapped is not None:
+        entries, load = wrapped
         return (f"The unexpected keys ({', '.join(repr(k) for k in entries[:5])}) are the entries of a training "
                 f"checkpoint (epoch, optimizer state...), not parameter names: the file holds more than the "
                 f"weights. Load that entry: checkpoint = torch.load(path, weights_only=True); {load}.")
@@ -181,6 +181,40 @@ def _prefix_detail(m: re.Match[str]) -> str | None:
                 f"differ (e.g. model {missing[0]!r} vs checkpoint {unexpected[0]!r}): the checkpoint comes from "
                 "another architecture or version of the model. Build the matching architecture.")
     return None
+
+
+_WEIGHTS_ENTRY = re.compile(r"state_dict|model|net|weights|params|ema", re.IGNORECASE)
+
+
+def _wrapped_checkpoint(unexpected: list[str]) -> tuple[list[str], str] | None:
+    """The top-level entries of a checkpoint dict loaded as if it were the state dict, and the load to write
+    instead; None when the unexpected keys are parameter names. Entries have no dot (parameter names of a
+    model do, past its top level); one of them must name a known checkpoint entry."""
+    if not unexpected or any("." in k for k in unexpected) or not any(_CHECKPOINT_ENTRIES.match(k)
+                                                                       for k in unexpected):
+        return None
+    weights = next((k for k in unexpected if _WEIGHTS_ENTRY.search(k)
+                    and not re.search(r"optim|sched|scaler|version|hparams|hyper", k, re.IGNORECASE)), None)
+    if weights is None:
+        return unexpected, "the entry that holds the weights"
+    load = f"model.load_state_dict(checkpoint[{weights!r}])"
+    if any("lightning" in k.lower() for k in unexpected):
+        load = (f"model.load_state_dict({{k.removeprefix('model.'): v for k, v in checkpoint[{weights!r}].items()}}) "
+                "(a PyTorch Lightning checkpoint: its keys carry the LightningModule's attribute, often 'model.')")
+    return unexpected, load
+
+
+def _state_dict_case(m: re.Match[str]) -> tuple[str, str] | None:
+    """A checkpoint that wraps the state dict (``{"state_dict": ..., "epoch": ...}``): its own cause and fix."""
+    wrapped = _wrapped_checkpoint(_keys(re.sub(r"\s*\n\s*", "", m.string), "Unexpected"))
+    if wrapped is None:
+        return None
+    entries, load = wrapped
+    return ("The file is a training checkpoint: a dict that wraps the state dict with other entries "
+            f"({', '.join(repr(k) for k in entries[:5])}), so load_state_dict read those entries as parameter "
+            "names and found none of the model's.",
+            f"Load the entry that holds the weights: checkpoint = torch.load(path, map_location='cpu', "
+            f"weights_only=True); {load}. Do not switch to strict=False: it would load nothing.")
 
 
 def _common_prefix(keys: list[str]) -> str:
@@ -223,6 +257,17 @@ def _dtype_detail(m: re.Match[str]) -> str | None:
     return None
 
 
+def _batchnorm_detail(m: re.Match[str]) -> str | None:
+    shape = [int(v) for v in re.findall(r"\d+", m.groupdict().get("shape") or "")]
+    if len(shape) > 2 and shape[0] == 1 and all(d == 1 for d in shape[2:]):
+        return (f"The input is {shape}: one sample whose feature map was pooled to 1x1 (a BatchNorm after global "
+                "pooling, such as an ASPP image-pooling branch), so each channel holds one value: every device "
+                "needs at least 2 samples per step, whatever the image size.")
+    if shape and shape[0] == 1:
+        return f"The input is {shape}: a batch of one sample (on this device) reached BatchNorm in training mode."
+    return None
+
+
 def _shapes_detail(m: re.Match[str]) -> str | None:
     return f"Tensor a has {m.group(1)} at dimension {m.group(3)}, tensor b has {m.group(2)}."
 
@@ -236,6 +281,11 @@ _DATA_PARALLEL = r"parallel_apply|data_parallel\.py|DataParallel|replicas?\b"
 _CHECKPOINT_ENTRIES = re.compile(r"^(?:epoch|iter\w*|step|global_step|best\w*|loss|optim\w*|sched\w*|lr\w*|scaler|"
                                  r"args|config|arch|amp|\w*state_dict\w*|model\w*|net\w*|network|weights|params)$",
                                  re.IGNORECASE)
+_CUBLAS_FAILED = r"CUBLAS_STATUS_(?:ALLOC|EXECUTION)_FAILED|cublas runtime error : resource allocation failed"
+# an embedding lookup in the frames or the kernel's assertion: by layer name (GPT-2's wte), ids or the kernel
+# (a model called on token ids: the frames of a transformer show the call, not the lookup)
+_EMBEDDING_FRAMES = (r"embedding|\bwte\b|\bembed_tokens\b|\binput_ids\b|\btoken_ids\b|srcIndex < srcSelectDimSize|"
+                     r"indexSelect(?:Large|Small)Index|index out of range in self")
 _AMP = r"GradScaler|scaler\.|\bamp\b|autocast|fp16|float16|Gradient overflow|mixed precision"
 _DEVICE_FIX = ("Move the model once (model.to(device)) and every batch inside the loop "
                "(x, y = x.to(device), y.to(device)); create new tensors with device=x.device; register "
@@ -343,18 +393,31 @@ FAMILIES: tuple[Family, ...] = (
     # --------------------------------------------------------------- memory
     Family(
         "cublas-after-embedding", "a cuBLAS failure right after an embedding: usually an index out of range",
-        ((r"CUBLAS_STATUS_(?:ALLOC|EXECUTION)_FAILED", r"embedding"),),
+        ((_CUBLAS_FAILED, _EMBEDDING_FRAMES),),
         "An embedding received an index >= num_embeddings (or negative). On a GPU the lookup does not stop "
         "there: the out-of-range read corrupts what follows and the next cuBLAS call (the Linear after the "
         "embedding) fails, so the error names cuBLAS and memory, not the index.",
         "Run the same batch on the CPU, or with CUDA_LAUNCH_BLOCKING=1, to see the real error (index out of "
         "range in self) and its line; check ids.max() < num_embeddings (vocabulary size including special and "
-        "padding tokens) and ids.min() >= 0. It is not a memory problem: a smaller batch will not fix it.",
+        "padding tokens: after adding tokens call model.resize_token_embeddings(len(tokenizer))) and "
+        "ids.min() >= 0. It is not a memory problem: a smaller batch will not fix it.",
+        check=None),
+    Family(
+        "cublas-alloc-failed", "cuBLAS could not allocate: an out-of-range index before it, or a full GPU",
+        (r"CUBLAS_STATUS_ALLOC_FAILED", r"cublas runtime error : resource allocation failed"),
+        "cuBLAS failed to allocate while creating its handle for the first matrix multiply. Two causes give "
+        "this text: most often an earlier kernel read out of bounds (an embedding given a token id >= "
+        "num_embeddings, a label >= the number of classes), which leaves the GPU in an error state that "
+        "cuBLAS reports as an allocation failure; otherwise the GPU really is full.",
+        "Run the same batch on the CPU (or with CUDA_LAUNCH_BLOCKING=1): `IndexError: index out of range in "
+        "self` there means an id >= num_embeddings: check ids.max() < num_embeddings (after adding tokens, "
+        "model.resize_token_embeddings(len(tokenizer))) and labels.max() < num_classes. Only if the CPU run "
+        "passes is it memory: lower the batch size, free other processes on the GPU (nvidia-smi).",
         check=None),
     Family(
         "cuda-oom", "GPU out of memory",
         (r"CUDA out of memory", r"OutOfMemoryError", r"MPS backend out of memory",
-         r"CUDA error: out of memory", r"CUBLAS_STATUS_ALLOC_FAILED"),
+         r"CUDA error: out of memory"),
         "The GPU has no room for the next allocation: batch too large, activations kept alive across "
         "iterations (total_loss += loss instead of loss.item()), evaluation without torch.no_grad(), or "
         "another process holding the GPU.",
@@ -613,7 +676,7 @@ FAMILIES: tuple[Family, ...] = (
         "Compare the key lists; strip prefixes with torch.nn.modules.utils."
         "consume_prefix_in_state_dict_if_present(sd, 'module.'); load checkpoint['model'] when the file "
         "holds more than the weights. Use strict=False only for an intended partial load, and check its "
-        "return value.", check="state-dict-mismatch", detail=_prefix_detail),
+        "return value.", check="state-dict-mismatch", detail=_prefix_detail, case=_state_dict_case),
     Family(
         "weights-only-load", "torch.load(weights_only=True) refused a pickled object",
         (r"Weights only load failed", r"Unsupported global: GLOBAL [\w.]+"),
@@ -765,11 +828,29 @@ FAMILIES: tuple[Family, ...] = (
         "onnx-unsupported-operator", "the ONNX exporter has no conversion for an operator",
         (r"Exporting the operator '?[\w:.]+'? to ONNX opset version \d+ is not supported",
          r"UnsupportedOperatorError", r"No ONNX function found for",
-         r"Unsupported: ONNX export of (?:operator )?[\w:.]+"),
+         r"Unsupported: ONNX export of (?:operator )?[\w:.]+", r"Only output_size=\[1, 1\] is supported"),
         "The model uses an operation that has no ONNX equivalent in that opset (or in any opset).",
         "Try a newer opset_version and the dynamo exporter (torch.onnx.export(..., dynamo=True)); "
         "otherwise replace the op with supported ones, or register a custom translation.", check=None,
-        variants=((r"adaptive_(?:avg|max)_pool\w*|adaptive pooling",
+        variants=((r"adaptive\w*[ _]pool\w*, input size not accessible",
+                   "The exporter writes adaptive pooling as a plain pooling whose kernel it computes from the "
+                   "input's height and width, and here they are unknown: dynamic_axes (or dynamic_shapes) makes "
+                   "the spatial sizes dynamic.",
+                   "Keep height and width fixed in the export (dynamic_axes only for the batch dimension) and "
+                   "resize inputs to that size; or pool to 1x1 (exported as GlobalAveragePool, any size), e.g. "
+                   "x.mean(dim=(2, 3), keepdim=True); or export with torch.onnx.export(..., dynamo=True)."),
+                  (r"adaptive pooling, since output_size is not constant",
+                   "The output size given to adaptive pooling is computed from a tensor's shape at run time "
+                   "(e.g. x.shape[2] // 2 while the height is dynamic), so the exporter sees a value, not a "
+                   "constant, and cannot choose a kernel.",
+                   "Pass a constant output size (nn.AdaptiveAvgPool2d((7, 7)) built in __init__), keep the input "
+                   "size fixed in the export, or export with torch.onnx.export(..., dynamo=True)."),
+                  (r"Only output_size=\[1, 1\] is supported",
+                   "An old exporter (PyTorch < 1.2) writes adaptive pooling only as global pooling (output 1x1).",
+                   "Upgrade PyTorch (newer exporters handle an output size that divides the input), or replace the "
+                   "layer by nn.AvgPool2d with the kernel_size and stride your fixed input size needs "
+                   "(stride = input // output, kernel = input - (output - 1) * stride)."),
+                  (r"adaptive_(?:avg|max)_pool\w*|adaptive pooling",
                    "The exporter writes adaptive pooling as a plain pooling with a fixed kernel, which exists only "
                    "when the output size divides the input size; here it does not (e.g. a 7x7 map pooled to 3x3).",
                    "Make the sizes divide: pool to an output size that divides the feature map, or resize the "
@@ -858,11 +939,12 @@ FAMILIES: tuple[Family, ...] = (
         "whole tensor, change it before splitting.", check="inplace-saved"),
     Family(
         "batchnorm-single-sample", "BatchNorm in training mode on a batch of one",
-        (r"Expected more than 1 value per channel when training",),
+        (r"Expected more than 1 value per channel when training(?!, got input size \{)(?:, got input size (?:torch\.Size\()?\[?"
+         r"(?P<shape>[\d, ]+))?",),
         "BatchNorm needs at least two values per channel to compute batch statistics; a batch of one "
         "sample reached it in training mode (usually the last, short batch of an epoch).",
         "Use DataLoader(..., drop_last=True) for training; call model.eval() for single-sample inference.",
-        check="batchnorm-single-sample",
+        check="batchnorm-single-sample", detail=_batchnorm_detail,
         variants=((_DATA_PARALLEL,
                    "DataParallel splits each batch across the GPUs, so every replica's BatchNorm sees only its "
                    "share: a batch smaller than twice the number of GPUs (often the last one) gives some GPU a "
@@ -943,6 +1025,9 @@ def _match(family: Family, texts: tuple[str, ...], spans: dict[int, list[tuple[i
                     cause, fix = variant_cause, variant_fix
                     read.append(_context_words(background, hint))
                     break
+            override = family.case(match) if family.case else None
+            if override:
+                cause, fix = override
             location = _user_frame_before(candidate, start) if index == 0 else _user_frame_before(texts[0],
                                                                                                     len(texts[0]))
             read = [words for i, words in enumerate(read)
