@@ -47,7 +47,7 @@ class SuggestingParser(argparse.ArgumentParser):
         target.error(f"unrecognized arguments: {' '.join(unknown)}" + (f" ({'; '.join(hints)})" if hints else ""))
 
 
-def _demo_arguments(parser: argparse.ArgumentParser) -> None:
+def _digits_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--epochs", type=int, default=8, help="training epochs (default: 8)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
 
@@ -246,8 +246,8 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 COMMANDS: list[Command] = [
-    ("demo", "train a small classifier on scikit-learn's digits with the engine and print a summary",
-     _demo_arguments, "torchwork.recipes.digits:cli_main"),
+    ("digits", "train a small classifier on scikit-learn's digits with the engine and print a summary",
+     _digits_arguments, "torchwork.recipes.digits:cli_main"),
     ("fit", "your own labelled texts to a served model: the data report, baselines, fine-tuning, evaluation, "
             "INT8 export, verification", _fit_arguments, "torchwork.recipes.registry:fit_main"),
     ("quickstart", "the main job: dirty tweets to a trained, quantized, verified and servable model",
@@ -282,6 +282,11 @@ COMMANDS: list[Command] = [
 ]
 
 
+# Old command name -> (new name, the release that removes the old one). The old name still runs the command,
+# after one line on stderr (`torchwork demo` trained digits while `make demo` runs the quickstart).
+RENAMED_COMMANDS: dict[str, tuple[str, str]] = {"demo": ("digits", "0.3.0")}
+
+
 def build_parser() -> SuggestingParser:
     parser = SuggestingParser(
         prog="torchwork",
@@ -293,6 +298,10 @@ def build_parser() -> SuggestingParser:
         command_parser = sub.add_parser(name, help=help_text, description=help_text)
         add_arguments(command_parser)
         command_parser.set_defaults(_target=target)
+        for old in (old for old, (new, _) in RENAMED_COMMANDS.items() if new == name):
+            alias = sub.add_parser(old, help=f"deprecated: the old name of '{name}'", description=help_text)
+            add_arguments(alias)
+            alias.set_defaults(_target=target)
     return parser
 
 
@@ -358,6 +367,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "_target", None):
         parser.print_help()
         return 0
+    if args.command in RENAMED_COMMANDS:
+        from torchwork.deprecation import renamed_command
+
+        print(renamed_command("torchwork", args.command, *RENAMED_COMMANDS[args.command]), file=sys.stderr)
     module_name, function_name = args._target.split(":")
     from torchwork.threads import passive_waiting
 

@@ -1,4 +1,4 @@
-"""Renamed keyword arguments: the old name keeps working for a while and says what to write instead.
+"""Renamed keyword arguments and commands: the old name keeps working for a while and says what to write instead.
 
 Example:
     >>> import warnings
@@ -61,3 +61,13 @@ def renamed_keywords(**old_to_new: str | Renamed) -> Callable[[F], F]:
         return cast(F, wrapper)
 
     return decorate
+
+
+def renamed_command(program: str, old: str, new: str, removed_in: str) -> str:
+    """The line a renamed command prints (on stderr) before it runs as its new name.
+
+    >>> print(renamed_command("torchwork", "demo", "digits", "0.3.0"))
+    torchwork: 'torchwork demo' is deprecated: write 'torchwork digits' instead (the same command; the old name goes in 0.3.0).
+    """
+    return (f"{program}: '{program} {old}' is deprecated: write '{program} {new}' instead (the same command; the old "
+            f"name goes in {removed_in}).")

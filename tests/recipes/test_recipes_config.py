@@ -166,12 +166,26 @@ def test_a_resumed_run_s_records_are_read_as_checked_data(tmp_path, monkeypatch,
 
 @pytest.mark.parametrize(("argv", "message"), [(["--epochs", "0"], "epochs=0: must be >= 1."),
                                                (["--seed", "-1"], "seed=-1: must be >= 0.")])
-def test_the_demo_refuses_bad_settings_before_any_work(argv, message, capsys):
+def test_digits_refuses_bad_settings_before_any_work(argv, message, capsys, monkeypatch):
     from torchwork.cli import main
 
-    assert main(["demo", *argv]) == 2
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")  # what the command sets before torch loads
+
+    assert main(["digits", *argv]) == 2
     err = capsys.readouterr()
-    assert f"torchwork: error: {message}" in err.err and err.out == ""
+    assert f"torchwork: error: {message}" in err.err and err.out == "" and "deprecated" not in err.err
+
+
+def test_demo_is_the_old_name_of_digits(capsys, monkeypatch):
+    from torchwork.cli import main
+
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")  # what the command sets before torch loads
+
+    assert main(["demo", "--epochs", "0"]) == 2  # the same command, refusing the same bad setting
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == ("torchwork: 'torchwork demo' is deprecated: write 'torchwork digits' instead (the same "
+                      "command; the old name goes in 0.3.0).")
+    assert err[1] == "torchwork: error: epochs=0: must be >= 1."
 
 
 def test_the_quickstart_runs_the_transformer_unless_told_otherwise():

@@ -3,7 +3,7 @@
 Features shown: seeded stratified split, Trainer with AdamW + cosine schedule, gradient clipping,
 early stopping on validation accuracy, evaluation and prediction in eval mode.
 
-Run it: ``torchwork demo`` (or ``python -m torchwork.recipes.digits``).
+Run it: ``torchwork digits`` (or ``python -m torchwork.recipes.digits``).
 """
 
 from __future__ import annotations

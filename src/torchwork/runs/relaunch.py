@@ -3,7 +3,7 @@
 A run folder is data: people share and download them, so nothing in it decides what program runs. The
 manifest's ``command`` is read as a description and checked against the two things resume will start:
 
-- a **torchwork invocation** (``torchwork train ...``, ``torchwork quickstart ...``, ``torchwork demo ...``):
+- a **torchwork invocation** (``torchwork train ...``, ``torchwork quickstart ...``, ``torchwork digits ...``):
   the recorded arguments are given to *this* interpreter's torchwork (``sys.executable -m torchwork.cli``);
   torchwork's own code runs, the arguments are data to it;
 - a **Python script** (``python train.py ...``, ``torchwork launch train.py ...``): the script runs with this
@@ -53,7 +53,7 @@ from torchwork.errors import CheckpointError
 # torchwork commands that start a training run from recorded settings alone (no user code): run as recorded.
 # `tune` is what a study's trial runs record: running it again continues the study, each killed trial from its
 # newest checkpoint.
-RUN_COMMANDS = ("train", "quickstart", "demo", "tune")
+RUN_COMMANDS = ("train", "quickstart", "digits", "demo", "tune")  # demo: the old name of digits
 # torchwork commands that run a user's script: resumed like that script, after confirmation.
 SCRIPT_COMMANDS = ("launch",)
 
