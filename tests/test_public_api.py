@@ -69,7 +69,7 @@ def test_subpackages_export_lazily_without_torch() -> None:
     code = "import sys\n" + "".join(f"import {p}\n" for p in lazy) + "print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "False", lazy
-    assert {"torchwork", "torchwork.data", "torchwork.doctor", "torchwork.env", "torchwork.finetune",
+    assert {"torchwork", "torchwork.data", "torchwork.deploy", "torchwork.doctor", "torchwork.env", "torchwork.finetune",
             "torchwork.inspect", "torchwork.serve"} <= set(lazy)
 
 

@@ -12,31 +12,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from torchwork.lazy import lazy_attributes
+from torchwork.lazy import lazy_attributes, type_checking_imports
 
 __version__ = "0.1.0"
 
-# public name -> module that defines it
-_LAZY: dict[str, str] = {
-    "Trainer": "torchwork.engine.trainer",
-    "EarlyStopping": "torchwork.engine.callbacks",
-    "Callback": "torchwork.engine.callbacks",
-    "resolve_device": "torchwork.engine.devices",
-    "move_to_device": "torchwork.engine.devices",
-    "seed_everything": "torchwork.seeding",
-    # the Trainer's setting groups
-    **dict.fromkeys(["StepOptions", "EvaluationOptions", "LoggingOptions", "DistributedOptions"], "torchwork.engine.options"),
-    "RunOptions": "torchwork.runs.options",
-    "choose_threads": "torchwork.threads",
-    # every error class, drawn as a tree in torchwork/errors.py
-    **dict.fromkeys(["TorchworkError", "ConfigError", "BatchError", "LossError", "DeviceError", "CheckpointError",
-                     "NonFiniteWeightsError", "DataError", "DistributedError", "ExportError", "QueueFullError",
-                     "ServeError", "ModelProcessError", "ModelOutputError", "DiskFullError"], "torchwork.errors"),
-}
-
-__all__ = ["__version__", *_LAZY]
-
-# Type checkers read the imports (and flag a misspelt name); at run time each name is imported on first use.
+# The public API, each name written once: type checkers and IDEs read these imports (and flag a misspelt name);
+# at run time lazy.type_checking_imports reads them back and each name is imported on first use.
 if TYPE_CHECKING:  # pragma: no cover
     from torchwork.engine.callbacks import Callback, EarlyStopping  # noqa: F401
     from torchwork.engine.devices import move_to_device, resolve_device  # noqa: F401
@@ -62,5 +43,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from torchwork.runs.options import RunOptions  # noqa: F401
     from torchwork.seeding import seed_everything  # noqa: F401
     from torchwork.threads import choose_threads  # noqa: F401
-else:
+
+# public name -> module that defines it
+_LAZY: dict[str, str] = type_checking_imports(__file__)
+__all__ = ["__version__", *_LAZY]
+if not TYPE_CHECKING:
     __getattr__, __dir__ = lazy_attributes("torchwork", _LAZY, globals())

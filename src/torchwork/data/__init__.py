@@ -13,49 +13,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from torchwork.lazy import lazy_attributes
+from torchwork.lazy import lazy_attributes, type_checking_imports
 
 # public name -> module that defines it
-_LAZY: dict[str, str] = {
-    "load_dataset": "torchwork.data.datasets",
-    "DatasetSplits": "torchwork.data.datasets",
-    "TextDataset": "torchwork.data.datasets",
-    "ImageDataset": "torchwork.data.datasets",
-    "stratified_split": "torchwork.data.datasets",
-    "CleaningConfig": "torchwork.data.cleaning",
-    "CleaningReport": "torchwork.data.cleaning",
-    "clean_text": "torchwork.data.cleaning",
-    "clean_texts": "torchwork.data.cleaning",
-    "TextPreprocessor": "torchwork.data.text",
-    "TextCollate": "torchwork.data.text",
-    "class_weights": "torchwork.data.balance",
-    "balanced_sampler": "torchwork.data.balance",
-    "classification_metrics": "torchwork.data.metrics",
-    "format_metrics": "torchwork.data.metrics",
-    "loader": "torchwork.data.loaders",
-    "default_num_workers": "torchwork.data.loaders",
-    "seed_worker": "torchwork.data.loaders",
-    "profile_loader": "torchwork.data.profile",
-    "audit_texts": "torchwork.data.audit",
-    "audit_images": "torchwork.data.image_audit",
-    "read_image_folder": "torchwork.data.image_folder",
-    "ImageFolderData": "torchwork.data.image_folder",
-    "DataReport": "torchwork.data.findings",
-    "Finding": "torchwork.data.findings",
-    "grouped_split": "torchwork.data.splits",
-    "SplitPlan": "torchwork.data.splits",
-    "label_noise_candidates": "torchwork.data.label_noise",
-    "match_key": "torchwork.data.text_checks",
-    "paired_macro_f1": "torchwork.data.intervals",
-    "ProfileReport": "torchwork.data.profile",
-    "TextTable": "torchwork.data.tables",
-    "read_text_table": "torchwork.data.tables",
-    "describe_table": "torchwork.data.tables",
-}
-
-__all__ = list(_LAZY)
-
-# Type checkers read the imports (and flag a misspelt name); at run time each name is imported on first use.
+# Each public name written once: type checkers and IDEs read these imports (and flag a misspelt name); at run
+# time lazy.type_checking_imports reads them back and each name is imported on first use.
 if TYPE_CHECKING:  # pragma: no cover
     from torchwork.data.audit import audit_texts  # noqa: F401
     from torchwork.data.balance import balanced_sampler, class_weights  # noqa: F401
@@ -79,5 +41,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from torchwork.data.tables import TextTable, describe_table, read_text_table  # noqa: F401
     from torchwork.data.text import TextCollate, TextPreprocessor  # noqa: F401
     from torchwork.data.text_checks import match_key  # noqa: F401
-else:
-    __getattr__, __dir__ = lazy_attributes("torchwork.data", _LAZY, globals())
+
+_LAZY: dict[str, str] = type_checking_imports(__file__)  # public name -> module that defines it
+__all__ = list(_LAZY)
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())

@@ -17,16 +17,24 @@ Example:
 
 from __future__ import annotations
 
-# None of these modules imports torch, onnx or onnxruntime at import time: they do it inside functions.
-from torchwork.deploy.contents import load_weights
-from torchwork.deploy.loaded import LoadedArtifact, load_artifact
-from torchwork.deploy.manifest import Manifest, read_manifest
-from torchwork.deploy.pipeline import export
-from torchwork.deploy.plan import ExportPlan
-from torchwork.deploy.preprocess import TokenIdsPreprocessor
-from torchwork.deploy.quantize import torch_dynamic_int8
-from torchwork.deploy.replay import replay_artifact
-from torchwork.deploy.verification import format_report, verify
+from typing import TYPE_CHECKING
 
-__all__ = ["ExportPlan", "LoadedArtifact", "Manifest", "TokenIdsPreprocessor", "export", "format_report", "load_artifact", "load_weights",
-           "read_manifest", "replay_artifact", "torch_dynamic_int8", "verify"]
+from torchwork.lazy import lazy_attributes, type_checking_imports
+
+# Each public name written once: type checkers and IDEs read these imports (and flag a misspelt name); at run
+# time lazy.type_checking_imports reads them back and each name is imported on first use.
+if TYPE_CHECKING:  # pragma: no cover
+    from torchwork.deploy.contents import load_weights  # noqa: F401
+    from torchwork.deploy.loaded import LoadedArtifact, load_artifact  # noqa: F401
+    from torchwork.deploy.manifest import Manifest, read_manifest  # noqa: F401
+    from torchwork.deploy.pipeline import export  # noqa: F401
+    from torchwork.deploy.plan import ExportPlan  # noqa: F401
+    from torchwork.deploy.preprocess import TokenIdsPreprocessor  # noqa: F401
+    from torchwork.deploy.quantize import torch_dynamic_int8  # noqa: F401
+    from torchwork.deploy.replay import replay_artifact  # noqa: F401
+    from torchwork.deploy.verification import format_report, verify  # noqa: F401
+
+_LAZY: dict[str, str] = type_checking_imports(__file__)  # public name -> module that defines it
+__all__ = list(_LAZY)
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())

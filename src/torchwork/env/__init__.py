@@ -16,23 +16,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from torchwork.lazy import lazy_attributes
+from torchwork.lazy import lazy_attributes, type_checking_imports
 
-_LAZY: dict[str, str] = {
-    "snapshot": "torchwork.env.report",
-    "compact_snapshot": "torchwork.env.report",
-    "format_report": "torchwork.env.report",
-    "run_checks": "torchwork.env.known_answers",
-    "lock_text": "torchwork.env.lock",
-    "load_profile": "torchwork.env.sources",
-    "diff_profiles": "torchwork.env.diff",
-    "warn_if_machine_differs": "torchwork.env.drift",
-    "runtime_libraries": "torchwork.env.libraries",
-}
-
-__all__ = list(_LAZY)
-
-# Type checkers read the imports (and flag a misspelt name); at run time each name is imported on first use.
+# Each public name written once: type checkers and IDEs read these imports (and flag a misspelt name); at run
+# time lazy.type_checking_imports reads them back and each name is imported on first use.
 if TYPE_CHECKING:  # pragma: no cover
     from torchwork.env.diff import diff_profiles  # noqa: F401
     from torchwork.env.drift import warn_if_machine_differs  # noqa: F401
@@ -41,5 +28,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from torchwork.env.lock import lock_text  # noqa: F401
     from torchwork.env.report import compact_snapshot, format_report, snapshot  # noqa: F401
     from torchwork.env.sources import load_profile  # noqa: F401
-else:
-    __getattr__, __dir__ = lazy_attributes("torchwork.env", _LAZY, globals())
+
+_LAZY: dict[str, str] = type_checking_imports(__file__)  # public name -> module that defines it
+__all__ = list(_LAZY)
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())

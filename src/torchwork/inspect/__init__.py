@@ -22,24 +22,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from torchwork.lazy import lazy_attributes
+from torchwork.lazy import lazy_attributes, type_checking_imports
 
-_LAZY = {
-    "graph": "torchwork.inspect.graphs",
-    "Graph": "torchwork.inspect.graphs",
-    "Reason": "torchwork.inspect.graphs",
-    "capture": "torchwork.inspect.recording",
-    "Capture": "torchwork.inspect.recording",
-    "trace": "torchwork.inspect.tracing",
-    "measure_saved_bytes": "torchwork.inspect.memory",
-}
-__all__ = ["Capture", "Graph", "Reason", "capture", "graph", "measure_saved_bytes", "trace"]
-
-# Type checkers read the imports (and flag a misspelt name); at run time each name is imported on first use.
+# Each public name written once: type checkers and IDEs read these imports (and flag a misspelt name); at run
+# time lazy.type_checking_imports reads them back and each name is imported on first use.
 if TYPE_CHECKING:  # pragma: no cover
-    from torchwork.inspect.graphs import Graph, Reason, graph
-    from torchwork.inspect.memory import measure_saved_bytes
-    from torchwork.inspect.recording import Capture, capture
-    from torchwork.inspect.tracing import trace
-else:
+    from torchwork.inspect.graphs import Graph, Reason, graph  # noqa: F401
+    from torchwork.inspect.memory import measure_saved_bytes  # noqa: F401
+    from torchwork.inspect.recording import Capture, capture  # noqa: F401
+    from torchwork.inspect.tracing import trace  # noqa: F401
+
+_LAZY: dict[str, str] = type_checking_imports(__file__)  # public name -> module that defines it
+__all__ = list(_LAZY)
+if not TYPE_CHECKING:
     __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
