@@ -90,6 +90,44 @@ def read_at_most(descriptor: int, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+class FileTooLarge(OSError):
+    """What :func:`read_regular` read is over its limit; ``limit`` is that limit in bytes."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"over {_size(limit)}")
+        self.limit = limit
+
+
+def read_regular(path: str | os.PathLike[str], limit: int, *, follow_links: bool = True) -> bytes:
+    """The bytes of the regular file ``path`` (:func:`open_regular`), at most ``limit`` of them:
+    :class:`NotRegularFile` for a FIFO, a device or a directory, :class:`FileTooLarge` past ``limit``, an
+    OSError when it cannot be read.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "a.txt"
+        >>> _ = path.write_bytes(b"abc")
+        >>> read_regular(path, 3)
+        b'abc'
+        >>> read_regular(path, 2)
+        Traceback (most recent call last):
+        ...
+        torchwork.paths.FileTooLarge: over 2 bytes
+    """
+    descriptor = open_regular(path, follow_links=follow_links)
+    try:
+        data = read_at_most(descriptor, limit + 1)
+    finally:
+        os.close(descriptor)
+    if len(data) > limit:
+        raise FileTooLarge(limit)
+    return data
+
+
+def _size(limit: int) -> str:
+    return f"{limit >> 20} MiB" if limit >= 1 << 20 and not limit % (1 << 20) else f"{limit} bytes"
+
+
 def file_kind(mode: int) -> str:
     """What a file that is not a regular one is, in words, for a message.
 

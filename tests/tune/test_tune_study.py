@@ -189,3 +189,18 @@ def test_timeout_starts_no_trial_after_it(tmp_path) -> None:
     summary = json.loads((study_folder(runs, "late") / "summary.json").read_text())
     assert summary["trials"]["unfinished"] == TRIALS and summary["best_value"] is None, done.stdout
     assert {t.state.name for t in trials_of(runs, "late")} == {"WAITING"}  # queued for the next run
+
+
+def test_resume_of_a_trial_run_runs_its_study_again(reference) -> None:
+    """`torchwork resume` of a trial's run folder runs the study's own command, which continues the study (a
+    killed trial from its newest checkpoint: test_tune_kill); here every trial has finished, so none runs again."""
+    runs, _ = reference
+    before = outcome(runs, "ref")
+    (run,) = [p for p in (study_folder(runs, "ref") / "trials" / "0").iterdir() if p.is_dir()]
+    assert manifest(runs, "ref", 0)["command"]["argv"][1:3] == ["tune", "sentiment"]
+    done = subprocess.run([sys.executable, "-m", "torchwork.cli", "resume", str(run), "--yes"], env=environment(),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "this run is trial 0 of the study ref: its command runs the study again" in done.stderr
+    assert "(0 new)" in done.stdout and "Traceback" not in done.stderr
+    assert outcome(runs, "ref") == before

@@ -103,28 +103,37 @@ def history_png(attempts: dict[int, Any], maximize: bool, metric: str) -> bytes:
         low = min((v for _, v in done), default=0.0)
         ax.plot(pruned, [low] * len(pruned), "x", color="grey", label="pruned")
     ax.set_xlabel("trial")
-    ax.set_ylabel(metric)
+    ax.set_ylabel(metric, parse_math=False)
     ax.grid(alpha=0.3)
-    ax.legend()
+    if done or pruned:
+        ax.legend()
     return _png(fig)
+
+
+PLOTTED_SETTINGS = 12  # panels of the settings plot (the first, by name); the trials table lists them all
+LABELLED_CHOICES = 40  # more choices are plotted by their index, unlabelled
 
 
 def params_png(attempts: dict[int, Any], space: Any, metric: str) -> bytes:
     """Each setting against the score (complete trials)."""
-    names = space.names
-    fig, axes = _figure(min(3.2 * len(names), 12.0), 3.0, columns=len(names))
+    settings = space.settings[:PLOTTED_SETTINGS]
+    fig, axes = _figure(min(3.2 * len(settings), 12.0), 3.0, columns=len(settings))
     done = [t for t in attempts.values() if t.state.name == "COMPLETE" and t.value is not None]
-    for ax, setting in zip(axes[0], space.settings):
+    for ax, setting in zip(axes[0], settings):
         xs = [t.params.get(setting.name) for t in done]
         if setting.choices is not None:
             labels = [str(c) for c in setting.choices]
-            xs = [labels.index(str(x)) for x in xs]
-            ax.set_xticks(range(len(labels)), labels)
+            where = {label: index for index, label in enumerate(labels)}
+            xs = [where[str(x)] for x in xs]
+            if len(labels) <= LABELLED_CHOICES:
+                ax.set_xticks(range(len(labels)), labels, parse_math=False)
         ax.plot(xs, [t.value for t in done], "o")
         if setting.log:
             ax.set_xscale("log")
-        ax.set_xlabel(setting.name)
-        ax.set_ylabel(metric)
+        # names and choices are the user's text, shown as written: "$" would start matplotlib's mathtext,
+        # whose parser refuses most of what it is given (and the report, after every trial, with it)
+        ax.set_xlabel(setting.name, parse_math=False)
+        ax.set_ylabel(metric, parse_math=False)
         ax.grid(alpha=0.3)
     return _png(fig)
 

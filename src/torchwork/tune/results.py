@@ -95,7 +95,8 @@ def finish(prepared: dict[str, Any], options: Any, threads: int, started: float)
     direction = target.objective["direction"]
     best = best_attempt(attempts, direction)
     summary: dict[str, Any] = {
-        "study": study.study_name, "storage": describe_url(prepared["url"]), "objective": target.objective["name"],
+        "study": study.study_name, "folder": str(folder), "storage": describe_url(prepared["url"]),
+        "objective": target.objective["name"],
         "objective_description": target.objective["description"], "direction": direction,
         "best_value": best.value if best else None, "best_params": dict(best.params) if best else None,
         "best_trial": best.user_attrs["trial"] if best else None, "trials": counts(attempts),

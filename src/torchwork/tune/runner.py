@@ -11,6 +11,7 @@ Example (the checks that come before anything is written):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -18,7 +19,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -146,12 +147,17 @@ def requeue_lost(study: Any) -> None:
             queue_retry(study, frozen)
 
 
+# The study's command line, handed to its workers: each trial's run records it as the command that made it, so
+# that `torchwork resume TRIAL_RUN` runs the study again (which continues that trial from its checkpoint).
+COMMAND_ENV = "TORCHWORK_TUNE_COMMAND"
+
+
 def start_worker(folder: Path, url: str, threads: int, index: int, quiet: bool,
                  deadline: float | None) -> subprocess.Popen:
     """One worker process, its thread count in its environment before torch starts."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
            "TORCHWORK_TUNE_THREADS": str(threads), "TORCHWORK_TUNE_STORAGE": url,
-           "TORCHWORK_TUNE_WORKER": str(index)}
+           "TORCHWORK_TUNE_WORKER": str(index), COMMAND_ENV: json.dumps(sys.argv)}
     env.pop("TORCHWORK_RESUME", None)
     if deadline is not None:
         env["TORCHWORK_TUNE_DEADLINE"] = repr(deadline)
@@ -266,8 +272,34 @@ def tune(options: TuneOptions) -> dict[str, Any]:
     print(f"torchwork tune: study {prepared['study'].study_name} in {describe_url(prepared['url'])}, "
           f"{options.trials} trials ({prepared['queued']} new), {options.workers} worker(s) x {threads} thread(s), "
           f"pruner {options.pruner}; folder {prepared['folder']}", flush=True)
-    run_workers(prepared, options, threads)
-    return finish(prepared, options, threads, started)
+    with _not_resuming():
+        run_workers(prepared, options, threads)
+        return finish(prepared, options, threads, started)
+
+
+@contextlib.contextmanager
+def _not_resuming() -> Iterator[None]:
+    """``TORCHWORK_RESUME`` unset while the study runs: `torchwork resume TRIAL_RUN` runs the study's command
+    with it set, and the study resumes its trials itself (each from its own folder); the runs after the trials
+    (the defaults, the best settings) are new runs."""
+    before = os.environ.pop("TORCHWORK_RESUME", None)
+    try:
+        yield
+    finally:
+        if before is not None:
+            os.environ["TORCHWORK_RESUME"] = before
+
+
+def unfinished_message(summary: dict[str, Any], options: TuneOptions) -> str | None:
+    """Why the command fails when no trial completed (None when one did, or when the study stopped at its
+    ``--timeout`` with trials still queued: the next run continues them)."""
+    counts = summary["trials"]
+    if counts["complete"] or (options.timeout is not None and counts["unfinished"]):
+        return None
+    logs = " and workers/<i>.log" if options.workers > 1 else ""
+    return (f"torchwork tune: no trial of study {summary['study']} completed ({counts['failed']} failed, "
+            f"{counts['pruned']} pruned, {counts['unfinished']} unfinished): each trial's error is in "
+            f"{summary['folder']}/trials/<n>/trial.json{logs}.")
 
 
 def tune_objective(objective: str, space: str | Mapping[str, Any], trials: int, *, metric: str,
@@ -299,4 +331,8 @@ def tune_main(args: Any) -> int:
                           timeout=args.timeout, settings=list(args.set or []), final=not args.no_final)
     summary = tune(options)
     print(json.dumps({k: summary[k] for k in ("study", "best_value", "best_params", "best_trial", "trials")}))
+    failed = unfinished_message(summary, options)
+    if failed:
+        print(failed, file=sys.stderr)
+        return 1
     return 0

@@ -43,6 +43,10 @@ from torchwork.errors import ConfigError
 
 RANGE_KEYS = ("low", "high", "log", "step")
 ENTRY_KEYS = (*RANGE_KEYS, "choices")
+MAX_CHOICES = 10_000  # a setting's choices: each is a point of the report's plot and a row of its storage
+MAX_GRID_POINTS = 1_000_000  # (high - low) / step: a finer grid is a float range (write no step)
+MAX_SETTINGS = 1_000  # Sobol points have at most 21,201 dimensions; a recipe has tens of settings
+MAX_SPACE_BYTES = 1 << 20  # a space file: one line per setting; 10,000 choices of text fit many times over
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +135,8 @@ class Space:
         if not isinstance(data, Mapping) or not data:
             raise ConfigError(f"{where}: a space is a mapping of settings, one per line, e.g. "
                               "'lr: {low: 1.0e-4, high: 0.1, log: true}'.")
+        if len(data) > MAX_SETTINGS:
+            raise ConfigError(f"{where}: {len(data)} settings, over the {MAX_SETTINGS} a space may have.")
         settings, problems = [], []
         for name, entry in data.items():
             try:
@@ -171,17 +177,46 @@ class Space:
 
 def read_space(path: str | os.PathLike[str], integer_fields: set[str] | None = None) -> Space:
     """A validated space from a YAML file (a one-line error for anything wrong in it)."""
-    from torchwork.recipes.config import read_yaml
-
     file = Path(path)
     if not file.is_file():
         raise ConfigError(f"space file {file} does not exist (write one setting per line, e.g. "
                           "'lr: {low: 1.0e-4, high: 0.1, log: true}').")
-    try:
-        data = read_yaml(file)
-    except ConfigError as error:  # YAML's messages span lines; one line here
-        raise ConfigError(" ".join(str(error).split())) from None
+    data = _load_yaml(file)
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"space {file} must hold a mapping of settings (key: value), not {type(data).__name__}.")
     return Space.from_mapping(data, integer_fields, where=f"space {file}")
+
+
+def _load_yaml(file: Path) -> Any:
+    """The YAML of a space file, read as a bounded regular file, with aliases refused: ``*name`` repeats a
+    node without copying it, so 332 bytes of nested aliases expand to billions of values (a "billion laughs")
+    once anything walks them."""
+    import yaml  # type: ignore[import-untyped]  # no stubs in the lock
+
+    from torchwork.paths import FileTooLarge, NotRegularFile, read_regular
+
+    class NoAliases(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                mark = self.peek_event().start_mark
+                raise ConfigError(f"space {file}, line {mark.line + 1}: aliases (*{self.peek_event().anchor}) "
+                                  "are not supported in a search space; write each setting out.")
+            return super().compose_node(parent, index)
+
+    try:
+        raw = read_regular(file, MAX_SPACE_BYTES)
+    except NotRegularFile as error:
+        raise ConfigError(f"space {file} is {error}; give a YAML file.") from None
+    except FileTooLarge:
+        raise ConfigError(f"space {file} is over {MAX_SPACE_BYTES >> 20} MiB: a space is one line per setting.") from None
+    except OSError as error:
+        raise ConfigError(f"space {file} cannot be read: {error.strerror or error}.") from None
+    try:
+        return yaml.load(raw.decode("utf-8"), Loader=NoAliases) or {}  # noqa: S506 - a SafeLoader
+    except UnicodeDecodeError:
+        raise ConfigError(f"space {file} is not UTF-8 text.") from None
+    except yaml.YAMLError as error:  # YAML's messages span lines; one line here
+        raise ConfigError(" ".join(f"{file} is not valid YAML: {error}".split())) from None
 
 
 def check_names(space: Space, fields: list[str], refused: Mapping[str, str]) -> None:
@@ -202,38 +237,75 @@ def check_names(space: Space, fields: list[str], refused: Mapping[str, str]) -> 
 
 def _number(name: str, key: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{name}: {key} must be a number, got {value!r}")
-    if not math.isfinite(value):
-        raise ConfigError(f"{name}: {key} must be finite, got {value!r}")
+        raise ConfigError(f"{name}: {key} must be a number, got {_short(value)}")
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an integer past float's range
+        finite = False
+    if not finite:
+        raise ConfigError(f"{name}: {key} must be a finite number, got {_short(value)}")
     return value
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters (an error quotes what it refuses, never all of it)."""
+    text = repr(value) if not isinstance(value, (list, dict)) or len(value) <= 64 else \
+        f"<{type(value).__name__} of {len(value)} items>"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _choices(name: str, choices: Any) -> Setting:
+    if not isinstance(choices, list) or not choices:
+        raise ConfigError(f"{name}: choices must be a non-empty list, got {_short(choices)}")
+    if len(choices) > MAX_CHOICES:
+        raise ConfigError(f"{name}: {len(choices)} choices, over the {MAX_CHOICES} a setting may have; tune a "
+                          "range {low: .., high: ..} instead")
+    bad = next((c for c in choices if not isinstance(c, (str, int, float, bool))
+                or isinstance(c, float) and not math.isfinite(c)), None)
+    if bad is not None:
+        raise ConfigError(f"{name}: each choice must be a finite number, text or true/false, got {_short(bad)}")
+    if len({json.dumps(c) for c in choices}) != len(choices):
+        raise ConfigError(f"{name}: choices repeat a value: {_short(choices)}")
+    return Setting(name, choices=tuple(choices))
+
+
+def _check_range(name: str, low: float, high: float, log: bool, step: float | None) -> None:
+    """A range Optuna and the Sobol mapping can sample: a finite span, a positive log range, a step grid of at
+    most :data:`MAX_GRID_POINTS` points that divides it."""
+    if not low < high:
+        raise ConfigError(f"{name}: low ({low!r}) must be below high ({high!r})")
+    if not math.isfinite(float(high) - float(low)):
+        raise ConfigError(f"{name}: high - low overflows ({low!r} to {high!r}); narrow the range")
+    if log and low <= 0:
+        raise ConfigError(f"{name}: a log range needs low > 0, got {low!r}")
+    if step is None:
+        return
+    points = (float(high) - float(low)) / step
+    if not points <= MAX_GRID_POINTS:
+        raise ConfigError(f"{name}: step {step!r} makes {points:.3g} grid points from {low!r} to {high!r}, over "
+                          f"the {MAX_GRID_POINTS:,} allowed; use a coarser step, or no step for a float range")
+    if abs(points - round(points)) > 1e-9:
+        raise ConfigError(f"{name}: high - low ({high - low:g}) must be a multiple of step ({step:g})")
 
 
 def _setting(name: str, entry: Any, integer_field: bool | None) -> Setting:
     if not isinstance(entry, Mapping):
-        raise ConfigError(f"{name}: write a range {{low: .., high: ..}} or {{choices: [..]}}, got {entry!r}")
+        raise ConfigError(f"{name}: write a range {{low: .., high: ..}} or {{choices: [..]}}, got {_short(entry)}")
     unknown = [k for k in entry if k not in ENTRY_KEYS]
     if unknown:
         close = difflib.get_close_matches(str(unknown[0]), ENTRY_KEYS, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ConfigError(f"{name}: unknown key {unknown[0]!r}{hint}; use {', '.join(ENTRY_KEYS)}")
+        raise ConfigError(f"{name}: unknown key {_short(unknown[0])}{hint}; use {', '.join(ENTRY_KEYS)}")
     if "choices" in entry:
         if set(entry) - {"choices"}:
             raise ConfigError(f"{name}: choices cannot be combined with {', '.join(sorted(set(entry) - {'choices'}))}")
-        choices = entry["choices"]
-        if not isinstance(choices, list) or not choices:
-            raise ConfigError(f"{name}: choices must be a non-empty list, got {choices!r}")
-        if any(not isinstance(c, (str, int, float, bool)) or isinstance(c, float) and not math.isfinite(c)
-               for c in choices):
-            raise ConfigError(f"{name}: each choice must be a finite number, text or true/false, got {choices!r}")
-        if len({json.dumps(c) for c in choices}) != len(choices):
-            raise ConfigError(f"{name}: choices repeat a value: {choices!r}")
-        return Setting(name, choices=tuple(choices))
+        return _choices(name, entry["choices"])
     if "low" not in entry or "high" not in entry:
         raise ConfigError(f"{name}: a range needs both low and high (or give choices: [..])")
     low, high = _number(name, "low", entry["low"]), _number(name, "high", entry["high"])
     log = entry.get("log", False)
     if not isinstance(log, bool):
-        raise ConfigError(f"{name}: log must be true or false, got {log!r}")
+        raise ConfigError(f"{name}: log must be true or false, got {_short(log)}")
     step = entry.get("step")
     if step is not None:
         step = _number(name, "step", step)
@@ -245,14 +317,7 @@ def _setting(name: str, entry: Any, integer_field: bool | None) -> Setting:
     integer = integer_field if integer_field is not None else all(isinstance(v, int) for v in given)
     if integer_field and not all(float(v).is_integer() for v in (low, high, *([step] if step else []))):
         raise ConfigError(f"{name} is an integer setting: low, high and step must be integers")
-    if not low < high:
-        raise ConfigError(f"{name}: low ({low!r}) must be below high ({high!r})")
-    if log and low <= 0:
-        raise ConfigError(f"{name}: a log range needs low > 0, got {low!r}")
-    if step is not None:
-        points = (high - low) / step
-        if abs(points - round(points)) > 1e-9:
-            raise ConfigError(f"{name}: high - low ({high - low:g}) must be a multiple of step ({step:g})")
+    _check_range(name, low, high, log, step)
     if integer:
         low, high, step = int(low), int(high), int(step) if step is not None else None
     return Setting(name, low=low, high=high, log=log, step=step, integer=integer)

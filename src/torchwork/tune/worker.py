@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -90,12 +91,30 @@ def work(study_folder: Path, url: str, threads: int, deadline: float | None = No
     return done
 
 
+def study_command(environ: Mapping[str, str]) -> list[str] | None:
+    """The study's command line its parent hands over (``TORCHWORK_TUNE_COMMAND``), or None."""
+    try:
+        command = json.loads(environ.get("TORCHWORK_TUNE_COMMAND", "null"))
+    except ValueError:
+        return None
+    return command if isinstance(command, list) and command and all(isinstance(a, str) for a in command) else None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    url = os.environ.get("TORCHWORK_TUNE_STORAGE")
+    if not url or len(argv) != 1:
+        print("torchwork: error: a tune worker runs under `torchwork tune`, which hands it the study's storage. "
+              "To continue a study (and a trial's run in it), run its `torchwork tune ... --study NAME` command "
+              "again: each killed trial continues from its newest checkpoint.", file=sys.stderr)
+        return 2
     _die_with_parent()
+    # Each trial's run records the study's command as the one that made it (its manifest's `command`):
+    # `torchwork resume TRIAL_RUN` runs that, not this worker, which needs the storage its parent hands over.
+    sys.argv = study_command(os.environ) or sys.argv
     threads = int(os.environ.get("TORCHWORK_TUNE_THREADS", "1"))
     deadline = float(os.environ["TORCHWORK_TUNE_DEADLINE"]) if os.environ.get("TORCHWORK_TUNE_DEADLINE") else None
-    work(Path(argv[0]), os.environ["TORCHWORK_TUNE_STORAGE"], threads, deadline)
+    work(Path(argv[0]), url, threads, deadline)
     return 0
 
 
