@@ -1,9 +1,14 @@
 """INT8 with a float fallback (torchwork.deploy.fallback): the margin chosen on calibration rows, recorded on
-the variant, applied wherever the artifact runs, and refused where it cannot work."""
+the variant, applied wherever the artifact runs, and refused where it cannot work; model files forged to
+another width or inputs than the artifact's (issue 49, item 9) refused when it loads, naming the file (copies
+of the module's artifact with one file replaced and the manifest's file table resealed, as an attacker
+would)."""
 
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +17,7 @@ from deploy_helpers import FEATURES, OutlierMLP
 
 from torchwork.deploy import export, load_artifact, read_manifest
 from torchwork.deploy.fallback import choose_margin, fallback_runner, margins
+from torchwork.deploy.trust import sha256_of
 from torchwork.errors import ConfigError, ExportError
 
 
@@ -102,3 +108,68 @@ def test_the_fallback_settings_are_checked_before_any_work(tmp_path, settings, m
     with pytest.raises(ConfigError, match=message):
         export(OutlierMLP().eval(), _rows(0, 4), tmp_path / "a", **kwargs)
     assert not (tmp_path / "a").exists()
+
+
+# ----------------------------------------------------------------------------------------- forged files
+def _linear_onnx(path: Path, features: int, width: int, inputs: int = 1) -> None:
+    """An ONNX graph x @ W (features -> width), with ``inputs`` graph inputs (the others unused)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.ones((features, width), dtype=np.float32), "W")
+    declared = [helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, ["batch", features]) for i in range(inputs)]
+    graph = helper.make_graph([helper.make_node("MatMul", ["x0", "W"], ["y"])], "forged", declared,
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", width])], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+
+
+def _reseal(artifact: Path, *names: str) -> None:
+    """The manifest's file table made to agree with the forged files (bytes and SHA-256)."""
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    for name in names:
+        manifest["files"][name].update(bytes=(artifact / name).stat().st_size, sha256=sha256_of(artifact / name))
+    (artifact / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _forged(source: Path, tmp_path: Path, variant: str, width: int, inputs: int = 1) -> Path:
+    copy = tmp_path / "forged"
+    shutil.copytree(source, copy)
+    file = json.loads((copy / "manifest.json").read_text())["variants"][variant]["file"]
+    _linear_onnx(copy / file, FEATURES, width, inputs)
+    _reseal(copy, file)
+    return copy
+
+
+def test_a_float_fallback_of_another_width_is_refused_at_load(artifact, tmp_path) -> None:
+    forged = _forged(artifact, tmp_path, "onnx", width=5)
+    with pytest.raises(ExportError, match=r"variant 'onnx' \(model.onnx\) answers 5 values per item for the 3 "
+                                          "labels the manifest names"):
+        load_artifact(forged, "onnx-int8")
+
+
+def test_an_int8_graph_of_another_width_or_inputs_is_refused_at_load(artifact, tmp_path) -> None:
+    forged = _forged(artifact, tmp_path, "onnx-int8", width=4)
+    with pytest.raises(ExportError, match=r"variant 'onnx-int8' \(model.int8.onnx\) answers 4 values per item"):
+        load_artifact(forged, "onnx-int8")
+    shutil.rmtree(forged)
+    forged = _forged(artifact, tmp_path, "onnx-int8", width=3, inputs=2)
+    with pytest.raises(ExportError, match=r"variant 'onnx-int8' \(model.int8.onnx\) fails on the artifact's "
+                                          r"example inputs \(ExportError: the ONNX graph takes 2 inputs"):
+        load_artifact(forged, "onnx-int8")
+
+
+def test_examples_without_their_inputs_are_one_failed_check(artifact, tmp_path) -> None:
+    from torchwork.deploy.replay import replay_artifact
+    from torchwork.deploy.tensors import save_tensors
+
+    copy = tmp_path / "copy"
+    shutil.copytree(artifact, copy)
+    save_tensors(copy / "examples.safetensors", {"other": torch.zeros(2, FEATURES)})
+    _reseal(copy, "examples.safetensors")
+    (result,) = replay_artifact(copy)
+    assert not result.ok and "examples.safetensors lacks input_0 (the model takes 1 input(s); the file holds " \
+                              "other): it is damaged" in result.detail
+    with pytest.raises(ExportError, match="examples.safetensors lacks input_0"):
+        load_artifact(copy)

@@ -214,6 +214,17 @@ def test_an_absurdly_long_key_is_refused_at_once(within):
         load_pretrained(deep_model(), state, strict=False)
 
 
+@pytest.mark.parametrize("state, message", [
+    ({1: 1, "weight": "x"}, r"holds no tensors \(keys: 'weight', 1\)"),  # int and str keys do not sort
+    ({1: torch.zeros(2), "weight": torch.zeros(2, 2)}, "the key 1 is a int, not a string"),
+])
+def test_keys_of_mixed_types_are_one_clear_error(tmp_path, state, message):
+    for source in (state, tmp_path / "mixed.pt"):
+        torch.save(state, tmp_path / "mixed.pt")
+        with pytest.raises(CheckpointError, match=message):
+            load_pretrained(nn.Linear(2, 2), source)
+
+
 @pytest.mark.parametrize(("bad", "what"), [(float("nan"), "NaN"), (float("inf"), "inf"), (-float("inf"), "inf")])
 def test_non_finite_weights_are_refused_before_the_model_is_touched(bad, what):
     source = trained_net()

@@ -86,3 +86,72 @@ def test_without_a_model_process_the_server_loads_it_once_itself(subword_artifac
         assert loaded_tokenizers(server.process.pid)
     finally:
         server.stop()
+
+
+# ------------------------------------------------------------------------------------ forged tokenizers (issue 49)
+def _forged_copy(artifact: Path, tmp_path: Path, change) -> Path:
+    """A copy of the artifact with one preprocess or model file changed by ``change(copy)`` (which returns the
+    files it changed) and the manifest's file table resealed to them, as an attacker would."""
+    import shutil
+
+    from torchwork.deploy.trust import sha256_of
+
+    copy = tmp_path / "forged"
+    shutil.copytree(artifact, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    for name in change(copy):
+        manifest["files"][name].update(bytes=(copy / name).stat().st_size, sha256=sha256_of(copy / name))
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    return copy
+
+
+def _token_id(token_id: int):
+    def change(copy: Path) -> list[str]:
+        path = copy / "preprocess" / "tokenizer.json"
+        data = json.loads(path.read_text())
+        data["model"]["vocab"]["the"] = token_id
+        path.write_text(json.dumps(data))
+        return ["preprocess/tokenizer.json"]
+
+    return change
+
+
+def _max_length(length: int):
+    def change(copy: Path) -> list[str]:
+        path = copy / "preprocess" / "subword.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "max_length": length}))
+        return ["preprocess/subword.json"]
+
+    return change
+
+
+def _one_input_graph(copy: Path) -> list[str]:
+    """The model replaced by a graph of one input (ids) where the artifact feeds two (ids, attention mask)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    table = numpy_helper.from_array(np.zeros((30522, 3), dtype=np.float32), "table")
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["rows"]),
+         helper.make_node("ReduceMean", ["rows"], ["y"], axes=[1], keepdims=0)], "forged",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "length"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])], [table])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(copy / "model.onnx"))
+    return ["model.onnx"]
+
+
+@pytest.mark.parametrize("change, message", [
+    (_token_id(10**9), "gives a token the id 1000000000; ids must be below 2097152"),
+    (_token_id(40_000), r"fails on the artifact's preprocessor's extreme inputs \(its largest token id"),
+    (_max_length(10**9), "max_length=1000000000: use an integer from 2 to 8192"),
+    (_one_input_graph, r"variant 'onnx' \(model.onnx\) fails on the artifact's example inputs"),
+], ids=["id 10^9", "id past the embedding", "max_length 10^9", "one input"])
+def test_a_tokenizer_or_model_that_do_not_fit_are_refused_at_load(subword_artifact, tmp_path, change, message):
+    from torchwork.errors import ExportError
+    from torchwork.serve import predictor_from_artifact
+
+    forged = _forged_copy(subword_artifact.path, tmp_path, change)
+    with pytest.raises(ExportError, match=message):
+        predictor_from_artifact(forged, threads=1)

@@ -36,9 +36,16 @@ def weights_of(root: Path, manifest: Manifest) -> dict[str, Any]:
 
 
 def load_examples(root: Path, manifest: Manifest) -> tuple[Any, ...]:
-    """The example inputs the export was made with."""
+    """The example inputs the export was made with (``input_0``, ``input_1``... of the examples file, one per
+    model input); :class:`~torchwork.errors.ExportError` when one is missing."""
     tensors = load_tensors(safe_member(root, manifest.examples, "the examples entry"))
-    return tuple(tensors[f"input_{i}"] for i in range(len(manifest.inputs)))
+    names = [f"input_{i}" for i in range(len(manifest.inputs))]
+    missing = [name for name in names if name not in tensors]
+    if missing:
+        held = ", ".join(sorted(tensors)[:8]) or "nothing"
+        raise ExportError(f"artifact {root}: {manifest.examples} lacks {', '.join(missing[:8])} (the model takes "
+                          f"{len(names)} input(s); the file holds {held}): it is damaged. Export the model again.")
+    return tuple(tensors[name] for name in names)
 
 
 def save_samples(root: Path, samples: Any, targets: Any) -> SamplesEntry:

@@ -123,18 +123,22 @@ def load_artifact(directory: str | os.PathLike[str], variant: str | None = None,
         refused = manifest.refused.get(variant)
         raise ConfigError(f"artifact {root} has no {variant!r} variant"
                           + (f" (refused at export: {refused})" if refused else "") + f"; it has {available}.")
-    runner = variant_runner(root, manifest, variant, threads, trust_native)
     packages = tuple(t for t in trust if t != NATIVE_TRUST)
-    return LoadedArtifact(root, manifest, variant, runner, load_preprocess(root, manifest, packages))
+    preprocess = load_preprocess(root, manifest, packages)
+    runner = variant_runner(root, manifest, variant, threads, trust_native, preprocess)
+    return LoadedArtifact(root, manifest, variant, runner, preprocess)
 
 
 def variant_runner(root: Path, manifest: Manifest, variant: str, threads: int | None = None,
-                   trust_native: bool = False) -> Runner:
+                   trust_native: bool = False, preprocess: Any = None) -> Runner:
     """The runner of one variant of an artifact: its model file, and the float fallback it records
-    (:mod:`torchwork.deploy.fallback`) when it has one."""
+    (:mod:`torchwork.deploy.fallback`) when it has one. Each model file runs once first (:func:`probe`), so
+    that one that does not fit the manifest is refused here, not at a request."""
     entry = manifest.variants[variant]
     runner = open_runner(safe_member(root, entry.file, f"variant {variant!r}"), variant_format(variant), threads,
                          trust_native)
+    probes = probe_inputs(root, manifest, preprocess)
+    shapes = probe(root, manifest, variant, runner, probes)
     if entry.fallback is None:
         return runner
     other = entry.fallback["variant"]
@@ -145,4 +149,81 @@ def variant_runner(root: Path, manifest: Manifest, variant: str, threads: int | 
                           "export it again.")
     exact = open_runner(safe_member(root, manifest.variants[other].file, f"variant {other!r}"),
                         variant_format(other), threads)
+    exact_shapes = probe(root, manifest, other, exact, probes)
+    if exact_shapes != shapes:
+        raise ExportError(f"artifact {root}: variant {variant!r} falls back to {other!r} "
+                          f"({manifest.variants[other].file}), whose outputs per item {exact_shapes} differ from "
+                          f"its own {shapes}; the two files are not one model: export the artifact again.")
     return fallback_runner(runner, exact, float(entry.fallback["margin"]))
+
+
+# ----------------------------------------------------------------------------------------- checked at load
+def probe_inputs(root: Path, manifest: Manifest, preprocess: Any = None) -> list[tuple[Any, ...]]:
+    """What each model file of an artifact runs on when it loads: the example inputs the export recorded
+    (checked against the manifest's inputs) and, when the preprocessor offers them (``extreme_inputs()``, a
+    tokenizer's longest row of its largest id), its extreme inputs, met to the manifest's fixed dims."""
+    from torchwork.deploy.contents import load_examples
+
+    try:
+        examples = check_inputs(load_examples(root, manifest), manifest.inputs)
+    except ConfigError as error:
+        raise ExportError(f"artifact {root}: {manifest.examples} does not fit the manifest's inputs ({error}); "
+                          "it is damaged: export the model again.") from None
+    probes = [examples]
+    extreme = getattr(preprocess, "extreme_inputs", None)
+    if callable(extreme):
+        probes.append(_fit_fixed_dims(as_input_tuple(extreme(), "extreme_inputs()"), manifest))
+    return probes
+
+
+def _fit_fixed_dims(tensors: tuple[Any, ...], manifest: Manifest) -> tuple[Any, ...]:
+    """Tensors cut (never padded) to the manifest's fixed lengths, repeated to a static batch size."""
+    fitted = []
+    for tensor, spec in zip(tensors, manifest.inputs):
+        for axis, size in list(enumerate(spec.shape))[1:tensor.ndim]:
+            if isinstance(size, int) and tensor.shape[axis] > size:
+                tensor = tensor.narrow(axis, 0, size)
+        if spec.shape and isinstance(spec.shape[0], int) and tensor.ndim:
+            tensor = tensor[:1].expand(spec.shape[0], *tensor.shape[1:])
+        fitted.append(tensor)
+    return tuple(fitted)
+
+
+def probe(root: Path, manifest: Manifest, variant: str, runner: Runner,
+          probes: Sequence[tuple[Any, ...]]) -> list[tuple[int, ...]]:
+    """Run ``runner`` on each of ``probes``; the output shapes of the first (past the batch dimension). An
+    :class:`~torchwork.errors.ExportError` naming the file when it fails or, for a classifier, when it answers
+    another number of rows than it was given or another number of values per item than there are labels."""
+    file = manifest.variants[variant].file
+    found: list[tuple[int, ...]] = []
+    for index, inputs in enumerate(probes):
+        what = ("example inputs" if index == 0 else
+                "preprocessor's extreme inputs (its largest token id, max_length tokens long)")
+        try:
+            outputs = runner(inputs)
+        except Exception as error:  # a model file that cannot run the manifest's inputs: any runtime's error
+            reason = " ".join(str(error).split())[:300]
+            raise ExportError(f"artifact {root}: variant {variant!r} ({file}) fails on the artifact's {what} "
+                              f"({type(error).__name__}: {reason}); the model file does not fit the manifest's "
+                              f"inputs {[(s.name, s.shape) for s in manifest.inputs]} or its preprocessor: export "
+                              "the model again.") from None
+        if manifest.postprocess.labels is not None:
+            _check_classifier(root, manifest, f"variant {variant!r} ({file})", inputs, outputs, what)
+        if index == 0:
+            found = [tuple(int(d) for d in o.shape[1:]) for o in outputs]
+    return found
+
+
+def _check_classifier(root: Path, manifest: Manifest, who: str, inputs: tuple[Any, ...], outputs: list[Any],
+                      what: str) -> None:
+    labels = manifest.postprocess.labels or []
+    rows = int(inputs[0].shape[0]) if inputs and inputs[0].ndim else 1
+    first = outputs[0] if outputs else None
+    if first is None or first.ndim != 2 or int(first.shape[0]) != rows:
+        got = "no output" if first is None else f"an output of shape {tuple(first.shape)}"
+        raise ExportError(f"artifact {root}: {who} answers {got} for {rows} row(s) of its {what}; a classifier "
+                          "answers one row of scores per item: export the model again.")
+    if int(first.shape[1]) != len(labels):
+        raise ExportError(f"artifact {root}: {who} answers {int(first.shape[1])} values per item for the "
+                          f"{len(labels)} labels the manifest names; the model file and the labels do not belong "
+                          "together: export the model again.")

@@ -30,6 +30,12 @@ SETTINGS_FILE = "subword.json"
 # A real vocabulary's tokenizer.json is under 20 MB (MiniLM's: 0.7 MB; XLM-R's 250k pieces: 17 MB); parsed, a
 # 200 MB one cost 3.1 GB per process. Anything over this is refused before it is read.
 MAX_TOKENIZER_BYTES = 64 * 2**20
+# The largest vocabularies in use have about 256k tokens (Gemma's 256,000); an id past this is a damaged or
+# forged tokenizer.json, whose ids would index far past any embedding table.
+MAX_TOKEN_ID = 1 << 21
+# Longer than any position table of the encoders this serves (BERT/MiniLM: 512; long-context ones: 8192): a
+# max_length past it is a damaged subword.json, whose texts would outrun the model's positions.
+MAX_LENGTH = 8192
 
 
 def _check_size(size: int, where: object) -> None:
@@ -45,8 +51,9 @@ class SubwordTokenizer:
     def __init__(self, tokenizer_json: str, max_length: int = 128) -> None:
         from tokenizers import Tokenizer
 
-        if not isinstance(max_length, int) or max_length < 2:
-            raise ConfigError(f"max_length={max_length!r}: use an integer >= 2 (special tokens included).")
+        if isinstance(max_length, bool) or not isinstance(max_length, int) or not 2 <= max_length <= MAX_LENGTH:
+            raise ConfigError(f"max_length={str(max_length)[:40]}: use an integer from 2 to {MAX_LENGTH} (special "
+                              "tokens included; at most the model's position embeddings, 512 for BERT/MiniLM).")
         _check_size(len(tokenizer_json), "the tokenizer.json text")
         try:
             tokenizer = Tokenizer.from_str(tokenizer_json)
@@ -54,6 +61,12 @@ class SubwordTokenizer:
             raise ConfigError(f"not a tokenizers tokenizer.json: {error}") from None
         self.tokenizer_json, self.max_length = tokenizer_json, max_length
         self.tokenizer = for_batches(tokenizer, max_length)
+        self.largest_id = max([*tokenizer.get_vocab(with_added_tokens=True).values(),
+                               int((tokenizer.padding or {}).get("pad_id", 0))])
+        if self.largest_id >= MAX_TOKEN_ID:
+            raise ConfigError(f"the tokenizer.json gives a token the id {self.largest_id}; ids must be below "
+                              f"{MAX_TOKEN_ID} (the largest vocabularies have about 256,000 tokens): it is damaged. "
+                              "Save the model's own tokenizer.json again.")
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], max_length: int = 128) -> SubwordTokenizer:
@@ -77,6 +90,15 @@ class SubwordTokenizer:
         return (torch.tensor([e.ids for e in encodings], dtype=torch.long),
                 torch.tensor([e.attention_mask for e in encodings], dtype=torch.long))
 
+    def extreme_inputs(self) -> tuple[Any, Any]:
+        """One row of ``max_length`` tokens, each the vocabulary's largest id: the furthest any text reaches into
+        the model's embedding and position tables (an artifact runs it once when it loads, so that a
+        tokenizer the model cannot take is refused there, not at a request)."""
+        import torch
+
+        ids = torch.full((1, self.max_length), self.largest_id, dtype=torch.long)
+        return ids, torch.ones_like(ids)
+
     def lengths(self, texts: Sequence[str]) -> list[int]:
         """Tokens per text (special tokens included, after truncation), to bucket texts by length."""
         return [sum(e.attention_mask) for e in self.tokenizer.encode_batch(list(texts))]
@@ -98,4 +120,8 @@ class SubwordTokenizer:
         except (OSError, ValueError) as error:
             raise ConfigError(f"{directory} does not hold a SubwordTokenizer ({SETTINGS_FILE} and "
                               f"{TOKENIZER_FILE}): {error}") from None
-        return cls(text, int(settings.get("max_length", 128)))
+        max_length = settings.get("max_length", 128) if isinstance(settings, dict) else None
+        try:
+            return cls(text, max_length)  # type: ignore[arg-type]  # checked there
+        except ConfigError as error:
+            raise ConfigError(f"{directory / SETTINGS_FILE} or {TOKENIZER_FILE} beside it: {error}") from None

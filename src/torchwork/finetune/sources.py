@@ -73,7 +73,8 @@ def _tensors_of(mapping: Mapping[str, Any], where: str) -> dict[str, Any]:
             return dict(inner)
     tensors = {k: v for k, v in mapping.items() if isinstance(v, torch.Tensor)}
     if not tensors:
-        raise CheckpointError(f"{where} holds no tensors (keys: {sorted(mapping)[:8]}).")
+        keys = sorted(repr(k)[:60] for k in list(mapping)[:1000])  # keys of any type (1 and "a" do not sort)
+        raise CheckpointError(f"{where} holds no tensors (keys: {', '.join(keys[:8]) or 'none'}).")
     return tensors
 
 
