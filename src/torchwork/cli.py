@@ -145,8 +145,14 @@ def _doctor_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run only this check (repeatable); default: every check")
     parser.add_argument("--debug", action="store_true",
                         help="keep torchwork's own frames in the script's traceback (hidden by default)")
-    parser.add_argument("script", help="the Python script to run, unmodified")
-    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+    parser.add_argument("--static", action="store_true",
+                        help="do not run anything: scan the source of the files and folders given (the checks "
+                             "the source decides; exit 1 on an error finding; `# torchwork: ignore[ID]` on a line)")
+    parser.add_argument("--format", choices=("text", "json", "sarif", "github"),
+                        help="with --static: text (default), json, sarif (SARIF 2.1.0) or github (annotations)")
+    parser.add_argument("script", help="the Python script to run, unmodified (with --static: a file or folder)")
+    parser.add_argument("args", nargs=argparse.REMAINDER,
+                        help="arguments passed to the script (with --static: more files or folders)")
 
 
 def _graph_arguments(parser: argparse.ArgumentParser) -> None:

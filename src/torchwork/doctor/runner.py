@@ -169,7 +169,15 @@ def run_script(script: str | os.PathLike[str], args: Sequence[str] = (), *,
 
 
 def cli_main(args: argparse.Namespace) -> int:
-    """Entry point of ``torchwork doctor``."""
+    """Entry point of ``torchwork doctor`` (``--static``: the source scan, nothing run)."""
+    if getattr(args, "static", False):
+        from torchwork.doctor.static.command import cli_main as static_main
+
+        return static_main(args)
+    if getattr(args, "format", None):
+        from torchwork.errors import ConfigError
+
+        raise ConfigError("doctor: --format is for --static scans; a run's findings come as text or --json.")
     result = run_script(args.script, args.args, checks=args.check or None, quiet_stdout=args.json,
                         debug=getattr(args, "debug", False))
     if args.json:
