@@ -278,7 +278,7 @@ COMMANDS: list[Command] = [
     ("graph", "draw the autograd graph of a script's first backward() or of a model: unreached parameters "
      "with the reason, saved-tensor memory by module", _graph_arguments, "torchwork.inspect.cli:cli_main"),
     ("explain", "explain a pasted PyTorch traceback or error message: cause and fix",
-     _explain_arguments, "torchwork.doctor.explain:cli_main"),
+     _explain_arguments, "torchwork.doctor.cli:cli_explain"),
     ("runs", "the run folders read back: ls (one row per run), show RUN, diff RUN_A RUN_B (what changed and "
              "which change most likely explains the metric)", _runs_arguments, "torchwork.runs.cli:cli_main"),
     ("env", "this machine's environment: report, known-answer check, lock, diff against another",
@@ -311,37 +311,41 @@ def build_parser() -> SuggestingParser:
     return parser
 
 
-# Commands that run a user's script: their own options may also follow the script (before a ``--``).
+# Commands that run a user's script: as with ``python``, ``torchrun`` or ``python -m pdb``, everything after the
+# script is the script's (its own --json, -o or --debug); the command's options go before it.
 SCRIPT_RUNNERS = ("doctor", "graph")
 
 
-def own_options_after_script(command_parser: argparse.ArgumentParser, after: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Split what follows the script into the command's own options (``torchwork doctor s.py --json``) and
-    the script's arguments; everything after a ``--`` is the script's.
+def script_arguments(after: Sequence[str]) -> list[str]:
+    """What the script gets of what follows it: all of it, less one ``--`` right after the script (once the
+    way to hand the script options that the command also has; still accepted).
+
+    >>> script_arguments(["--json", "-o", "x.html"])
+    ['--json', '-o', 'x.html']
+    >>> script_arguments(["--", "--json"])
+    ['--json']
+    """
+    return list(after[1:]) if after[:1] == ["--"] else list(after)
+
+
+def misplaced_options(command_parser: argparse.ArgumentParser, script_args: Sequence[str]) -> list[str]:
+    """The script's arguments that are also the command's own options: worth a hint if the script fails.
 
     >>> parser = argparse.ArgumentParser()
-    >>> _ = parser.add_argument("-o", "--output"); _ = parser.add_argument("--json", action="store_true")
-    >>> own_options_after_script(parser, ["-o", "x.html", "--epochs", "3", "--json", "--", "--json"])
-    (['-o', 'x.html', '--json'], ['--epochs', '3', '--json'])
+    >>> _ = parser.add_argument("--json", action="store_true")
+    >>> misplaced_options(parser, ["--epochs", "3", "--json"])
+    ['--json']
     """
-    takes_value = {option: action.nargs != 0 for action in command_parser._actions
-                   for option in action.option_strings}
-    own: list[str] = []
-    script: list[str] = []
-    tokens = list(after)
-    while tokens:
-        token = tokens.pop(0)
-        name = token.split("=", 1)[0]
-        if token == "--":
-            script.extend(tokens)
-            break
-        if name in takes_value:
-            own.append(token)
-            if takes_value[name] and "=" not in token and tokens:
-                own.append(tokens.pop(0))
-        else:
-            script.append(token)
-    return own, script
+    own = {option for action in command_parser._actions for option in action.option_strings} - {"-h", "--help"}
+    return [token for token in script_args if token.split("=", 1)[0] in own]
+
+
+def _hint_misplaced(command: str, misplaced: Sequence[str]) -> None:
+    """After a failure: the command's own options that went to the script, and where they belong."""
+    if misplaced:
+        print(f"torchwork: note: {' '.join(misplaced)} after the script went to the script, as everything after "
+              f"it does; torchwork {command}'s own options go before the script: torchwork {command} "
+              f"{' '.join(misplaced)} SCRIPT.py ...", file=sys.stderr)
 
 
 def _command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
@@ -356,20 +360,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         parser.refuse_unknown(args, unknown)
+    misplaced: list[str] = []
     if getattr(args, "command", None) in SCRIPT_RUNNERS and getattr(args, "args", None):
-        command_parser = _command_parser(parser, args.command)
-        raw = list(sys.argv[1:] if argv is None else argv)
-        # argparse drops the "--": what followed it in the command line is the script's, untouched
-        fixed = len(raw) - raw.index("--") - 1 if "--" in raw and "--" not in args.args else 0
-        scanned, kept = args.args[:len(args.args) - fixed], args.args[len(args.args) - fixed:]
-        own, script_args = own_options_after_script(command_parser, scanned)
-        args.args = [*script_args, *kept]
-        if own:
-            options = argparse.ArgumentParser(prog=f"torchwork {args.command}", add_help=False)
-            for action in command_parser._actions:
-                if action.option_strings and action.dest != "help":
-                    options._add_action(action)
-            options.parse_args(own, namespace=args)
+        args.args = script_arguments(args.args)
+        misplaced = misplaced_options(_command_parser(parser, args.command), args.args)
     if not getattr(args, "_target", None):
         parser.print_help()
         return 0
@@ -386,6 +380,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         code = int(function(args) or 0)
+        if code or getattr(args, "script_exit", 0):
+            _hint_misplaced(args.command, misplaced)
         sys.stdout.flush()  # here, so that a closed pipe (``| head``) is caught below, not at exit
         return code
     except BrokenPipeError:  # the reader stopped reading: not an error worth a traceback
@@ -395,9 +391,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 141  # 128 + SIGPIPE, what a shell reports for a command cut off by its pipe
     except TorchworkError as error:
         print(f"torchwork: error: {error}", file=sys.stderr)
+        _hint_misplaced(args.command, misplaced)
         return 2
     except KeyboardInterrupt as interrupted:  # one line, not a traceback through torchwork's internals
-        print(f"torchwork: {interrupted or 'interrupted'}", file=sys.stderr)
+        print(f"torchwork: {str(interrupted) or 'interrupted'}", file=sys.stderr)
         return 130
 
 

@@ -180,6 +180,7 @@ def cli_main(args: argparse.Namespace) -> int:
         raise ConfigError("doctor: --format is for --static scans; a run's findings come as text or --json.")
     result = run_script(args.script, args.args, checks=args.check or None, quiet_stdout=args.json,
                         debug=getattr(args, "debug", False))
+    args.script_exit = result.script_exit  # the command line's hint about options after the script reads it
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:
