@@ -3,28 +3,37 @@ without Python, matches eager within 1e-5 on the digits MLP and the Fashion-MNIS
 artifact whose checksums fail.
 
 The runner is built once per test session (about a minute on two cores; the time is printed) in a session
-temporary cache, or in ``$TORCHWORK_CPP_CACHE`` when set, which is reused across sessions.
+temporary cache, or in ``$TORCHWORK_CPP_CACHE`` when set, which is reused across sessions. The hostile-file
+tests (cpp_hostile.py) feed many files to one ``torchwork-run --check`` process: each process pays libtorch's
+start-up (about 0.4 s here), so only the runs a user makes are separate processes.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
+import random
+import re
 import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
+from cpp_hostile import HOSTILE_INPUTS, declared_slices, mutated_input, mutated_manifest, one_input
 from deploy_helpers import digits, digits_mlp, one_thread
 from torch import nn
 
 from torchwork import Trainer
-from torchwork.deploy import export, verify
+from torchwork.deploy import export, load_weights, verify
 from torchwork.deploy.cpp_runner import SOURCES, TEMPLATE, build_runner, run_cpp
 from torchwork.deploy.manifest import read_manifest
+from torchwork.deploy.tensors import load_tensors
+from torchwork.deploy.trust import check_file_table
 from torchwork.errors import ConfigError, ExportError
 
 TOOLS = ("cmake", "ninja", "c++")
@@ -188,3 +197,170 @@ def test_a_native_library_loads_only_when_named_or_trusted(digits_artifact):
     with one_thread():
         report = verify(digits_artifact, model=digits_mlp(), rounds=1)
     assert "pt2-aoti" in report["not_loaded"] and "pt2-aoti" not in report["variants"]
+
+
+# ------------------------------------------------------------------------------------------ hostile files
+
+
+@pytest.fixture(scope="module")
+def linear_artifact(tmp_path_factory):
+    """A TorchScript nn.Linear(4, 2): exported in a tenth of a second, its files hashed in microseconds."""
+    torch.manual_seed(0)
+    out = tmp_path_factory.mktemp("cpp-linear") / "linear"
+    export(nn.Linear(4, 2), torch.randn(2, 4), out, formats=("torchscript",))
+    return out
+
+
+def _run(runner, *args: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(runner.binary), *map(str, args)], capture_output=True, text=True, timeout=120)
+
+
+def _check(runner, paths: list[Path]) -> list[dict]:
+    """``torchwork-run --check PATHS``: one verdict a path, and never a signal."""
+    done = _run(runner, "--check", *paths)
+    assert done.returncode in (0, 3), (done.returncode, done.stderr[-2000:])
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [line["path"] for line in lines] == [str(path) for path in paths]
+    return lines
+
+
+def _with_file(artifact: Path, copy: Path, name: str, content: bytes, write: bool = True) -> Path:
+    """A copy of ``artifact`` holding ``name`` with ``content`` (``write=False``: planted already, as a link or a
+    FIFO), its file table updated to match, as a forger would."""
+    if not copy.exists():
+        shutil.copytree(artifact, copy)
+    if write:
+        (copy / name).write_bytes(content)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["files"][name] = {"bytes": len(content), "sha256": hashlib.sha256(content).hexdigest()}
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    return copy
+
+
+@pytest.mark.slow
+@needs_tools
+def test_cpp_runner_refuses_inputs_whose_header_points_outside_the_file(runner, linear_artifact, tmp_path):
+    files, artifacts = [], []
+    for index, (blob, _) in enumerate(HOSTILE_INPUTS.values()):
+        files.append(tmp_path / f"inputs-{index}.safetensors")
+        files[-1].write_bytes(blob)
+        artifacts.append(_with_file(linear_artifact, tmp_path / f"artifact-{index}", "examples.safetensors", blob))
+    # the issue's file, run as a user runs it (exit 0 with heap bytes as inputs, before): --inputs, and an
+    # artifact's own examples.safetensors
+    out = tmp_path / "outputs.safetensors"
+    for args in ((linear_artifact, "--inputs", files[0]), (artifacts[0],)):
+        done = _run(runner, *args, "--outputs", out)
+        assert done.returncode == 4 and done.stdout == "" and not out.exists(), done
+        assert done.stderr.count("\n") == 1 and "data_offsets that are not two whole numbers" in done.stderr
+
+    # a valid file runs, and the outputs are the model's on the file's own bytes
+    valid = _with_file(linear_artifact, tmp_path / "valid", "examples.safetensors", one_input())
+    done = _run(runner, valid, "--outputs", out)
+    assert done.returncode == 0, done.stderr
+    weights = load_weights(valid)
+    x = torch.frombuffer(bytearray(range(32)), dtype=torch.float32).view(2, 4)
+    expected = x @ weights["weight"].T + weights["bias"]
+    assert torch.allclose(load_tensors(out)["output_0"], expected, equal_nan=True)
+
+    # every hostile file, through --inputs and as an artifact's own examples, in one process
+    lines = _check(runner, files + artifacts)
+    for name, by_file, by_artifact in zip(HOSTILE_INPUTS, lines, lines[len(files):]):
+        expected = HOSTILE_INPUTS[name][1]
+        assert not by_file["ok"] and expected in by_file["error"], (name, by_file)
+        assert not by_artifact["ok"] and expected in by_artifact["error"], (name, by_artifact)
+
+
+@pytest.mark.slow
+@needs_tools
+def test_cpp_runner_refuses_links_and_special_files_as_the_python_loader_does(runner, linear_artifact, tmp_path):
+    cases = {"passwd": "extra leads outside the folder (to /etc/passwd)",
+             "zero": "extra leads outside the folder (to /dev/zero)",  # 0 bytes: hashed for ever, before
+             "fifo": "extra is not a regular file (a FIFO)",  # read for ever, before
+             "examples": "examples.safetensors leads outside the folder",
+             "manifest": "manifest.json leads outside the folder"}
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for kind, expected in cases.items():
+        artifact = tmp_path / kind
+        shutil.copytree(linear_artifact, artifact)
+        if kind == "passwd":
+            os.symlink("/etc/passwd", artifact / "extra")
+            _with_file(linear_artifact, artifact, "extra", Path("/etc/passwd").read_bytes(), write=False)
+        elif kind == "zero":
+            os.symlink("/dev/zero", artifact / "extra")
+            _with_file(linear_artifact, artifact, "extra", b"", write=False)
+        elif kind == "fifo":
+            os.mkfifo(artifact / "extra")
+            _with_file(linear_artifact, artifact, "extra", b"", write=False)
+        else:  # the file moved out, a link left in its place: same bytes, same checksum
+            name = "examples.safetensors" if kind == "examples" else "manifest.json"
+            shutil.move(artifact / name, outside / name)
+            os.symlink(outside / name, artifact / name)
+        done = _run(runner, artifact)
+        assert done.returncode == 3 and done.stdout == "", (kind, done)
+        assert done.stderr.count("\n") == 1 and expected in done.stderr, (kind, done.stderr)
+        with pytest.raises(ExportError, match=re.escape(expected)):  # the Python loader, in the same words
+            read_manifest(artifact)
+
+    # a link that stays inside the artifact is fine, for both
+    inside = tmp_path / "inside"
+    shutil.copytree(linear_artifact, inside)
+    os.symlink("examples.safetensors", inside / "alias.safetensors")
+    _with_file(linear_artifact, inside, "alias.safetensors", (inside / "examples.safetensors").read_bytes(),
+               write=False)
+    assert _run(runner, inside).returncode == 0
+    read_manifest(inside)
+
+
+@pytest.mark.slow
+@needs_tools
+def test_cpp_runner_fuzzed_inputs_are_read_from_their_file_or_refused(runner, tmp_path):
+    rng = random.Random(49)
+    mutations, paths = [], []
+    for index in range(200):
+        what, blob = mutated_input(rng)
+        mutations.append(what)
+        paths.append(tmp_path / f"{index}.safetensors")
+        paths[-1].write_bytes(blob)
+    accepted = 0
+    for what, path, line in zip(mutations, paths, _check(runner, paths)):
+        if not line["ok"]:
+            assert line["error"].startswith(str(path)) or line["error"].startswith("cannot"), (what, line)
+            continue
+        accepted += 1
+        slices = declared_slices(path.read_bytes())  # raises when the runner accepted a header it should not
+        for tensor in line["inputs"]:  # the bytes the runner read are the ones the header declares, in the file
+            assert tensor["sha256"] == hashlib.sha256(slices[tensor["name"]]).hexdigest(), (what, tensor)
+    assert 20 <= accepted <= 180, accepted  # both sides of the check exercised
+
+
+def _python_loader_accepts(root: Path) -> None:
+    """What the runner checks, checked by torchwork's Python loader: raises when it refuses."""
+    data = json.loads((root / "manifest.json").read_bytes())
+    check_file_table(root, data["files"])  # a link out, a FIFO, a size or SHA-256 that differs
+    assert data.get("examples", "examples.safetensors") in data["files"]
+    assert data["variants"]["torchscript"]["file"] in data["files"]
+    assert "input_0" in load_tensors(root / data.get("examples", "examples.safetensors"))
+
+
+@pytest.mark.slow
+@needs_tools
+def test_cpp_runner_fuzzed_manifests_pass_only_what_the_python_loader_accepts(runner, linear_artifact, tmp_path):
+    rng = random.Random(49)
+    manifest = json.loads((linear_artifact / "manifest.json").read_text())
+    mutations, roots = [], []
+    for index in range(100):
+        roots.append(tmp_path / f"artifact-{index}")
+        shutil.copytree(linear_artifact, roots[-1])
+        what, text = mutated_manifest(rng, manifest, roots[-1])
+        mutations.append(what)
+        (roots[-1] / "manifest.json").write_bytes(text)
+    accepted = 0
+    for what, root, line in zip(mutations, roots, _check(runner, roots)):
+        if line["ok"]:
+            accepted += 1
+            _python_loader_accepts(root)
+        else:
+            assert line["error"].startswith(("artifact ", str(root))), (what, line)
+            assert "\x1b" not in line["error"], (what, line)  # names from the file reach the terminal escaped
+    assert 10 <= accepted <= 90, accepted

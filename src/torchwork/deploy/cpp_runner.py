@@ -3,18 +3,21 @@ artifact with it (``torchwork verify --cpp``).
 
 The sources live in ``torchwork/deploy/cpp/`` (a CMake project: ``runner.cpp`` loads the ``pt2-aoti`` package
 with ``torch::inductor::AOTIModelPackageLoader`` or the TorchScript file with ``torch::jit::load``;
-``artifact_check.cpp`` refuses an artifact whose file table's sizes or SHA-256 fail, as the Python loader
-does). ``torchwork export --cpp`` copies them into the artifact's ``cpp/`` folder for a deployment machine to
-build. ``verify --cpp`` never builds the artifact's copy (it is data, not a command): it builds torchwork's
-own sources once per (sources, torch, compiler) in a cache directory and reuses the binary.
+``artifact_check.cpp`` refuses an artifact whose file table's sizes or SHA-256 fail, or that lists a link out
+of the artifact, a FIFO or a device, as the Python loader does; ``safetensors_header.cpp`` checks every shape
+and offset of an inputs file against its size before a byte is copied). ``torchwork export --cpp`` copies
+them into the artifact's ``cpp/`` folder for a deployment machine to build. ``verify --cpp`` never builds the
+artifact's copy (it is data, not a command): it builds torchwork's own sources once per (sources, torch,
+compiler) in a cache directory and reuses the binary.
 
 The runner reads its inputs from a safetensors file (``input_0``, ``input_1``...; default the artifact's
 ``examples.safetensors``), writes the outputs to another (``output_0``...), and prints one JSON object:
 the outputs' shapes, the load time, and seconds per call at the batch sizes asked for.
 
 Example:
-    >>> sorted(SOURCES)
-    ['CMakeLists.txt', 'artifact_check.cpp', 'artifact_check.h', 'runner.cpp']
+    >>> sorted(SOURCES)  # doctest: +NORMALIZE_WHITESPACE
+    ['CMakeLists.txt', 'artifact_check.cpp', 'artifact_check.h', 'runner.cpp', 'safetensors_header.cpp',
+     'safetensors_header.h']
     >>> cpp_variant(["onnx", "torchscript", "pt2-aoti"])
     'pt2-aoti'
 """
@@ -38,7 +41,8 @@ from typing import Any
 from torchwork.errors import ConfigError, ExportError
 
 TEMPLATE = Path(__file__).with_name("cpp")
-SOURCES = ("CMakeLists.txt", "runner.cpp", "artifact_check.cpp", "artifact_check.h")
+SOURCES = ("CMakeLists.txt", "runner.cpp", "artifact_check.cpp", "artifact_check.h", "safetensors_header.cpp",
+           "safetensors_header.h")
 ARTIFACT_DIR = "cpp"  # the folder inside an artifact
 BINARY = "torchwork-run"
 RUNNABLE = ("pt2-aoti", "torchscript")  # the variants the C++ runner loads, in order of preference

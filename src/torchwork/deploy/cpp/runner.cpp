@@ -3,9 +3,11 @@
 //   torchwork-run ARTIFACT_DIR [--variant pt2-aoti|torchscript] [--inputs FILE.safetensors]
 //                 [--outputs FILE.safetensors] [--time 1,64] [--rounds 10] [--repeat 5] [--threads N]
 //
-// It refuses the artifact unless every file matches the manifest's size and SHA-256 (exit status 3), loads the
+// It refuses the artifact unless every file matches the manifest's size and SHA-256 and is a regular file inside
+// the artifact (exit status 3); reads the inputs (default: the artifact's examples.safetensors; tensors named
+// input_0, input_1, ...), every offset and size checked against the file (exit status 4 otherwise); loads the
 // AOTInductor package (torch::inductor::AOTIModelPackageLoader) or the TorchScript file (torch::jit::load),
-// runs the inputs (default: the artifact's examples.safetensors; tensors named input_0, input_1, ...), writes
+// runs the inputs, writes
 // the outputs (output_0, ...) to a safetensors file and prints one JSON object on stdout: the outputs' shapes,
 // the load time and, with --time, the seconds per call at each batch size (rows repeated from the inputs).
 #include <ATen/Parallel.h>
@@ -15,6 +17,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -25,6 +28,7 @@
 #include <vector>
 
 #include "artifact_check.h"
+#include "safetensors_header.h"
 
 namespace {
 
@@ -44,38 +48,34 @@ std::string dtype_code(at::ScalarType type) {
   throw std::runtime_error(std::string("no safetensors code for dtype ") + c10::toString(type));
 }
 
-// safetensors: an 8-byte little-endian header size, a JSON header {name: {dtype, shape, data_offsets}},
-// then the bytes. Tensors come back ordered by the number after the prefix (input_0, input_1, ...).
-std::vector<at::Tensor> read_safetensors(const std::string& path, const std::string& prefix) {
-  std::string bytes = torchwork::read_file(path);
-  if (bytes.size() < 8) throw std::runtime_error(path + " is not a safetensors file (too short)");
-  uint64_t header_size = 0;
-  for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | static_cast<unsigned char>(bytes[i]);
-  if (header_size > bytes.size() - 8) throw std::runtime_error(path + ": safetensors header size out of range");
-  Json header = torchwork::parse_json(bytes.substr(8, header_size));
-  const size_t data_start = 8 + header_size;
+constexpr uint64_t kMaxInputBytes = uint64_t{16} << 30;  // a file of inputs larger than 16 GiB is no input
+
+// The index after the prefix (input_7 -> 7), or -1 when the rest of the name is not a plain index.
+long tensor_index(const std::string& name, const std::string& prefix) {
+  std::string digits = name.substr(prefix.size());
+  if (digits.empty() || digits.size() > 6 || (digits.size() > 1 && digits[0] == '0')) return -1;
+  for (char c : digits)
+    if (c < '0' || c > '9') return -1;
+  return std::stol(digits);
+}
+
+// The tensors named prefix0, prefix1, ... of a safetensors file's bytes (safetensors_header.h checks every
+// offset and size against the file first), in the order of their numbers.
+std::vector<at::Tensor> read_safetensors(const std::string& file, const std::string& path,
+                                         const std::string& prefix) {
   std::map<long, at::Tensor> found;
-  for (const auto& [name, entry] : header.members) {
-    if (name.rfind(prefix, 0) != 0) continue;
-    const Json* dtype = entry.find("dtype");
-    const Json* shape = entry.find("shape");
-    const Json* offsets = entry.find("data_offsets");
-    if (!dtype || !shape || !offsets || offsets->items.size() != 2 || !dtypes().count(dtype->text))
-      throw std::runtime_error(path + ": tensor " + name + " has an unreadable header entry");
-    std::vector<int64_t> sizes;
-    int64_t count = 1;
-    for (const auto& dim : shape->items) {
-      sizes.push_back(static_cast<int64_t>(dim.number));
-      count *= sizes.back();
-    }
-    auto begin = static_cast<size_t>(offsets->items[0].number), end = static_cast<size_t>(offsets->items[1].number);
-    at::ScalarType type = dtypes().at(dtype->text);
-    if (end < begin || data_start + end > bytes.size() ||
-        end - begin != static_cast<size_t>(count) * c10::elementSize(type))
-      throw std::runtime_error(path + ": tensor " + name + " has data offsets that do not fit its shape");
-    at::Tensor tensor = at::empty(sizes, at::TensorOptions().dtype(type));
-    std::memcpy(tensor.data_ptr(), bytes.data() + data_start + begin, end - begin);
-    found[std::stol(name.substr(prefix.size()))] = tensor;
+  for (const auto& entry : torchwork::safetensors_entries(file, path)) {
+    if (entry.name.rfind(prefix, 0) != 0) continue;
+    long index = tensor_index(entry.name, prefix);
+    if (index < 0)
+      throw std::runtime_error(path + ": tensor " + torchwork::json_quote(entry.name) + " is not named " + prefix +
+                               "0, " + prefix + "1, ...");
+    if (found.count(index)) throw std::runtime_error(path + ": tensor " + prefix + std::to_string(index) + " twice");
+    at::Tensor tensor = at::empty(entry.shape, at::TensorOptions().dtype(dtypes().at(entry.dtype)));
+    if (static_cast<size_t>(tensor.nbytes()) != entry.bytes)  // safetensors_header.cpp and torch agree on sizes
+      throw std::runtime_error(path + ": tensor " + torchwork::json_quote(entry.name) + ": sizes disagree");
+    if (entry.bytes > 0) std::memcpy(tensor.data_ptr(), file.data() + entry.offset, entry.bytes);
+    found[index] = tensor;
   }
   std::vector<at::Tensor> tensors;
   for (auto& [index, tensor] : found) {
@@ -85,6 +85,19 @@ std::vector<at::Tensor> read_safetensors(const std::string& path, const std::str
   }
   if (tensors.empty()) throw std::runtime_error(path + " holds no tensor named " + prefix + "0");
   return tensors;
+}
+
+// The inputs: --inputs (a regular file of at most 16 GiB), else the file the manifest's "examples" names
+// (default examples.safetensors), which must be listed in the file table that check_artifact verified.
+std::vector<at::Tensor> read_inputs(const Json& manifest, const std::string& artifact, const std::string& inputs) {
+  if (!inputs.empty()) return read_safetensors(torchwork::read_regular(inputs, kMaxInputBytes), inputs, "input_");
+  const Json* examples = manifest.find("examples");
+  if (examples != nullptr && examples->kind != Json::Kind::String)
+    throw std::runtime_error("artifact " + artifact + ": the manifest's \"examples\" is "
+                             "not a file name; re-export the model, or pass --inputs");
+  std::string relative = examples ? examples->text : "examples.safetensors";
+  std::string file = torchwork::read_listed(manifest, artifact, relative, kMaxInputBytes);
+  return read_safetensors(file, artifact + "/" + relative, "input_");
 }
 
 void write_safetensors(const std::string& path, const std::vector<at::Tensor>& tensors) {
@@ -154,21 +167,65 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-std::string shapes_json(const std::vector<at::Tensor>& tensors) {
+// [{"name": "output_0", "dtype": "F32", "shape": [8, 10]}, ...]; with_digest adds each tensor's bytes' SHA-256.
+std::string shapes_json(const std::vector<at::Tensor>& tensors, const std::string& prefix,
+                        bool with_digest = false) {
   std::string out = "[";
   for (size_t i = 0; i < tensors.size(); ++i) {
     std::string shape;
     for (int64_t dim : tensors[i].sizes()) shape += (shape.empty() ? "" : ",") + std::to_string(dim);
-    out += std::string(i ? "," : "") + "{\"name\":\"output_" + std::to_string(i) + "\",\"dtype\":\"" +
-           dtype_code(tensors[i].scalar_type()) + "\",\"shape\":[" + shape + "]}";
+    out += std::string(i ? "," : "") + "{\"name\":\"" + prefix + std::to_string(i) + "\",\"dtype\":\"" +
+           dtype_code(tensors[i].scalar_type()) + "\",\"shape\":[" + shape + "]";
+    if (with_digest) {
+      at::Tensor bytes = tensors[i].contiguous();
+      out += ",\"sha256\":\"" + torchwork::sha256_hex(bytes.data_ptr(), bytes.nbytes()) + "\"";
+    }
+    out += "}";
   }
   return out + "]";
 }
 
+std::string default_variant(const Json& manifest) {
+  const Json* variants = manifest.find("variants");
+  return variants && variants->find("pt2-aoti") ? "pt2-aoti" : "torchscript";
+}
+
+std::string first_line(const std::string& message) { return message.substr(0, message.find('\n')); }
+
+// torchwork-run --check PATH...: each artifact directory checked as a run checks it (the file table, the default
+// variant's file, the example inputs), each other path read as --inputs would be, and no model loaded. One JSON
+// line a path: {"path", "ok": true, "inputs": [{name, dtype, shape, sha256 of the bytes read}]} or {"path",
+// "ok": false, "error"}. Exit status 0 when every path passes, 3 otherwise.
+int check_paths(const std::vector<std::string>& paths) {
+  bool all = true;
+  for (const auto& path : paths) {
+    std::string line = "{\"path\":" + torchwork::json_quote(path);
+    try {
+      std::vector<at::Tensor> inputs;
+      std::error_code error;
+      if (std::filesystem::is_directory(path, error)) {
+        Json manifest = torchwork::check_artifact(path);
+        torchwork::variant_path(manifest, path, default_variant(manifest));
+        inputs = read_inputs(manifest, path, "");
+      } else {
+        inputs = read_inputs(Json(), "", path);
+      }
+      line += ",\"ok\":true,\"inputs\":" + shapes_json(inputs, "input_", true);
+    } catch (const std::exception& error) {
+      all = false;
+      line += ",\"ok\":false,\"error\":" + torchwork::json_quote(first_line(error.what()));
+    }
+    std::cout << line << "}" << std::endl;
+  }
+  return all ? 0 : 3;
+}
+
 struct Options {
   std::string artifact, variant, inputs, outputs;
+  std::vector<std::string> paths;  // the positional arguments
   std::vector<int64_t> time_batches;
   int rounds = 10, repeat = 5, threads = 0;
+  bool check = false, run_options = false;
 };
 
 Options parse_arguments(int argc, char** argv) {
@@ -177,9 +234,11 @@ Options parse_arguments(int argc, char** argv) {
     std::string arg = argv[i];
     auto value = [&]() -> std::string {
       if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
+      options.run_options = true;
       return argv[++i];
     };
-    if (arg == "--variant") options.variant = value();
+    if (arg == "--check") options.check = true;
+    else if (arg == "--variant") options.variant = value();
     else if (arg == "--inputs") options.inputs = value();
     else if (arg == "--outputs") options.outputs = value();
     else if (arg == "--rounds") options.rounds = std::stoi(value());
@@ -190,10 +249,17 @@ Options parse_arguments(int argc, char** argv) {
       std::string item;
       while (std::getline(list, item, ',')) options.time_batches.push_back(std::stoll(item));
     } else if (!arg.empty() && arg[0] == '-') throw std::invalid_argument("unknown option " + arg);
-    else if (options.artifact.empty()) options.artifact = arg;
-    else throw std::invalid_argument("one artifact directory, got a second: " + arg);
+    else options.paths.push_back(arg);
   }
-  if (options.artifact.empty()) throw std::invalid_argument("name the artifact directory");
+  if (options.check) {
+    if (options.paths.empty() || options.run_options)
+      throw std::invalid_argument("--check takes artifact directories and safetensors files, no other option");
+    return options;
+  }
+  if (options.paths.empty()) throw std::invalid_argument("name the artifact directory");
+  if (options.paths.size() > 1)
+    throw std::invalid_argument("one artifact directory, got a second: " + options.paths[1]);
+  options.artifact = options.paths[0];
   if (options.rounds < 1 || options.repeat < 1 || options.threads < 0)
     throw std::invalid_argument("--rounds and --repeat must be >= 1, --threads >= 0");
   for (int64_t batch : options.time_batches)
@@ -210,17 +276,16 @@ int main(int argc, char** argv) {
   } catch (const std::exception& error) {
     std::cerr << "torchwork-run: " << error.what()
               << "\nusage: torchwork-run ARTIFACT_DIR [--variant pt2-aoti|torchscript] [--inputs F.safetensors]"
-                 " [--outputs F.safetensors] [--time 1,64] [--rounds N] [--repeat N] [--threads N]\n";
+                 " [--outputs F.safetensors] [--time 1,64] [--rounds N] [--repeat N] [--threads N]\n"
+                 "       torchwork-run --check ARTIFACT_DIR|F.safetensors...\n";
     return 2;
   }
+  if (options.check) return check_paths(options.paths);
   Json manifest;
   std::string model_path;
   try {
     manifest = torchwork::check_artifact(options.artifact);
-    if (options.variant.empty()) {
-      const Json* variants = manifest.find("variants");
-      options.variant = variants && variants->find("pt2-aoti") ? "pt2-aoti" : "torchscript";
-    }
+    if (options.variant.empty()) options.variant = default_variant(manifest);
     model_path = torchwork::variant_path(manifest, options.artifact, options.variant);
   } catch (const std::exception& error) {
     std::cerr << "torchwork-run: refused: " << error.what() << "\n";
@@ -229,11 +294,10 @@ int main(int argc, char** argv) {
   try {
     if (options.threads > 0) at::set_num_threads(options.threads);
     c10::InferenceMode inference;
+    std::vector<at::Tensor> inputs = read_inputs(manifest, options.artifact, options.inputs);  // before the model
     auto started = std::chrono::steady_clock::now();
     Model model = load_model(model_path, options.variant);
     double load_seconds = seconds_since(started);
-    std::string inputs_path = options.inputs.empty() ? options.artifact + "/examples.safetensors" : options.inputs;
-    std::vector<at::Tensor> inputs = read_safetensors(inputs_path, "input_");
     std::vector<at::Tensor> outputs = model(inputs);
     if (!options.outputs.empty()) write_safetensors(options.outputs, outputs);
     std::string timing;
@@ -252,11 +316,10 @@ int main(int argc, char** argv) {
     }
     std::cout << "{\"variant\":" << torchwork::json_quote(options.variant)
               << ",\"threads\":" << at::get_num_threads() << ",\"load_seconds\":" << load_seconds
-              << ",\"inputs\":" << inputs.size() << ",\"outputs\":" << shapes_json(outputs)
+              << ",\"inputs\":" << inputs.size() << ",\"outputs\":" << shapes_json(outputs, "output_")
               << ",\"seconds_per_call\":{" << timing << "}}" << std::endl;
   } catch (const std::exception& error) {
-    std::string message = error.what();
-    std::cerr << "torchwork-run: failed: " << message.substr(0, message.find('\n')) << "\n";
+    std::cerr << "torchwork-run: failed: " << first_line(error.what()) << "\n";
     return 4;
   }
   return 0;
