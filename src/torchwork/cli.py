@@ -278,7 +278,7 @@ COMMANDS: list[Command] = [
     ("graph", "draw the autograd graph of a script's first backward() or of a model: unreached parameters "
      "with the reason, saved-tensor memory by module", _graph_arguments, "torchwork.inspect.cli:cli_main"),
     ("explain", "explain a pasted PyTorch traceback or error message: cause and fix",
-     _explain_arguments, "torchwork.doctor.explain:cli_main"),
+     _explain_arguments, "torchwork.doctor.cli:cli_explain"),
     ("runs", "the run folders read back: ls (one row per run), show RUN, diff RUN_A RUN_B (what changed and "
              "which change most likely explains the metric)", _runs_arguments, "torchwork.runs.cli:cli_main"),
     ("env", "this machine's environment: report, known-answer check, lock, diff against another",

@@ -1,0 +1,49 @@
+"""The doctor's command lines: ``torchwork explain [FILE | -]`` (:func:`cli_explain`).
+
+Example:
+    >>> import argparse, contextlib, io, tempfile
+    >>> with tempfile.NamedTemporaryFile("w", suffix=".txt") as pasted:
+    ...     _ = pasted.write("RuntimeError: Trying to backward through the graph a second time"); pasted.flush()
+    ...     with contextlib.redirect_stdout(io.StringIO()) as out:
+    ...         code = cli_explain(argparse.Namespace(file=pasted.name, json=False))
+    >>> code, out.getvalue().splitlines()[0]
+    (0, '[backward-twice] backward through a graph whose buffers were already freed')
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from torchwork.doctor.explain import explain_text
+
+
+def cli_explain(args: argparse.Namespace) -> int:
+    """``torchwork explain [FILE | -]``: 0 when something was recognised, 1 when nothing was."""
+    from torchwork.errors import ConfigError
+
+    source = args.file
+    if source in (None, "-"):
+        if sys.stdin.isatty():
+            print("Paste the traceback or error message, then press Ctrl-D (Ctrl-Z Enter on Windows):",
+                  file=sys.stderr)
+        text = sys.stdin.read()
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise ConfigError(f"explain: no file {source!r}. Pass a file holding the traceback, or '-' "
+                              "(or nothing) to read it from standard input.")
+        text = path.read_text(encoding="utf-8", errors="replace")
+    found = explain_text(text)
+    if args.json:
+        print(json.dumps({"explanations": [e.to_dict() for e in found]}, indent=2))
+    elif not found:
+        print("torchwork explain: no known PyTorch error in the text. Paste the whole traceback, "
+              "including the last line (the exception and its message).")
+    else:
+        print("\n\n".join(e.format() for e in found))
+    return 0 if found else 1
+
+
