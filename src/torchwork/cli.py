@@ -274,7 +274,7 @@ COMMANDS: list[Command] = [
     ("verify", "compare an artifact's variants with eager on held-out inputs: parity, speed, size",
      _verify_arguments, "torchwork.deploy.cli:cli_verify"),
     ("doctor", "run a training script unmodified and report the classic PyTorch mistakes with file:line",
-     _doctor_arguments, "torchwork.doctor.runner:cli_main"),
+     _doctor_arguments, "torchwork.doctor.cli:cli_doctor"),
     ("graph", "draw the autograd graph of a script's first backward() or of a model: unreached parameters "
      "with the reason, saved-tensor memory by module", _graph_arguments, "torchwork.inspect.cli:cli_main"),
     ("explain", "explain a pasted PyTorch traceback or error message: cause and fix",

@@ -1,4 +1,4 @@
-"""The doctor's command lines: ``torchwork explain [FILE | -]`` (:func:`cli_explain`).
+"""The doctor's command lines: ``torchwork doctor`` (:func:`cli_doctor`) and ``torchwork explain`` (:func:`cli_explain`).
 
 Example:
     >>> import argparse, contextlib, io, tempfile
@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 
 from torchwork.doctor.explain import explain_text
+from torchwork.doctor.findings import format_report
+from torchwork.doctor.runner import run_script
 
 
 def cli_explain(args: argparse.Namespace) -> int:
@@ -47,3 +49,25 @@ def cli_explain(args: argparse.Namespace) -> int:
     return 0 if found else 1
 
 
+def cli_doctor(args: argparse.Namespace) -> int:
+    """Entry point of ``torchwork doctor`` (``--static``: the source scan, nothing run)."""
+    if getattr(args, "static", False):
+        from torchwork.doctor.static.command import cli_main as static_main
+
+        return static_main(args)
+    if getattr(args, "format", None):
+        from torchwork.errors import ConfigError
+
+        raise ConfigError("doctor: --format is for --static scans; a run's findings come as text or --json.")
+    result = run_script(args.script, args.args, checks=args.check or None, quiet_stdout=args.json,
+                        debug=getattr(args, "debug", False))
+    args.script_exit = result.script_exit  # the command line's hint about options after the script reads it
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        sys.stdout.flush()
+        print("\n" + format_report(result.findings, args.script, result.script_exit))
+        for problem in result.internal_errors:
+            print(f"torchwork doctor: internal error in {problem} (the findings above may be incomplete)",
+                  file=sys.stderr)
+    return result.exit_code

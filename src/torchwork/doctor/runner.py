@@ -15,9 +15,7 @@ Example (``--json`` sends the script's own stdout to stderr, so stdout holds onl
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
 import os
 import runpy
 import sys
@@ -27,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torchwork.doctor.findings import Finding, exit_code_for, format_report
+from torchwork.doctor.findings import Finding, exit_code_for
 
 
 @dataclass
@@ -167,26 +165,3 @@ def run_script(script: str | os.PathLike[str], args: Sequence[str] = (), *,
             session.stop(error if isinstance(error, Exception) else None)
     return DoctorResult(session.findings, script_exit, session.internal_errors)
 
-
-def cli_main(args: argparse.Namespace) -> int:
-    """Entry point of ``torchwork doctor`` (``--static``: the source scan, nothing run)."""
-    if getattr(args, "static", False):
-        from torchwork.doctor.static.command import cli_main as static_main
-
-        return static_main(args)
-    if getattr(args, "format", None):
-        from torchwork.errors import ConfigError
-
-        raise ConfigError("doctor: --format is for --static scans; a run's findings come as text or --json.")
-    result = run_script(args.script, args.args, checks=args.check or None, quiet_stdout=args.json,
-                        debug=getattr(args, "debug", False))
-    args.script_exit = result.script_exit  # the command line's hint about options after the script reads it
-    if args.json:
-        print(json.dumps(result.to_json(), indent=2))
-    else:
-        sys.stdout.flush()
-        print("\n" + format_report(result.findings, args.script, result.script_exit))
-        for problem in result.internal_errors:
-            print(f"torchwork doctor: internal error in {problem} (the findings above may be incomplete)",
-                  file=sys.stderr)
-    return result.exit_code
