@@ -20,7 +20,6 @@ SUFFIXES = {".py", ".md", ".toml", ".txt", ".sh", ".yaml", ".yml", ".cpp", ".h"}
 
 # "path:name": the reason it stays although nothing names it (one line each).
 ALLOWED: dict[str, str] = {
-    "doctor/checks/_forwards.py:is_dropout_or_batchnorm": "owned elsewhere this session (doctor)",
     "tune/pruning.py:DEFAULT_PRUNER": "owned elsewhere this session (tune)",
 }
 

@@ -262,10 +262,6 @@ def describe_forwards(group: list[ForwardInfo]) -> str:
     return f"{first.name}(...) ran {times}"
 
 
-def is_dropout_or_batchnorm(module: nn.Module) -> bool:
-    return isinstance(module, _STOCHASTIC)
-
-
 def optimizer_holds(optimizer: torch.optim.Optimizer, model: nn.Module) -> bool:
     ids = {id(p) for group in optimizer.param_groups for p in group["params"]}
     return any(id(p) in ids for p in model.parameters())
