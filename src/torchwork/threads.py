@@ -12,7 +12,11 @@ step on a 2-core machine beside a busy process: 1.40 s with 1 thread, 3.53 s wit
 3. times whole loop iterations (the step, the batch's fetch and whatever else the loop does) at the
    candidate counts (:func:`thread_candidates`: that default, half of it and all usable CPUs) in interleaved
    blocks, each at least ``steps`` iterations and :data:`BLOCK_S` long, so that short steps are timed in bulk,
-   and keeps the default unless another count is faster by more than the spread of the blocks. Timing the
+   and keeps the default unless another count is faster by more than the spread of the blocks. The timing
+   stops after a round as soon as the answer is clear (a count faster or slower beyond the spread, or all
+   within half of it: noise, the default kept; a count :data:`CLEARLY_SLOWER` than the default is timed no
+   more), and never takes more than :data:`MEASURE_SHARE` of the
+   run's planned steps: a run too short to time the counts in that keeps the default untimed. Timing the
    iterations, not the bare step, matters on a quiet machine too: the sentiment recipe's n-gram model
    trained at 13.6-14.9k samples/s on one thread against 11.8-12.2k on two (2 cores, nothing else running),
    although its bare step is faster on two;
@@ -43,10 +47,14 @@ from typing import Any
 from torchwork.errors import ConfigError
 
 BLOCK_S = 0.05  # a timed block of iterations at one count lasts at least this long (short steps in bulk)
+MEASURE_SHARE = 0.05  # timing the counts takes at most this share of a run's planned steps, all checks together
+MIN_ROUNDS = 2  # rounds of blocks before the spread can be read (and the timing stop early)
+CLEARLY_SLOWER = 2.0  # a count this many times slower than the default in a round is timed no more
 OTHER_WORK = 10.0  # after the choice, an iteration this many times the measured one did other work too
 RECHECK_FALL = 1 / 3  # re-check when throughput falls by more than this share of the chosen count's
 RECHECK_MARGIN = 0.25  # ... or when the CPU others use gives another free count even this much either side
 WINDOW_S = 2.0  # throughput and the neighbours' CPU are read over windows of at least this long
+READ_S = 0.1  # the neighbours' CPU at the start is read over at least this long
 
 
 def usable_cpus() -> int:
@@ -126,6 +134,7 @@ class CpuReader:
     """
 
     def __init__(self) -> None:
+        self.started = time.monotonic()
         try:
             self._cpus: set[int] | None = set(os.sched_getaffinity(0))
         except (AttributeError, OSError):
@@ -149,30 +158,35 @@ class CpuReader:
         return max(0.0, busy_cpus - (own - last_own) / seconds)
 
 
-def busy_cpus(interval_s: float = 0.1) -> float:
+def busy_cpus(interval_s: float = READ_S, reader: CpuReader | None = None) -> float:
     """CPUs other processes are using now (a float), read over ``interval_s``; 0.0 where /proc is missing.
+
+    ``reader``: one made when the work that needs the reading began (a Trainer's ``fit``): the time since
+    counts, and only the rest of ``interval_s`` is waited (a reader older than :data:`WINDOW_S` is not used).
 
     Example:
         >>> 0.0 <= busy_cpus(0.05)
         True
     """
     try:
-        reader = CpuReader()
+        if reader is None or time.monotonic() - reader.started > WINDOW_S:
+            reader = CpuReader()
     except OSError:
         return 0.0
-    time.sleep(interval_s)
+    time.sleep(max(0.0, interval_s - (time.monotonic() - reader.started)))
     return reader.others()
 
 
 _recent: tuple[float, float] | None = None  # (when, busy): one reading serves the Trainers made within a second
 
 
-def recent_busy_cpus(max_age_s: float = 1.0) -> float:
-    """:func:`busy_cpus`, or the reading this process took less than ``max_age_s`` ago."""
+def recent_busy_cpus(max_age_s: float = 1.0, reader: CpuReader | None = None) -> float:
+    """:func:`busy_cpus` (over what is left of its interval since ``reader`` was made), or the reading this
+    process took less than ``max_age_s`` ago."""
     global _recent
     now = time.monotonic()
     if _recent is None or now - _recent[0] > max_age_s:
-        _recent = (now, busy_cpus())
+        _recent = (now, busy_cpus(reader=reader))
     return _recent[1]
 
 
@@ -303,11 +317,17 @@ class ThreadTuner:
 
     def __init__(self, *, steps: int = 2, rounds: int = 3, say: Callable[[str], Any] | None = None,
                  usable: int | None = None, busy: float | None = None,
-                 others: Callable[[], float] | None = None) -> None:
+                 others: Callable[[], float] | None = None, planned_steps: int | None = None,
+                 reader: CpuReader | None = None) -> None:
         """``steps``: the fewest iterations in a timed block; ``rounds``: interleaved rounds of one block per
-        count; ``usable``, ``busy``: the CPUs to share and the others' use now (default: read);
-        ``others``: the others' CPU since its last call (default: :meth:`CpuReader.others`)."""
+        count, at most; ``usable``, ``busy``: the CPUs to share and the others' use now (default: read);
+        ``others``: the others' CPU since its last call (default: :meth:`CpuReader.others`);
+        ``planned_steps``: the iterations the run will take (None: unknown, the timing unbounded), of which
+        at most :data:`MEASURE_SHARE` go to timing; ``reader``: a :class:`CpuReader` made when the run began,
+        so that the first reading of ``busy`` waits only what is left of :data:`READ_S`."""
         self.steps, self.rounds, self.say = max(1, steps), max(1, rounds), say
+        self.planned_steps = planned_steps
+        self.timed_steps = 0  # iterations run while timing, the warm-ups included, over every check
         self.usable = usable if usable is not None else usable_cpus()
         if others is None:
             try:
@@ -317,7 +337,7 @@ class ThreadTuner:
         self._others = others
         self.changes: list[ThreadChoice] = []
         self._window_started, self._window_samples, self._window_seconds = time.perf_counter(), 0, 0.0
-        self._start(busy if busy is not None else recent_busy_cpus(), "")
+        self._start(busy if busy is not None else recent_busy_cpus(reader=reader), "")
 
     def _start(self, busy: float, why: str) -> None:
         default = free_cpus(self.usable, busy)
@@ -327,17 +347,49 @@ class ThreadTuner:
         self.default = default
         self._samples: dict[int, list[float]] = {c: [] for c in self.candidates}
         self._block: list[float] = []
+        self._block_cap: int | None = None  # a block ends at this many iterations even under BLOCK_S (budget)
+        self._dropped: set[int] = set()  # counts found CLEARLY_SLOWER than the default: timed no more
         self._baseline: float | None = None
         self.measuring = len(self.candidates) > 1
-        if self.measuring:
+        fitted = self._fitted_plan() if self.measuring else None
+        if isinstance(fitted, str):
+            self._settle(default, fitted)
+            return
+        if fitted is not None:
             # One block per count per round, each round in another order; the first iteration, at the
             # default, is a warm-up and not timed (allocations, first-call dispatch).
-            self._plan = [c for r in range(self.rounds) for c in _rotated(self.candidates, r)]
+            rounds, self._block_cap = fitted
+            self._plan = [c for r in range(rounds) for c in _rotated(self.candidates, r)]
             self._warmup = True
             self.choice = ThreadChoice(default, f"{self._base()}; measuring", self.usable, busy)
             set_threads(default)
         else:
             self._settle(default, "")
+
+    @property
+    def budget(self) -> int | None:
+        """The most iterations timing may take in this run (None: the planned steps are unknown)."""
+        return None if self.planned_steps is None else math.floor(MEASURE_SHARE * self.planned_steps)
+
+    def extend_plan(self, steps: int | None) -> None:
+        """Another ``steps`` planned (a Trainer's next ``fit``): the budget grows with them."""
+        self.planned_steps = None if steps is None or self.planned_steps is None else self.planned_steps + steps
+
+    def _fitted_plan(self) -> tuple[int, int | None] | str:
+        """(rounds, most iterations in a block) that fit the budget left, or why nothing is timed."""
+        if self.budget is None:
+            return self.rounds, None
+        left = self.budget - self.timed_steps
+        fewest = min(MIN_ROUNDS, self.rounds)
+        needed = 1 + len(self.candidates) * fewest * self.steps
+        if left < needed:
+            share = f"{MEASURE_SHARE:.0%} of the {self.planned_steps} planned steps"
+            if self.timed_steps:
+                return f"not measured: the timing already took its {share}"
+            return (f"not measured: timing {len(self.candidates)} counts takes {needed} steps, more than "
+                    f"{share} (a run of at least {math.ceil(needed / MEASURE_SHARE)} steps is timed)")
+        rounds = min(self.rounds, (left - 1) // (len(self.candidates) * self.steps))
+        return rounds, (left - 1) // (len(self.candidates) * rounds)
 
     def _base(self) -> str:
         return f"{self.usable} usable CPU{'s' if self.usable != 1 else ''}, others use {self.busy:.1f} now"
@@ -372,6 +424,7 @@ class ThreadTuner:
     def after_step(self, seconds: float, samples: int) -> None:
         """Record one iteration: its wall seconds and how many samples it processed."""
         if self.measuring:
+            self.timed_steps += 1
             self._measured(seconds)
             return
         measured = self.choice.step_s.get(self.choice.threads)
@@ -386,22 +439,35 @@ class ThreadTuner:
             self._warmup = False
             return
         self._block.append(seconds)
-        if len(self._block) < self.steps or sum(self._block) < BLOCK_S:
+        short = sum(self._block) < BLOCK_S and (self._block_cap is None or len(self._block) < self._block_cap)
+        if len(self._block) < self.steps or short:
             return
         self._samples[self._plan.pop(0)].append(statistics.median(self._block))
         self._block = []
-        if self._plan:
-            return
-        medians = {c: statistics.median(v) for c, v in self._samples.items()}
-        spread = max(_relative_spread(v) for v in self._samples.values())
-        best = min(medians, key=medians.__getitem__)
-        measured = ", ".join(f"{c}: {1e3 * m:.1f} ms" for c, m in medians.items())
-        if best != self.default and medians[best] < medians[self.default] * (1 - spread):
-            why = f"iteration {measured}; {best} faster than the default {self.default} beyond the spread ±{spread:.0%}"
-        else:
-            best = self.default
-            why = f"iteration {measured}, spread ±{spread:.0%}; kept the free CPUs' count"
-        self._settle(best, why, medians, spread)
+        active = {c: v for c, v in self._samples.items() if c not in self._dropped}
+        rounds = {len(v) for v in active.values()}
+        if len(rounds) > 1:
+            return  # within a round
+        self._drop_slow_counts()
+        if len(self._dropped) == len(self.candidates) - 1:
+            medians = {c: statistics.median(v) for c, v in self._samples.items()}
+            measured = ", ".join(f"{c}: {1e3 * m:.1f} ms" for c, m in medians.items())
+            self._settle(self.default, f"iteration {measured}; the other counts {CLEARLY_SLOWER:g}x slower or more: "
+                                       "kept the free CPUs' count", medians)
+        elif min(rounds) >= min(MIN_ROUNDS, self.rounds):  # enough rounds for a spread
+            verdict = judge({c: v for c, v in active.items() if c not in self._dropped}, self.default,
+                            final=not self._plan)
+            if verdict is not None:
+                self._settle(*verdict)
+
+    def _drop_slow_counts(self) -> None:
+        """Time no more the counts a round found :data:`CLEARLY_SLOWER` than the default (beside a busy
+        neighbour, all cores took 8x the default's iteration: each of their blocks was the timing's cost)."""
+        default = statistics.median(self._samples[self.default])
+        for count, values in self._samples.items():
+            if count != self.default and count not in self._dropped and statistics.median(values) >= CLEARLY_SLOWER * default:
+                self._dropped.add(count)
+                self._plan = [c for c in self._plan if c != count]
 
     def _settle(self, threads: int, why: str, medians: dict[int, float] | None = None,
                 spread: float | None = None) -> None:
@@ -430,6 +496,34 @@ class ThreadTuner:
         # CPUs) must come back to 2 when the neighbour leaves, though 0.7 -> 0.0 is a small move.
         if all(free_cpus(self.usable, b) != self.default for b in (busy - RECHECK_MARGIN, busy + RECHECK_MARGIN)):
             self._start(busy, f"re-checked: others' CPU went from {self.busy:.1f} to {busy:.1f}; ")
+
+
+def judge(samples: dict[int, list[float]], default: int, final: bool = True
+          ) -> tuple[int, str, dict[int, float], float] | None:
+    """The count to keep, why, each count's median and the spread, from each count's timed blocks; None when
+    it is not clear yet and another round may tell (never when ``final``).
+
+    Another count is taken only when it is faster than ``default`` beyond the spread (the widest
+    interquartile range of the counts' blocks, relative to the median); ``default`` is kept when the
+    fastest other count is slower beyond it, within half of it (noise), or, ``final``, anywhere between.
+
+    Example:
+        >>> judge({1: [0.9, 0.9], 2: [1.0, 1.0]}, default=2)[:2]
+        (1, 'iteration 1: 900.0 ms, 2: 1000.0 ms; 1 faster than the default 2 beyond the spread ±0%')
+        >>> judge({1: [0.8, 1.04], 2: [1.0, 1.3]}, default=2, final=False) is None  # 20% within ±26%: unclear
+        True
+    """
+    medians = {c: statistics.median(v) for c, v in samples.items()}
+    spread = max(_relative_spread(v) for v in samples.values())
+    best = min((c for c in medians if c != default), key=medians.__getitem__)
+    measured = ", ".join(f"{c}: {1e3 * m:.1f} ms" for c, m in medians.items())
+    gain = 1 - medians[best] / medians[default]
+    if gain > spread:
+        return best, f"iteration {measured}; {best} faster than the default {default} beyond the spread ±{spread:.0%}", \
+            medians, spread
+    if final or gain < -spread or abs(gain) <= spread / 2:
+        return default, f"iteration {measured}, spread ±{spread:.0%}; kept the free CPUs' count", medians, spread
+    return None
 
 
 def _rotated(items: list[int], shift: int) -> list[int]:

@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from torchwork.threads import ThreadChoice, ThreadTuner, check_threads, set_threads, usable_cpus
+from torchwork.threads import CpuReader, ThreadChoice, ThreadTuner, check_threads, set_threads, usable_cpus
 
 if TYPE_CHECKING:
     import torch
@@ -37,8 +37,20 @@ def thread_setting(threads: Any, device: torch.device, world: World) -> tuple[bo
     return device.type == "cpu", None
 
 
-def thread_tuner(world: World, say: Callable[[str], Any] | None) -> ThreadTuner:
-    """The tuner of one process; ranks sharing a machine share its CPUs; ``say`` gets its choices."""
+def thread_tuner(world: World, say: Callable[[str], Any] | None, planned_steps: int | None = None,
+                 reader: CpuReader | None = None) -> ThreadTuner:
+    """The tuner of one process; ranks sharing a machine share its CPUs; ``say`` gets its choices; timing
+    takes at most a share of the ``planned_steps`` (None: unknown); ``reader``: see :func:`cpu_reader`."""
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1) if world.is_distributed else 1
     share = max(1, usable_cpus() // max(1, local))
-    return ThreadTuner(usable=share, say=say)
+    return ThreadTuner(usable=share, say=say, planned_steps=planned_steps, reader=reader)
+
+
+def cpu_reader() -> CpuReader | None:
+    """A reading of the machine's CPU begun at ``fit``'s start: the tuner made at the first step counts the
+    time since (opening the run, the first batch) into its 0.1 s reading of the neighbours instead of
+    waiting all of it (None where /proc cannot be read)."""
+    try:
+        return CpuReader()
+    except OSError:
+        return None

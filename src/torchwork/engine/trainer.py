@@ -44,11 +44,11 @@ from torchwork.engine.options import (
 from torchwork.engine.precision import keep_in_fp32, resolve_precision
 from torchwork.engine.progress import ProgressBar, epoch_line
 from torchwork.engine.step import ForwardLoss, LocalSync, StepResult, StepSetup, optimizer_step
-from torchwork.engine.threads import thread_setting, thread_tuner
+from torchwork.engine.threads import cpu_reader, thread_setting, thread_tuner
 from torchwork.errors import CheckpointError, ConfigError
 from torchwork.runs.options import RunOptions
 from torchwork.runs.resume import TrainingState
-from torchwork.threads import ThreadChoice, ThreadTuner
+from torchwork.threads import CpuReader, ThreadChoice, ThreadTuner
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -145,6 +145,7 @@ class Trainer:
                 device = f"cuda:{self.world.local_rank}"  # one GPU per process
         self.device = resolve_device(device)
         self._thread_tuner: ThreadTuner | None = None
+        self._cpu_reader: CpuReader | None = None
         self._iteration_started: float | None = None  # None: the next step starts a timed iteration afresh
         self._threads_auto, self._thread_choice = thread_setting(step.threads, self.device, self.world)
         self.model = model.to(self.device)
@@ -341,7 +342,10 @@ class Trainer:
                 self._fix_threads_for_compiled()
         tuner = self._thread_tuner
         if tuner is None and self._threads_auto:
-            tuner = self._thread_tuner = thread_tuner(self.world, self._say)
+            planned = self._compiler.planned_steps  # the fit's; timing candidates takes at most 5% of what is left
+            tuner = self._thread_tuner = thread_tuner(
+                self.world, self._say, None if planned is None else max(0, planned - self.state.global_step),
+                self._cpu_reader)
         if tuner is not None and self._iteration_started is None:
             tuner.before_step()
             self._iteration_started = time.perf_counter()
@@ -472,6 +476,11 @@ class Trainer:
         self.should_stop = False
         self._epochs_total = epochs
         self._compiler.planned_steps = planned_steps(train_loader, epochs, self.accumulate)
+        if self._thread_tuner is not None:  # another fit of this Trainer: its steps widen the timing budget
+            planned = self._compiler.planned_steps
+            self._thread_tuner.extend_plan(None if planned is None else max(0, planned - self.state.global_step))
+        elif self._threads_auto:
+            self._cpu_reader = cpu_reader()  # the neighbours' CPU, read from here to the first step
         self._plan_schedule(train_loader, epochs)
         if self.world.is_distributed:
             from torchwork.distributed.setup import check_same_length, shard_loader
