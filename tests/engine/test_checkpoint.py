@@ -19,7 +19,8 @@ from torchwork.runs.checkpoint import load_checkpoint
 # change of format_version, not a refactoring; an entry added at the end that older checkpoints may lack,
 # like "threads", is not).
 FILE_ENTRIES = ["format_version", "world_size", "per_rank", "model", "optimizer", "scheduler", "scaler", "counters",
-                "rng", "epoch_start_rng", "loader_rng", "epoch_totals", "history", "callbacks", "step_fn", "threads"]
+                "rng", "epoch_start_rng", "loader_rng", "epoch_totals", "history", "callbacks", "step_fn", "threads",
+                "stopped"]
 
 
 def _trainer(seed: int = 0) -> tuple[Trainer, list[tuple[torch.Tensor, torch.Tensor]]]:
@@ -53,7 +54,7 @@ def test_a_checkpoint_without_the_entries_older_versions_lacked_resumes_exactly(
     trainer, data = _trainer()
     trainer.fit(data, epochs=1)
     state = copy.deepcopy(trainer.state_dict())  # its tensors are the live ones: the step below changes them
-    for name in ("world_size", "per_rank", "callbacks", "scaler", "history", "threads"):
+    for name in ("world_size", "per_rank", "callbacks", "scaler", "history", "threads", "stopped"):
         del state[name]
     expected = trainer.step(data[1])
     resumed = small_trainer(threads=1, early_stopping="train_loss")
@@ -146,3 +147,31 @@ def test_a_checkpoint_with_a_thread_count_that_is_not_one_is_refused(threads) ->
     state = dict(trainer.state_dict(), threads=threads)
     with pytest.raises(CheckpointError, match="'threads' is .*not a thread count"):
         small_trainer(threads=1).load_state_dict(state)
+
+
+@pytest.mark.parametrize("stopped", [True, 3, "x" * 1001])
+def test_a_checkpoint_whose_stop_reason_is_not_a_short_text_is_refused(stopped) -> None:
+    trainer, data = _trainer()
+    trainer.fit(data, epochs=1)
+    with pytest.raises(CheckpointError, match="'stopped' is .*not why training stopped"):
+        small_trainer(threads=1).load_state_dict(dict(trainer.state_dict(), stopped=stopped))
+
+
+def test_a_run_that_early_stopping_ended_is_resumed_as_it_ended_not_trained_further(tmp_path: Path) -> None:
+    """A finished first training of a script, resumed by `torchwork resume` (issue 49, item 10), must be restored
+    as it was: it used to train one more epoch at each resume, since the stop was not in its checkpoint."""
+    from torchwork.engine.callbacks import EarlyStopping
+
+    def fit() -> Trainer:
+        trainer = small_trainer(threads=1, run_dir=tmp_path, tensorboard=False, guard=False,
+                                callbacks=[EarlyStopping("train_loss", patience=1, min_delta=100.0)])
+        trainer.fit(batches(4, 0), epochs=30, resume="latest")
+        return trainer
+
+    stopped = fit()  # epoch 1 improves on inf, epoch 2 not by 100: stopped after epoch 2
+    assert stopped.epoch == 2 and stopped.global_step == 8
+    weights = [p.detach().clone() for p in stopped.model.parameters()]
+    resumed = fit()
+    assert resumed.run_path == stopped.run_path and resumed.epoch == 2 and resumed.global_step == 8
+    assert all(torch.equal(a, b) for a, b in zip(weights, resumed.model.parameters()))
+    assert resumed.stop_reason is not None and resumed.stop_reason.startswith("early stopping: train_loss has not")

@@ -58,7 +58,9 @@ class TrainerCheckpoint:
     ``step_fn`` (a ``step_fn`` object's ``state_dict()``: state it carries across batches, such as a
     truncated-BPTT hidden state; None without one);
     ``threads`` (on the CPU, torch's thread count the run had chosen: a resume with ``threads="auto"`` keeps
-    it, so that the continuation computes as the run did; older checkpoints lack it).
+    it, so that the continuation computes as the run did; older checkpoints lack it);
+    ``stopped`` (at an epoch's end after a callback stopped training, early stopping's reason; None
+    otherwise, and in older checkpoints): a resume of a run that stopped trains no further epoch.
     ``extra``: what was written beside these (a run folder's ``best_value`` and ``run``), kept as it was.
     """
 
@@ -78,6 +80,7 @@ class TrainerCheckpoint:
     callbacks: list[Any] = field(default_factory=list)
     step_fn: Any = None
     threads: int | None = None
+    stopped: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ the file's dict
@@ -129,7 +132,7 @@ class TrainerCheckpoint:
                    counters=trainer.state.counters(), **own, history=list(trainer.history),
                    callbacks=[c.state_dict() if hasattr(c, "state_dict") else None for c in trainer.callbacks],
                    step_fn=trainer.step_fn.state_dict() if hasattr(trainer.step_fn, "state_dict") else None,
-                   threads=_threads_in_use(trainer))
+                   threads=_threads_in_use(trainer), stopped=_stop_reason(trainer))
 
     def restore(self, trainer: Trainer) -> None:
         """Put this checkpoint back into ``trainer``: weights, callbacks, optimizer, scheduler, scaler, then
@@ -159,10 +162,21 @@ class TrainerCheckpoint:
             raise CheckpointError(f"the checkpoint's optimizer, scheduler or scaler state does not fit this "
                                   f"Trainer ({type(error).__name__}: {str(error)[:200]}).") from None
         _keep_threads(trainer, self.threads)
+        # A run that had stopped (early stopping) stays stopped: a resume of it, e.g. the finished first
+        # training of a script resumed by `torchwork resume`, trains no epoch more than it did.
+        trainer.should_stop, trainer.stop_reason = self.stopped is not None, self.stopped
         world = trainer.world
         own = trainer.state.restore(self.state_dict(), world.rank, world.world_size)  # RNG streams last
         if own.get("epoch_totals"):
             trainer._totals = move_to_device(dict(own["epoch_totals"]), trainer.device)
+
+
+def _stop_reason(trainer: Trainer) -> str | None:
+    """Why training stopped, at an epoch's end where a callback stopped it (None: it goes on)."""
+    if not trainer.should_stop or trainer.state.batch_in_epoch:
+        return None
+    reasons = [str(reason) for c in trainer.callbacks if (reason := getattr(c, "reason", None))]
+    return ("; ".join(reasons) if reasons else "a callback set trainer.should_stop")[:1000]
 
 
 def _threads_in_use(trainer: Trainer) -> int | None:

@@ -202,6 +202,7 @@ class Trainer:
         # Where training is (counters, data position, RNG streams): saved in every checkpoint.
         self.state = TrainingState()
         self.should_stop = False
+        self.stop_reason: str | None = None  # why a resumed run had stopped (its checkpoint's ``stopped``)
         self._train_modes: list[bool] | None = None
         self._last_grad_norm: Tensor | None = None
         self._totals: dict[str, Any] = {}
@@ -473,7 +474,7 @@ class Trainer:
         from torchwork.runs.lineage import resume_target
 
         resume = resume_target(resume, self.run_dir) if self.world.is_rank_zero else resume
-        self.should_stop = False
+        self.should_stop, self.stop_reason = False, None
         self._epochs_total = epochs
         self._compiler.planned_steps = planned_steps(train_loader, epochs, self.accumulate)
         if self._thread_tuner is not None:  # another fit of this Trainer: its steps widen the timing budget
@@ -549,6 +550,7 @@ class Trainer:
                 self._say(epoch_line(self.epoch + 1, self._epochs_total, logs))
             self._end_epoch(logs)
         reasons = [str(reason) for c in self.callbacks if (reason := getattr(c, "reason", None))]
+        reasons = reasons or ([self.stop_reason] if self.stop_reason else [])  # restored by a resume
         if self.should_stop and self.epoch < epochs:
             self._say(f"torchwork: stopped after epoch {self.epoch} of {epochs}: "
                       + ("; ".join(reasons) if reasons else "a callback set trainer.should_stop"))

@@ -76,6 +76,9 @@ def _check(state: Any) -> None:
     threads = state.get("threads")
     if threads is not None and not (_integer(threads) and threads >= 1):
         raise _Bad(f"'threads' is {_shown(threads)}, not a thread count (an integer >= 1).")
+    stopped = state.get("stopped")
+    if stopped is not None and not (isinstance(stopped, str) and len(stopped) <= 1000):
+        raise _Bad(f"'stopped' is {_shown(stopped)}, not why training stopped (a text of at most 1000 characters).")
     best = state.get("best_value")
     if best is not None and not (_number(best) and math.isfinite(best)):
         raise _Bad(f"'best_value' is {_shown(best)}, not a finite number.")
