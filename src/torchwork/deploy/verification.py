@@ -193,17 +193,9 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
     """
     import torch
 
-    root, trust = Path(artifact_dir), tuple(trust)
+    root = Path(artifact_dir)
     manifest = read_manifest(root)
-    names = [n for n in manifest.variants if variants is None or n in variants]
-    trust_native = NATIVE_TRUST in trust or variants is not None
-    skipped = {n: "a native library: pass trust=('native',) (--trust native) to load it"
-               for n in names if needs_native_trust(n) and not trust_native}
-    names = [n for n in names if n not in skipped]
-    trust = tuple(t for t in trust if t != NATIVE_TRUST)
-    if variants is not None and set(variants) - set(manifest.variants):
-        raise ConfigError(f"artifact {root} has no variant(s) {sorted(set(variants) - set(manifest.variants))}; "
-                          f"it has {sorted(manifest.variants)}.")
+    names, skipped, trust_native, trust = _chosen_variants(root, manifest, variants, tuple(trust))
     preprocess = load_preprocess(root, manifest, trust)
     model_inputs, targets, source, rows = _model_inputs(root, manifest, preprocess, inputs, targets)
     ordered = (length_ordered(rows, preprocess, manifest.inputs, manifest.static_batch or CHUNK)
@@ -215,37 +207,14 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
     try:
         if model is not None:
             modes = [m.training for m in model.modules()]
-            reference_module = _reference_module(model, root, manifest).eval()
-            reference_name, reference_label = "eager", "eager model passed to verify"
-        elif "pt2" in manifest.variants:
-            reference_module = _pt2_reference(root, manifest)
-            reference_name, reference_label = "pt2", "the artifact's pt2 program run eagerly by PyTorch"
-        else:
-            raise ExportError(f"artifact {root} has no pt2 program to serve as the eager reference. Verify it from "
-                              "Python with verify(path, model=YourModel()), or re-export with 'pt2' in formats.")
-        runners: dict[str, Runner] = {reference_name: torch_runner(reference_module)}
-        kinds = {reference_name: "reference"}
-        for name in names:
-            if name == reference_name:
-                continue
-            runners[name] = variant_runner(root, manifest, name, threads, trust_native)
-            kinds[name] = "quantized" if name.endswith("int8") else "exact"
+        reference_module, reference_name, reference_label = _reference(model, root, manifest)
+        runners, kinds = _runners(root, manifest, names, reference_name, reference_module, threads, trust_native)
         if torch_ao:
-            if model is None:
-                raise ConfigError("torch_ao=True measures torch.ao dynamic quantization of the eager model: pass "
-                                  "model=.")
-            from torchwork.deploy.quantize import torch_dynamic_int8
-
-            runners["torch-ao-int8"] = torch_runner(torch_dynamic_int8(reference_module))
-            kinds["torch-ao-int8"] = "comparison"
+            _add_torch_ao(runners, kinds, reference_module, model)
         static_batch = manifest.static_batch
         compile_seconds, failed = None, None
         if compile:
-            try:
-                runners["compiled"], compile_seconds = _compiled_runner(reference_module, model_inputs, static_batch)
-                kinds["compiled"] = "compiled"
-            except Exception as error:  # noqa: BLE001 - whatever the backend raises is the row's finding
-                failed = {"kind": "compiled", "ok": False, "problem": f"torch.compile failed: {first_line(error)}"}
+            compile_seconds, failed = _add_compiled(runners, kinds, reference_module, model_inputs, static_batch)
         timing = (_timing_inputs(rows, preprocess, manifest.inputs, ordered)
                   if ordered is not None and not static_batch else None)
         given = None if reference_outputs is None else _given_outputs(reference_outputs, model_inputs)
@@ -263,14 +232,7 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
         if modes is not None:
             for module, mode in zip(model.modules(), modes):
                 module.training = mode
-    for name, row in report["variants"].items():
-        if name in manifest.variants:
-            row["bytes"] = manifest.variant_bytes(name)
-    deploy, reasons = choose_variant({n: r for n, r in report["variants"].items() if n in manifest.variants},
-                                     report.pop("timing_rounds"), int(model_inputs[0].shape[0]),
-                                     report.pop("latency_rounds"))
-    for name, reason in reasons.items():
-        report["variants"][name]["choice"] = reason
+    deploy = _choose(report, manifest, int(model_inputs[0].shape[0]))
     report.update(
         ok=all(r["ok"] for r in report["variants"].values() if r["kind"] not in ("comparison", "compiled")),
         artifact=str(root), reference=reference_label,
@@ -286,6 +248,79 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
                     f"{MIN_TIMING_ROUNDS} timing rounds, and slower at neither beyond it",
         refused_at_export=manifest.refused, advice=manifest.advice, not_loaded=skipped)
     return report
+
+
+def _chosen_variants(root: Path, manifest: Manifest, variants: Sequence[str] | None,
+                     trust: tuple[str, ...]) -> tuple[list[str], dict[str, str], bool, tuple[str, ...]]:
+    """(the variants to load, those left unloaded with the reason, whether a native library may load, the
+    preprocessor's trusted prefixes) for verify's ``variants`` and ``trust``."""
+    names = [n for n in manifest.variants if variants is None or n in variants]
+    trust_native = NATIVE_TRUST in trust or variants is not None
+    skipped = {n: "a native library: pass trust=('native',) (--trust native) to load it"
+               for n in names if needs_native_trust(n) and not trust_native}
+    names = [n for n in names if n not in skipped]
+    if variants is not None and set(variants) - set(manifest.variants):
+        raise ConfigError(f"artifact {root} has no variant(s) {sorted(set(variants) - set(manifest.variants))}; "
+                          f"it has {sorted(manifest.variants)}.")
+    return names, skipped, trust_native, tuple(t for t in trust if t != NATIVE_TRUST)
+
+
+def _reference(model: Any, root: Path, manifest: Manifest) -> tuple[Any, str, str]:
+    """(the eager reference module, its row's name, what it is in words): the model passed, else the pt2 program."""
+    if model is not None:
+        return _reference_module(model, root, manifest).eval(), "eager", "eager model passed to verify"
+    if "pt2" in manifest.variants:
+        return _pt2_reference(root, manifest), "pt2", "the artifact's pt2 program run eagerly by PyTorch"
+    raise ExportError(f"artifact {root} has no pt2 program to serve as the eager reference. Verify it from "
+                      "Python with verify(path, model=YourModel()), or re-export with 'pt2' in formats.")
+
+
+def _runners(root: Path, manifest: Manifest, names: list[str], reference_name: str, reference_module: Any,
+             threads: int, trust_native: bool) -> tuple[dict[str, Runner], dict[str, str]]:
+    """A runner per row (the reference first, then each variant loaded) and each row's kind."""
+    runners: dict[str, Runner] = {reference_name: torch_runner(reference_module)}
+    kinds = {reference_name: "reference"}
+    for name in names:
+        if name == reference_name:
+            continue
+        runners[name] = variant_runner(root, manifest, name, threads, trust_native)
+        kinds[name] = "quantized" if name.endswith("int8") else "exact"
+    return runners, kinds
+
+
+def _add_torch_ao(runners: dict[str, Runner], kinds: dict[str, str], reference_module: Any, model: Any) -> None:
+    """The ``torch-ao-int8`` comparison row: torch.ao dynamic INT8 of the reference (needs the eager model)."""
+    if model is None:
+        raise ConfigError("torch_ao=True measures torch.ao dynamic quantization of the eager model: pass "
+                          "model=.")
+    from torchwork.deploy.quantize import torch_dynamic_int8
+
+    runners["torch-ao-int8"] = torch_runner(torch_dynamic_int8(reference_module))
+    kinds["torch-ao-int8"] = "comparison"
+
+
+def _add_compiled(runners: dict[str, Runner], kinds: dict[str, str], reference_module: Any, inputs: tuple[Any, ...],
+                  static_batch: int | None) -> tuple[float | None, dict[str, Any] | None]:
+    """The ``compiled`` row's runner: (its compile seconds, None), or (None, the row of its failure)."""
+    try:
+        runners["compiled"], compile_seconds = _compiled_runner(reference_module, inputs, static_batch)
+    except Exception as error:  # noqa: BLE001 - whatever the backend raises is the row's finding
+        return None, {"kind": "compiled", "ok": False, "problem": f"torch.compile failed: {first_line(error)}"}
+    kinds["compiled"] = "compiled"
+    return compile_seconds, None
+
+
+def _choose(report: dict[str, Any], manifest: Manifest, count: int) -> str | None:
+    """The variant to deploy, each variant's file size and the reason it was or was not chosen written into
+    its row (the timing rounds leave the report)."""
+    for name, row in report["variants"].items():
+        if name in manifest.variants:
+            row["bytes"] = manifest.variant_bytes(name)
+    deploy, reasons = choose_variant({n: r for n, r in report["variants"].items() if n in manifest.variants},
+                                     report.pop("timing_rounds"), count, report.pop("latency_rounds"))
+    for name, reason in reasons.items():
+        report["variants"][name]["choice"] = reason
+    return deploy
 
 
 def _compiled_runner(module: Any, inputs: tuple[Any, ...], static_batch: int | None) -> tuple[Runner, float]:
