@@ -217,3 +217,17 @@ def slow_text_predictor(folder: str) -> TorchPredictor:
 def wrong_labels_predictor(folder: str) -> TorchPredictor:
     """The digits MLP (10 outputs) declared with 5 labels: a model that cannot answer its labels."""
     return TorchPredictor(load_digits_mlp(folder), item_shape=(64,), labels=DIGIT_LABELS[:5], name="wrong-labels")
+
+
+def slow_start_predictor(folder: str) -> TorchPredictor:
+    """The text model, which takes two minutes to build in a model process (the server's own copy builds at
+    once): a server interrupted while its model process builds. The model process first creates the file
+    ``$SERVE_TEST_BUILDING`` names, if set: it is building from then on."""
+    import multiprocessing
+    import os
+
+    if multiprocessing.parent_process() is not None:
+        if os.environ.get("SERVE_TEST_BUILDING"):
+            Path(os.environ["SERVE_TEST_BUILDING"]).touch()
+        time.sleep(120)
+    return text_predictor(folder)

@@ -312,12 +312,18 @@ def self_signed(folder: Path) -> tuple[Path, Path]:
 
 
 def test_tls_with_a_self_signed_certificate(models_dir, tmp_path):
+    """Its key encrypted with a passphrase, given in TORCHWORK_SSL_KEYFILE_PASSWORD (the bad files: in
+    test_serve_start_failures.py)."""
     if subprocess.run(["which", "openssl"], capture_output=True).returncode:
         pytest.skip("openssl is not installed")
-    cert, key = self_signed(tmp_path)
+    cert, plain_key = self_signed(tmp_path)
+    key = tmp_path / "locked.pem"
+    subprocess.run(["openssl", "pkey", "-in", str(plain_key), "-aes256", "-passout", "pass:s3cret", "-out", str(key)],
+                   check=True, capture_output=True)
     context = ssl.create_default_context(cafile=str(cert))  # trusts exactly this certificate, hostname checked
     server = ServerProcess(models_dir, "text_predictor", "--ssl-certfile", str(cert), "--ssl-keyfile", str(key),
-                           "--no-model-process", log_dir=tmp_path, tls=context)
+                           "--no-model-process", log_dir=tmp_path, tls=context,
+                           env={"TORCHWORK_SSL_KEYFILE_PASSWORD": "s3cret"})
     try:
         assert "listening on https://127.0.0.1:" in server.lines[-1]
         status, _, answer = server.predict(["a lovely film"])

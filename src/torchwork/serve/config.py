@@ -32,7 +32,8 @@ class ServeConfig:
     (C, in the ``serve`` extra; it took a third off the server's CPU per request) or ``"h11"`` (pure Python).
     Keys (:mod:`torchwork.serve.keys`): ``api_key_file`` (and ``TORCHWORK_API_KEYS``); ``open_metrics`` leaves
     ``/metrics`` open; ``insecure_no_auth`` lets a non-loopback ``host`` serve without keys. TLS: ``ssl_certfile``
-    and ``ssl_keyfile`` (PEM), both or neither. ``enable_model_control``: ``POST /v2/repository/models/NAME/load``
+    and ``ssl_keyfile`` (PEM), both or neither, checked before any model loads (:mod:`torchwork.serve.tls`);
+    ``ssl_keyfile_password`` decrypts a key encrypted with a passphrase. ``enable_model_control``: ``POST /v2/repository/models/NAME/load``
     reloads a model (from loopback peers only, unless ``model_control_remote``). ``docs``: serve the interactive
     API docs (``/docs``, whose page loads Swagger UI from a public CDN, and ``/openapi.json``); off by default.
     """
@@ -58,6 +59,7 @@ class ServeConfig:
     insecure_no_auth: bool = False
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
+    ssl_keyfile_password: str | None = dataclasses.field(default=None, repr=False)  # a secret: never printed
     enable_model_control: bool = False
     model_control_remote: bool = False
     docs: bool = False

@@ -12,7 +12,9 @@ Messages are pickles behind an 8-byte length, between this process and the child
 holds the socket). The child is started with ``spawn`` (no forked thread pools) and rebuilds the predictor
 by calling ``build(*args)``, which must be importable (a module-level function). It ignores SIGINT and
 SIGTERM: the server finishes its in-flight batches and then closes the socket, which ends the child; if the
-server dies, the child sees the socket close and exits too.
+server dies, the child sees the socket close and exits too, even while it is still building its predictor.
+A server that fails or is interrupted ends its children on every path, and at the latest when it exits
+(before ``multiprocessing``'s own exit handler, which would send the SIGTERM they ignore and wait forever).
 
 Example (not run here: it starts a process):
     process = ModelProcess(predictor_from_artifact, "runs/sentiment/.../artifact", threads=1)
@@ -24,13 +26,17 @@ Example (not run here: it starts a process):
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import logging
 import os
 import pickle
+import select
 import signal
 import socket
 import struct
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -111,13 +117,20 @@ class ModelProcess:
         if self._closed:
             raise ModelProcessError("the model process is closed (the server is shutting down)")
         context = multiprocessing.get_context("spawn")
+        _end_at_exit(self)
         ours, theirs = socket.socketpair()
         self._process = context.Process(target=_child_main, name="torchwork-model", daemon=True,
                                         args=(theirs, self.build, self.args, self.threads, self.warm_up,
                                               self.nice))
-        self._process.start()
-        theirs.close()
         self._socket = ours
+        try:
+            self._process.start()
+        except BaseException:
+            self._process = None
+            self._stop_child()
+            raise
+        finally:
+            theirs.close()
         ours.settimeout(self.start_timeout_s)
         try:
             status, detail = _receive(ours)
@@ -131,6 +144,9 @@ class ModelProcess:
             self._stop_child()
             raise ModelProcessError(f"the model process exited with code {code} while building its predictor "
                                     "(a crash in native code, or it was killed)") from None
+        except BaseException:  # Ctrl-C (or any other error) while it builds: the child must not outlive this
+            self._stop_child()
+            raise
         ours.settimeout(None)
         if status != "ready":
             self._stop_child()
@@ -206,6 +222,26 @@ class ModelProcess:
             self._process = None
 
 
+_LIVE: weakref.WeakSet[ModelProcess] = weakref.WeakSet()  # every ModelProcess that has started a child
+
+
+def _end_at_exit(process: ModelProcess) -> None:
+    """Have the interpreter's exit end ``process``'s child, if it is still there then: a path that forgot to
+    close it must not leave the exit waiting forever on a child that ignores SIGTERM."""
+    if not _LIVE:
+        import multiprocessing.util  # noqa: F401 - its exit handler is registered on import: ours must come later
+
+        atexit.unregister(_end_children)
+        atexit.register(_end_children)  # atexit runs the last registered first
+    _LIVE.add(process)
+
+
+def _end_children() -> None:
+    for process in list(_LIVE):
+        process._closed = True
+        process._stop_child(timeout=5.0)
+
+
 class _Channel(asyncio.Protocol):
     """The server's end of the socket: length-prefixed pickles in, one callback per message."""
 
@@ -261,6 +297,9 @@ def _child_main(sock: socket.socket, build: Callable[..., Any], args: tuple[Any,
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
     if nice and hasattr(os, "nice"):  # POSIX only
         os.nice(nice)
+    built = threading.Event()
+    threading.Thread(target=_exit_if_abandoned, args=(sock, built), name="torchwork-server-watch",
+                     daemon=True).start()
     try:
         from torchwork.serve.encoding import prediction_fragments
         from torchwork.serve.heap import settle_heap
@@ -277,12 +316,18 @@ def _child_main(sock: socket.socket, build: Callable[..., Any], args: tuple[Any,
                 fragments(predictor.predict_batch(examples(size)))
             probe = predictor.predict_batch(examples(1))
     except BaseException as error:  # tell the server why, then exit
-        _send(sock, ("failed", f"{type(error).__name__}: {error}"))
+        built.set()
+        with contextlib.suppress(OSError):  # (unless it is gone)
+            _send(sock, ("failed", f"{type(error).__name__}: {error}"))
         return
+    built.set()  # before "ready": from then on the server sends batches, and the watch must not read them
     settle_heap()  # as the server does
     import torch
 
-    _send(sock, ("ready", (torch.get_num_threads(), choice.reason, probe)))
+    try:
+        _send(sock, ("ready", (torch.get_num_threads(), choice.reason, probe)))
+    except OSError:  # the server gave up meanwhile
+        return
     while True:
         try:
             message = _receive(sock)
@@ -300,6 +345,21 @@ def _child_main(sock: socket.socket, build: Callable[..., Any], args: tuple[Any,
             _send(sock, answer)
         except OSError:  # the server is gone
             return
+
+
+def _exit_if_abandoned(sock: socket.socket, built: threading.Event) -> None:
+    """While the predictor builds and warms up (the server sends nothing until it is ready), end this
+    process as soon as the server's end of the socket closes: the server gave up (Ctrl-C, a failed start) or
+    died, and a model that went on building would outlive it for as long as that takes."""
+    while not built.is_set():
+        readable, _, _ = select.select([sock], [], [], 0.2)
+        if readable and not built.is_set():
+            try:
+                gone = sock.recv(1, socket.MSG_PEEK) == b""
+            except OSError:
+                gone = True
+            if gone:
+                os._exit(1)
 
 
 def model_threads(threads: int | None = None) -> Any:

@@ -14,6 +14,7 @@ import argparse
 import importlib
 import json
 import logging
+import os
 import socket
 import sys
 from collections.abc import Sequence
@@ -25,6 +26,7 @@ from torchwork.serve.config import HTTP_PARSERS, ServeConfig
 from torchwork.serve.key_file import permission_warning
 from torchwork.serve.keys import ENVIRONMENT, KeyCheck, KeyRing, check_bind
 from torchwork.serve.predictor import ServedModel, available_cpus, configure_threads
+from torchwork.serve.tls import PASSWORD_ENVIRONMENT, check_tls
 
 if TYPE_CHECKING:  # pragma: no cover
     from torchwork.serve.model_process import ModelProcess
@@ -51,7 +53,8 @@ def bind(host: str, port: int) -> socket.socket:
 
 def serve(predictor: ServedModel | None, config: ServeConfig | None = None,
           model_process: ModelProcess | None = None, name: str = "model", version: str = "1",
-          keys: KeyCheck | None = None, models: Sequence[ModelSpec] = ()) -> None:
+          keys: KeyCheck | None = None, models: Sequence[ModelSpec] = (), sock: socket.socket | None = None
+          ) -> None:
     """Serve ``predictor`` over HTTP until SIGTERM/SIGINT, then finish in-flight requests and return.
 
     Prints ``warming up`` once the socket is bound, then, once the model is warmed up and requests are
@@ -60,17 +63,36 @@ def serve(predictor: ServedModel | None, config: ServeConfig | None = None,
     and ``version``: the model's in the Open Inference Protocol's routes (``/v2/models/NAME/infer``);
     ``keys``: the API keys every route but the health probes needs (default: none, which a non-loopback
     ``config.host`` refuses unless ``config.insecure_no_auth``); ``models``: serve several instead of
-    ``predictor`` (see :func:`torchwork.serve.create_app`).
+    ``predictor`` (see :func:`torchwork.serve.create_app`); ``sock``: a listening socket bound already (by
+    :func:`bind`), else one is bound here.
+
+    The TLS files are checked first (:func:`torchwork.serve.tls.check_tls`), and whichever way this returns
+    or raises, every model process has ended.
     """
+    config = config or ServeConfig()
+    check_bind(config.host, keys.ring if keys is not None else None, config.insecure_no_auth)
+    if config.ssl_certfile is not None and config.ssl_keyfile is not None:
+        check_tls(config.ssl_certfile, config.ssl_keyfile, config.ssl_keyfile_password)
+    threads = configure_threads(config.threads)  # torch's; an OnnxPredictor fixed its own when built
+    sock = sock if sock is not None else bind(config.host, config.port)
+    processes = [process for process in [model_process, *(spec.model_process for spec in models)]
+                 if process is not None]
+    try:
+        _serve(predictor, config, model_process, name, version, keys, models, sock, threads)
+    finally:  # a failed start, an interrupted warm-up, or the end: no model process outlives the server
+        for process in processes:
+            process.close()
+        sock.close()
+
+
+def _serve(predictor: ServedModel | None, config: ServeConfig, model_process: ModelProcess | None, name: str,
+           version: str, keys: KeyCheck | None, models: Sequence[ModelSpec], sock: socket.socket,
+           threads: int) -> None:
     import uvicorn
 
     from torchwork.serve.app import create_app
     from torchwork.serve.connections import guarded_protocol
 
-    config = config or ServeConfig()
-    check_bind(config.host, keys.ring if keys is not None else None, config.insecure_no_auth)
-    threads = configure_threads(config.threads)  # torch's; an OnnxPredictor fixed its own when built
-    sock = bind(config.host, config.port)
     host, port = sock.getsockname()[:2]
     url_host = f"[{host}]" if ":" in host else host
     scheme = "https" if config.ssl_certfile else "http"
@@ -102,7 +124,8 @@ def serve(predictor: ServedModel | None, config: ServeConfig | None = None,
                                timeout_graceful_shutdown=int(config.timeout_s) + 5, server_header=False,
                                http=guarded_protocol(app.state.torchwork_guard, config.http), loop="asyncio",
                                timeout_keep_alive=config.idle_timeout_s,  # type: ignore[arg-type]
-                               ssl_certfile=config.ssl_certfile, ssl_keyfile=config.ssl_keyfile)
+                               ssl_certfile=config.ssl_certfile, ssl_keyfile=config.ssl_keyfile,
+                               ssl_keyfile_password=config.ssl_keyfile_password)
     # uvicorn installs its SIGTERM/SIGINT handlers: stop accepting, finish in-flight answers, run shutdown.
     uvicorn.Server(uv_config).run(sockets=[sock])
 
@@ -131,8 +154,8 @@ def start_model_processes(processes: Sequence[tuple[ModelProcess, int]]) -> None
     started: list[ModelProcess] = []
     try:
         for process, max_batch_size in processes:
+            started.append(process)  # before it starts: one interrupted while it warms up is ended too
             process.start(sorted({1, max_batch_size}))
-            started.append(process)
     except BaseException:
         for process in started:
             process.close()
@@ -311,9 +334,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cli_main(args: argparse.Namespace) -> int:
-    """``torchwork serve``: load the predictors with threads set for this machine, then serve them."""
-    from torchwork.env.drift import warn_if_machine_differs
-
+    """``torchwork serve``: check every setting (keys, TLS files, the port), then load the predictors with
+    threads set for this machine and serve them."""
     config = ServeConfig(host=args.host, port=args.port, max_batch_size=args.max_batch_size,
                          max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, max_items=args.max_items,
                          max_text_length=args.max_text_length, max_body_bytes=args.max_body_bytes,
@@ -322,10 +344,26 @@ def cli_main(args: argparse.Namespace) -> int:
                          idle_timeout_s=args.idle_timeout_s, max_connections=args.max_connections, http=args.http,
                          api_key_file=args.api_key_file, open_metrics=args.open_metrics,
                          insecure_no_auth=args.insecure_no_auth, ssl_certfile=args.ssl_certfile,
-                         ssl_keyfile=args.ssl_keyfile, enable_model_control=args.enable_model_control,
+                         ssl_keyfile=args.ssl_keyfile, ssl_keyfile_password=os.environ.get(PASSWORD_ENVIRONMENT),
+                         enable_model_control=args.enable_model_control,
                          model_control_remote=args.model_control_remote, docs=args.docs)
     ring = KeyRing.load(config.api_key_file)  # every setting checked before the model loads
     check_bind(config.host, ring, config.insecure_no_auth, warn=False)
+    if config.ssl_certfile is not None and config.ssl_keyfile is not None:
+        check_tls(config.ssl_certfile, config.ssl_keyfile, config.ssl_keyfile_password)
+    sock = bind(config.host, config.port)  # a port in use says so at once, not after the model loads
+    try:
+        _serve_sources(args, config, ring, sock)
+    finally:
+        sock.close()
+    return 0
+
+
+def _serve_sources(args: argparse.Namespace, config: ServeConfig, ring: KeyRing | None, sock: socket.socket) -> None:
+    """The rest of ``torchwork serve``, once its settings are checked and its socket bound: load the models
+    and serve them on ``sock``."""
+    from torchwork.env.drift import warn_if_machine_differs
+
     keys = KeyCheck(ring, config.open_metrics, config.api_key_file) if ring is not None else None
     sources = served_sources(args.artifact, args.name)  # (name, artifact folder, model folder or None)
     for _, folder, _ in sources:
@@ -380,8 +418,7 @@ def cli_main(args: argparse.Namespace) -> int:
             reload, newest, version = source.reload, source.newest, "1"
         specs.append(ModelSpec(name, version, server_copy(folder), process_for(folder, name), reload, newest,
                                limits.get(name, {}), root if root is not None else Path(folder).resolve().parent))
-    serve(None, config, keys=keys, models=specs)
-    return 0
+    serve(None, config, keys=keys, models=specs, sock=sock)
 
 
 def model_limits(given: Sequence[str] | None, names: Sequence[str], config: ServeConfig) -> dict[str, dict[str, Any]]:
