@@ -116,6 +116,15 @@ def _export_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpp", action="store_true", help="add the C++ runner's sources (cpp/, a CMake project)")
     parser.add_argument("--verify-rounds", type=int, metavar="N",
                         help="interleaved timing rounds of the verification (default: 20; at least 5)")
+    parser.add_argument("--max-length", type=int, metavar="N",
+                        help="dim 1 (the length) dynamic from 1 up to N only, e.g. a GPT's block_size; longer "
+                             "inputs are refused")
+    parser.add_argument("--select-output", metavar="INDEX_OR_KEY",
+                        help="export only this output of forward(): an index into the tuple it returns (0 for "
+                             "a language model's (logits, loss)) or a dict key")
+    parser.add_argument("--strip-prefix", metavar="PREFIX",
+                        help="strip PREFIX (e.g. 'gpt.') from the checkpoint's keys; 'auto' finds it by matching "
+                             "the keys (module. and _orig_mod. are always stripped)")
     parser.add_argument("--json", action="store_true", help="print the export report as JSON")
 
 

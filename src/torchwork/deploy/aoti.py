@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from torchwork.deploy.formats import dims_problems, export_failure, kept_dims, quiet, torch_dims
+from torchwork.deploy.formats import Bounds, dims_problems, export_failure, kept_dims, quiet, torch_dims
 from torchwork.errors import ExportError
 
 FORMAT = "pt2-aoti"
@@ -35,7 +35,7 @@ def needs_native_trust(fmt: str) -> bool:
 
 
 def export_pt2_aoti(model: Any, args: tuple[Any, ...], path: Path, names: Sequence[str],
-                    dynamic: Sequence[dict[int, str]]) -> dict[str, Any]:
+                    dynamic: Sequence[dict[int, str]], bounds: Bounds | None = None) -> dict[str, Any]:
     """torch.export the model, compile the program with AOTInductor for this CPU and write the package."""
     import torch
 
@@ -43,13 +43,13 @@ def export_pt2_aoti(model: Any, args: tuple[Any, ...], path: Path, names: Sequen
     started = time.perf_counter()
     try:
         with quiet(log):
-            program = torch.export.export(model, args, dynamic_shapes=torch_dims(dynamic))
+            program = torch.export.export(model, args, dynamic_shapes=torch_dims(dynamic, bounds))
             exported = time.perf_counter()
             torch._inductor.aoti_compile_and_package(program, package_path=str(path))
     except Exception as error:
         raise export_failure("pt2-aoti (AOTInductor)", error, log) from error
     kept = kept_dims(program, names, dynamic)
-    return {"files": [path.name], "dims": kept, "problems": dims_problems(kept, "torch.export"),
+    return {"files": [path.name], "dims": kept, "problems": dims_problems(kept, "torch.export", bounds),
             "compile_seconds": round(time.perf_counter() - exported, 2),
             "export_seconds": round(exported - started, 2), "log": log[-20:]}
 

@@ -3,15 +3,20 @@
 ``torchwork export SOURCE`` takes the model from a factory: ``path/to/file.py:build`` or
 ``package.module:build``, a function of no arguments returning ``{"model": ..., "example_inputs": ...}``
 (optionally ``preprocess``, ``labels``, ``softmax``, ``samples``, ``targets``, ``input_names``,
-``output_names``, ``dynamic_length``) or a ``(model, example_inputs)`` pair. With a checkpoint,
-``torchwork export CHECKPOINT --model file.py:build`` loads the checkpoint's weights into the model first
-(a state_dict, or a dict holding one under "model" / "state_dict" / "model_state_dict"; ``.safetensors``
-or ``torch.save`` files, read with ``weights_only=True``). CHECKPOINT may also be a run folder (or a
-run_dir: its latest run): its ``best.pt``, else its newest step checkpoint that passes its checksum.
+``output_names``, ``dynamic_length``, ``max_length``, ``output``) or a ``(model, example_inputs)`` pair.
+With a checkpoint, ``torchwork export CHECKPOINT --model file.py:build`` loads the checkpoint's weights into
+the model first (a state_dict, or a dict holding one under "model" / "state_dict" / "model_state_dict";
+``.safetensors`` or ``torch.save`` files, read with ``weights_only=True``), through
+:func:`~torchwork.finetune.load_pretrained` (strict, values checked); the DDP / torch.compile prefixes
+``module.`` and ``_orig_mod.`` are stripped, another one with ``--strip-prefix gpt.`` (or ``auto``), and a
+checkpoint whose keys differ from the model's by one prefix is refused with that prefix named. CHECKPOINT
+may also be a run folder (or a run_dir: its latest run): its ``best.pt``, else its newest step checkpoint
+that passes its checksum.
 
 Example:
     $ torchwork export model.py:build --format onnx,pt2 --quantize int8 -o artifacts/digits
     $ torchwork export runs/x/checkpoints/best.pt --model model.py:build -o artifacts/digits
+    $ torchwork export ckpt.pt --model gpt.py:build --strip-prefix gpt. --max-length 256 --select-output 0 -o a/gpt
     $ torchwork verify artifacts/digits --json
 """
 
@@ -84,12 +89,46 @@ def load_checkpoint_weights(path: Path) -> dict[str, Any]:
     if not isinstance(data, Mapping) or not data or not all(isinstance(v, torch.Tensor) for v in data.values()):
         raise CheckpointError(f"checkpoint {path} holds no state_dict (a dict of tensors, or one under "
                               f"{'/'.join(STATE_KEYS)}).")
-    state = {}
-    for key, value in data.items():
-        for prefix in ("module.", "_orig_mod."):  # DDP and torch.compile wrappers
-            key = key.removeprefix(prefix)
-        state[key] = value
-    return state
+    return dict(data)
+
+
+WRAPPER_PREFIXES = ("module.", "_orig_mod.")  # DDP and torch.compile: always stripped
+
+
+def load_into(model: Any, state: Mapping[str, Any], source: Path, spec: str, strip_prefix: str | None) -> None:
+    """Load ``state`` into the factory's ``model`` with :func:`~torchwork.finetune.load_pretrained` (strict,
+    values checked): the wrapper prefixes stripped, plus ``strip_prefix`` (``"auto"``: the prefix found by
+    matching the keys). A checkpoint whose keys differ from the model's by one prefix is refused with it named."""
+    from torchwork.finetune.loading import load_pretrained
+    from torchwork.prefixes import strip_given
+
+    strip: Any = "auto" if strip_prefix == "auto" else [*WRAPPER_PREFIXES, *([strip_prefix] if strip_prefix else [])]
+    report = load_pretrained(model, state, strip_prefixes=strip, strict=False)  # refused below: nothing exported
+    if report.problems:
+        hint = "" if strip == "auto" else prefix_hint([strip_given(k, strip)[0] for k in state], model)
+        raise CheckpointError(f"checkpoint {source} does not {'fit' if report.mismatched else 'match'} the model "
+                              f"from {spec}. {hint}{report.table()}")
+    if any(report.prefix):
+        print(f"{report.summary()} (checkpoint {source})", file=sys.stderr)
+
+
+def prefix_hint(keys: list[str], model: Any) -> str:
+    """What one prefix between the checkpoint's ``keys`` and the model's would fix, found as
+    :func:`~torchwork.finetune.load_pretrained` finds it (:mod:`torchwork.prefixes`); "" when none would."""
+    from torchwork.prefixes import describe_prefix, discover_prefix
+
+    cut, add = discover_prefix(keys, list(model.state_dict()))
+    if cut and not add:
+        return (f"Every key of the checkpoint has the prefix {cut!r} ({describe_prefix(cut)}); without it the keys "
+                f"match the model's. Pass --strip-prefix {cut} to strip it (or --strip-prefix auto, which finds "
+                "it as load_pretrained does), or save the inner model's state_dict().\n")
+    if add and not cut:
+        return (f"The model's keys have the prefix {add!r} ({describe_prefix(add)}) that the checkpoint's lack: "
+                f"let the factory return the inner model (model.{add.rstrip('.')}).\n")
+    if cut:
+        return (f"The checkpoint's keys start with {cut!r} where the model's start with {add!r}: load the weights "
+                "in the factory with torchwork.finetune.load_pretrained(model, path, rename=...).\n")
+    return ""
 
 
 def cli_export(args: argparse.Namespace) -> int:
@@ -107,17 +146,15 @@ def cli_export(args: argparse.Namespace) -> int:
                           "file.py:function that builds the architecture and example inputs.")
     made = build_from_factory(spec)
     if checkpoint is not None:
-        state = load_checkpoint_weights(checkpoint)
-        try:
-            result = made["model"].load_state_dict(state, strict=False)
-        except RuntimeError as error:  # shape mismatches
-            raise CheckpointError(f"checkpoint {checkpoint} does not fit the model from {spec}: {error}") from error
-        if result.missing_keys or result.unexpected_keys:
-            raise CheckpointError(f"checkpoint {checkpoint} does not match the model from {spec}: missing "
-                                  f"{result.missing_keys[:5]}, unexpected {result.unexpected_keys[:5]}.")
+        load_into(made["model"], load_checkpoint_weights(checkpoint), checkpoint, spec, args.strip_prefix)
+    elif args.strip_prefix:
+        raise ConfigError("--strip-prefix applies to a checkpoint's keys: pass CHECKPOINT --model file.py:build.")
     model, example = made.pop("model"), made.pop("example_inputs")
-    if args.verify_rounds is not None:
-        made["verify_rounds"] = args.verify_rounds
+    for name in ("verify_rounds", "max_length"):
+        if getattr(args, name) is not None:
+            made[name] = getattr(args, name)
+    if args.select_output is not None:
+        made["output"] = int(args.select_output) if args.select_output.isdecimal() else args.select_output
     report = export(model, example, args.output, formats=args.format, dynamic_batch=not args.static_batch,
                     quantize=args.quantize, strict=not args.allow_failed, overwrite=args.overwrite,
                     torchscript_method=args.torchscript_method, cpp=args.cpp, **made)

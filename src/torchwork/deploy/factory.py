@@ -19,7 +19,7 @@ from typing import Any
 from torchwork.errors import ConfigError
 
 FACTORY_KEYS = {"model", "example_inputs", "preprocess", "labels", "softmax", "samples", "targets", "input_names",
-                "output_names", "dynamic_length"}
+                "output_names", "dynamic_length", "max_length", "output"}
 
 
 def load_factory(spec: str) -> Callable[[], Any]:

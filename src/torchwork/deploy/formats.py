@@ -17,8 +17,9 @@ import contextlib
 import inspect
 import io
 import logging
+import re
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,17 +67,26 @@ def input_names_of(model: Any, count: int) -> list[str]:
     return names + [f"input_{i}" for i in range(len(names), count)]
 
 
-def torch_dims(dynamic: Sequence[dict[int, str]]) -> tuple[Any, ...]:
-    """``dynamic_shapes`` for torch.export: one named ``Dim`` per dynamic dim name, shared across inputs."""
+Bounds = Mapping[str, tuple[int, int]]  # dim name -> (min, max): a dim dynamic only up to a bound
+
+
+def torch_dims(dynamic: Sequence[dict[int, str]], bounds: Bounds | None = None) -> tuple[Any, ...]:
+    """``dynamic_shapes`` for torch.export: one named ``Dim`` per dynamic dim name, shared across inputs,
+    with its ``(min, max)`` from ``bounds`` when it has one (else from 1, unbounded)."""
     import torch
 
+    bounds = bounds or {}
     dims: dict[str, Any] = {}
     spec = []
     for entry in dynamic:
         if not entry:
             spec.append(None)
             continue
-        spec.append({axis: dims.setdefault(name, torch.export.Dim(name, min=1)) for axis, name in entry.items()})
+        for name in entry.values():
+            if name not in dims:
+                low, high = bounds.get(name, (1, None))
+                dims[name] = torch.export.Dim(name, min=low, max=high) if high else torch.export.Dim(name, min=low)
+        spec.append({axis: dims[name] for axis, name in entry.items()})
     return tuple(spec)
 
 
@@ -110,7 +120,9 @@ def export_failure(fmt: str, error: BaseException, log: Sequence[str]) -> Export
     message = str(cause)
     suggested = [line.strip() for line in message.splitlines() if "Dim(" in line or line.strip().startswith(
         ("batch", "length"))]
-    text = f"{fmt} export failed ({first_line(cause, 400)}). Why: {explain_failure(message, fmt)}"
+    bound = re.search(r"Dim\(['\"]length['\"][^)]*max=(\d+)", message)  # torch's suggested fix, e.g. max=64
+    why = length_bound_advice(int(bound.group(1))) if bound else explain_failure(message, fmt)
+    text = f"{fmt} export failed ({first_line(cause, 400)}). Why: {why}"
     if suggested:
         text += " torch suggests: " + "; ".join(suggested[:3]) + "."
     failure = ExportError(text)
@@ -145,47 +157,63 @@ def _finite(bound: Any) -> int | None:
     return int(bound) if getattr(bound, "is_Integer", False) else None
 
 
-def dims_problems(kept: Sequence[dict[str, Any]], exporter: str) -> list[str]:
+def length_bound_advice(high: int) -> str:
+    """What to do when the model accepts a length only up to ``high`` (nanoGPT's block_size assert)."""
+    return (f"the model takes at most {high} along the length (an assert, or a table of {high} positions): "
+            f"export it with max_length={high} (--max-length {high}), the length then dynamic from 1 to {high} "
+            "and longer inputs refused.")
+
+
+def dims_problems(kept: Sequence[dict[str, Any]], exporter: str, bounds: Bounds | None = None) -> list[str]:
+    """The requested dynamic dims the exporter made static or narrowed (beyond their requested ``bounds``)."""
     problems = []
     for record in kept:
         where = f"dim {record['dim']} ({record['requested']}) of input {record['input']!r}"
+        low, high = (bounds or {}).get(record["requested"], (1, None))
         if not record.get("dynamic"):
             problems.append(f"{exporter} made {where} static ({record.get('static')}) although it was requested "
                             "dynamic: the model turns that size into a Python int (int(x.shape[0]), "
                             "x.view(N, ...), .tolist()). Keep sizes symbolic (reshape(-1, ...)).")
-        elif (record.get("min") or 1) > 1 or record.get("max") is not None:
-            high = record.get("max") if record.get("max") is not None else "inf"
-            problems.append(f"{exporter} narrowed {where} to [{record.get('min')}, {high}]: the model branches "
-                            "on that size (e.g. if x.shape[0] > 2) and the graph keeps only the branch the "
-                            "example took. Remove the branch or make both sides one tensor expression.")
+        elif (record.get("min") or 1) > max(low, 1) or record.get("max") != high:
+            kept_high = record.get("max") if record.get("max") is not None else "inf"
+            problem = f"{exporter} narrowed {where} to [{record.get('min')}, {kept_high}]"
+            if record["requested"] == "length" and record.get("max") is not None and (
+                    high is None or record["max"] < high):
+                problems.append(f"{problem}: {length_bound_advice(record['max'])}")
+                continue
+            problems.append(f"{problem}: the model branches on that size (e.g. if x.shape[0] > 2) and the graph "
+                            "keeps only the branch the example took. Remove the branch or make both sides one "
+                            "tensor expression.")
     return problems
 
 
 # ----------------------------------------------------------------------------------------- formats
 def export_pt2(model: Any, args: tuple[Any, ...], path: Path, names: Sequence[str],
-               dynamic: Sequence[dict[int, str]]) -> dict[str, Any]:
+               dynamic: Sequence[dict[int, str]], bounds: Bounds | None = None) -> dict[str, Any]:
     import torch
 
     log: list[str] = []
     try:
         with quiet(log):
-            program = torch.export.export(model, args, dynamic_shapes=torch_dims(dynamic))
+            program = torch.export.export(model, args, dynamic_shapes=torch_dims(dynamic, bounds))
             torch.export.save(program, str(path))
     except Exception as error:
         raise export_failure("pt2 (torch.export)", error, log) from error
     kept = kept_dims(program, names, dynamic)
-    return {"files": [path.name], "dims": kept, "problems": dims_problems(kept, "torch.export"), "log": log[-20:]}
+    return {"files": [path.name], "dims": kept, "problems": dims_problems(kept, "torch.export", bounds),
+            "log": log[-20:]}
 
 
 def export_onnx(model: Any, args: tuple[Any, ...], path: Path, names: Sequence[str],
-                output_names: Sequence[str], dynamic: Sequence[dict[int, str]]) -> dict[str, Any]:
+                output_names: Sequence[str], dynamic: Sequence[dict[int, str]],
+                bounds: Bounds | None = None) -> dict[str, Any]:
     import torch
 
     log: list[str] = []
     try:
         with quiet(log):
             program = torch.onnx.export(model, args, dynamo=True, input_names=list(names),
-                                        output_names=list(output_names), dynamic_shapes=torch_dims(dynamic),
+                                        output_names=list(output_names), dynamic_shapes=torch_dims(dynamic, bounds),
                                         verbose=False, optimize=True)
             program.save(str(path), external_data=True)
     except Exception as error:
@@ -195,7 +223,7 @@ def export_onnx(model: Any, args: tuple[Any, ...], path: Path, names: Sequence[s
     kept: list[dict[str, Any]] = []
     if getattr(program, "exported_program", None) is not None:
         kept = kept_dims(program.exported_program, names, dynamic)
-        problems += dims_problems(kept, "the ONNX exporter (torch.export inside it)")
+        problems += dims_problems(kept, "the ONNX exporter (torch.export inside it)", bounds)
     graph = onnx_summary(program.model_proto if hasattr(program, "model_proto") else path)
     explained = {(k["input"], k["dim"]) for k in kept if not k.get("dynamic")}
     for name, entry in zip(names, dynamic):

@@ -2,8 +2,8 @@
 
 An artifact is one directory (every file but the manifest is listed in it with its size and SHA-256)::
 
-    manifest.json            schema (input/output names, dtypes, shapes with dynamic dims), versions,
-                             variants, refusals, advice, postprocessing, the variant to deploy
+    manifest.json            schema (input/output names, dtypes, shapes with dynamic dims and their bounds),
+                             versions, variants, refusals, advice, postprocessing, the variant to deploy
     model.pt2                torch.export program (torch.export.save), also the eager reference
     model.onnx (+ .data)     ONNX graph (torch.onnx.export(dynamo=True)) and its external weights
     model.int8.onnx          ONNX Runtime dynamic INT8 quantization of model.onnx (optional)
@@ -141,11 +141,18 @@ def _expect(value: Any, kind: type | tuple[type, ...], what: str) -> Any:
 @dataclass
 class TensorSpec(_Record):
     """One model input or output: its name, dtype (``"float32"``, ``"int64"``...) and shape; a string in the
-    shape names a dynamic dimension (``"batch"``, ``"length"``), a number is fixed."""
+    shape names a dynamic dimension (``"batch"``, ``"length"``), a number is fixed. ``bounds`` gives a dynamic
+    dimension exported only up to a bound its ``[min, max]`` (``{"length": [1, 256]}``, ``max_length=256``).
+
+    Example:
+        >>> TensorSpec("idx", "int64", ["batch", "length"], {"length": [1, 256]}).limits()
+        {1: (1, 256)}
+    """
 
     name: str
     dtype: str
     shape: list[int | str]
+    bounds: dict[str, list[int]] | None = field(default=None, metadata={"omit_none": True})
     _where = "an input or output"
 
     @classmethod
@@ -154,7 +161,20 @@ class TensorSpec(_Record):
             for dim in _expect(value, list, f"{where}'s shape"):
                 _expect(dim, (int, str), f"a dimension of {where}'s shape")
             return list(value)
+        if name == "bounds":
+            for dim, pair in _expect(value, dict, f"{where}'s bounds").items():
+                ints = isinstance(pair, list) and len(pair) == 2 and all(
+                    isinstance(n, int) and not isinstance(n, bool) for n in pair)
+                if not ints or not 0 <= pair[0] <= pair[1]:
+                    raise _damaged(f"{where}'s bounds of {dim!r} are {pair!r}, not [min, max] with 0 <= min <= max")
+            return value
         return _expect(value, str, f"{where}'s {name}")
+
+    def limits(self) -> dict[int, tuple[int, int]]:
+        """``{axis: (min, max)}`` of the dynamic dimensions that have bounds."""
+        bounds = self.bounds or {}
+        return {axis: (bounds[dim][0], bounds[dim][1]) for axis, dim in enumerate(self.shape)
+                if isinstance(dim, str) and dim in bounds}
 
 
 @dataclass

@@ -19,13 +19,14 @@ Example:
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import platform
 import shutil
 import tempfile
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +53,7 @@ from torchwork.deploy.manifest import (
     Variant,
     variant_format,
 )
+from torchwork.deploy.outputs import check_outputs, select_output
 from torchwork.deploy.parity import make_probes
 from torchwork.deploy.parity_inputs import length_ordered
 from torchwork.deploy.plan import ExportPlan, parse_formats  # noqa: F401 (parse_formats: its old import path)
@@ -85,7 +87,8 @@ def dynamic_spec(args: Sequence[Any], dynamic_batch: bool, dynamic_length: bool 
             entry[1] = "length"
         spec.append(entry)
     if dynamic_length and not any(1 in e for e in spec):
-        raise ConfigError("dynamic_length=True, but no input has a dim 1 (a (batch, length) tensor of token ids).")
+        raise ConfigError("dynamic_length=True (or max_length=), but no input has a dim 1 (a (batch, length) "
+                          "tensor of token ids).")
     return spec
 
 
@@ -103,9 +106,23 @@ def widen(args: tuple[Any, ...], dynamic: Sequence[dict[int, str]]) -> tuple[Any
     return args
 
 
-def _schema(names: Sequence[str], tensors: Sequence[Any], dims: Sequence[dict[int, str]]) -> list[TensorSpec]:
-    return [TensorSpec(n, dtype_name(t.dtype), [d.get(i, s) for i, s in enumerate(t.shape)])
-            for n, t, d in zip(names, tensors, dims)]
+def _schema(names: Sequence[str], tensors: Sequence[Any], dims: Sequence[dict[int, str]],
+            bounds: Mapping[str, tuple[int, int]]) -> list[TensorSpec]:
+    specs = []
+    for name, tensor, entry in zip(names, tensors, dims):
+        bounded = {dim: list(bounds[dim]) for dim in entry.values() if dim in bounds}
+        specs.append(TensorSpec(name, dtype_name(tensor.dtype), [entry.get(i, s) for i, s in enumerate(tensor.shape)],
+                                bounded or None))
+    return specs
+
+
+def _check_example_length(args: Sequence[Any], dynamic: Sequence[dict[int, str]], max_length: int | None) -> None:
+    if max_length is None:
+        return
+    longer = [t.shape[1] for t, e in zip(args, dynamic) if e.get(1) == "length" and t.shape[1] > max_length]
+    if longer:
+        raise ConfigError(f"the example inputs are {longer[0]} long along dim 1 (the length), over max_length="
+                          f"{max_length}: pass shorter example inputs, or the bound the model really has.")
 
 
 def _output_dims(probes: Sequence[Any], outputs: Sequence[Any]) -> list[dict[int, str]]:
@@ -247,6 +264,11 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str], pla
         preprocess: an object with ``save(directory)`` whose class has ``load(directory)`` and turns raw
             inputs into the model's inputs (e.g. texts -> (ids, lengths)); bundled in the artifact.
         dynamic_length: dim 1 is dynamic (default: for integer inputs of 2+ dims, i.e. token ids).
+        max_length: dim 1 (the length) is dynamic from 1 up to this bound only (a GPT's ``block_size``):
+            exported as ``Dim("length", min=1, max=max_length)``, checked at length 1, the example's and the
+            bound, recorded in the manifest (``bounds``); longer inputs are refused when the artifact runs.
+        output: the one output to export when ``forward`` returns several that are not all tensors (a
+            language model's ``(logits, loss)``, a dict): its index (``output=0``) or key (``"logits"``).
         labels, softmax: postprocessing (class names; apply softmax to the first output).
         samples, targets: real held-out raw inputs and labels. They are bundled for ``verify``, give the
             probes real rows, and make ``export`` run ``verify`` and mark the variant to deploy.
@@ -292,10 +314,15 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str], pla
     module = model if on_cpu else copy.deepcopy(model).cpu()
     modes = [m.training for m in module.modules()]
     module.eval()
+    runs, choice = module, plan.output
+    if choice is not None:  # what is exported and checked: the model (its shallow copy) keeping that output
+        names = list(plan.input_names or input_names_of(module, len(args)))
+        plan = dataclasses.replace(plan, input_names=names)
+        runs = select_output(module, choice, names)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
     try:
         with progress.showing_progress("export"):
-            report = _export_into(tmp, out, module, args, plan)
+            report = _export_into(tmp, out, runs, args, plan)
         _commit(tmp, out)
         return report
     finally:
@@ -307,12 +334,15 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str], pla
 def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], plan: ExportPlan) -> dict[str, Any]:
     import torch
 
-    dynamic = dynamic_spec(args, plan.dynamic_batch, plan.dynamic_length)
+    dynamic = dynamic_spec(args, plan.dynamic_batch, True if plan.max_length else plan.dynamic_length)
     args = widen(args, dynamic)
+    _check_example_length(args, dynamic, plan.max_length)
     with torch.no_grad():
-        example_outputs = flatten_outputs(module(*args))
+        raw_outputs = module(*args)
+    check_outputs(raw_outputs)
+    example_outputs = flatten_outputs(raw_outputs)
     names, out_names = _checked_names(module, args, example_outputs, plan)
-    input_schema = _schema(names, args, dynamic)
+    input_schema = _schema(names, args, dynamic, plan.dim_bounds)
     preprocess_entry = _save_preprocess(plan.preprocess, tmp, plan.samples) if plan.preprocess is not None else None
     probes, eager_outputs = _probes_and_eager(module, args, dynamic, plan, input_schema)
     # checked here, before any format is exported: rows that do not fit fail the export at once
@@ -324,11 +354,13 @@ def _export_into(tmp: Path, out: Path, module: Any, args: tuple[Any, ...], plan:
     labels = plan.labels
     manifest = Manifest(
         format_version=FORMAT_VERSION, inputs=input_schema,
-        outputs=_schema(out_names, example_outputs, _output_dims(probes, eager_outputs) or [{}] * len(out_names)),
+        outputs=_schema(out_names, example_outputs, _output_dims(probes, eager_outputs) or [{}] * len(out_names),
+                        plan.dim_bounds),
         variants=variants, files={}, created_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         versions=_versions(), environment=_environment(),
         model={"class": f"{type(module).__module__}.{type(module).__qualname__}",
-               "parameters": sum(p.numel() for p in module.parameters())},
+               "parameters": sum(p.numel() for p in module.parameters()),
+               **({"output": plan.output} if plan.output is not None else {})},
         refused=refused, preprocess=preprocess_entry,
         postprocess=Postprocess(bool(plan.softmax), list(labels) if labels is not None else None),
         advice=list(dict.fromkeys(checked.advice)), reports={"parity": PARITY})
@@ -357,7 +389,8 @@ def _checked_names(module: Any, args: tuple[Any, ...], example_outputs: Sequence
                    plan: ExportPlan) -> tuple[list[str], list[str]]:
     """The input and output names, checked against the model's inputs and outputs (and its labels)."""
     names = list(plan.input_names or input_names_of(module, len(args)))
-    out_names = list(plan.output_names or (["output"] if len(example_outputs) == 1
+    one = [plan.output] if isinstance(plan.output, str) else ["output"]  # a chosen key names its output
+    out_names = list(plan.output_names or (one if len(example_outputs) == 1
                                            else [f"output_{i}" for i in range(len(example_outputs))]))
     if len(names) != len(args) or len(out_names) != len(example_outputs):
         raise ConfigError(f"{len(names)} input names for {len(args)} inputs, {len(out_names)} output names for "
@@ -383,8 +416,9 @@ def _probes_and_eager(module: Any, args: tuple[Any, ...], dynamic: Sequence[dict
         pool = _model_inputs(plan.samples[:PROBE_POOL], plan.preprocess, input_schema, "samples")
     base_length = next((pool[i].shape[1] for i, e in enumerate(dynamic) if 1 in e), None)
     lengths = plan.lengths
-    if lengths is None and base_length is not None:
-        lengths = (max(1, base_length // 2), base_length, 2 * base_length + 1)
+    if lengths is None and base_length is not None:  # up to a bound: the shortest, the example's, the bound
+        lengths = ((1, base_length, plan.max_length) if plan.max_length else
+                   (max(1, base_length // 2), base_length, 2 * base_length + 1))
     sizes = list(plan.batch_sizes) if plan.dynamic_batch else [int(args[0].shape[0])]
     probes = make_probes(pool, dynamic, sizes, lengths or ())
     eager_outputs: list[Any] = []

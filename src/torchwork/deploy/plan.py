@@ -81,6 +81,8 @@ class ExportPlan:
     cpp: bool = False
     quantize_activations: str = "dynamic"
     quantize_reduce_range: bool = True
+    max_length: int | None = None
+    output: int | str | None = None
 
     def __post_init__(self) -> None:
         chosen = parse_formats(self.formats)
@@ -121,10 +123,17 @@ class ExportPlan:
         if self.cpp and not {"pt2-aoti", "torchscript"} & set(chosen):
             raise ConfigError("cpp=True (--cpp) adds the C++ runner, which loads 'pt2-aoti' or 'torchscript': add "
                               "one of them to formats.")
+        _check_length_bound(self.max_length, self.dynamic_length, self.lengths)
+        _check_output_choice(self.output)
         object.__setattr__(self, "formats", chosen)
         object.__setattr__(self, "quantize_ops", tuple(self.quantize_ops))
         object.__setattr__(self, "batch_sizes", [int(b) for b in self.batch_sizes])
         object.__setattr__(self, "cpp", bool(self.cpp))
+
+    @property
+    def dim_bounds(self) -> dict[str, tuple[int, int]]:
+        """``{dim name: (min, max)}`` for the dynamic dims exported up to a bound (``max_length``)."""
+        return {"length": (1, self.max_length)} if self.max_length is not None else {}
 
     @classmethod
     def of(cls, plan: ExportPlan | None, keywords: Mapping[str, Any]) -> ExportPlan:
@@ -144,6 +153,29 @@ class ExportPlan:
             raise ConfigError(f"{names} and an ExportPlan both given: put them into the plan "
                               f"(dataclasses.replace(plan, {next(iter(keywords))}=...)).")
         return plan
+
+
+def _check_length_bound(max_length: Any, dynamic_length: bool | None, lengths: Sequence[int] | None) -> None:
+    if max_length is None:
+        return
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
+        raise ConfigError(f"max_length={max_length!r}: pass the longest sequence the model takes, an int of at "
+                          "least 2 (e.g. a GPT's block_size).")
+    if dynamic_length is False:
+        raise ConfigError(f"max_length={max_length} makes the length (dim 1) dynamic up to {max_length}, but "
+                          "dynamic_length=False fixes it: drop one of them.")
+    over = [n for n in lengths or () if int(n) > max_length]
+    if over:
+        raise ConfigError(f"lengths={list(lengths or ())} probes {over}, over max_length={max_length}: probe "
+                          f"lengths up to {max_length}.")
+
+
+def _check_output_choice(output: Any) -> None:
+    if output is None or (isinstance(output, str) and output) or (
+            isinstance(output, int) and not isinstance(output, bool) and output >= 0):
+        return
+    raise ConfigError(f"output={output!r}: name the one output to export by its index in the tuple forward() "
+                      "returns (output=0) or by its key (output='logits' for a dict or a named tuple).")
 
 
 _FIELDS = {f.name for f in dataclasses.fields(ExportPlan)}
@@ -186,3 +218,5 @@ class ExportKeywords(TypedDict, total=False):
     cpp: bool
     quantize_activations: str
     quantize_reduce_range: bool
+    max_length: int | None
+    output: int | str | None

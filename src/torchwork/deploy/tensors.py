@@ -81,8 +81,39 @@ def check_inputs(inputs: tuple[Any, ...], schema: Sequence[TensorSpec], any_batc
         if bad:
             raise ConfigError(f"input {spec.name!r} must have shape {shape} (names are dynamic dims), got "
                               f"{list(tensor.shape)}.")
+        check_bounds(tensor.shape, spec)
         checked.append(tensor)
     return tuple(checked)
+
+
+def bounds_problem(shape: Sequence[int], spec: TensorSpec) -> str | None:
+    """Why an input of ``shape`` is outside the bounds its dynamic dims were exported with (``max_length``),
+    or None. ``shape`` is the whole tensor's, batch included; what a server calls on each request.
+
+    Example:
+        >>> from torchwork.deploy.manifest import TensorSpec
+        >>> spec = TensorSpec("idx", "int64", ["batch", "length"], {"length": [1, 64]})
+        >>> bounds_problem([1, 64], spec) is None, bounds_problem([1, 65], spec)[:48]
+        (True, "input 'idx' is 65 long along dim 1 (length), over")
+    """
+    for axis, (low, high) in spec.limits().items():
+        if axis < len(shape) and not low <= shape[axis] <= high:
+            name = spec.shape[axis]
+            if shape[axis] > high:
+                return (f"input {spec.name!r} is {shape[axis]} long along dim {axis} ({name}), over the {high} the "
+                        f"artifact was exported for (max_length={high}); the model cannot take more. Send at "
+                        f"most {high} (a language model: keep the last {high} tokens), or export again with a "
+                        "larger max_length if the model allows it.")
+            return (f"input {spec.name!r} is {shape[axis]} long along dim {axis} ({name}), under the {low} the "
+                    f"artifact was exported for; send at least {low}.")
+    return None
+
+
+def check_bounds(shape: Sequence[int], spec: TensorSpec) -> None:
+    """Raise :class:`~torchwork.errors.ConfigError` when :func:`bounds_problem` finds one."""
+    problem = bounds_problem(shape, spec)
+    if problem is not None:
+        raise ConfigError(problem)
 
 
 def save_tensors(path: Path, tensors: Mapping[str, Any]) -> None:

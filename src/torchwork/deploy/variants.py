@@ -76,11 +76,11 @@ def _export_one(checked: Checked, fmt: str, tmp: Path, module: Any, args: tuple[
     path = tmp / VARIANT_FILES[fmt]
     try:
         if fmt == "pt2":
-            info = export_pt2(module, args, path, names, dynamic)
+            info = export_pt2(module, args, path, names, dynamic, plan.dim_bounds)
         elif fmt == "pt2-aoti":
-            info = export_pt2_aoti(module, args, path, names, dynamic)
+            info = export_pt2_aoti(module, args, path, names, dynamic, plan.dim_bounds)
         elif fmt == "onnx":
-            info = export_onnx(module, args, path, names, out_names, dynamic)
+            info = export_onnx(module, args, path, names, out_names, dynamic, plan.dim_bounds)
             checked.advice += graph_advice(info["graph"]["ops"])
         else:
             info = export_torchscript(module, args, path, plan.torchscript_method)
