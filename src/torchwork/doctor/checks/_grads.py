@@ -17,7 +17,7 @@ from torchwork.doctor.checks import Check
 
 
 class ParamRecord:
-    __slots__ = ("param", "owner", "interval", "clean", "received", "handle", "arrived_in")
+    __slots__ = ("param", "owner", "interval", "clean", "received", "handle", "arrived_in", "arrivals")
 
     def __init__(self, param: torch.Tensor, owner: OptimizerRecord) -> None:
         self.param = weakref.ref(param)
@@ -27,10 +27,12 @@ class ParamRecord:
         self.received = param.grad is not None
         self.handle: Any = None
         self.arrived_in = -1  # the session's number of the backward pass that brought the last gradient
+        self.arrivals = 0  # gradients received so far (counted inside step() too, where a closure runs)
 
     def __call__(self, grad: torch.Tensor) -> None:
         steps = self.owner.steps
         self.received = True
+        self.arrivals += 1
         self.arrived_in = self.owner.session.backward_calls
         param = self.param()
         current = None if param is None else param.grad

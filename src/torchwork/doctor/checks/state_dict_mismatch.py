@@ -232,8 +232,9 @@ class StateDictMismatch(Check):
 
     def _partial(self, module: torch.nn.Module, state_dict: Mapping[str, Any], result: Any) -> None:
         model_keys = list(module.state_dict())
-        missing = list(getattr(result, "missing_keys", []))
-        if model_keys and len(missing) == len(model_keys):
+        # "Nothing loaded" is judged from the keys, not from result.missing_keys: BatchNorm leaves a missing
+        # num_batches_tracked out of that list, so a model with BatchNorm never had every key reported missing.
+        if model_keys and isinstance(state_dict, Mapping) and not set(model_keys) & set(state_dict):
             what, fix = diagnose_state_dict(module.state_dict(), state_dict)
             self.report(f"load_state_dict(strict=False) loaded nothing: none of the {len(model_keys)} model keys "
                         f"was in the checkpoint, so the model keeps its random weights. {what}", fix)
