@@ -1,0 +1,185 @@
+"""The training entry points of real repositories that ``benchmarks/doctor_precision.py`` runs, on the CPU,
+their code unmodified, with tiny synthetic data: what each one reads is written for it before it runs
+(MNIST's idx files where ``datasets.MNIST`` looks for them, a word corpus where ``--data`` points), and its
+command-line settings make it small (one epoch, small batches, small layers).
+
+The two tensor-parallel examples (where pytorch/examples#1424, the missing ``zero_grad``, is) run as
+``torchrun --nproc-per-node 2`` on the CPU: each rank runs ``doctor_rank.py``, which tells the script that
+the CPU is its accelerator (``torch.accelerator`` answers "cpu", 2 devices) so that its GPU check passes and
+its device mesh is made on the CPU (gloo); the script itself is unchanged.
+
+The repositories are the 7 torch-preflight scanned (its spike 0002): pytorch/examples, pytorch/tutorials,
+torchtune, litgpt, trl, LLaMA-Factory, transformers' ``examples/pytorch``. :data:`NOT_RUN` says, for each
+entry point that is not run, why. Nothing here fetches anything: the benchmark is given local checkouts.
+
+Example:
+    >>> sorted({entry.repo for entry in ENTRIES})
+    ['examples']
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.util
+import os
+import random
+import runpy
+import struct
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One training entry point: ``python SCRIPT ARGS`` run in ``<base>/run`` after ``prepare(base, checkout)``."""
+
+    repo: str  # the NAME of a NAME=PATH checkout
+    name: str
+    script: str  # relative to the checkout
+    args: tuple[str, ...]
+    prepare: Callable[[Path, Path], None]
+    needs: str = ""  # a module that must be importable (else the entry is not run, and the table says why)
+    ranks: int = 0  # > 0: launched by torchrun with that many CPU ranks (doctor_rank.py), each doctored
+
+    @property
+    def key(self) -> str:
+        return f"{self.repo}/{self.name}"
+
+
+def _mnist(folder: Path, train: int = 320, test: int = 128) -> None:
+    """MNIST's four idx files as torchvision's ``datasets.MNIST`` reads them (random pixels and labels)."""
+    raw = folder / "MNIST" / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(0)
+    for prefix, count in (("train", train), ("t10k", test)):
+        pixels = bytes(rng.randrange(256) for _ in range(count * 28 * 28))
+        (raw / f"{prefix}-images-idx3-ubyte").write_bytes(struct.pack(">IIII", 2051, count, 28, 28) + pixels)
+        labels = bytes(rng.randrange(10) for _ in range(count))
+        (raw / f"{prefix}-labels-idx1-ubyte").write_bytes(struct.pack(">II", 2049, count) + labels)
+
+
+def _mnist_above(base: Path, checkout: Path) -> None:  # datasets.MNIST('../data') from the working folder
+    _mnist(base / "data")
+
+
+def _mnist_here(base: Path, checkout: Path) -> None:  # MNIST("./data/")
+    _mnist(base / "run" / "data")
+
+
+def _vae(base: Path, checkout: Path) -> None:
+    _mnist(base / "data")
+    (base / "run" / "results").mkdir()  # save_image('results/...') expects the folder the repository ships
+
+
+def _words(base: Path, checkout: Path) -> None:
+    rng = random.Random(1)
+    vocabulary = [f"w{i}" for i in range(60)]
+    folder = base / "run" / "words"
+    folder.mkdir()
+    for split, lines in (("train", 300), ("valid", 60), ("test", 60)):
+        text = "\n".join(" ".join(rng.choice(vocabulary) for _ in range(rng.randint(4, 14))) for _ in range(lines))
+        (folder / f"{split}.txt").write_text(text + "\n", encoding="utf-8")
+
+
+def _sine_waves(base: Path, checkout: Path) -> None:
+    """traindata.pt as the repository makes it: its own generate_sine_wave.py, run in the working folder."""
+    with working_folder(base / "run"), contextlib.redirect_stdout(None):
+        runpy.run_path(str(checkout / "time_sequence_prediction" / "generate_sine_wave.py"), run_name="__main__")
+
+
+def _nothing(base: Path, checkout: Path) -> None:
+    pass
+
+
+_SMALL = ("--epochs", "1", "--batch-size", "32", "--log-interval", "1000")
+ENTRIES: tuple[Entry, ...] = (
+    Entry("examples", "mnist", "mnist/main.py", (*_SMALL, "--test-batch-size", "128", "--no-accel"), _mnist_above,
+          "torchvision"),
+    Entry("examples", "mnist_rnn", "mnist_rnn/main.py", (*_SMALL, "--test-batch-size", "128"), _mnist_above,
+          "torchvision"),
+    Entry("examples", "mnist_forward_forward", "mnist_forward_forward/main.py",
+          ("--epochs", "20", "--train_size", "256", "--test_size", "128", "--no_accel", "--log-interval", "1000"),
+          _mnist_here, "torchvision"),
+    Entry("examples", "siamese_network", "siamese_network/main.py", (*_SMALL, "--no-accel"), _mnist_above,
+          "torchvision"),
+    Entry("examples", "vae", "vae/main.py", (*_SMALL, "--no-accel"), _vae, "torchvision"),
+    Entry("examples", "dcgan", "dcgan/main.py",
+          ("--dataset", "fake", "--batchSize", "16", "--imageSize", "64", "--niter", "1", "--workers", "0",
+           "--ngf", "8", "--ndf", "8", "--nz", "16", "--outf", "out", "--manualSeed", "1"), _nothing, "torchvision"),
+    Entry("examples", "regression", "regression/main.py", (), _nothing),
+    Entry("examples", "word_language_model", "word_language_model/main.py",
+          ("--data", "words", "--epochs", "1", "--emsize", "16", "--nhid", "16", "--nlayers", "1", "--bptt", "10",
+           "--batch_size", "8", "--log-interval", "1000", "--save", "model.pt"), _words),
+    Entry("examples", "tensor_parallel", "distributed/tensor_parallelism/tensor_parallel_example.py", (), _nothing,
+          ranks=2),
+    Entry("examples", "sequence_parallel", "distributed/tensor_parallelism/sequence_parallel_example.py", (),
+          _nothing, ranks=2),
+    Entry("examples", "time_sequence_prediction", "time_sequence_prediction/train.py", ("--steps", "1"),
+          _sine_waves, "matplotlib"),
+)
+
+# entry points of the 7 repositories not run here, and why (the report's table lists them)
+NOT_RUN: dict[str, str] = {
+    "examples/imagenet": "--dummy reads 1,281,167 fake images per epoch and no option makes an epoch shorter",
+    "examples/fast_neural_style": "trains against VGG16's pretrained weights, a download",
+    "examples/super_resolution, gcn, gat": "download their data sets at run time (not synthesised here)",
+    "examples/reinforcement_learning": "needs gym, not installed",
+    "examples/mnist_hogwild": "trains in worker processes (the runtime doctor watches its own process)",
+    "examples/language_translation": "needs torchtext and spaCy models",
+    "examples/distributed/tensor_parallelism/fsdp_tp_example.py": "fails on the CPU without the doctor too: "
+                                                                  "CPU attention has no DTensor sharding strategy",
+    "examples/distributed (ddp, rpc, FSDP2, ...)": "not tried: multi-process on GPUs",
+    "pytorch/tutorials, transformers": "not fetched: their snapshots are over the fetch tool's size limit",
+    "torchtune, litgpt, trl, LLaMA-Factory": "their recipes need packages not installed here (omegaconf/torchao, "
+                                             "lightning/jsonargparse, accelerate/datasets) and a pretrained "
+                                             "checkpoint and tokenizer from a hub",
+}
+
+
+@contextlib.contextmanager
+def working_folder(folder: Path) -> Iterator[None]:
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def forget_modules_under(folder: Path) -> None:
+    """Drop the modules a run imported from its script's folder (``model``, ``data``: other entries have their own)."""
+    root = str(folder.resolve()) + os.sep
+    for name, module in list(sys.modules.items()):
+        if str(getattr(module, "__file__", None) or "").startswith(root):
+            del sys.modules[name]
+
+
+_STAND_IN: list[Any] = []  # the torch.library.Library that must outlive the import
+
+
+def importable(module: str) -> bool:
+    """Whether ``module`` imports. torchvision's wheel here is a CUDA build whose C++ operators cannot load
+    against a CPU torch; its Python (datasets, transforms, models) works once the two operators it registers
+    fakes for at import (``nms``, ``qnms``) are declared, so they are, and nothing calls them."""
+    if importlib.util.find_spec(module) is None:
+        return False
+    if module != "torchvision":
+        return True
+    import torch
+
+    try:
+        import torchvision  # noqa: F401
+    except RuntimeError as error:
+        if "torchvision::" not in str(error):
+            raise
+        for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+            del sys.modules[name]
+        library = torch.library.Library("torchvision", "FRAGMENT")
+        for op in ("nms", "qnms"):
+            library.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        _STAND_IN.append(library)
+        import torchvision  # noqa: F401
+    return True
