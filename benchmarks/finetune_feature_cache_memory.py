@@ -23,15 +23,15 @@ from torchwork.data import load_dataset
 from torchwork.finetune import cache_features, freeze
 from torchwork.finetune.minilm import MiniLMClassifier
 from torchwork.recipes.buckets import pad_batch
-from torchwork.recipes.sentiment_transformer import TokenTexts, _bottom_module, _loader, subword_tokenizer
+from torchwork.recipes.transformer_texts import TokenTexts, bottom_module, length_loader, subword_tokenizer
 tweets, ragged = int(sys.argv[1]), sys.argv[2] == "ragged"
 train = load_dataset("tweets").train
 data = TokenTexts(train.texts[:tweets], train.labels[:tweets], subword_tokenizer(64))
 model = MiniLMClassifier(classes=3).eval()
 freeze(model, "encoder.embeddings", *[f"encoder.encoder.layer.{i}" for i in range(4)])
-bottom = _bottom_module(model, 4)
+bottom = bottom_module(model, 4)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-cache = cache_features(bottom, _loader(data, data.lengths, 64, False, 0, pad_batch), progress=False, ragged=ragged)
+cache = cache_features(bottom, length_loader(data, data.lengths, 64, False, 0, pad_batch), progress=False, ragged=ragged)
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 parts = [t for b in cache.batches for t in b] if ragged else list(cache.features)
 print(json.dumps({"peak_rss_mb": round(peak / 1024), "growth_mb": round((peak - before) / 1024),

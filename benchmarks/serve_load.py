@@ -114,7 +114,7 @@ def build_transformer_artifact(folder: Path) -> None:
     from torchwork.data import load_dataset
     from torchwork.deploy import export
     from torchwork.finetune.minilm import MiniLMClassifier
-    from torchwork.recipes.sentiment_transformer import subword_tokenizer
+    from torchwork.recipes.transformer_texts import subword_tokenizer
 
     torch.manual_seed(0)
     dataset = load_dataset("tweets", seed=0)

@@ -61,7 +61,7 @@ def test_train_from_a_runs_config_yaml_reproduces_it(tmp_path):
 
 
 def test_strategy_timings_that_swap_around_the_threshold_keep_whole_fine_tuning():
-    from torchwork.recipes.sentiment_transformer import strategy_rule
+    from torchwork.recipes.transformer_strategy import strategy_rule
 
     # two runs on a noisy machine: whole-model steps of 1.6 s and 1.45 s at the median (320 s and 290 s for
     # 200 steps, either side of the 300 s budget), spreads overlapping

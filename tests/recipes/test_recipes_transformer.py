@@ -77,11 +77,11 @@ def test_cached_predictions_equal_the_whole_models_for_any_rows(ragged):
     from torchwork.finetune import cache_features, freeze
     from torchwork.finetune.minilm import MiniLMClassifier, MiniLMTop
     from torchwork.recipes.buckets import pad_batch
-    from torchwork.recipes.sentiment_transformer import (
+    from torchwork.recipes.transformer_texts import (
         TokenTexts,
-        _bottom_module,
-        _loader,
+        bottom_module,
         cached_probabilities,
+        length_loader,
         predict_probabilities,
         subword_tokenizer,
     )
@@ -93,7 +93,7 @@ def test_cached_predictions_equal_the_whole_models_for_any_rows(ragged):
     data = TokenTexts(texts, [i % 3 for i in range(len(texts))], subword_tokenizer(40))
     model = MiniLMClassifier(classes=3).eval()
     freeze(model, "encoder.embeddings", *[f"encoder.encoder.layer.{i}" for i in range(5)])
-    cache = cache_features(_bottom_module(model, 5), _loader(data, data.lengths, 4, False, 0, pad_batch),
+    cache = cache_features(bottom_module(model, 5), length_loader(data, data.lengths, 4, False, 0, pad_batch),
                            progress=False, ragged=ragged)
     if ragged:
         assert len({batch[0].shape[1] for batch in cache.batches}) > 1  # the batches kept their own widths

@@ -24,7 +24,8 @@ from typing import Any
 
 from torchwork.recipes.config import EXPORT_FORMATS, check_settings, compile_choice
 from torchwork.recipes.sentiment_shared import choose_precision, precision_words, stratified_subset
-from torchwork.recipes.sentiment_transformer import STRATEGIES
+from torchwork.recipes.transformer_settings import TransformerSettings, validate_settings
+from torchwork.recipes.transformer_strategy import STRATEGIES
 
 MIN_SUBSET = 200  # rows per split: about 35 of the rarest class (positive, ~18%)
 
@@ -104,9 +105,7 @@ class SentimentConfig:
                        zero_or_at_least={"subset": (MIN_SUBSET, "fewer rows per split leave too few tweets of "
                                                     "the rarest class, positive, to train on and to score")})
         compile_choice(self.compile)
-        from torchwork.recipes.sentiment_transformer import validate_settings
-
-        validate_settings(self)  # the upper bounds
+        validate_settings(TransformerSettings.of(self))  # the upper bounds
 
 
 def say(text: str = "") -> None:
@@ -331,8 +330,8 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
 
     if config.model == "transformer":
         from torchwork.recipes.sentiment_transformer import transformer_sections
-
-        served = transformer_sections(config, train, validation, test, classes, run_path, models, decisions)
+        settings = TransformerSettings.of(config)  # what the transformer reads of the config, read once here
+        served = transformer_sections(settings, train, validation, test, classes, run_path, models, decisions)
     else:
         served = served_ngram()
     if own_data is not None:  # a user's data: served only if it beats the baseline beyond the noise

@@ -3,17 +3,22 @@
 What :func:`train_transformer` does, in order:
 
 1. tokenizes with the MiniLM WordPiece tokenizer (``tokenizers``; the same object is bundled in the
-   artifact), and batches by length (:mod:`torchwork.recipes.buckets`);
-2. chooses how to train by measurement (:func:`choose_strategy`): a few real training steps of the whole
-   model against the frozen-bottom option (the bottom's forward once, then steps of the top on cached
-   features); whole fine-tuning is used unless its estimated time is over twice the cached option's and
-   over five minutes, which is what happens on a CPU (``device="auto"`` on a GPU fine-tunes it whole);
+   artifact), and batches by length (:mod:`torchwork.recipes.transformer_texts`);
+2. chooses how to train by measurement (:func:`torchwork.recipes.transformer_strategy.choose_strategy`): a
+   few real training steps of the whole model against the frozen-bottom option (the bottom's forward once,
+   then steps of the top on cached features); whole fine-tuning is used unless its estimated time is over
+   twice the cached option's and over five minutes, which is what happens on a CPU (``device="auto"`` on a
+   GPU fine-tunes it whole);
 3. trains with the Trainer: class-weighted loss, gradient clipping, linear warm-up then linear decay,
    layer-wise learning rates (:func:`torchwork.finetune.param_groups`), early stopping on validation
    macro-F1, best checkpoint kept;
-4. evaluates the whole model on every split, exports it to ONNX with the tokenizer, quantizes MatMul to
-   INT8 and verifies every variant on the whole test split; eager against INT8 at batch 1 and 64 is read
-   from the verification's timing table (:func:`int8_speed`), not timed a second time.
+4. evaluates the whole model on every split; :func:`transformer_sections` then exports it to ONNX with the
+   tokenizer, quantizes MatMul to INT8 and verifies every variant on the whole test split
+   (:mod:`torchwork.recipes.transformer_export`); eager against INT8 at batch 1 and 64 is read from the
+   verification's timing table, not timed a second time.
+
+Its settings are a :class:`~torchwork.recipes.transformer_settings.TransformerSettings`, read once from the
+SentimentConfig.
 
 Example (trains a model, so not run here):
     from torchwork.recipes.sentiment import SentimentConfig, run
@@ -23,155 +28,26 @@ Example (trains a model, so not run here):
 from __future__ import annotations
 
 import dataclasses
-import statistics
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from torchwork.errors import ConfigError
 from torchwork.recipes.config import compile_choice
-
-STRATEGIES = ("auto", "cached", "full")
-FULL_BUDGET_S = 300.0  # whole fine-tuning is always affordable under this estimate
-# Validation tweets set the INT8 fallback margin (and the smoothing scales): the model was fitted to the
-# training tweets, on which INT8 flipped 1.4% of answers against 2.6% of validation and test tweets, so a
-# margin chosen there fell short on the test split (98.9% agreement for 99.5% asked; 99.4% from validation).
-CALIBRATION_ROWS = 3600
-FULL_OVER_CACHED = 2.0  # ... and otherwise while it costs at most this many times the cached option
+from torchwork.recipes.transformer_export import export_transformer, int8_speed
+from torchwork.recipes.transformer_settings import TransformerSettings
+from torchwork.recipes.transformer_strategy import choose_strategy
+from torchwork.recipes.transformer_texts import (
+    TokenTexts,
+    bottom_module,
+    cached_probabilities,
+    length_loader,
+    predict_outputs,
+    subword_tokenizer,
+)
 
 
 def say(text: str = "") -> None:
     print(text, flush=True)
-
-
-class TokenTexts:
-    """A map-style dataset of ``(token ids without padding, label)`` from texts and a SubwordTokenizer."""
-
-    def __init__(self, texts: Sequence[str], labels: Sequence[int], tokenizer: Any) -> None:
-        encodings = tokenizer.tokenizer.encode_batch(list(texts))
-        self.ids = [e.ids[:sum(e.attention_mask)] for e in encodings]
-        self.labels = [int(label) for label in labels]
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def __getitem__(self, index: int) -> tuple[list[int], int]:
-        return self.ids[index], self.labels[index]
-
-    @property
-    def lengths(self) -> list[int]:
-        return [len(ids) for ids in self.ids]
-
-    def subset(self, rows: Sequence[int]) -> TokenTexts:
-        """These ``rows`` (indices), not tokenized again."""
-        part = object.__new__(TokenTexts)
-        part.ids, part.labels = [self.ids[i] for i in rows], [self.labels[i] for i in rows]
-        return part
-
-
-def _bottom_module(model: Any, layers: int) -> Any:
-    from torch import nn
-
-    class Bottom(nn.Module):  # the frozen prefix: embeddings and the first ``layers`` layers, and only those
-        def __init__(self) -> None:
-            super().__init__()
-            self.embeddings = model.encoder.embeddings
-            self.layers = nn.ModuleList(model.encoder.encoder.layer[:layers])
-            self.run_bottom = model.bottom  # a bound method: the top's weights are not registered here
-
-        def forward(self, input_ids: Any, attention_mask: Any) -> Any:
-            return self.run_bottom(input_ids, attention_mask, layers=layers)
-
-    return Bottom()
-
-
-def _time_steps(model: Any, inputs: tuple[Any, ...], target: Any, loss_fn: Any, steps: int) -> list[float]:
-    """Seconds of each training step (forward, backward, AdamW step) on ``inputs``, the warm-up left out."""
-    import torch
-
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=1e-9)  # a negligible step: the weights barely move
-    times = []
-    for index in range(steps + 1):
-        start = time.perf_counter()
-        loss = loss_fn(model(*inputs), target)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        if index:  # the first step warms up
-            times.append(time.perf_counter() - start)
-    optimizer.zero_grad(set_to_none=True)
-    return times
-
-
-def choose_strategy(requested: str, model: Any, batch: tuple[tuple[Any, Any], Any], *, train_layers: int,
-                    steps_per_epoch: int, epochs: int, cache_batches: int, loss_fn: Any, device: Any,
-                    steps: int = 3) -> tuple[str, dict[str, Any]]:
-    """``("full" | "cached", timing)``: whole fine-tuning, or the top ``train_layers`` on cached features.
-
-    Both options are timed on ``batch`` (a real, typical-length batch) on ``device``, and their training time
-    estimated: full = step x steps_per_epoch x epochs; cached = bottom forward x cache_batches + top step
-    x steps_per_epoch x epochs. Full, the default, is kept unless it is over ``FULL_OVER_CACHED`` times the
-    cached estimate and over ``FULL_BUDGET_S`` even with the timing spread taken in full's favour (full's
-    steps at their median less their spread, cached's at theirs plus it): a busy machine keeps the default.
-    """
-    import torch
-
-    from torchwork.finetune import freeze, unfreeze
-    from torchwork.finetune.minilm import MiniLMTop
-
-    if requested not in STRATEGIES:
-        raise ConfigError(f"transformer_strategy={requested!r}: choose from {', '.join(STRATEGIES)}.")
-    if requested != "auto":
-        return requested, {"reason": "as configured"}
-    (ids, mask), target = batch
-    ids, mask, target = ids.to(device), mask.to(device), target.to(device)
-    split = model.num_layers - train_layers
-    model.to(device).train()
-    unfreeze(model)
-    full_steps = _time_steps(model, (ids, mask), target, loss_fn, steps)
-    freeze(model, "encoder.embeddings", *[f"encoder.encoder.layer.{i}" for i in range(split)])
-    bottom = _bottom_module(model, split)
-    bottom_times = []
-    with torch.inference_mode():
-        for _ in range(steps):
-            start = time.perf_counter()
-            hidden, _ = bottom(ids, mask)
-            bottom_times.append(time.perf_counter() - start)
-    top_steps = _time_steps(MiniLMTop(model, split), (hidden.clone(), mask), target, loss_fn, steps)
-    unfreeze(model)
-    timing = strategy_rule(full_steps, top_steps, bottom_times, steps_per_epoch * epochs, cache_batches)
-    timing.update(device=str(device), train_layers=train_layers)
-    return timing.pop("chosen"), timing
-
-
-def strategy_rule(full_steps: Sequence[float], top_steps: Sequence[float], bottom_times: Sequence[float],
-                  trained_steps: int, cache_batches: int) -> dict[str, Any]:
-    """The strategy (``chosen``) from timed samples, and the estimates behind it: whole fine-tuning unless,
-    with the spread counted in its favour, it is over ``FULL_OVER_CACHED`` times the cached option and over
-    ``FULL_BUDGET_S``.
-
-    >>> strategy_rule([1.0, 1.5, 2.0], [0.1] * 3, [0.1] * 3, 200, 50)["chosen"]   # 300 s within the budget
-    'full'
-    >>> strategy_rule([4.0] * 3, [0.1] * 3, [0.1] * 3, 200, 50)["chosen"]        # 800 s against 25 s
-    'cached'
-    """
-    from torchwork.deploy.choice import spread
-
-    full_step, top_step, bottom_s = (statistics.median(t) for t in (full_steps, top_steps, bottom_times))
-    full_total = full_step * trained_steps
-    cached_total = bottom_s * cache_batches + top_step * trained_steps
-    full_low = max(0.0, full_step - spread(full_steps)) * trained_steps
-    cached_high = (bottom_s + spread(bottom_times)) * cache_batches + (top_step + spread(top_steps)) * trained_steps
-    chosen = "full" if full_low <= max(FULL_OVER_CACHED * cached_high, FULL_BUDGET_S) else "cached"
-    return {"chosen": chosen, "step_s_full": round(full_step, 4), "step_s_top": round(top_step, 4),
-            "bottom_forward_s": round(bottom_s, 4), "estimate_s_full": round(full_total, 1),
-            "estimate_s_cached": round(cached_total, 1), "estimate_s_full_low": round(full_low, 1),
-            "estimate_s_cached_high": round(cached_high, 1),
-            "rule": f"full unless its estimate, less the timing spread, is over {FULL_OVER_CACHED:g}x the cached "
-                    f"one plus the spread and over {FULL_BUDGET_S:g} s",
-            "pin": f"--set transformer_strategy={chosen}"}
 
 
 def adamw(groups: Any, device: Any) -> Any:
@@ -224,120 +100,98 @@ class TransformerResult:
     test_outputs: Any = None  # the model's logits on the test split, in its order: verify's eager reference
 
 
-def _loader(data: Any, lengths: Sequence[int], batch_size: int, shuffle: bool, seed: int, collate: Any) -> Any:
-    import torch
+@dataclasses.dataclass
+class _Prepared:
+    """What the chosen strategy trains: the module, its loaders, its head's name, its precision (and how it
+    was chosen), and the cached bottom features of the train and validation splits (cached strategy)."""
 
-    from torchwork.recipes.buckets import LengthBuckets
-
-    return torch.utils.data.DataLoader(data, batch_sampler=LengthBuckets(lengths, batch_size, shuffle=shuffle,
-                                                                         seed=seed), collate_fn=collate)
-
-
-def predict_outputs(model: Any, data: TokenTexts, batch_size: int = 64, device: Any = "cpu",
-                    desc: str = "predicting") -> Any:
-    """The outputs (logits) of ``model`` over ``data`` in the data's order (batched by length), with a
-    progress line: the whole model over thousands of tweets takes minutes on a CPU."""
-    import torch
-
-    from torchwork.engine.progress import ProgressBar
-    from torchwork.recipes.buckets import LengthBuckets, pad_batch
-
-    model.eval()
-    out = torch.empty((len(data), model.classifier.out_features))
-    batches = LengthBuckets(data.lengths, batch_size, shuffle=False)
-    bar = ProgressBar(len(batches), desc=desc)
-    with torch.inference_mode():
-        for batch in batches:
-            (ids, mask), _ = pad_batch([data[i] for i in batch])
-            out[batch] = model(ids.to(device), mask.to(device)).float().cpu()
-            bar.update(len(batch))
-    bar.close()
-    return out
+    trained: Any
+    train_loader: Any
+    val_loader: Any
+    head: str
+    precision: str
+    precision_timing: dict[str, Any]
+    cached: dict[str, Any]
+    cache_seconds: float = 0.0
 
 
-def predict_probabilities(model: Any, data: TokenTexts, batch_size: int = 64, device: Any = "cpu",
-                          desc: str = "predicting") -> Any:
-    """Softmax probabilities of ``model`` over ``data`` in the data's order (:func:`predict_outputs`)."""
-    return predict_outputs(model, data, batch_size, device, desc).softmax(dim=-1)
-
-
-def cached_probabilities(top: Any, cache: Any, lengths: Sequence[int], rows: Sequence[int] | None = None,
-                         batch_size: int = 128, desc: str = "predicting") -> tuple[Any, list[int]]:
-    """Softmax probabilities of ``top`` over a split's cached bottom features, and the rows' labels.
-
-    ``cache`` holds the split's rows in the order :func:`_loader` cached them (by length, ``LengthBuckets``
-    without shuffling, over ``lengths``); ``rows``: indices into the split (default: every row). The rows
-    are read in that order, so a batch of ``batch_size`` is trimmed to its own longest row.
-    """
-    import torch
-
-    from torchwork.engine.progress import ProgressBar
-    from torchwork.recipes.buckets import LengthBuckets, trim_cached
-
-    order = [index for batch in LengthBuckets(lengths, 64, shuffle=False) for index in batch]
-    if rows is None:
-        positions = list(range(len(order)))
-    else:
-        where = {row: position for position, row in enumerate(order)}
-        positions = sorted(where[row] for row in rows)
-    top.eval()
-    outputs, labels = [], []
-    bar = ProgressBar(-(-len(positions) // batch_size), desc=desc)  # counts batches, and their rows
-    with torch.inference_mode():
-        for start in range(0, len(positions), batch_size):
-            (hidden, mask), target = trim_cached([cache[k] for k in positions[start:start + batch_size]])
-            outputs.append(top(hidden, mask).float().softmax(dim=-1))
-            labels.extend(int(label) for label in target.tolist())
-            bar.update(len(target))
-    bar.close()
-    return torch.cat(outputs), labels
-
-
-def train_transformer(config: Any, train: Any, validation: Any, test: Any, classes: list[str],
+def train_transformer(settings: TransformerSettings, train: Any, validation: Any, test: Any, classes: list[str],
                       run_dir: Path, decisions: Any = None) -> TransformerResult:
     """Fine-tune MiniLM on the splits (see the module docstring); the run folder is under ``run_dir``.
     ``decisions`` (:class:`~torchwork.recipes.recorded.Decisions`): where the measured strategy and precision
     are recorded, and read back from when the run is resumed."""
-    import torch
     from torch import nn
 
-    from torchwork import EarlyStopping, Trainer
-    from torchwork.data import class_weights, classification_metrics
+    from torchwork.data import class_weights
     from torchwork.engine.devices import resolve_device
-    from torchwork.engine.metrics import macro_f1
-    from torchwork.finetune import cache_features, freeze, param_groups
-    from torchwork.finetune.minilm import MiniLMClassifier, MiniLMTop
-    from torchwork.recipes.buckets import pad_batch, trim_cached
-    from torchwork.recipes.sentiment_shared import stratified_rows, stratified_subset
+    from torchwork.finetune.minilm import MiniLMClassifier
 
-    if config.transformer_train_rows and config.transformer_train_rows < len(train):
-        full_size = len(train)
-        train = stratified_subset(train, config.transformer_train_rows, config.seed)
-        say(f"the transformer trains on a stratified {len(train):,} of the {full_size:,} training tweets "
-            "(transformer_train_rows)")
-    tokenizer = subword_tokenizer(config.transformer_max_length)
+    train = _training_rows(settings, train)
+    tokenizer = subword_tokenizer(settings.transformer_max_length)
     data = {name: TokenTexts(split.texts, split.labels, tokenizer)
             for name, split in (("train", train), ("validation", validation), ("test", test))}
     model = MiniLMClassifier(classes=len(classes))
     say(f"MiniLM (all-MiniLM-L6-v2): {sum(p.numel() for p in model.parameters()):,} parameters, every "
         "encoder weight loaded, the classification head new")
-    device = resolve_device(config.device)
+    device = resolve_device(settings.device)
     loss_fn = nn.CrossEntropyLoss(weight=class_weights(train.labels).to(device))
-    size = config.transformer_batch_size
-    steps_per_epoch = -(-len(train) // size)
-    first = [b for _, b in zip(range(9), _loader(data["train"], data["train"].lengths, size, True, config.seed,
-                                                  pad_batch))]
-    probe = sorted(first, key=lambda b: b[0][0].shape[1])[len(first) // 2]  # a batch of median length
+    probe = _probe_batch(settings, data["train"])
+    strategy, timing = _strategy(settings, model, probe, len(train), len(validation), loss_fn, device, decisions)
+    if strategy == "cached":
+        prepared = _prepare_cached(settings, model, data, probe, loss_fn, device, decisions)
+    else:
+        prepared = _prepare_full(settings, model, data, loss_fn, device, decisions)
+    trainer, factor = _trainer(settings, prepared, loss_fn, device, run_dir, strategy, timing)
+    started = time.perf_counter()
+    history = trainer.fit(prepared.train_loader, prepared.val_loader, epochs=settings.transformer_epochs)
+    training_seconds = time.perf_counter() - started + prepared.cache_seconds
+    run_path = trainer.run_path
+    best_info = _best_checkpoint(run_path, prepared.trained, len(prepared.train_loader))
+    model.to("cpu").eval()
+    lr_steps = [settings.transformer_lr * factor(s) for s in range(trainer.global_step)]
+    splits, test_probabilities, test_outputs = _evaluate(settings, model, prepared, data, train, test, classes)
+    return TransformerResult(model, strategy, timing, prepared.precision, history, lr_steps, best_info,
+                             training_seconds, prepared.cache_seconds, run_path, splits, test_probabilities,
+                             test_outputs)
+
+
+def _training_rows(settings: TransformerSettings, train: Any) -> Any:
+    """The training split, or its stratified sample of ``transformer_train_rows`` rows."""
+    from torchwork.recipes.sentiment_shared import stratified_subset
+
+    if settings.transformer_train_rows and settings.transformer_train_rows < len(train):
+        full_size = len(train)
+        train = stratified_subset(train, settings.transformer_train_rows, settings.seed)
+        say(f"the transformer trains on a stratified {len(train):,} of the {full_size:,} training tweets "
+            "(transformer_train_rows)")
+    return train
+
+
+def _probe_batch(settings: TransformerSettings, data: TokenTexts) -> Any:
+    """The training batch of median length among the first nine: the strategy and the precision are timed on it."""
+    from torchwork.recipes.buckets import pad_batch
+
+    first = [b for _, b in zip(range(9), length_loader(data, data.lengths, settings.transformer_batch_size, True,
+                                                        settings.seed, pad_batch))]
+    return sorted(first, key=lambda b: b[0][0].shape[1])[len(first) // 2]  # a batch of median length
+
+
+def _strategy(settings: TransformerSettings, model: Any, probe: Any, train_rows: int, validation_rows: int,
+              loss_fn: Any, device: Any, decisions: Any) -> tuple[str, dict[str, Any]]:
+    """The training strategy and its timing: recorded by the run being resumed, configured, or measured on
+    ``probe``; said, and recorded in ``decisions``."""
+    size = settings.transformer_batch_size
+    steps_per_epoch = -(-train_rows // size)
     kept = decisions.get("transformer_strategy") if decisions is not None else None
     if (isinstance(kept, dict) and kept.get("strategy") in ("cached", "full") and isinstance(kept.get("timing"), dict)
-            and config.transformer_strategy in ("auto", kept["strategy"])):
+            and settings.transformer_strategy in ("auto", kept["strategy"])):
         strategy, timing = kept["strategy"], kept["timing"]
     else:
         kept = None
         strategy, timing = choose_strategy(
-            config.transformer_strategy, model, probe, train_layers=config.transformer_train_layers,
-            steps_per_epoch=steps_per_epoch, epochs=config.transformer_epochs,
-            cache_batches=steps_per_epoch + -(-len(validation) // 64), loss_fn=loss_fn, device=device)
+            settings.transformer_strategy, model, probe, train_layers=settings.transformer_train_layers,
+            steps_per_epoch=steps_per_epoch, epochs=settings.transformer_epochs,
+            cache_batches=steps_per_epoch + -(-validation_rows // 64), loss_fn=loss_fn, device=device)
         if decisions is not None:
             decisions.record("transformer_strategy", {"strategy": strategy, "timing": timing})
     model.to("cpu")
@@ -347,71 +201,109 @@ def train_transformer(config: Any, train: Any, validation: Any, test: Any, class
         say(f"strategy: {strategy} (as configured)")
     else:
         say(f"strategy: {strategy}: measured on {timing['device']} at batch {size}: a whole-model step "
-            f"{timing['step_s_full']:.3f} s, a top-{config.transformer_train_layers} step on cached features "
+            f"{timing['step_s_full']:.3f} s, a top-{settings.transformer_train_layers} step on cached features "
             f"{timing['step_s_top']:.3f} s plus the bottom's forward {timing['bottom_forward_s']:.3f} s per batch "
             f"once; estimated training {timing['estimate_s_full']:.0f} s whole vs {timing['estimate_s_cached']:.0f} s "
             f"cached ({timing['rule']}; pin it with {timing.get('pin', f'--set transformer_strategy={strategy}')})")
+    return strategy, timing
 
-    cache_seconds = 0.0
+
+def _prepare_cached(settings: TransformerSettings, model: Any, data: dict[str, TokenTexts], probe: Any,
+                    loss_fn: Any, device: Any, decisions: Any) -> _Prepared:
+    """The cached strategy: the bottom frozen, its features of the train and validation tweets cached once (in
+    the precision the top trains in), the top trained on them."""
+    import torch
+
+    from torchwork.finetune import cache_features, freeze
+    from torchwork.finetune.minilm import MiniLMTop
+    from torchwork.recipes.buckets import pad_batch, trim_cached
+
+    split_at = model.num_layers - settings.transformer_train_layers
+    freeze(model, "encoder.embeddings", *[f"encoder.encoder.layer.{i}" for i in range(split_at)])
+    bottom = bottom_module(model, split_at)
+    trained = MiniLMTop(model, split_at)
+    with torch.no_grad():  # the top's probe batch, the median-length batch's bottom features (no
+        (probe_ids, probe_mask), probe_target = probe  # inference_mode: the probe trains on them)
+        probe_features = tuple(bottom(probe_ids, probe_mask))
+    precision, precision_timing = _training_precision(settings, decisions, device, trained,
+                                                      (probe_features, probe_target), loss_fn)
+    started = time.perf_counter()
     cached: dict[str, Any] = {}
-    if strategy == "cached":
-        split_at = model.num_layers - config.transformer_train_layers
-        freeze(model, "encoder.embeddings", *[f"encoder.encoder.layer.{i}" for i in range(split_at)])
-        bottom = _bottom_module(model, split_at)
-        trained: Any = MiniLMTop(model, split_at)
-        with torch.no_grad():  # the top's probe batch, the median-length batch's bottom features (no
-            (probe_ids, probe_mask), probe_target = probe  # inference_mode: the probe trains on them)
-            probe_features = tuple(bottom(probe_ids, probe_mask))
-        precision, precision_timing = _training_precision(config, decisions, device, trained,
-                                                          (probe_features, probe_target), loss_fn)
-        started = time.perf_counter()
-        for name in ("train", "validation"):
-            ordered = _loader(data[name], data[name].lengths, 64, False, config.seed, pad_batch)
-            cached[name] = cache_features(bottom, ordered, device=str(device), desc=f"caching {name} features",
-                                          precision=precision, ragged=True)
-        cache_seconds = time.perf_counter() - started
-        say(f"cached layer-{split_at} features of {len(train) + len(validation):,} tweets in {cache_seconds:.0f} s"
-            + (" (the bottom in bf16, as the top trains)" if precision == "bf16" else ""))
-        lengths = {n: [int(mask.sum()) for batch in c.batches for mask in batch[1]] for n, c in cached.items()}
-        train_loader = _loader(cached["train"], lengths["train"], size, True, config.seed, trim_cached)
-        val_loader = _loader(cached["validation"], lengths["validation"], 128, False, config.seed, trim_cached)
-        head = "model.classifier"
-    else:
-        trained = model
-        train_loader = _loader(data["train"], data["train"].lengths, size, True, config.seed, pad_batch)
-        val_loader = _loader(data["validation"], data["validation"].lengths, 128, False, config.seed, pad_batch)
-        head = "classifier"
-        precision, precision_timing = _training_precision(config, decisions, device, trained,
-                                                          next(iter(train_loader)), loss_fn)
+    for name in ("train", "validation"):
+        ordered = length_loader(data[name], data[name].lengths, 64, False, settings.seed, pad_batch)
+        cached[name] = cache_features(bottom, ordered, device=str(device), desc=f"caching {name} features",
+                                      precision=precision, ragged=True)
+    cache_seconds = time.perf_counter() - started
+    say(f"cached layer-{split_at} features of {len(data['train']) + len(data['validation']):,} tweets in "
+        f"{cache_seconds:.0f} s" + (" (the bottom in bf16, as the top trains)" if precision == "bf16" else ""))
+    lengths = {n: [int(mask.sum()) for batch in c.batches for mask in batch[1]] for n, c in cached.items()}
+    size = settings.transformer_batch_size
+    train_loader = length_loader(cached["train"], lengths["train"], size, True, settings.seed, trim_cached)
+    val_loader = length_loader(cached["validation"], lengths["validation"], 128, False, settings.seed, trim_cached)
+    return _Prepared(trained, train_loader, val_loader, "model.classifier", precision, precision_timing, cached,
+                     cache_seconds)
 
-    groups = param_groups(trained, lr=config.transformer_lr, layer_decay=config.layer_decay, head=head,
-                          weight_decay=0.01)
+
+def _prepare_full(settings: TransformerSettings, model: Any, data: dict[str, TokenTexts], loss_fn: Any,
+                  device: Any, decisions: Any) -> _Prepared:
+    """The full strategy: the whole model trained on padded token batches."""
+    from torchwork.recipes.buckets import pad_batch
+
+    size = settings.transformer_batch_size
+    train_loader = length_loader(data["train"], data["train"].lengths, size, True, settings.seed, pad_batch)
+    val_loader = length_loader(data["validation"], data["validation"].lengths, 128, False, settings.seed, pad_batch)
+    precision, precision_timing = _training_precision(settings, decisions, device, model, next(iter(train_loader)),
+                                                      loss_fn)
+    return _Prepared(model, train_loader, val_loader, "classifier", precision, precision_timing, {})
+
+
+def _trainer(settings: TransformerSettings, prepared: _Prepared, loss_fn: Any, device: Any, run_dir: Path,
+             strategy: str, timing: dict[str, Any]) -> tuple[Any, Any]:
+    """The Trainer of ``prepared`` (layer-wise AdamW, warm-up then decay, early stopping on validation
+    macro-F1), and the lr multiplier of each step."""
+    import torch
+
+    from torchwork import EarlyStopping, Trainer
+    from torchwork.engine.metrics import macro_f1
+    from torchwork.finetune import param_groups
+
+    groups = param_groups(prepared.trained, lr=settings.transformer_lr, layer_decay=settings.layer_decay,
+                          head=prepared.head, weight_decay=0.01)
     say(str(groups))
     optimizer = adamw(groups, device)
-    total_steps = config.transformer_epochs * len(train_loader)
-    factor = warmup_decay(total_steps, config.warmup)
+    total_steps = settings.transformer_epochs * len(prepared.train_loader)
+    factor = warmup_decay(total_steps, settings.warmup)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-    trainer = Trainer(trained, optimizer, loss_fn, scheduler, device=device, precision=precision,
-                      threads=config.threads or "auto", compile=compile_choice(config.compile),
-                      clip_grad_norm=config.clip_grad_norm, epoch_metrics={"macro_f1": macro_f1},
-                      early_stopping=EarlyStopping("val_macro_f1", mode="max", patience=config.transformer_patience),
-                      run_dir=run_dir, config={**dataclasses.asdict(config), "strategy": strategy,
-                                               "strategy_timing": timing,
-                                               "precision_chosen": precision, "precision_timing": precision_timing})
-    started = time.perf_counter()
-    history = trainer.fit(train_loader, val_loader, epochs=config.transformer_epochs)
-    training_seconds = time.perf_counter() - started + cache_seconds
-    run_path = trainer.run_path
-    best = torch.load(run_path / "checkpoints" / "best.pt", weights_only=True)
-    trained.load_state_dict(best["model"])
+    trainer = Trainer(prepared.trained, optimizer, loss_fn, scheduler, device=device, precision=prepared.precision,
+                      threads=settings.threads or "auto", compile=compile_choice(settings.compile),
+                      clip_grad_norm=settings.clip_grad_norm, epoch_metrics={"macro_f1": macro_f1},
+                      early_stopping=EarlyStopping("val_macro_f1", mode="max", patience=settings.transformer_patience),
+                      run_dir=run_dir, config={**settings.recorded, "strategy": strategy, "strategy_timing": timing,
+                                               "precision_chosen": prepared.precision,
+                                               "precision_timing": prepared.precision_timing})
+    return trainer, factor
+
+
+def _best_checkpoint(run_path: Path, trained: Any, steps_per_epoch: int) -> dict[str, Any]:
+    """The best checkpoint's weights loaded into ``trained``; what best.json says of it, with its epoch."""
     import json
 
-    best_info = json.loads((run_path / "checkpoints" / "best.json").read_text())
-    best_info["epoch"] = int(round(best_info["step"] / max(1, len(train_loader))))
+    import torch
+
+    best = torch.load(run_path / "checkpoints" / "best.pt", weights_only=True)
+    trained.load_state_dict(best["model"])
+    best_info: dict[str, Any] = json.loads((run_path / "checkpoints" / "best.json").read_text())
+    best_info["epoch"] = int(round(best_info["step"] / max(1, steps_per_epoch)))
     say(f"best checkpoint: val macro-F1 {best_info['value']:.4f} after epoch {best_info['epoch']} "
         f"(step {best_info['step']})")
-    model.to("cpu").eval()
-    lr_steps = [config.transformer_lr * factor(s) for s in range(trainer.global_step)]
+    return best_info
+
+
+def _evaluate(settings: TransformerSettings, model: Any, prepared: _Prepared, data: dict[str, TokenTexts],
+              train: Any, test: Any, classes: list[str]) -> tuple[dict[str, dict[str, Any]], Any, Any]:
+    """Classification metrics of every split, and the test split's probabilities and outputs (logits)."""
+    from torchwork.data import classification_metrics
+    from torchwork.recipes.sentiment_shared import stratified_rows
 
     splits = {}
     test_probabilities = test_outputs = None
@@ -419,13 +311,13 @@ def train_transformer(config: Any, train: Any, validation: Any, test: Any, class
     # forward over every training tweet would cost minutes on a CPU and say little more. With the cached
     # strategy, train and validation rows go through the top alone from their cached bottom features: the
     # same model, without the bottom's forward a second time.
-    picked = stratified_rows(train.labels, len(test), config.seed)
+    picked = stratified_rows(train.labels, len(test), settings.seed)
     for name in ("train", "validation", "test"):
         key = f"train ({len(picked):,} sampled)" if name == "train" and len(picked) < len(train) else name
         rows = picked if name == "train" else None
-        if name in cached:
-            probabilities, labels = cached_probabilities(trained, cached[name], data[name].lengths, rows,
-                                                         desc=f"predicting {key}")
+        if name in prepared.cached:
+            probabilities, labels = cached_probabilities(prepared.trained, prepared.cached[name], data[name].lengths,
+                                                         rows, desc=f"predicting {key}")
         else:
             texts = data[name] if rows is None else data[name].subset(rows)
             outputs, labels = predict_outputs(model, texts, desc=f"predicting {key}"), texts.labels
@@ -433,11 +325,10 @@ def train_transformer(config: Any, train: Any, validation: Any, test: Any, class
         splits[key] = classification_metrics(labels, probabilities.argmax(dim=-1).numpy(), classes)
         if name == "test":
             test_probabilities, test_outputs = probabilities, outputs
-    return TransformerResult(model, strategy, timing, precision, history, lr_steps, best_info, training_seconds,
-                             cache_seconds, run_path, splits, test_probabilities, test_outputs)
+    return splits, test_probabilities, test_outputs
 
 
-def _training_precision(config: Any, decisions: Any, device: Any, trained: Any, batch: Any,
+def _training_precision(settings: TransformerSettings, decisions: Any, device: Any, trained: Any, batch: Any,
                         loss_fn: Any) -> tuple[str, dict[str, Any]]:
     """The transformer's training precision: recorded by the run being resumed, configured, or measured on
     ``batch`` (fp32 off the CPU); said, and recorded in ``decisions``."""
@@ -447,7 +338,7 @@ def _training_precision(config: Any, decisions: Any, device: Any, trained: Any, 
     if isinstance(kept, dict) and kept.get("precision") in ("32", "bf16") and isinstance(kept.get("timing"), dict):
         say(f"precision: {kept['precision']} (recorded by the run being resumed)")
         return kept["precision"], kept["timing"]
-    requested = config.transformer_precision if config.transformer_precision != "auto" else config.precision
+    requested = settings.transformer_precision if settings.transformer_precision != "auto" else settings.precision
     precision, timing = choose_precision(requested if device.type == "cpu" else "32", trained, batch, loss_fn,
                                          steps=4)
     if decisions is not None:
@@ -456,85 +347,7 @@ def _training_precision(config: Any, decisions: Any, device: Any, trained: Any, 
     return precision, timing
 
 
-def subword_tokenizer(max_length: int) -> Any:
-    """MiniLM's WordPiece tokenizer as an artifact preprocessor."""
-    from torchwork.deploy.wordpiece import SubwordTokenizer
-    from torchwork.finetune.minilm import minilm_folder
-
-    return SubwordTokenizer.from_file(minilm_folder() / "tokenizer.json", max_length=max_length)
-
-
-def export_transformer(model: Any, config: Any, artifact: Path, train: Any, validation: Any, test: Any,
-                       classes: list[str], kept: dict[str, Any] | None = None, test_outputs: Any = None
-                       ) -> dict[str, Any]:
-    """ONNX + INT8 (MatMul) with the tokenizer bundled, every variant verified on the whole test split;
-    ``kept``: the variant to deploy and the fallback margin a resumed run chose before; ``test_outputs``:
-    the model's outputs on the test split, already computed by the evaluation (verify's eager reference,
-    checked on the first rows, instead of a second eager pass over the split)."""
-    from torchwork.deploy import export
-
-    tokenizer = subword_tokenizer(config.transformer_max_length)
-    return export(model.eval(), tokenizer(list(train.texts[:8])), artifact, formats=("onnx",), preprocess=tokenizer,
-                  labels=classes, softmax=True, samples=list(test.texts), targets=list(test.labels),
-                  sample_outputs=test_outputs,
-                  quantize="int8" if config.quantize else None, overwrite=True, strict=False,
-                  input_names=("input_ids", "attention_mask"), verify_rounds=5,
-                  # agreement with float (README): per-tensor scales 92.7%, per-channel 97.4%, smoothed 98.7%,
-                  # with the float fallback 99.1-99.7% (seeds 2 and 0)
-                  quantize_per_channel=True, quantize_smoothing=config.int8_smoothing or None,
-                  calibration=list(validation.texts[:CALIBRATION_ROWS]),
-                  quantize_attention_mask="attention_mask" if config.quantize else None,
-                  quantize_fallback_agreement=(config.int8_fallback_agreement or None) if config.quantize else None,
-                  quantize_fallback_margin=(kept or {}).get("margin"), deploy=(kept or {}).get("deploy"),
-                  # activation scales fixed from the validation tweets: a served answer depends on its request
-                  # alone, not on the requests batched with it (benchmarks/deploy_static_int8.py)
-                  quantize_activations="static" if config.quantize else "dynamic")
-
-
-def int8_speed(verify_report: dict[str, Any]) -> dict[str, Any]:
-    """Eager against the served INT8 variant (its float fallback included) from the verification table, which
-    timed them by the one timing rule (interleaved blocks, each after a pause): items per second at batch 1
-    and at the table's throughput batch, and INT8's speed-up.
-
-    >>> rows = {"eager": {"latency_b1_ms": 20.0, "throughput_b64_per_s": 100.0},
-    ...         "onnx-int8": {"latency_b1_ms": 5.0, "throughput_b64_per_s": 250.0}}
-    >>> int8_speed({"variants": rows, "timing_batches": {"latency": 1, "throughput": 64}})["batch_64"]
-    {'eager_per_s': 100.0, 'int8_per_s': 250.0, 'int8_speedup': 2.5}
-    """
-    rows = verify_report["variants"]
-    eager, int8 = rows.get("eager"), rows.get("onnx-int8")
-    if not eager or not int8 or "latency_b1_ms" not in int8:
-        return {}
-    batches = verify_report["timing_batches"]
-    return {f"batch_{batches['latency']}": {"eager_per_s": round(1e3 / eager["latency_b1_ms"], 1),
-                                            "int8_per_s": round(1e3 / int8["latency_b1_ms"], 1),
-                                            "int8_speedup": round(eager["latency_b1_ms"] / int8["latency_b1_ms"], 2)},
-            f"batch_{batches['throughput']}": {
-                "eager_per_s": round(eager["throughput_b64_per_s"], 1),
-                "int8_per_s": round(int8["throughput_b64_per_s"], 1),
-                "int8_speedup": round(int8["throughput_b64_per_s"] / eager["throughput_b64_per_s"], 2)}}
-
-
-def validate_settings(config: Any) -> None:
-    """The upper bounds of a SentimentConfig's transformer settings (``check_settings`` has the lower ones)."""
-    problems = [text for bad, text in (
-        (config.transformer_train_layers > 6, f"transformer_train_layers={config.transformer_train_layers}: "
-                                              "MiniLM has 6 layers; train 1 to 6 of them"),
-        (config.layer_decay > 1, f"layer_decay={config.layer_decay}: use a number in (0, 1]"),
-        (config.warmup >= 1, f"warmup={config.warmup}: the warm-up is a fraction of the steps, in [0, 1)"),
-        (not 0 <= config.int8_smoothing <= 1, f"int8_smoothing={config.int8_smoothing}: SmoothQuant's alpha, "
-                                              "in (0, 1], or 0 for none"),
-        (not 0 <= config.int8_fallback_agreement <= 1, f"int8_fallback_agreement={config.int8_fallback_agreement}"
-                                                       ": a share in (0, 1], or 0 for no float fallback"),
-        (config.transformer_max_length > 512, f"transformer_max_length={config.transformer_max_length}: "
-                                              "MiniLM has 512 positions"),
-        (not isinstance(config.device, str) or not config.device, f"device={config.device!r}: use auto, cpu, "
-                                                                  "cuda or cuda:N")) if bad]
-    if problems:
-        raise ConfigError("; ".join(problems) + ".")
-
-
-def transformer_sections(config: Any, train: Any, validation: Any, test: Any, classes: list[str], run_path: Path,
+def transformer_sections(settings: TransformerSettings, train: Any, validation: Any, test: Any, classes: list[str], run_path: Path,
                          models: dict[str, Any], decisions: Any = None) -> dict[str, Any]:
     """The quickstart's transformer steps (printed as sections 5 and 6); returns what the summary and the
     report need about the served model, and adds it to ``models``."""
@@ -543,7 +356,7 @@ def transformer_sections(config: Any, train: Any, validation: Any, test: Any, cl
     from torchwork.recipes.sentiment_shared import export_threads
 
     say("\n== 5. Transformer: all-MiniLM-L6-v2 fine-tuned on the tweets")
-    result = train_transformer(config, train, validation, test, classes, run_path / "transformer", decisions)
+    result = train_transformer(settings, train, validation, test, classes, run_path / "transformer", decisions)
     metrics = result.splits["test"]
     say(format_metrics(metrics))
     ngram = models["ngram"]["macro_f1"]
@@ -553,11 +366,11 @@ def transformer_sections(config: Any, train: Any, validation: Any, test: Any, cl
                              "training_seconds": round(result.training_seconds, 1)}
 
     say("\n== 6. Export to ONNX with the tokenizer, INT8 MatMul, verification on the whole test split")
-    export_threads(config.threads, say)
+    export_threads(settings.threads, say)
     artifact = run_path / "artifact"
     kept = decisions.get("transformer_export") if decisions is not None else None
     kept = kept if isinstance(kept, dict) else None
-    report = export_transformer(result.model, config, artifact, train, validation, test, classes, kept,
+    report = export_transformer(result.model, settings, artifact, train, validation, test, classes, kept,
                                 result.test_outputs)
     fallback = report["parity"]["formats"].get("onnx-int8", {}).get("fallback") or {}
     if decisions is not None:

@@ -1,0 +1,133 @@
+"""The sentiment recipe's transformer data: tweets as MiniLM token ids, batched by length, and
+predictions over them, from the whole model or from the top on its cached bottom features.
+
+Example:
+    >>> data = TokenTexts(["a great flight", "late again"], [2, 0], subword_tokenizer(16))
+    >>> len(data), data.labels, data.lengths == [len(ids) for ids in data.ids]
+    (2, [2, 0], True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def subword_tokenizer(max_length: int) -> Any:
+    """MiniLM's WordPiece tokenizer as an artifact preprocessor."""
+    from torchwork.deploy.wordpiece import SubwordTokenizer
+    from torchwork.finetune.minilm import minilm_folder
+
+    return SubwordTokenizer.from_file(minilm_folder() / "tokenizer.json", max_length=max_length)
+
+
+class TokenTexts:
+    """A map-style dataset of ``(token ids without padding, label)`` from texts and a SubwordTokenizer."""
+
+    def __init__(self, texts: Sequence[str], labels: Sequence[int], tokenizer: Any) -> None:
+        encodings = tokenizer.tokenizer.encode_batch(list(texts))
+        self.ids = [e.ids[:sum(e.attention_mask)] for e in encodings]
+        self.labels = [int(label) for label in labels]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, index: int) -> tuple[list[int], int]:
+        return self.ids[index], self.labels[index]
+
+    @property
+    def lengths(self) -> list[int]:
+        return [len(ids) for ids in self.ids]
+
+    def subset(self, rows: Sequence[int]) -> TokenTexts:
+        """These ``rows`` (indices), not tokenized again."""
+        part = object.__new__(TokenTexts)
+        part.ids, part.labels = [self.ids[i] for i in rows], [self.labels[i] for i in rows]
+        return part
+
+
+def bottom_module(model: Any, layers: int) -> Any:
+    from torch import nn
+
+    class Bottom(nn.Module):  # the frozen prefix: embeddings and the first ``layers`` layers, and only those
+        def __init__(self) -> None:
+            super().__init__()
+            self.embeddings = model.encoder.embeddings
+            self.layers = nn.ModuleList(model.encoder.encoder.layer[:layers])
+            self.run_bottom = model.bottom  # a bound method: the top's weights are not registered here
+
+        def forward(self, input_ids: Any, attention_mask: Any) -> Any:
+            return self.run_bottom(input_ids, attention_mask, layers=layers)
+
+    return Bottom()
+
+
+def length_loader(data: Any, lengths: Sequence[int], batch_size: int, shuffle: bool, seed: int, collate: Any) -> Any:
+    """A DataLoader of ``data`` in batches of like length (:class:`~torchwork.recipes.buckets.LengthBuckets`)."""
+    import torch
+
+    from torchwork.recipes.buckets import LengthBuckets
+
+    return torch.utils.data.DataLoader(data, batch_sampler=LengthBuckets(lengths, batch_size, shuffle=shuffle,
+                                                                         seed=seed), collate_fn=collate)
+
+
+def predict_outputs(model: Any, data: TokenTexts, batch_size: int = 64, device: Any = "cpu",
+                    desc: str = "predicting") -> Any:
+    """The outputs (logits) of ``model`` over ``data`` in the data's order (batched by length), with a
+    progress line: the whole model over thousands of tweets takes minutes on a CPU."""
+    import torch
+
+    from torchwork.engine.progress import ProgressBar
+    from torchwork.recipes.buckets import LengthBuckets, pad_batch
+
+    model.eval()
+    out = torch.empty((len(data), model.classifier.out_features))
+    batches = LengthBuckets(data.lengths, batch_size, shuffle=False)
+    bar = ProgressBar(len(batches), desc=desc)
+    with torch.inference_mode():
+        for batch in batches:
+            (ids, mask), _ = pad_batch([data[i] for i in batch])
+            out[batch] = model(ids.to(device), mask.to(device)).float().cpu()
+            bar.update(len(batch))
+    bar.close()
+    return out
+
+
+def predict_probabilities(model: Any, data: TokenTexts, batch_size: int = 64, device: Any = "cpu",
+                          desc: str = "predicting") -> Any:
+    """Softmax probabilities of ``model`` over ``data`` in the data's order (:func:`predict_outputs`)."""
+    return predict_outputs(model, data, batch_size, device, desc).softmax(dim=-1)
+
+
+def cached_probabilities(top: Any, cache: Any, lengths: Sequence[int], rows: Sequence[int] | None = None,
+                         batch_size: int = 128, desc: str = "predicting") -> tuple[Any, list[int]]:
+    """Softmax probabilities of ``top`` over a split's cached bottom features, and the rows' labels.
+
+    ``cache`` holds the split's rows in the order :func:`length_loader` cached them (by length, ``LengthBuckets``
+    without shuffling, over ``lengths``); ``rows``: indices into the split (default: every row). The rows
+    are read in that order, so a batch of ``batch_size`` is trimmed to its own longest row.
+    """
+    import torch
+
+    from torchwork.engine.progress import ProgressBar
+    from torchwork.recipes.buckets import LengthBuckets, trim_cached
+
+    order = [index for batch in LengthBuckets(lengths, 64, shuffle=False) for index in batch]
+    if rows is None:
+        positions = list(range(len(order)))
+    else:
+        where = {row: position for position, row in enumerate(order)}
+        positions = sorted(where[row] for row in rows)
+    top.eval()
+    outputs: list[Any] = []
+    labels: list[int] = []
+    bar = ProgressBar(-(-len(positions) // batch_size), desc=desc)  # counts batches, and their rows
+    with torch.inference_mode():
+        for start in range(0, len(positions), batch_size):
+            (hidden, mask), target = trim_cached([cache[k] for k in positions[start:start + batch_size]])
+            outputs.append(top(hidden, mask).float().softmax(dim=-1))
+            labels.extend(int(label) for label in target.tolist())
+            bar.update(len(target))
+    bar.close()
+    return torch.cat(outputs), labels
