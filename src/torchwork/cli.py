@@ -349,6 +349,18 @@ def misplaced_options(command_parser: argparse.ArgumentParser, script_args: Sequ
     return [token for token in script_args if token.split("=", 1)[0] in own]
 
 
+def _static_paths_and_options(command_parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``doctor --static`` runs nothing: what follows its first path is more paths and its own options, in any
+    order (``torchwork doctor --static src --format sarif``)."""
+    options = argparse.ArgumentParser(prog="torchwork doctor --static", add_help=False)
+    for action in command_parser._actions:
+        if action.option_strings and action.dest != "help":
+            options._add_action(action)
+    options.add_argument("paths", nargs="*")
+    options.parse_intermixed_args(args.args, namespace=args)
+    args.args = args.paths
+
+
 def _hint_misplaced(command: str, misplaced: Sequence[str]) -> None:
     """After a failure: the command's own options that went to the script, and where they belong."""
     if misplaced:
@@ -370,7 +382,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         parser.refuse_unknown(args, unknown)
     misplaced: list[str] = []
-    if getattr(args, "command", None) in SCRIPT_RUNNERS and getattr(args, "args", None):
+    if getattr(args, "static", False) and getattr(args, "args", None):
+        _static_paths_and_options(_command_parser(parser, args.command), args)
+    elif getattr(args, "command", None) in SCRIPT_RUNNERS and getattr(args, "args", None):
         args.args = script_arguments(args.args)
         misplaced = misplaced_options(_command_parser(parser, args.command), args.args)
     if not getattr(args, "_target", None):
