@@ -198,3 +198,49 @@ def test_the_cli_exports_the_language_model_with_the_prefix_stripped(tmp_path, c
     stored = load_weights(out)
     assert all(torch.equal(stored[k], v) for k, v in weights.items())
     assert read_manifest(out).inputs[0].bounds == {"length": [1, BLOCK]}
+
+
+def test_the_exported_language_model_serves_and_refuses_past_its_bound_as_invalid(exported, tmp_path):
+    """`torchwork serve` of the artifact, a real server: answers equal the model's logits at length 17, and a
+    request one token past the bound is invalid (422 on /predict and /v2), not the model failing (500)."""
+    import http.client
+    import json
+    import re
+    import subprocess
+    import sys
+
+    model, out, _ = exported
+    log = (tmp_path / "serve.log").open("wb")
+    server = subprocess.Popen([sys.executable, "-m", "torchwork.cli", "serve", str(out), "--port", "0",
+                               "--threads", "1", "--no-model-process", "--name", "gpt"], stdout=subprocess.PIPE, stderr=log)
+    try:
+        line = ""
+        while "listening on http" not in line:
+            line = server.stdout.readline().decode()
+            assert line, (tmp_path / "serve.log").read_text()
+        port = int(re.search(r":(\d+)", line.split("listening on")[1]).group(1))
+
+        def post(path: str, body: dict) -> tuple[int, dict]:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+            response = conn.getresponse()
+            return response.status, json.loads(response.read())
+
+        tokens = ids(2, 17, seed=3)
+        status, answer = post("/predict", {"inputs": tokens.tolist()})
+        assert status == 200, answer
+        with torch.no_grad():
+            expected = model(tokens)[0]
+        got = torch.tensor([prediction["output"] for prediction in answer["predictions"]])
+        torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-3)
+        status, answer = post("/predict", {"inputs": ids(1, BLOCK + 1).tolist()})
+        assert status == 422, answer
+        v2 = {"inputs": [{"name": "idx", "shape": [1, BLOCK + 1], "datatype": "INT64",
+                          "data": ids(1, BLOCK + 1).flatten().tolist()}]}
+        status, answer = post("/v2/models/gpt/infer", v2)
+        assert status == 422 and f"N <= {BLOCK}" in answer["error"], answer
+    finally:
+        server.terminate()
+        server.wait(30)
+        server.stdout.close()
+        log.close()

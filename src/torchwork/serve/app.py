@@ -198,7 +198,9 @@ def create_app(predictor: ServedModel | None, config: ServeConfig | None = None,
     def new_state(spec_name: str, spec_version: str, served: ServedModel, process: ModelProcess | None,
                   metrics: ServerMetrics) -> _State:
         own = configs[spec_name]
-        limits = Limits(max_items=own.max_items, max_text_length=own.max_text_length)
+        bound = getattr(served, "max_free_dim", None)  # an artifact's exported length bound
+        limits = Limits(max_items=own.max_items, max_text_length=own.max_text_length,
+                        **({"max_free_dim": min(bound, Limits.max_free_dim)} if bound else {}))
         return _State(served, own, process, V2Model(spec_name, spec_version, served, limits), metrics)
 
     for spec in specs:

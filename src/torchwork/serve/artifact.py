@@ -73,14 +73,21 @@ class ArtifactPredictor(ModelPredictor):
         name = name or f"{Path(artifact.directory).name} [{artifact.variant}]"
         if artifact.preprocess is not None:
             # Static dims after the batch (a token-id length fixed at export) are met by cutting and padding.
-            self._max_length = min((s.shape[1] for s in self._schema
-                                    if len(s.shape) > 1 and isinstance(s.shape[1], int)), default=None)
+            # A dynamic length exported with a bound (max_length=N) is cut to that bound the same way.
+            self._max_length = min([*(s.shape[1] for s in self._schema
+                                      if len(s.shape) > 1 and isinstance(s.shape[1], int)),
+                                    *(high for s in self._schema for axis, (_, high) in s.limits().items()
+                                      if axis == 1)], default=None)
             super().__init__(kind="text", preprocess=self._text_inputs, labels=labels, output=output, name=name)
             self._check_text_preprocessor()
         else:
             spec = self._tensor_spec(artifact)
             self.input_name: str = spec.name  # what the Open Inference Protocol's routes call the input
             shape = tuple(d if isinstance(d, int) else None for d in spec.shape[1:])
+            # The longest a free dimension may be: its export bound (max_length=N), so a longer request is
+            # refused as invalid (422) rather than failing in the model.
+            self.max_free_dim: int | None = min((high for axis, (_, high) in spec.limits().items() if axis >= 1),
+                                                default=None)
             super().__init__(kind="tensor", item_shape=shape, dtype=spec.dtype, labels=labels, output=output,
                              name=name)
 

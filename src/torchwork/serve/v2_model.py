@@ -116,7 +116,7 @@ class V2Model:
         wanted = self.item_shape
         if len(item) != len(wanted) or any(w is not None and w != got for w, got in zip(wanted, item)) or \
                 any(w is None and not 1 <= got <= self.limits.max_free_dim for w, got in zip(wanted, item)):
-            expected = ", ".join("N" if d is None else str(d) for d in wanted)
+            expected = ", ".join(f"N <= {self.limits.max_free_dim}" if d is None else str(d) for d in wanted)
             raise ProtocolError(422, f"input {self.input_name!r} has shape {list(tensor.shape)}; this model takes "
                                      f"[items, {expected}]")
         array = tensor.array
