@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import collections
 import queue
 import threading
 import time
@@ -44,8 +45,10 @@ class Batcher(Batching):
     def __init__(self, run: Callable[[list[Any]], Sequence[Any]], encode: Callable[[Sequence[Any]], Answer],
                  **options: Any) -> None:
         self.rule = BatchingRule(run, encode, **options)
-        # A SimpleQueue hands a job over with one C-level lock.
-        self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        # A SimpleQueue hands jobs over with one C-level lock: one entry per event-loop pass (all the jobs that
+        # pass submitted), so the worker never wakes between two requests that arrived together.
+        self._queue: queue.SimpleQueue[list[Job] | None] = queue.SimpleQueue()
+        self._taken: collections.deque[Job | None] = collections.deque()  # the worker's: handed over, not yet taken
         self._thread: threading.Thread | None = None
 
     async def open(self) -> None:
@@ -60,11 +63,18 @@ class Batcher(Batching):
 
     def _idle(self) -> bool:
         """Nothing queued and the model free; if so, hold the model lock (released by the rule)."""
-        return self._queue.empty() and self.rule.model_lock.acquire(False)
+        return self._queue.empty() and not self._taken and self.rule.model_lock.acquire(False)
 
     def _hand_over(self, jobs: list[Job]) -> None:
-        for job in jobs:
-            self._queue.put(job)
+        if jobs:
+            self._queue.put(list(jobs))
+
+    def _next(self, timeout: float | None = None, wait: bool = True) -> Job | None:
+        """The worker's next job (None: the stop marker); raise queue.Empty if none comes in time."""
+        while not self._taken:
+            entry = self._queue.get(wait, timeout)
+            self._taken.extend(entry if entry is not None else [None])
+        return self._taken.popleft()
 
     async def shutdown(self, timeout: float = 30.0) -> None:
         """On the event loop: :meth:`stop` without blocking it."""
@@ -85,14 +95,14 @@ class Batcher(Batching):
         arrivals_while_running = 0
         stop = False
         while not stop:
-            first = held if held is not None else self._queue.get()
+            first = held if held is not None else self._next()
             held = None
             if first is None:
                 return
             jobs, size = [first], len(first.items)
             while size < rule.max_batch_size:  # everything already queued, as far as it fits
                 try:
-                    job = self._queue.get_nowait()
+                    job = self._next(wait=False)
                 except queue.Empty:
                     break
                 if job is None:
@@ -133,7 +143,7 @@ class Batcher(Batching):
             if until <= now:
                 break
             try:
-                job = self._queue.get(timeout=until - now)
+                job = self._next(timeout=until - now)
             except queue.Empty:
                 break
             if job is None:
