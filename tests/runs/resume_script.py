@@ -2,10 +2,14 @@
 
 Usage: python resume_script.py RUN_DIR OUT_FILE [--kill-at STEP] [--every N] [--epochs E] [--nan-at STEP]
                                 [--kill-in-write GLOB] [--kill-after-unlink NAME]
+                                [--max-steps N --eval-every K [--kill-in-eval STEP]]
 Trains an MLP with Dropout on a shuffled DataLoader with 2 workers, checkpointing every N steps, with
 resume="latest". --kill-at sends SIGKILL to itself right after that optimizer step. --kill-in-write sends it
 inside an atomic write, when the temp file matching GLOB is written but not yet renamed (at its fsync);
---kill-after-unlink right after a file named NAME is deleted (mid-pruning).
+--kill-after-unlink right after a file named NAME is deleted (mid-pruning). --max-steps trains that many
+optimizer steps instead of epochs, evaluating the train loader itself (given its own generator) and the
+validation loader every --eval-every steps and at step 0, as nanoGPT does; --kill-in-eval sends SIGKILL at
+the start of the validation set's pass at that step, after the train set's.
 """
 
 from __future__ import annotations
@@ -44,6 +48,15 @@ class NaNAt:
                 trainer.model[0].weight.fill_(float("nan"))
 
 
+class KillInEvaluation:
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_evaluate_start(self, trainer, name):
+        if trainer.global_step == self.step and name == "val":
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 def kill_in_write(pattern: str) -> None:
     real_fsync = os.fsync
 
@@ -76,6 +89,9 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--kill-in-write")
     parser.add_argument("--kill-after-unlink")
+    parser.add_argument("--max-steps", type=int)
+    parser.add_argument("--eval-every", type=int)
+    parser.add_argument("--kill-in-eval", type=int)
     args = parser.parse_args()
     if args.kill_in_write:
         kill_in_write(args.kill_in_write)
@@ -86,7 +102,8 @@ def main() -> None:
     seed_everything(1234)
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(150, 12, generator=g), torch.randint(0, 3, (150,), generator=g)
-    train = DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True, num_workers=2)
+    own_order = torch.Generator().manual_seed(7) if args.max_steps else None
+    train = DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True, num_workers=2, generator=own_order)
     val = DataLoader(TensorDataset(x[:40], y[:40]), batch_size=20, num_workers=2)
     model = nn.Sequential(nn.Linear(12, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 3))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
@@ -96,11 +113,17 @@ def main() -> None:
         callbacks.append(KillAt(args.kill_at))
     if args.nan_at:
         callbacks.append(NaNAt(args.nan_at))
+    if args.kill_in_eval:
+        callbacks.append(KillInEvaluation(args.kill_in_eval))
     trainer = Trainer(model, optimizer, nn.CrossEntropyLoss(), scheduler, device="cpu", threads=1, run_dir=args.run_dir,
                       checkpoint_every_n_steps=args.every, keep_checkpoints=3, callbacks=callbacks,
                       log_every_n_steps=1, config={"script": "resume_script", "epochs": args.epochs},
                       tensorboard=False, progress=False)
-    trainer.fit(train, val, epochs=args.epochs, resume="latest")
+    if args.max_steps:
+        trainer.fit(train, {"train": train, "val": val}, max_steps=args.max_steps, eval_every=args.eval_every,
+                    eval_at_start=True, resume="latest")
+    else:
+        trainer.fit(train, val, epochs=args.epochs, resume="latest")
     torch.save({"model": model.state_dict(), "history": trainer.history, "run": str(trainer.run_path)},
                args.out)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,14 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from torchwork import Trainer, seed_everything
+
+RESUME_SCRIPT = Path(__file__).with_name("resume_script.py")
+
+
+def run_resume_script(run_dir: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    """``resume_script.py RUN_DIR OUT ...`` (the kill-and-resume tests' training) in a real subprocess."""
+    return subprocess.run([sys.executable, str(RESUME_SCRIPT), str(run_dir), str(out), *extra],
+                          capture_output=True, text=True, timeout=300)
 
 
 def git_repo(path: Path, files: dict[str, str]) -> Path:

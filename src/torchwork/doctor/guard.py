@@ -254,6 +254,11 @@ class Guard:
         if self._losses:
             self.flush()
 
+    def on_fit_end(self, trainer: Any) -> None:
+        """Check the steps since the last check when training ends mid-epoch (``max_steps``, a stop)."""
+        if self._losses:
+            self.flush()
+
 
 def _caller_level() -> int:
     """warnings.warn stacklevel of the first frame outside this module (the loop that called the guard)."""

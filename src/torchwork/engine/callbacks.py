@@ -1,7 +1,19 @@
 """Callbacks: small hooks for users who need one, and early stopping.
 
-A callback is any object with some of ``on_fit_start(trainer)``, ``on_step_end(trainer, logs)``,
-``on_epoch_end(trainer, logs)`` and ``on_fit_end(trainer)``.
+A callback is any object with some of these methods, called in this order:
+
+- ``on_fit_start(trainer)``: once, after a resume restored the checkpoint;
+- ``on_epoch_start(trainer)``: before an epoch's first batch (not when a resume continues an epoch mid-way:
+  what it would reset is in the checkpoint, so the resume stays exact);
+- ``on_step_end(trainer, logs)``: after each optimizer step (``logs`` holds tensors: read them only when
+  needed, each read is a device sync);
+- ``on_evaluate_start(trainer, name)`` and ``on_evaluate_end(trainer, name, metrics)``: around each
+  evaluation set's pass (``name``: ``"val"`` for a single loader, else the set's name; ``metrics`` as logged,
+  ``val_loss`` or ``train/loss``), at each epoch's end, or every ``eval_every`` steps;
+- ``on_epoch_end(trainer, logs)``: after the epoch's evaluation, with the epoch's metrics;
+- ``on_fit_end(trainer)``: once training ended.
+
+A callback with ``state_dict()`` and ``load_state_dict(state)`` has its state in every checkpoint.
 
 Example:
     >>> from torchwork.engine.callbacks import EarlyStopping
@@ -26,15 +38,27 @@ class Callback:
 
     def on_fit_start(self, trainer: Any) -> None: ...
 
+    def on_epoch_start(self, trainer: Any) -> None: ...
+
     def on_step_end(self, trainer: Any, logs: dict[str, Any]) -> None: ...
+
+    def on_evaluate_start(self, trainer: Any, name: str) -> None: ...
+
+    def on_evaluate_end(self, trainer: Any, name: str, metrics: dict[str, float]) -> None: ...
 
     def on_epoch_end(self, trainer: Any, logs: dict[str, Any]) -> None: ...
 
     def on_fit_end(self, trainer: Any) -> None: ...
 
 
+def _step_based(trainer: Any) -> bool:
+    """Whether ``trainer`` evaluates every K steps (``fit(eval_every=K)``) rather than at epochs' ends."""
+    return getattr(getattr(trainer, "loop", None), "step_based", False) is True
+
+
 class EarlyStopping(Callback):
-    """Stop when ``monitor`` has not improved by ``min_delta`` for ``patience`` epochs."""
+    """Stop when ``monitor`` has not improved by ``min_delta`` for ``patience`` epochs (with
+    ``fit(eval_every=K)``: ``patience`` evaluations, and training stops at the evaluation that decides it)."""
 
     def __init__(self, monitor: str = "val_loss", mode: str = "min", patience: int = 3,
                  min_delta: float = 0.0) -> None:
@@ -44,7 +68,7 @@ class EarlyStopping(Callback):
             raise ConfigError(f"EarlyStopping(patience={patience}): patience must be at least 1.")
         self.monitor, self.mode, self.patience, self.min_delta = monitor, mode, patience, abs(min_delta)
         self.best = math.inf if mode == "min" else -math.inf
-        self.best_epoch: int | None = None
+        self.best_epoch: int | None = None  # with fit(eval_every=K): the step of the best value
         self.bad_epochs = 0
         self.reason: str | None = None  # why it stopped training, in words (None: it did not)
 
@@ -54,18 +78,27 @@ class EarlyStopping(Callback):
         return value > self.best + self.min_delta
 
     def on_epoch_end(self, trainer: Any, logs: dict[str, Any]) -> None:
+        if _step_based(trainer):
+            return  # judged at each evaluation instead
         if self.monitor not in logs:
             raise ConfigError(f"EarlyStopping monitors {self.monitor!r}, but the epoch logged only "
                               f"{sorted(logs)}. Pass a val_loader, or monitor one of those names.")
-        value = float(logs[self.monitor])
+        self._judge(trainer, float(logs[self.monitor]), logs.get("epoch"), "epoch")
+
+    def on_evaluate_end(self, trainer: Any, name: str, metrics: dict[str, float]) -> None:
+        if _step_based(trainer) and self.monitor in metrics:
+            self._judge(trainer, float(metrics[self.monitor]), getattr(trainer, "global_step", None), "step")
+
+    def _judge(self, trainer: Any, value: float, when: Any, unit: str) -> None:
         if self.improved(value):
-            self.best, self.best_epoch, self.bad_epochs = value, logs.get("epoch"), 0
+            self.best, self.best_epoch, self.bad_epochs = value, when, 0
         else:
             self.bad_epochs += 1
             if self.bad_epochs >= self.patience:
                 trainer.should_stop = True
+                counted = "epochs" if unit == "epoch" else "evaluations"
                 self.reason = (f"early stopping: {self.monitor} has not improved on {self.best:.4g} "
-                               f"(epoch {self.best_epoch}) for {self.bad_epochs} epochs (patience {self.patience})")
+                               f"({unit} {self.best_epoch}) for {self.bad_epochs} {counted} (patience {self.patience})")
 
     def state_dict(self) -> dict[str, Any]:
         return {"best": self.best, "best_epoch": self.best_epoch, "bad_epochs": self.bad_epochs}

@@ -172,8 +172,10 @@ class TrainerCheckpoint:
 
 
 def _stop_reason(trainer: Trainer) -> str | None:
-    """Why training stopped, at an epoch's end where a callback stopped it (None: it goes on)."""
-    if not trainer.should_stop or trainer.state.batch_in_epoch:
+    """Why training stopped, at an epoch's end where a callback stopped it, or at any step when training
+    evaluates every K steps (where a stop ends training at once); None: it goes on."""
+    at_once = trainer.loop is not None and trainer.loop.step_based
+    if not trainer.should_stop or (trainer.state.batch_in_epoch and not at_once):
         return None
     reasons = [str(reason) for c in trainer.callbacks if (reason := getattr(c, "reason", None))]
     return ("; ".join(reasons) if reasons else "a callback set trainer.should_stop")[:1000]

@@ -123,6 +123,17 @@ def epoch_line(epoch: int, epochs: int | None, logs: dict[str, Any]) -> str:
     >>> epoch_line(3, 8, {"train_loss": 0.5, "val_loss": 0.8123, "val_macro_f1": 0.63456})
     'epoch 3/8 validation  loss 0.8123  macro_f1 0.6346'
     """
-    values = "  ".join(f"{name[4:]} {float(value):.4f}" for name, value in logs.items()
-                       if name.startswith("val_") and isinstance(value, (int, float)))
-    return f"epoch {epoch}{f'/{epochs}' if epochs else ''} validation  {values}"
+    return evaluation_line(f"epoch {epoch}{f'/{epochs}' if epochs else ''}", logs)
+
+
+def evaluation_line(where: str, logs: dict[str, Any]) -> str:
+    """The line printed after an evaluation: where training was, every ``val_`` metric (named without
+    its prefix) and every metric of a named set (``train/loss``, as logged).
+
+    >>> evaluation_line("step 250/2000", {"step": 250, "train/loss": 1.25, "val/loss": 1.5})
+    'step 250/2000 validation  train/loss 1.2500  val/loss 1.5000'
+    """
+    values = "  ".join(f"{name[4:] if name.startswith('val_') else name} {float(value):.4f}"
+                       for name, value in logs.items()
+                       if (name.startswith("val_") or "/" in name) and isinstance(value, (int, float)))
+    return f"{where} validation  {values}"

@@ -28,12 +28,13 @@ import torch
 from torch import nn
 
 from torchwork.distributed.env import World, world_from_env
-from torchwork.engine.batches import call_model, concat_outputs, inputs_of, length_or_none, split_error
+from torchwork.engine.batches import call_model, concat_outputs, inputs_of, length_or_none
 from torchwork.engine.callbacks import EarlyStopping
 from torchwork.engine.checkpoint import TrainerCheckpoint
-from torchwork.engine.compiling import Compiler, forward_backward, planned_steps
-from torchwork.engine.devices import batch_size_of, check_model_on, move_to_device, resolve_device
+from torchwork.engine.compiling import Compiler, forward_backward
+from torchwork.engine.devices import check_model_on, move_to_device, resolve_device
 from torchwork.engine.interrupt import InterruptFlag, TrainingInterrupted
+from torchwork.engine.loop import LoopPlan, TrainingLoop
 from torchwork.engine.options import (
     DistributedOptions,
     EvaluationOptions,
@@ -42,7 +43,7 @@ from torchwork.engine.options import (
     group_keywords,
 )
 from torchwork.engine.precision import keep_in_fp32, resolve_precision
-from torchwork.engine.progress import ProgressBar, epoch_line
+from torchwork.engine.progress import ProgressBar
 from torchwork.engine.step import ForwardLoss, LocalSync, StepResult, StepSetup, optimizer_step
 from torchwork.engine.threads import cpu_reader, thread_setting, thread_tuner
 from torchwork.errors import CheckpointError, ConfigError
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
 Tensor = torch.Tensor
 LossFn = Callable[[Any, Any], Any]
 StepFn = Callable[[nn.Module, Any], Any]
+EvalSets = Iterable[Any] | Mapping[str, Iterable[Any]]  # fit's val_loader: one loader, or several by name
 
 
 class _Setting:
@@ -99,7 +101,9 @@ class Trainer:
         device: ``"auto"`` (cuda, then mps, then cpu) or any device name.
         precision: ``"32"``, ``"bf16"`` (autocast, no scaler) or ``"fp16"`` (autocast + GradScaler).
         step_fn: ``step_fn(model, batch) -> loss`` replaces the ``(inputs, targets)`` convention.
-        callbacks: objects with ``on_fit_start``, ``on_step_end``, ``on_epoch_end``, ``on_fit_end``.
+        callbacks: objects with some of ``on_fit_start``, ``on_epoch_start``, ``on_step_end``,
+            ``on_evaluate_start``, ``on_evaluate_end``, ``on_epoch_end``, ``on_fit_end``
+            (:mod:`torchwork.engine.callbacks`).
         step: :class:`~torchwork.engine.options.StepOptions`: accumulate, clip_grad_norm, clip_grad_value,
             loss_weights, keep_fp32, compile (``compile="auto"``: torch.compile only when it measurably pays),
             threads (``"auto"``: chosen for the machine, see :mod:`torchwork.threads`; a count is always
@@ -184,6 +188,8 @@ class Trainer:
         self.callbacks = [*callbacks, *([early_stopping] if early_stopping is not None else [])]
         self.loggers = list(logging.loggers)  # in use now: fit adds the run folder's while it runs
         self._epochs_total: int | None = None
+        self.loop: LoopPlan | None = None  # how long the running (or last) fit trains, when it evaluates
+        self._saved_at: tuple[int, int] | None = None  # (step, epoch) of the last checkpoint
         if run.checkpoint_monitor is None and early_stopping is not None:
             run = dataclasses.replace(run, checkpoint_monitor=(early_stopping.monitor, early_stopping.mode))
         # every setting, by group, resolved (an early-stopping metric name made an EarlyStopping, best.pt's
@@ -315,7 +321,7 @@ class Trainer:
         plan = self._schedule
         return self.scheduler if plan is not None and plan.interval in ("step", "auto") else None
 
-    def _plan_schedule(self, train_loader: Any, epochs: int) -> None:
+    def _plan_schedule(self, train_loader: Any, epochs: int | None) -> None:
         """Decide ``scheduler_interval="auto"`` for this run (its epochs and steps per epoch) and say it."""
         if self.scheduler is None or self._plateau:
             return
@@ -458,9 +464,10 @@ class Trainer:
         self.load_state_dict(move_to_device(state, self.device))
 
     # ------------------------------------------------------------------ the loop
-    def fit(self, train_loader: Iterable[Any], val_loader: Iterable[Any] | None = None,
-            epochs: int = 1, resume: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
-        """Train for ``epochs`` epochs; returns the per-epoch metrics (also kept in ``self.history``).
+    def fit(self, train_loader: Iterable[Any], val_loader: EvalSets | None = None, epochs: int | None = None,
+            resume: str | os.PathLike[str] | None = None, *, max_steps: int | None = None,
+            eval_every: int | None = None, eval_at_start: bool = False) -> list[dict[str, Any]]:
+        """Train ``epochs`` epochs or ``max_steps`` steps (:mod:`torchwork.engine.loop`); returns the history.
 
         ``resume``: ``"latest"`` continues the newest run under ``run_dir`` from its newest valid
         checkpoint (a no-op when there is none), a run folder or checkpoint path resumes from that.
@@ -469,20 +476,19 @@ class Trainer:
         the first ``fit`` of the process continues it, a later one its own run nested in it
         (:mod:`torchwork.runs.lineage`).
         """
-        if epochs < 0:
-            raise ConfigError(f"epochs={epochs} must be >= 0.")
         from torchwork.runs.lineage import resume_target
 
+        loop = TrainingLoop(self, val_loader, epochs, max_steps, eval_every, eval_at_start)  # checked first
         resume = resume_target(resume, self.run_dir) if self.world.is_rank_zero else resume
-        self.should_stop, self.stop_reason = False, None
-        self._epochs_total = epochs
-        self._compiler.planned_steps = planned_steps(train_loader, epochs, self.accumulate)
+        self.should_stop, self.stop_reason, self.loop = False, None, loop.plan
+        self._epochs_total = loop.plan.epochs_planned(train_loader, self.accumulate)
+        self._compiler.planned_steps = loop.plan.planned_steps(train_loader, self.accumulate)
         if self._thread_tuner is not None:  # another fit of this Trainer: its steps widen the timing budget
             planned = self._compiler.planned_steps
             self._thread_tuner.extend_plan(None if planned is None else max(0, planned - self.state.global_step))
         elif self._threads_auto:
             self._cpu_reader = cpu_reader()  # the neighbours' CPU, read from here to the first step
-        self._plan_schedule(train_loader, epochs)
+        self._plan_schedule(train_loader, self._epochs_total)
         if self.world.is_distributed:
             from torchwork.distributed.setup import check_same_length, shard_loader
             from torchwork.seeding import current_seed
@@ -494,7 +500,7 @@ class Trainer:
         from torchwork.engine.carried_state import carried_values
 
         self._carried = carried_values(self.step_fn)  # what the first checkpoint compares with
-        state = self._open_run(train_loader, val_loader, epochs, resume)
+        state = self._open_run(train_loader, loop, resume)
         if state is not None:
             try:
                 self.load_state_dict(state)
@@ -515,7 +521,7 @@ class Trainer:
                 if hasattr(callback, "on_fit_start"):
                     callback.on_fit_start(self)
             with self._interrupt.installed(enabled=not self.world.is_distributed):
-                self._fit_epochs(train_loader, val_loader, epochs)
+                loop.run(train_loader)
             for callback in self.callbacks:
                 if hasattr(callback, "on_fit_end"):
                     callback.on_fit_end(self)
@@ -535,26 +541,6 @@ class Trainer:
                 self._session = None
         return self.history
 
-    def _fit_epochs(self, train_loader: Any, val_loader: Any, epochs: int) -> None:
-        while self.epoch < epochs and not self.should_stop:
-            if self._interrupt.raised:  # Ctrl-C during an evaluation: the epoch's checkpoint is written
-                raise TrainingInterrupted(self.global_step, self.run_path if self._checkpointing else None)
-            for sampler in (getattr(train_loader, "sampler", None), getattr(train_loader, "batch_sampler", None)):
-                set_epoch = getattr(sampler, "set_epoch", None)
-                if callable(set_epoch):
-                    set_epoch(self.epoch)  # DistributedSampler reshuffles only when told the epoch
-            self._restore_train_modes()
-            logs = self._train_epoch(self._epoch_batches(train_loader))
-            if val_loader is not None:
-                logs.update(self.evaluate(val_loader, prefix="val_"))
-                self._say(epoch_line(self.epoch + 1, self._epochs_total, logs))
-            self._end_epoch(logs)
-        reasons = [str(reason) for c in self.callbacks if (reason := getattr(c, "reason", None))]
-        reasons = reasons or ([self.stop_reason] if self.stop_reason else [])  # restored by a resume
-        if self.should_stop and self.epoch < epochs:
-            self._say(f"torchwork: stopped after epoch {self.epoch} of {epochs}: "
-                      + ("; ".join(reasons) if reasons else "a callback set trainer.should_stop"))
-
     def _say(self, line: str) -> None:
         """A line on stderr from rank 0, when progress is shown."""
         if self.progress is not False and self.world.is_rank_zero:
@@ -568,7 +554,7 @@ class Trainer:
             run = self.run_path
         raise TrainingInterrupted(self.global_step, run)
 
-    def _open_run(self, train_loader: Any, val_loader: Any, epochs: int, resume: Any) -> dict[str, Any] | None:
+    def _open_run(self, train_loader: Any, loop: TrainingLoop, resume: Any) -> dict[str, Any] | None:
         """Open the run folder (rank 0 only) and load the checkpoint to resume from, if any."""
         self._checkpointing = self.run_dir is not None
         state = None
@@ -576,8 +562,9 @@ class Trainer:
             if self.world.is_rank_zero:
                 from torchwork.runs.session import RunSession
 
-                self._session, state = RunSession.open(self.run_options, self._description(), train_loader,
-                                                       val_loader, epochs, resume, self.device)
+                self._session, state = RunSession.open(loop.run_options, self._description(), train_loader,
+                                                       loop.sets.manifest_loader, self._epochs_total, resume,
+                                                       self.device)
                 self.run_path = self._session.path
         elif resume not in (None, "latest") and self.world.is_rank_zero:
             from torchwork.runs.checkpoint import load_checkpoint
@@ -606,7 +593,8 @@ class Trainer:
             "precision": self.precision.name, "accumulate": self.accumulate,
             "clip_grad_norm": self.clip_grad_norm, "clip_grad_value": self.clip_grad_value,
             "loss_weights": self.loss_weights, "device": str(self.device),
-            "checkpoint_every_n_steps": self.checkpoint_every_n_steps, "keep_checkpoints": self.keep_checkpoints})
+            "checkpoint_every_n_steps": self.checkpoint_every_n_steps, "keep_checkpoints": self.keep_checkpoints,
+            **(self.loop.manifest_fields() if self.loop is not None else {})})
 
     def _epoch_batches(self, loader: Iterable[Any]) -> Iterable[Any]:
         """The epoch's batch iterator, positioned after the batches a resumed checkpoint already trained."""
@@ -615,12 +603,11 @@ class Trainer:
             self._totals["skipped_at_start"] = self.state.skipped_steps
         return self.state.epoch_batches(loader, remember_epoch_start=self.run_dir is not None)
 
-    def _train_epoch(self, batches: Iterable[Any]) -> dict[str, Any]:
+    def _train_epoch(self, batches: Iterable[Any], loop: TrainingLoop) -> dict[str, Any]:
         started = time.perf_counter()
         totals = self._totals
         self._forward.terms = None
         on_step = [c.on_step_end for c in self.callbacks if hasattr(c, "on_step_end")]
-        checkpoint_every = self.checkpoint_every_n_steps if self._checkpointing else None
         batches_total = length_or_none(batches)
         windows_total = -(-batches_total // self.accumulate) if batches_total is not None else None
         bar = ProgressBar(windows_total, enabled=self.progress if self.world.is_rank_zero else False,
@@ -651,11 +638,13 @@ class Trainer:
                 step_logs = self._step_logs_of(result)
                 for callback in on_step:
                     callback(self, step_logs)
-            if checkpoint_every and state.global_step % checkpoint_every == 0:
+            if loop.due(state.global_step):  # an evaluation, a checkpoint, or the end (max_steps, a stop)
                 totals["elapsed"] += time.perf_counter() - started
+                ends = loop.at_step()
                 started = time.perf_counter()
-                self._save_checkpoint()
                 self._iteration_started = None
+                if ends:
+                    break
             if self._interrupt.raised:
                 totals["elapsed"] += time.perf_counter() - started
                 bar.close()
@@ -705,14 +694,16 @@ class Trainer:
         return logs
 
     def _end_epoch(self, logs: dict[str, Any]) -> None:
-        if self._plateau:
+        step_based = self.loop is not None and self.loop.step_based  # then evaluations fill the history
+        if self._plateau and not step_based:
             if self.plateau_monitor not in logs:
                 raise ConfigError(f"ReduceLROnPlateau needs {self.plateau_monitor!r}, but the epoch "
                                   f"logged {sorted(logs)}. Pass a val_loader or plateau_monitor=.")
             self.scheduler.step(logs[self.plateau_monitor])
         elif self._schedule is not None and self._schedule.interval == "epoch":
             self.scheduler.step()  # before the epoch's checkpoint, which must hold the stepped schedule
-        self.history.append(logs)
+        if not step_based:
+            self.history.append(logs)
         for logger in self.loggers:
             logger.log(logs, self.global_step)
         for callback in self.callbacks:
@@ -720,12 +711,13 @@ class Trainer:
                 callback.on_epoch_end(self, logs)
         self.epoch += 1
         self.batch_in_epoch = 0
-        if self._checkpointing:
+        if self._checkpointing and not step_based:
             self._save_checkpoint(logs)  # after the callbacks, so early stopping's state is in it
 
     def _save_checkpoint(self, metrics: dict[str, Any] | None = None) -> None:
         self._warn_carried_state()
         state = self.state_dict()  # a collective under DDP: every rank contributes its RNG state
+        self._saved_at = (self.global_step, self.epoch)
         if self._session is not None:
             self._session.save(state, metrics)
 
@@ -782,61 +774,10 @@ class Trainer:
 
     def evaluate(self, loader: Iterable[Any], prefix: str = "") -> dict[str, float]:
         """Mean loss (and ``metrics``) over ``loader``, weighted by batch size, plus ``epoch_metrics`` over
-        all of it, in eval mode."""
-        totals: dict[str, float] = {}
-        samples_seen = 0
-        collected: list[tuple[Any, Any]] = []  # (outputs, targets) on the CPU, for epoch_metrics
-        if self.world.is_distributed:
-            from torchwork.distributed.setup import shard_loader
+        all of it, in eval mode (:func:`torchwork.engine.evaluation.evaluate_loader`)."""
+        from torchwork.engine.evaluation import evaluate_loader
 
-            loader = shard_loader(loader, self.world, train=False)  # each rank evaluates its share
-        with self.evaluating():
-            for batch in loader:
-                batch = move_to_device(batch, self.device)
-                if self.step_fn is not None:
-                    values = {"loss": self.step_fn(self.model, batch)}
-                    samples = batch_size_of(batch) or 1
-                else:
-                    if not isinstance(batch, (tuple, list)) or len(batch) != 2:
-                        raise split_error(batch)
-                    inputs, targets = batch
-                    outputs = call_model(self.model, inputs)
-                    assert self.loss_fn is not None  # __init__ requires it when there is no step_fn
-                    values = {"loss": self.loss_fn(outputs, targets)}
-                    samples = batch_size_of(targets) or batch_size_of(inputs) or 1
-                    for name, metric in self.metrics.items():
-                        values[name] = metric(outputs, targets)
-                    if self.epoch_metrics:
-                        collected.append(move_to_device((outputs, targets), torch.device("cpu")))
-                loss = values["loss"]
-                if isinstance(loss, Mapping):
-                    weights = self.loss_weights or {}
-                    for name, value in loss.items():
-                        values[f"loss_{name}"] = value
-                    values["loss"] = sum(weights.get(n, 1.0) * v for n, v in loss.items())
-                for name, value in values.items():
-                    totals[name] = totals.get(name, 0.0) + float(value) * samples
-                samples_seen += samples
-        if self.world.is_distributed:
-            from torchwork.distributed.setup import gather_object
-
-            # a rank whose shard was empty has no names yet: agree on the union first
-            names = sorted({name for names in gather_object(sorted(totals)) for name in names})
-            summed = self._all_reduce_sum([float(samples_seen), *(totals.get(n, 0.0) for n in names)])
-            samples_seen, totals = int(summed[0]), dict(zip(names, summed[1:]))
-        if samples_seen == 0:
-            raise ConfigError("the evaluation loader yielded no batches.")
-        results = {f"{prefix}{name}": total / samples_seen for name, total in totals.items()}
-        if self.epoch_metrics:
-            if self.world.is_distributed:
-                from torchwork.distributed.setup import gather_object
-
-                collected = [pair for part in gather_object(collected) for pair in part]
-            outputs = concat_outputs([o for o, _ in collected])
-            targets = concat_outputs([t for _, t in collected])
-            for name, metric in self.epoch_metrics.items():
-                results[f"{prefix}{name}"] = float(metric(outputs, targets))
-        return results
+        return evaluate_loader(self, loader, prefix)
 
     def predict(self, loader: Iterable[Any]) -> Any:
         """Model outputs for every batch, on the CPU, joined along dimension 0. Batch size 1 works.

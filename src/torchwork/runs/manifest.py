@@ -78,7 +78,7 @@ class RunDescription:
     training: dict[str, Any]
 
 
-def build_manifest(description: RunDescription, train_loader: Any, val_loader: Any, epochs: int,
+def build_manifest(description: RunDescription, train_loader: Any, val_loader: Any, epochs: int | None,
                    config: dict[str, Any] | None) -> dict[str, Any]:
     """The manifest of a run (see the README for every field)."""
     from torchwork.runs.checkpoint import unwrap_model
@@ -120,6 +120,15 @@ def _readable(value: Any) -> str:
     return str(value)
 
 
+def _length(training: dict[str, Any]) -> str:
+    """How long the run trains: ``3 epochs``, or ``2000 steps (3 epochs), evaluated every 250``."""
+    epochs = f"{training['epochs']} epochs" if training.get("epochs") is not None else ""
+    if training.get("max_steps") is None:
+        return epochs or "epochs not known"
+    every = f", evaluated every {training['eval_every']}" if training.get("eval_every") else ""
+    return f"{training['max_steps']} steps" + (f" ({epochs})" if epochs else "") + every
+
+
 def format_summary(manifest: dict[str, Any], run_path: Any) -> str:
     """A readable summary of the manifest, printed when a run starts."""
     params = manifest["model"]["parameters"]
@@ -134,7 +143,7 @@ def format_summary(manifest: dict[str, Any], run_path: Any) -> str:
         f"data      train {data['train_size']}  validation {data['validation_size']}",
         f"optimizer {opt['class']}({hyper})"
         + (f"  scheduler {manifest['scheduler']['class']}" if manifest["scheduler"] else ""),
-        f"training  {training['epochs']} epochs on {training['device']}, precision {training['precision']}, "
+        f"training  {_length(training)} on {training['device']}, precision {training['precision']}, "
         f"accumulate {training['accumulate']}, clip {training['clip_grad_norm']}",
         f"seed      {manifest['seed']} (deterministic={manifest['deterministic']})"
         + (f"; not seeded: torch's initial seed was {manifest['torch_initial_seed']}"

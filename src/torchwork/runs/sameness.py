@@ -22,9 +22,9 @@ from typing import Any
 
 # Schedulers planned for a fixed number of steps: stepping past the end fails (OneCycleLR) or turns back.
 FIXED_LENGTH = {"OneCycleLR": "total_steps", "CosineAnnealingLR": "T_max", "PolynomialLR": "total_iters"}
-# What is compared, in the order differences are named. Epochs and the device may change between sessions.
+# What is compared, in the order differences are named. Epochs, steps and the device may change between sessions.
 _COMPARED = ("optimizer", "scheduler", "training", "config", "data")
-_NOT_COMPARED = {("training", "epochs"), ("training", "device")}
+_NOT_COMPARED = {("training", "epochs"), ("training", "max_steps"), ("training", "device")}
 
 
 def as_json(value: Any) -> Any:
@@ -97,12 +97,13 @@ def differences(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list
     return found
 
 
-def extension_problem(recorded: Mapping[str, Any], epochs: int) -> str | None:
-    """Why the recorded run cannot train ``epochs`` epochs (more than it planned), or None."""
+def extension_problem(recorded: Mapping[str, Any], epochs: int | None) -> str | None:
+    """Why the recorded run cannot train ``epochs`` epochs (more than it planned), or None (also when the
+    epochs are not known: a run of ``max_steps`` on a loader without a length)."""
     planned = recorded.get("training", {}).get("epochs")
     scheduler = recorded.get("scheduler") or {}
     length_key = FIXED_LENGTH.get(scheduler.get("class", ""))
-    if not isinstance(planned, int) or epochs <= planned or length_key is None:
+    if not isinstance(planned, int) or epochs is None or epochs <= planned or length_key is None:
         return None
     length = scheduler.get("state", {}).get(length_key)
     return (f"it was planned for {planned} epochs and its {scheduler['class']} schedule ends after "

@@ -14,6 +14,7 @@ from typing import Any
 
 from torchwork.errors import CheckpointError
 from torchwork.files import write_json
+from torchwork.paths import read_regular
 from torchwork.runs.checkpoint import CheckpointManager, load_checkpoint, remove_leftovers
 from torchwork.runs.contents import check_contents
 from torchwork.runs.folder import is_run_folder, latest_run, new_run_folder
@@ -21,6 +22,7 @@ from torchwork.runs.lineage import register
 from torchwork.runs.loggers import JsonlLogger, TensorBoardLogger
 from torchwork.runs.manifest import RunDescription, build_manifest, format_summary
 from torchwork.runs.options import RunOptions
+from torchwork.runs.readback import MAX_MANIFEST_BYTES
 from torchwork.runs.record import now, record_end, record_start, running_fields
 from torchwork.runs.sameness import differences, extension_problem, shape_differences
 
@@ -79,7 +81,7 @@ class RunSession:
 
     @classmethod
     def open(cls, options: RunOptions, description: RunDescription, train_loader: Any, val_loader: Any,
-             epochs: int, resume: str | Path | None, device: Any) -> tuple[RunSession, dict[str, Any] | None]:
+             epochs: int | None, resume: str | Path | None, device: Any) -> tuple[RunSession, dict[str, Any] | None]:
         """Create (or, when resuming, reopen) the run folder; returns the session and the checkpoint
         (loaded onto ``device``)."""
         run, checkpoint = (None, None)
@@ -165,8 +167,9 @@ class RunSession:
         manifest_path = self.path / "manifest.json"
         try:
             # a resume that failed before its state was restored leaves the manifest as it was
-            manifest = None if self._resume_record is not None else json.loads(manifest_path.read_text())
-        except (OSError, ValueError):
+            manifest = None if self._resume_record is not None else \
+                json.loads(read_regular(manifest_path, MAX_MANIFEST_BYTES))
+        except (OSError, ValueError, RecursionError):
             manifest = None  # removed or damaged meanwhile: nothing to add the end to
         if isinstance(manifest, dict):
             write_json(manifest_path, record_end(manifest, error, best, self.final_value, self.last_step))
@@ -181,7 +184,7 @@ class RunSession:
 
 
 def _same_run(run: Path, checkpoint: Path | None, state: dict[str, Any], recorded: dict[str, Any],
-              current: dict[str, Any], description: RunDescription, epochs: int, latest: bool) -> bool:
+              current: dict[str, Any], description: RunDescription, epochs: int | None, latest: bool) -> bool:
     """Whether ``state`` (from ``run``) may be continued by this training. With resume="latest" a different
     training starts a new run (said in one line); a run named explicitly that differs is an error."""
     from torchwork.runs.checkpoint import clean_state_dict, unwrap_model
@@ -211,7 +214,7 @@ def _same_run(run: Path, checkpoint: Path | None, state: dict[str, Any], recorde
 def _read_manifest(path: Path) -> dict[str, Any]:
     """A resumed run's manifest, refused with a message when it is not the JSON object torchwork wrote."""
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = json.loads(read_regular(path, MAX_MANIFEST_BYTES).decode("utf-8"))
     except (OSError, ValueError, RecursionError) as error:  # bad JSON or UTF-8 (ValueError), unreadable
         raise CheckpointError(f"{path} is damaged ({str(error)[:120]}): the run's record cannot be extended. "
                               "Restore it from a copy, or start a new run (resume=None).") from None
