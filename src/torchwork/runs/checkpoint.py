@@ -31,6 +31,7 @@ import torch
 from torchwork.errors import CheckpointError
 from torchwork.errors import NonFiniteWeightsError as NonFiniteWeightsError
 from torchwork.files import atomic_write, remove_temp_files
+from torchwork.paths import open_regular, read_regular
 
 FORMAT_VERSION = 1
 _STEP_FILE = re.compile(r"^step-(\d+)\.pt$")
@@ -92,19 +93,41 @@ def save_checkpoint(state: Mapping[str, Any], path: str | os.PathLike[str]) -> N
         handle.write(f"{digest}  {path.name}\n")
 
 
+# A checksum file holds one line: 64 hex digits, two spaces, the checkpoint's name.
+MAX_CHECKSUM_BYTES = 4096
+MAX_BEST_BYTES = 2**20  # best.json: a few fields
+
+
 def verify_checkpoint(path: str | Path) -> str | None:
-    """None when ``path`` matches its checksum, else the reason it does not."""
+    """None when ``path`` matches its checksum, else the reason it does not. Both are read as regular files
+    (a FIFO or a link to a device in a run folder is a reason, not a hang)."""
     path = Path(path)
     if not path.exists():
         return "file missing"
     checksum = _checksum_path(path)
     if not checksum.exists():
         return "no checksum file (the write never finished)"
-    expected = checksum.read_text().split()[0] if checksum.read_text().strip() else ""
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    try:
+        recorded = read_regular(checksum, MAX_CHECKSUM_BYTES).decode("ascii", errors="replace").split()
+        digest = _sha256_of(path)
+    except OSError as error:
+        return f"not readable as a checkpoint ({error})"
+    expected = recorded[0] if recorded else ""
     if digest != expected:
         return f"checksum mismatch (truncated or corrupt: {path.stat().st_size} bytes)"
     return None
+
+
+def _sha256_of(path: Path) -> str:
+    """The SHA-256 of the regular file ``path``, read in chunks (a checkpoint may be gigabytes)."""
+    descriptor = open_regular(path)
+    try:
+        digest = hashlib.sha256()
+        while chunk := os.read(descriptor, 1 << 20):
+            digest.update(chunk)
+        return digest.hexdigest()
+    finally:
+        os.close(descriptor)
 
 
 def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -141,7 +164,7 @@ def link_checkpoint(source: Path, target: Path) -> None:
 
         shutil.copyfile(source, temporary)
     os.replace(temporary, target)
-    digest = _checksum_path(source).read_text().split()[0]
+    digest = read_regular(_checksum_path(source), MAX_CHECKSUM_BYTES).decode("ascii").split()[0]
     with atomic_write(_checksum_path(target), "w", size=len(digest) + len(target.name) + 3) as out:
         out.write(f"{digest}  {target.name}\n")
 
@@ -242,8 +265,8 @@ class CheckpointManager:
         if best_value is None or not resumed_from.name.startswith("step-"):
             return
         try:
-            recorded = json.loads((self.directory / "best.json").read_text()).get("value")
-        except (OSError, ValueError, AttributeError):
+            recorded = json.loads(read_regular(self.directory / "best.json", MAX_BEST_BYTES)).get("value")
+        except (OSError, ValueError, AttributeError, RecursionError):
             recorded = None
         if recorded != best_value or not (self.directory / "best.pt").exists():
             self._point_best_at(resumed_from, step, float(best_value))

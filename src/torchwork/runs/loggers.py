@@ -26,7 +26,7 @@ class JsonlLogger:
     def __init__(self, path: str | Path, resume_step: int | None = None) -> None:
         self.path = Path(path)
         if resume_step is not None and self.path.exists():
-            kept = [line for line in self.path.read_text().splitlines()
+            kept = [line for line in _read_metrics(self.path).splitlines()
                     if line.strip() and _step_of(line) <= resume_step]
             from torchwork.files import atomic_write
             with atomic_write(self.path, "w") as handle:
@@ -47,6 +47,22 @@ class JsonlLogger:
 
     def close(self) -> None:
         self.handle.close()
+
+
+# What a run's metrics.jsonl may be when a resume rewrites it: a million epochs' lines; more is not one.
+MAX_METRICS_BYTES = 256 * 2**20
+
+
+def _read_metrics(path: Path) -> str:
+    """The text of a resumed run's metrics.jsonl, read as a bounded regular file."""
+    from torchwork.errors import CheckpointError
+    from torchwork.paths import read_regular
+
+    try:
+        return read_regular(path, MAX_METRICS_BYTES).decode("utf-8", errors="replace")
+    except OSError as error:
+        raise CheckpointError(f"{path} cannot be read as the run's metrics ({error}); move it aside to resume "
+                              "(the metrics logged before the checkpoint are then lost).") from None
 
 
 def _step_of(line: str) -> float:

@@ -49,6 +49,8 @@ from pathlib import Path
 from typing import Any
 
 from torchwork.errors import CheckpointError
+from torchwork.paths import read_regular
+from torchwork.runs.readback import MAX_MANIFEST_BYTES
 
 # torchwork commands that start a training run from recorded settings alone (no user code): run as recorded.
 # `tune` is what a study's trial runs record: running it again continues the study, each killed trial from its
@@ -166,9 +168,10 @@ def resume_plan(run_folder: str | Path) -> tuple[Path, ResumePlan, Path]:
         raise CheckpointError(f"{run} has no manifest.json: it is not a torchwork run folder "
                               "(expected RUN_DIR/<timestamp>-<id>/).")
     try:
-        manifest = json.loads(manifest_path.read_text())
-    except (ValueError, UnicodeDecodeError) as error:
-        raise CheckpointError(f"{manifest_path} is not valid JSON ({error}); the run folder is damaged.") from None
+        manifest = json.loads(read_regular(manifest_path, MAX_MANIFEST_BYTES).decode("utf-8"))
+    except (OSError, ValueError, RecursionError) as error:
+        raise CheckpointError(f"{manifest_path} is not a manifest torchwork wrote ({error}); the run folder is "
+                              "damaged.") from None
     checkpoint = check_resumable(run)
     command = manifest.get("command") if isinstance(manifest, dict) else None
     plan = plan_command(command if isinstance(command, dict) else {})
