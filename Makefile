@@ -62,7 +62,7 @@ demo: $(RUNTIME)
 # on one worker, so a module's fixtures are built once), in a seeded random order (pytest-randomly; the summary
 # ends with "random order: --randomly-seed=N": PYTEST_ARGS="--randomly-seed=N" replays it), and fails when
 # it runs past SUITE_BUDGET_S seconds (tests/suite_budget.py; the measurement: docs/design/test-suite.md).
-PYTEST_WORKERS ?= 2
+PYTEST_WORKERS ?= 3
 SUITE_BUDGET_S ?= 1800
 PYTEST_ARGS ?=
 PYTEST := $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadscope

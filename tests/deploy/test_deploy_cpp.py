@@ -131,7 +131,8 @@ def test_cpp_runner_refuses_a_tampered_artifact(digits_artifact, runner, tmp_pat
     assert done.returncode == 3 and "not a plain relative path" in done.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="trains a Fashion CNN, compiles it with AOTInductor and runs it in the C++ runner: "
+                         "47 s with two workers, 74 s with three (5 Dec)")
 @needs_tools
 @pytest.mark.skipif(not _fashion_installed(), reason="Debian's dataset-fashion-mnist is not installed "
                                                       "(sudo apt-get install dataset-fashion-mnist)")

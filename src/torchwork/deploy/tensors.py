@@ -93,7 +93,7 @@ def bounds_problem(shape: Sequence[int], spec: TensorSpec) -> str | None:
     Example:
         >>> from torchwork.deploy.manifest import TensorSpec
         >>> spec = TensorSpec("idx", "int64", ["batch", "length"], {"length": [1, 64]})
-        >>> bounds_problem([1, 64], spec) is None, bounds_problem([1, 65], spec)[:48]
+        >>> bounds_problem([1, 64], spec) is None, bounds_problem([1, 65], spec)[:49]
         (True, "input 'idx' is 65 long along dim 1 (length), over")
     """
     for axis, (low, high) in spec.limits().items():
