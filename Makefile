@@ -58,8 +58,8 @@ demo: $(RUNTIME)
 
 # The type check of the public API and the docs (warnings are errors) run beside the suite, not before it
 # (tests/beside.py: the suite leaves the cores about a third idle); files and settings: [tool.mypy] in
-# pyproject.toml, docs/conf.py. The suite runs on both cores (pytest-xdist: each module's tests
-# on one worker, so a module's fixtures are built once), in a seeded random order (pytest-randomly; the summary
+# pyproject.toml, docs/conf.py. The suite runs in three xdist workers on the two cores (each module's tests on
+# one worker, so a module's fixtures are built once; a third worker fills the time the tests wait), in a seeded random order (pytest-randomly; the summary
 # ends with "random order: --randomly-seed=N": PYTEST_ARGS="--randomly-seed=N" replays it), and fails when
 # it runs past SUITE_BUDGET_S seconds (tests/suite_budget.py; the measurement: docs/design/test-suite.md).
 PYTEST_WORKERS ?= 3
