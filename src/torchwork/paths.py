@@ -141,4 +141,3 @@ def file_kind(mode: int) -> str:
     return "special file"
 
 
-_kind = file_kind  # the old name, still read by serve/config, key_file and tls (owned elsewhere this session)

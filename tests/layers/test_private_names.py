@@ -14,11 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "torchwork"
 
 # "path: what it reaches" -> the reason it stays for now (one line each).
-ALLOWED: dict[str, str] = {
-    "serve/app.py: torchwork.serve.predictor._numpy_dtype": "owned elsewhere this session (serve)",
-    "serve/config.py: torchwork.paths._kind": "owned elsewhere this session (serve): use paths.file_kind",
-    "serve/key_file.py: torchwork.paths._kind": "owned elsewhere this session (serve): use paths.file_kind",
-}
+ALLOWED: dict[str, str] = {}
 
 
 def _is_private(name: str) -> bool:

@@ -151,9 +151,9 @@ def _packer(predictor: ServedModel) -> Callable[[list[Any]], Any]:
         return list
     import numpy as np
 
-    from torchwork.serve.predictor import _numpy_dtype
+    from torchwork.serve.predictor import numpy_dtype
 
-    dtype = _numpy_dtype(predictor.dtype)
+    dtype = numpy_dtype(predictor.dtype)
     return lambda items: np.asarray(items, dtype=dtype)
 
 

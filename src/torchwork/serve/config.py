@@ -12,7 +12,7 @@ import dataclasses
 import os
 
 from torchwork.errors import ConfigError
-from torchwork.paths import _kind  # what a mode is, in words (a FIFO, a character device)
+from torchwork.paths import file_kind  # what a mode is, in words (a FIFO, a character device)
 
 HTTP_PARSERS = ("h11", "httptools")
 
@@ -85,7 +85,7 @@ class ServeConfig:
         for flag, path in (("--ssl-certfile", self.ssl_certfile), ("--ssl-keyfile", self.ssl_keyfile),
                            ("--api-key-file", self.api_key_file)):
             if path is not None and not os.path.isfile(path):  # a FIFO or a device would block or never end
-                raise ConfigError(f"{flag} {path} is not a regular file (a {_kind(os.stat(path).st_mode)}); give "
+                raise ConfigError(f"{flag} {path} is not a regular file (a {file_kind(os.stat(path).st_mode)}); give "
                                   "a regular file." if os.path.exists(path) else f"{flag} {path}: no such file.")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port={self.port} is not a TCP port (0 picks a free one).")

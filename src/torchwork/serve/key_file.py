@@ -23,7 +23,7 @@ import os
 import stat
 
 from torchwork.errors import ConfigError
-from torchwork.paths import NotRegularFile, _kind, open_regular, read_at_most
+from torchwork.paths import FileTooLarge, NotRegularFile, file_kind, read_regular
 
 MAX_KEY_FILE_BYTES = 1 << 20  # 1 MiB: some ten thousand keys
 
@@ -32,23 +32,16 @@ def read_key_file(path: str) -> list[str]:
     """The lines of the key file ``path``; a :class:`~torchwork.errors.ConfigError` for anything but a readable
     regular UTF-8 file of at most :data:`MAX_KEY_FILE_BYTES` (a leading byte-order mark is dropped)."""
     try:
-        descriptor = open_regular(path)
+        data = read_regular(path, MAX_KEY_FILE_BYTES)
     except NotRegularFile as error:
-        raise ConfigError(f"--api-key-file {path} is not a regular file (a {_kind(error.mode)}); keys are read "
-                          "only from a regular file: write one key a line into one") from None
-    except OSError as error:
-        raise ConfigError(f"--api-key-file {path}: cannot read it ({error.strerror}); write one key a line") \
-            from None
-    try:
-        data = read_at_most(descriptor, MAX_KEY_FILE_BYTES + 1)
-    except OSError as error:
-        raise ConfigError(f"--api-key-file {path}: cannot read it ({error.strerror}); write one key a line") \
-            from None
-    finally:
-        os.close(descriptor)
-    if len(data) > MAX_KEY_FILE_BYTES:
+        raise ConfigError(f"--api-key-file {path} is not a regular file (a {file_kind(error.mode)}); keys are "
+                          "read only from a regular file: write one key a line into one") from None
+    except FileTooLarge:
         raise ConfigError(f"--api-key-file {path} is larger than {MAX_KEY_FILE_BYTES} bytes; a key file holds one "
-                          "key a line (or sha256:HEX digests), not more")
+                          "key a line (or sha256:HEX digests), not more") from None
+    except OSError as error:
+        raise ConfigError(f"--api-key-file {path}: cannot read it ({error.strerror}); write one key a line") \
+            from None
     try:
         return data.decode("utf-8-sig").splitlines()
     except UnicodeDecodeError:

@@ -168,7 +168,7 @@ class ModelPredictor:
         if self._preprocess is not None:
             inputs = self._preprocess(items)
         else:
-            inputs = np.asarray(items, dtype=_numpy_dtype(self.dtype))
+            inputs = np.asarray(items, dtype=numpy_dtype(self.dtype))
         if not isinstance(inputs, (tuple, list)):
             inputs = (inputs,)
         out = self._forward(tuple(inputs))
@@ -237,7 +237,7 @@ class OnnxPredictor(ModelPredictor):
         kwargs.setdefault("item_shape", tuple(d if isinstance(d, int) else None for d in first.shape[1:]))
         kwargs.setdefault("dtype", _ONNX_DTYPES.get(first.type, "float32"))
         super().__init__(**kwargs)
-        self._input_dtypes = [_numpy_dtype(_ONNX_DTYPES.get(i.type, "float32")) for i in self._inputs]
+        self._input_dtypes = [numpy_dtype(_ONNX_DTYPES.get(i.type, "float32")) for i in self._inputs]
         self._input_names = [i.name for i in self._inputs]
 
     def _forward(self, inputs: tuple[Any, ...]) -> np.ndarray:
@@ -259,7 +259,7 @@ _ONNX_DTYPES = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor
                 "tensor(int8)": "int8", "tensor(uint8)": "uint8"}
 
 
-def _numpy_dtype(dtype: str) -> Any:
+def numpy_dtype(dtype: str) -> Any:
     import numpy as np
 
     return np.float32 if dtype == "bfloat16" else np.dtype(dtype)

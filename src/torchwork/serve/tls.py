@@ -24,13 +24,12 @@ Example:
 
 from __future__ import annotations
 
-import os
 import re
 import ssl
 from collections.abc import Callable
 
 from torchwork.errors import ConfigError
-from torchwork.paths import NotRegularFile, open_regular, read_at_most
+from torchwork.paths import FileTooLarge, NotRegularFile, read_regular
 
 MAX_PEM_BYTES = 1 << 20  # a certificate chain is a few KiB; 1 MiB is far beyond any real one
 PASSWORD_ENVIRONMENT = "TORCHWORK_SSL_KEYFILE_PASSWORD"
@@ -77,19 +76,14 @@ def check_tls(certfile: str, keyfile: str, password: str | None = None) -> ssl.S
 
 def _read_pem(flag: str, path: str) -> bytes:
     try:
-        descriptor = open_regular(path)
+        data = read_regular(path, MAX_PEM_BYTES)
     except NotRegularFile as error:
         raise ConfigError(f"{flag} {path} is {error}; give a PEM file") from None
+    except FileTooLarge:
+        raise ConfigError(f"{flag} {path} is larger than {MAX_PEM_BYTES} bytes: not a PEM certificate or "
+                          "key") from None
     except OSError as error:
         raise ConfigError(f"{flag} {path}: cannot read it ({error.strerror})") from None
-    try:
-        data = read_at_most(descriptor, MAX_PEM_BYTES + 1)
-    except OSError as error:
-        raise ConfigError(f"{flag} {path}: cannot read it ({error.strerror})") from None
-    finally:
-        os.close(descriptor)
-    if len(data) > MAX_PEM_BYTES:
-        raise ConfigError(f"{flag} {path} is larger than {MAX_PEM_BYTES} bytes: not a PEM certificate or key")
     if not data.strip():
         raise ConfigError(f"{flag} {path} is empty; give the PEM file itself (it was perhaps not copied yet)")
     return data

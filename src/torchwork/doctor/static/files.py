@@ -21,7 +21,7 @@ import stat
 from pathlib import Path
 
 from torchwork.errors import ConfigError
-from torchwork.paths import NotRegularFile, open_regular, read_at_most
+from torchwork.paths import FileTooLarge, NotRegularFile, read_regular
 
 MAX_BYTES = 2 * 1024 * 1024  # the largest source file read; larger ones are generated, not written
 SKIPPED_DIRS = frozenset({".git", ".hg", ".svn", ".venv", "venv", ".env", "env", "node_modules", "__pycache__",
@@ -73,13 +73,8 @@ def python_files(paths: list[Path]) -> tuple[list[Path], list[tuple[str, str]]]:
 def read_source(path: Path) -> bytes:
     """The file's bytes, read as a regular file; ``ValueError`` when it is larger than :data:`MAX_BYTES`."""
     try:
-        descriptor = open_regular(path, follow_links=False)
+        return read_regular(path, MAX_BYTES, follow_links=False)
     except NotRegularFile as error:
         raise ValueError(str(error)) from None
-    try:
-        data = read_at_most(descriptor, MAX_BYTES + 1)
-    finally:
-        os.close(descriptor)
-    if len(data) > MAX_BYTES:
-        raise ValueError(f"larger than {MAX_BYTES // (1024 * 1024)} MiB")
-    return data
+    except FileTooLarge:
+        raise ValueError(f"larger than {MAX_BYTES // (1024 * 1024)} MiB") from None
