@@ -175,3 +175,42 @@ def test_a_run_that_early_stopping_ended_is_resumed_as_it_ended_not_trained_furt
     assert resumed.run_path == stopped.run_path and resumed.epoch == 2 and resumed.global_step == 8
     assert all(torch.equal(a, b) for a, b in zip(weights, resumed.model.parameters()))
     assert resumed.stop_reason is not None and resumed.stop_reason.startswith("early stopping: train_loss has not")
+
+
+# A checkpoint written by the code before the Trainer's split (#50, commit 53be24c): fit's run folder,
+# checkpoint_every_n_steps=6, the trainer and loader below, 4 batches an epoch, so mid-epoch 2 (its
+# epoch_totals, with named loss terms and a gradient norm, and the shuffling loader's epoch-start state).
+# That code's uninterrupted 3 epochs, and its resume from this file, logged these epoch losses.
+BEFORE_THE_SPLIT = Path(__file__).parent / "assets" / "mid_epoch_before_50.pt"
+BEFORE_THE_SPLIT_LOSSES = [0.9279378652572632, 0.8535914421081543, 0.9114115238189697]
+
+
+def _named_losses(outputs: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+    return {"mse": torch.nn.functional.mse_loss(outputs, targets), "l1": torch.nn.functional.l1_loss(outputs, targets)}
+
+
+def _shuffled_run() -> tuple[Trainer, torch.utils.data.DataLoader]:
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.2), torch.nn.Linear(8, 1))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 2, 0.5)
+    trainer = Trainer(model, optimizer, _named_losses, scheduler, device="cpu", progress=False, threads=1,
+                      clip_grad_norm=1.0, loss_weights={"l1": 0.5})
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(32, 4, generator=g), torch.randn(32, 1, generator=g))
+    return trainer, DataLoader(data, batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(1))
+
+
+def test_a_mid_epoch_checkpoint_written_before_the_split_resumes_exactly() -> None:
+    trainer, loader = _shuffled_run()
+    whole = trainer.fit(loader, epochs=3)
+    resumed, loader = _shuffled_run()
+    history = resumed.fit(loader, epochs=3, resume=BEFORE_THE_SPLIT)
+    assert resumed.global_step == 12 and [h["epoch"] for h in history] == [1, 2, 3]
+    # epoch 2's figures add the file's epoch_totals (its first two batches) to the two batches trained here
+    for name in ("train_loss", "train_mse", "train_l1", "grad_norm", "samples", "steps"):
+        assert [h[name] for h in history] == [h[name] for h in whole], name
+    assert [h["train_loss"] for h in history] == pytest.approx(BEFORE_THE_SPLIT_LOSSES, rel=1e-6)
+    assert all(torch.equal(a, b) for a, b in zip(trainer.model.parameters(), resumed.model.parameters()))
