@@ -459,6 +459,22 @@ def _source(audit: _Audit, plan: Any) -> dict[str, Any]:
             "images": len(audit.readable), "classes": list(data.classes), "dropped": plan.dropped}
 
 
+@dataclasses.dataclass(frozen=True)
+class AuditedImages:
+    """The data report of an image folder, and what training needs of it: the split plan (its indices are
+    positions in ``readable``) and the index into the folder's ``paths`` of each readable image."""
+
+    report: DataReport
+    plan: Any  # torchwork.data.splits.SplitPlan
+    readable: list[int]
+
+    def split_paths(self, data: ImageFolderData, name: str) -> tuple[list[Path], list[str], list[str]]:
+        """The paths, rows and (training) labels of split ``name``."""
+        chosen = [self.readable[j] for j in self.plan.indices[name]]
+        labels = [self.plan.labels[j] for j in self.plan.indices[name]]
+        return [data.paths[i] for i in chosen], [data.rows[i] for i in chosen], labels
+
+
 def audit_images(data: ImageFolderData, *, seed: int = 0, max_bytes: int = MAX_BYTES,
                  max_pixels: int | None = None, progress: Callable[[int, int], Any] | None = None) -> DataReport:
     """The data report of the image folder ``data`` (see the module for the kinds), with the images of each
@@ -467,6 +483,13 @@ def audit_images(data: ImageFolderData, *, seed: int = 0, max_bytes: int = MAX_B
     Every file is read once (a regular file of at most ``max_bytes``) and decoded once; ``progress(done,
     total)`` is called every 1000 files.
     """
+    return audit_and_plan(data, seed=seed, max_bytes=max_bytes, max_pixels=max_pixels, progress=progress).report
+
+
+def audit_and_plan(data: ImageFolderData, *, seed: int = 0, max_bytes: int = MAX_BYTES,
+                   max_pixels: int | None = None, progress: Callable[[int, int], Any] | None = None
+                   ) -> AuditedImages:
+    """:func:`audit_images`'s report with its split plan: near copies never straddle two splits."""
     from torchwork.data.audit import class_findings
 
     facts = []
@@ -484,4 +507,5 @@ def audit_images(data: ImageFolderData, *, seed: int = 0, max_bytes: int = MAX_B
         _untrained_classes(audit), _odd_sizes(audit), _grayscale(audit), *class_findings(labels, unit="images"),
     ]
     plan = _plan(audit, seed)
-    return DataReport([f for f in found if f is not None], plan.counts(), _source(audit, plan))
+    return AuditedImages(DataReport([f for f in found if f is not None], plan.counts(), _source(audit, plan)), plan,
+                         audit.readable)

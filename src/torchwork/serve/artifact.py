@@ -4,7 +4,9 @@
 checksum checked, the variant the manifest marks to deploy, its bundled preprocessing and postprocessing)
 and wraps it in a :class:`~torchwork.serve.predictor.ServedModel`:
 
-- an artifact with a preprocessor (``manifest.preprocess``, e.g. ``torchwork.data.text:TextPreprocessor``)
+- an artifact whose preprocessor is :class:`torchwork.data.image_decode.ImagePreprocessor` is an **image**
+  artifact: each item is an encoded image (:mod:`torchwork.serve.images`);
+- an artifact with another preprocessor (``manifest.preprocess``, e.g. ``torchwork.data.text:TextPreprocessor``)
   is a **text** artifact: each item is a raw string, preprocessed on the server exactly as in
   ``load_artifact(dir)(texts)``;
 - an artifact without one is a **tensor** artifact with a single input: each item is a nested list of
@@ -71,7 +73,11 @@ class ArtifactPredictor(ModelPredictor):
         output: Literal["logits", "probabilities"] = \
             "probabilities" if artifact.softmax or labels is None else "logits"
         name = name or f"{Path(artifact.directory).name} [{artifact.variant}]"
-        if artifact.preprocess is not None:
+        if getattr(artifact.preprocess, "kind", None) == "image":  # items: images decoded by validation
+            size = int(artifact.preprocess.size)
+            super().__init__(kind="image", item_shape=(size, size, 3), dtype="uint8", labels=labels,
+                             preprocess=artifact.preprocess, output=output, name=name)
+        elif artifact.preprocess is not None:
             # Static dims after the batch (a token-id length fixed at export) are met by cutting and padding.
             # A dynamic length exported with a bound (max_length=N) is cut to that bound the same way.
             self._max_length = min([*(s.shape[1] for s in self._schema

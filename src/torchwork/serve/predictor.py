@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
     import torch
 
-Kind = Literal["text", "tensor"]
+Kind = Literal["text", "tensor", "image"]
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8")
 
@@ -38,7 +38,8 @@ INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8")
 class ServedModel(Protocol):
     """What the HTTP server needs from a model.
 
-    - ``kind``: ``"text"`` (each item is a string) or ``"tensor"`` (each item a nested list of numbers);
+    - ``kind``: ``"text"`` (each item is a string), ``"tensor"`` (each item a nested list of numbers) or
+      ``"image"`` (each item an encoded image, decoded by request validation to ``item_shape`` uint8);
     - ``item_shape``: the shape of one item without the batch dimension (``None`` for a free dimension;
       ``()`` for text);
     - ``dtype``: the item's number type for tensor models (``"float32"``, ``"int64"``, ...);
@@ -102,8 +103,11 @@ class ModelPredictor:
                  dtype: str = "float32", labels: Sequence[str] | None = None,
                  preprocess: Callable[[list[Any]], Any] | None = None,
                  output: Literal["logits", "probabilities"] = "logits", name: str = "model") -> None:
-        if kind not in ("text", "tensor"):
-            raise ConfigError(f"kind={kind!r}: a predictor's kind is 'text' or 'tensor'.")
+        if kind not in ("text", "tensor", "image"):
+            raise ConfigError(f"kind={kind!r}: a predictor's kind is 'text', 'tensor' or 'image'.")
+        if kind == "image" and (preprocess is None or item_shape is None):
+            raise ConfigError("kind='image' needs preprocess=... (decoded images -> the model's inputs) and "
+                              "item_shape=(size, size, 3), the decoded image an item becomes.")
         if kind == "text" and preprocess is None:
             raise ConfigError("kind='text' needs preprocess=...: a function from a list of strings to the "
                               "model's inputs, e.g. torchwork.data.text.TextPreprocessor.")
@@ -122,7 +126,7 @@ class ModelPredictor:
         if any(d is not None and (not isinstance(d, int) or d < 1) for d in shape):
             raise ConfigError(f"item_shape={shape!r}: each dimension is a positive int or None.")
         self.kind: Kind = kind
-        self.item_shape: tuple[int | None, ...] = shape if kind == "tensor" else ()
+        self.item_shape: tuple[int | None, ...] = shape if kind != "text" else ()
         self.dtype = dtype
         self.labels: list[str] | None = labels
         self.output = output
@@ -137,6 +141,10 @@ class ModelPredictor:
         """Valid dummy items (zeros, a free dimension of length 1, or a short text), for warm-up."""
         if self.kind == "text":
             return ["warm up the model"] * n
+        if self.kind == "image":  # a request's image, as validation leaves it: decoded, (size, size, 3) uint8
+            import numpy as np
+
+            return [np.zeros(self.item_shape, dtype=np.uint8) for _ in range(n)]
 
         def zeros(dims: tuple[int | None, ...]) -> Any:
             if not dims:

@@ -48,6 +48,10 @@ def request_model(kind: str, item_shape: Sequence[int | None], dtype: str, limit
     if kind == "text":
         item: Any = Annotated[str, Field(strict=True, min_length=1, max_length=limits.max_text_length)]
         example: Any = "a short text to classify"
+    elif kind == "image":
+        from torchwork.serve.images import image_item
+
+        item, example = image_item(item_shape), "<base64 of a PNG or JPEG file>"
     else:
         bounds = _NUMBER_RANGE[dtype]
         if isinstance(bounds, tuple):
@@ -66,6 +70,7 @@ def request_model(kind: str, item_shape: Sequence[int | None], dtype: str, limit
             min_length=1, max_length=limits.max_items,
             description=f"1 to {limits.max_items} items, each "
                         + (f"a string of 1 to {limits.max_text_length} characters" if kind == "text" else
+                           "an image file's bytes (PNG, JPEG, ...) as base64 text" if kind == "image" else
                            f"a nested list of numbers of shape {_shape_text(item_shape)} ({dtype})"))]
 
     return PredictRequest

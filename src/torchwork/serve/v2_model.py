@@ -48,8 +48,12 @@ class V2Model:
         # Each label as a BYTES element of a binary answer (length-prefixed), encoded once.
         self._label_bytes = {str(label): join_bytes([str(label).encode()]) for label in self.labels or ()}
         self.item_shape: tuple[int | None, ...] = ()
+        self.image_shape: tuple[int | None, ...] | None = None
         if predictor.kind == "text":
             self.input_name, self.datatype = "text", "BYTES"
+        elif predictor.kind == "image":  # BYTES elements, each an image file (torchwork.serve.images)
+            self.input_name, self.datatype = "image", "BYTES"
+            self.image_shape = tuple(predictor.item_shape)
         else:
             self.input_name = str(getattr(predictor, "input_name", "input"))  # an artifact's, from its manifest
             self.datatype = DATATYPE_OF[predictor.dtype]
@@ -110,6 +114,10 @@ class V2Model:
         if not 1 <= count <= self.limits.max_items:
             raise ProtocolError(422, f"input {self.input_name!r}: {count} items; send 1 to "
                                      f"{self.limits.max_items} (the first dimension of its shape)")
+        if self.image_shape is not None:
+            from torchwork.serve.images import decoded_images
+
+            return decoded_images(tensor.array, self.image_shape, tensor.shape)
         if self.datatype == "BYTES":
             return self._texts(tensor.shape, tensor.array)
         item = tensor.shape[1:]
