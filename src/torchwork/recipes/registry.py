@@ -103,7 +103,12 @@ def fit_settings(args: argparse.Namespace) -> list[str]:
 def fit_main(args: argparse.Namespace) -> int:
     """``torchwork fit DATA [--text COL] [--label COL] [--test DATA] [--quick] [--serve] [--set k=v] [--json]``."""
     import json
+    import os
 
+    if os.path.isdir(args.data):  # an image folder: torchwork.recipes.fit_images
+        from torchwork.recipes.fit_images import cli_main as fit_images
+
+        return fit_images(args)
     name, config = resolve("sentiment", fit_settings(args))
     summary = run_recipe(name, config, serve=args.serve)
     if args.json:
