@@ -192,7 +192,8 @@ def _quickstart_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _own_data_arguments(parser: argparse.ArgumentParser) -> None:
     """A user's labelled text file, its columns and test file: ``fit`` and ``data check`` read them alike."""
-    parser.add_argument("data", metavar="DATA", help="your labelled texts: a .csv, .tsv, .jsonl or .parquet file")
+    parser.add_argument("data", metavar="DATA", help="your labelled texts: a .csv, .tsv, .jsonl or .parquet file; "
+                                                     "or an image folder with one sub-folder per class")
     parser.add_argument("--text", metavar="COL", help="the text column (default: guessed, and printed)")
     parser.add_argument("--label", metavar="COL", help="the label column (default: guessed, and printed)")
     parser.add_argument("--test", metavar="DATA", help="your own test file (audited, not trusted)")
@@ -263,7 +264,8 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
 COMMANDS: list[Command] = [
     ("digits", "train a small classifier on scikit-learn's digits with the engine and print a summary",
      _digits_arguments, "torchwork.recipes.digits:cli_main"),
-    ("fit", "your own labelled texts to a served model: the data report, baselines, fine-tuning, evaluation, "
+    ("fit", "your own labelled texts (a file) or images (a folder) to a served model: the data report, "
+            "baselines, fine-tuning, evaluation, "
             "INT8 export, verification", _fit_arguments, "torchwork.recipes.registry:fit_main"),
     ("quickstart", "the main job: dirty tweets to a trained, quantized, verified and servable model",
      _quickstart_arguments, "torchwork.recipes.registry:quickstart_main"),
