@@ -193,3 +193,23 @@ def test_a_ragged_cache_stays_in_memory_and_says_so(tmp_path) -> None:
     with pytest.raises(ConfigError, match="in memory only"):
         ragged.save(tmp_path / "c")
     assert not list(tmp_path.iterdir())
+
+
+def test_a_bf16_stored_ragged_cache_halves_the_features_and_reads_rows_as_float32() -> None:
+    """storage="bf16": the batches hold bfloat16 (the mask's integers untouched), half the fp32 cache's bytes,
+    and each row reads back as float32 equal to the fp32 cache's row rounded to bfloat16."""
+    items = _sequence_items()
+    fp32 = cache_features(_Widths(), _padded_batches(items, 3), progress=False, ragged=True)
+    half = cache_features(_Widths(), _padded_batches(items, 3), progress=False, ragged=True, storage="bf16")
+    assert all(h.dtype == torch.bfloat16 and m.dtype == torch.long for h, m in half.batches)
+    assert 2 * sum(h.nbytes for h, _ in half.batches) == sum(h.nbytes for h, _ in fp32.batches)
+    for index in range(len(items)):
+        (h, m), y = half[index]
+        (h32, m32), y32 = fp32[index]
+        assert h.dtype == torch.float32 and torch.equal(h, h32.bfloat16().float())
+        assert torch.equal(m, m32) and y == y32
+    assert not torch.equal(half[0][0][0], fp32[0][0][0])  # rounded: the test data is not bf16-exact
+    with pytest.raises(ConfigError, match="storage='bf16'"):  # a padded or saved cache keeps float32
+        cache_features(_Widths(), _padded_batches(items, 3), progress=False, storage="bf16")
+    with pytest.raises(ConfigError, match="storage='8'"):
+        cache_features(_Widths(), _padded_batches(items, 3), progress=False, ragged=True, storage="8")

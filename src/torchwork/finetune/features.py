@@ -11,7 +11,9 @@ list). With ``path=`` the cache is kept on disk
 (safetensors) with a fingerprint of the bottom's weights and the data size, and reused only when both
 match. With ``precision="bf16"`` the bottom runs under bfloat16 autocast (about 1.8x faster than fp32 for
 MiniLM's bottom on a CPU with AVX-512 BF16) and its floating outputs are stored as float32, so the top sees
-the dtype it would see from an fp32 cache; the choice is part of the fingerprint.
+the dtype it would see from an fp32 cache; the choice is part of the fingerprint. ``storage="bf16"`` (ragged
+caches) keeps floating features in bfloat16 and reads each row back as float32: half the memory, for a top
+that trains under bf16 autocast anyway.
 
 Example:
     >>> import torch
@@ -93,13 +95,14 @@ class RaggedCachedFeatures(CachedFeatures):
     (length-bucketed batches: about the rows' own lengths) and never holds two copies at once (no
     ``torch.cat``): on 6,000 real tweets (MiniLM's layer-4 features, batches of 64 by length) the cache
     measured 2.0x smaller and the process grew 3.2x less while caching
-    (benchmarks/finetune_feature_cache_memory.py).
+    (benchmarks/finetune_feature_cache_memory.py). ``read_as``: the dtype each row's floating tensors are
+    read back as (``storage="bf16"`` keeps them in bfloat16 and reads them as float32: half again).
     """
 
-    def __init__(self, batches: list[Any], targets: Any, fingerprint: str = "") -> None:
+    def __init__(self, batches: list[Any], targets: Any, fingerprint: str = "", read_as: Any = None) -> None:
         import bisect
 
-        self.batches, self.targets, self.fingerprint = batches, targets, fingerprint
+        self.batches, self.targets, self.fingerprint, self.read_as = batches, targets, fingerprint, read_as
         self._starts = [0]
         for batch in batches:
             self._starts.append(self._starts[-1] + int(_first(batch).shape[0]))
@@ -118,7 +121,8 @@ class RaggedCachedFeatures(CachedFeatures):
         if not 0 <= index < len(self):
             raise IndexError(f"row {index} of a cache of {len(self)} rows")
         batch = self._bisect(self._starts, index) - 1
-        return _index(self.batches[batch], index - self._starts[batch]), self.targets[index]
+        row = _index(self.batches[batch], index - self._starts[batch])
+        return (row if self.read_as is None else _cast_floating(row, self.read_as)), self.targets[index]
 
     def save(self, path: str | os.PathLike[str]) -> None:
         raise ConfigError("cache_features(ragged=True) keeps the cache in memory only; drop path= or ragged=.")
@@ -134,7 +138,8 @@ def collate_cached(batch: list[tuple[Any, Any]]) -> tuple[Any, Any]:
 
 def cache_features(bottom: Any, data: Dataset[Any] | Sequence[Any] | DataLoader[Any], *, batch_size: int = 256, device: str = "cpu",
                    path: str | os.PathLike[str] | None = None, progress: bool | None = None,
-                   desc: str = "caching features", precision: str = "32", ragged: bool = False) -> CachedFeatures:
+                   desc: str = "caching features", precision: str = "32", ragged: bool = False,
+                   storage: str = "32") -> CachedFeatures:
     """Run the frozen ``bottom`` once over ``data`` (``(inputs, target)`` items or a non-shuffling loader).
 
     Args:
@@ -148,6 +153,9 @@ def cache_features(bottom: Any, data: Dataset[Any] | Sequence[Any] | DataLoader[
             cache in the precision the top trains in.
         ragged: keep each batch's features as the bottom returned them (:class:`RaggedCachedFeatures`),
             not padded to the longest row of all; in memory only (no ``path``).
+        storage: ``"32"`` or ``"bf16"`` (with ``ragged``: floating features kept in bfloat16, half the
+            memory, and every row read back as float32): for a top that trains under bf16 autocast, whose
+            matrix products round their inputs to bfloat16 anyway.
     """
     import torch
 
@@ -161,6 +169,8 @@ def cache_features(bottom: Any, data: Dataset[Any] | Sequence[Any] | DataLoader[
         raise ConfigError(f"cache_features(precision={precision!r}): use '32' or 'bf16'.")
     if ragged and path is not None:
         raise ConfigError("cache_features(ragged=True) keeps the cache in memory only; drop path= or ragged=.")
+    if storage not in ("32", "bf16") or (storage == "bf16" and not ragged):
+        raise ConfigError(f"cache_features(storage={storage!r}): use '32', or 'bf16' with ragged=True.")
     modules = [bottom] if isinstance(bottom, torch.nn.Module) else []
     trainable = [n for m in modules for n, p in m.named_parameters() if p.requires_grad]
     if trainable:
@@ -198,7 +208,8 @@ def cache_features(bottom: Any, data: Dataset[Any] | Sequence[Any] | DataLoader[
                 if isinstance(inputs, list):  # what default_collate makes of a tuple
                     inputs = tuple(inputs)
                 output = call_model(bottom, move_to_device(inputs, target_device))
-                outputs.append(_float32(move_to_device(output, torch.device("cpu"))))
+                output = move_to_device(output, torch.device("cpu"))
+                outputs.append(_cast_floating(output, torch.bfloat16) if storage == "bf16" else _float32(output))
                 targets.append(torch.as_tensor(target))
                 if bar.enabled:
                     bar.update(int(targets[-1].shape[0]) if targets[-1].ndim else 1)
@@ -210,7 +221,8 @@ def cache_features(bottom: Any, data: Dataset[Any] | Sequence[Any] | DataLoader[
     if not outputs:
         raise ConfigError("cache_features: the data yielded no batches.")
     all_targets = torch.cat([t.reshape(-1) if t.ndim == 0 else t for t in targets])
-    cached = (RaggedCachedFeatures(outputs, all_targets, fingerprint) if ragged
+    read_as = torch.float32 if storage == "bf16" else None
+    cached = (RaggedCachedFeatures(outputs, all_targets, fingerprint, read_as) if ragged
               else CachedFeatures(_concat(outputs), all_targets, fingerprint))
     if path is not None:
         cached.save(path)
@@ -239,12 +251,19 @@ def _float32(output: Any) -> Any:
     """bfloat16 tensors of ``output`` (a tensor, tuple or dict) as float32; everything else as it is."""
     import torch
 
+    return _cast_floating(output, torch.float32, only=torch.bfloat16)
+
+
+def _cast_floating(output: Any, dtype: Any, only: Any = None) -> Any:
+    """The floating tensors of ``output`` (a tensor, tuple or dict; those of dtype ``only`` when given) as
+    ``dtype``; everything else as it is."""
     if _is_tensor(output):
-        return output.float() if output.dtype == torch.bfloat16 else output
+        cast = output.is_floating_point() and output.dtype != dtype and only in (None, output.dtype)
+        return output.to(dtype) if cast else output
     if isinstance(output, Mapping):
-        return {k: _float32(v) for k, v in output.items()}
+        return {k: _cast_floating(v, dtype, only) for k, v in output.items()}
     if isinstance(output, (tuple, list)):
-        return type(output)(_float32(v) for v in output)
+        return type(output)(_cast_floating(v, dtype, only) for v in output)
     return output
 
 
