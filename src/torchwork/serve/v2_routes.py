@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request, Response  # this module is imported by the app only, as fastapi is
@@ -38,11 +38,14 @@ from torchwork.errors import QueueFullError
 from torchwork.serve.inference_protocol import HEADER, ProtocolError, parse_request
 from torchwork.serve.raw_route import RawRoute
 from torchwork.serve.request_body import read_body
+from torchwork.serve.routes import json_response
 from torchwork.serve.v2_model import V2Model
 
 EXTENSIONS = ["binary_tensor_data", "model_repository"]
 _ACCEPTED_TYPES = ("application/json", "application/octet-stream")
 _HEADER_BYTES = HEADER.encode()
+_LOAD_BODY = ('load request body must be a JSON object like {"parameters": {"version": "2"}} (or empty: the '
+              'newest version)')
 
 
 def path_parameters(path: str) -> dict[str, Any]:
@@ -60,8 +63,11 @@ def path_parameters(path: str) -> dict[str, Any]:
 
 def v2_error(status: int, message: str, retry_after: int | None = None) -> Response:
     """An error answer as the protocol writes it: ``{"error": message}``."""
-    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
-    return Response(json.dumps({"error": message}).encode(), status, headers=headers, media_type="application/json")
+    return json_response(status, json.dumps({"error": message}).encode(), retry_after)
+
+
+def _ok(document: Any) -> Response:
+    return json_response(200, json.dumps(document).encode())
 
 
 def _detail(body: bytes) -> str:
@@ -72,34 +78,60 @@ def _detail(body: bytes) -> str:
         return body.decode(errors="replace")
 
 
-def add_v2_routes(app: FastAPI, find: Callable[[str, str | None], Any], listing: Callable[[], list[Any]],
-                  counted: Callable[..., Callable[[Request], Awaitable[Response]]], server_version: str) -> None:
-    """Add the routes to ``app``. ``find(name, version)`` returns the model's state (with ``v2``, ``ready``,
+def _infer_headers(scope: Mapping[str, Any]) -> tuple[str | None, str | None, str | None]:
+    """The Content-Type, Inference-Header-Content-Length and Content-Length of a request (the first of
+    each, as Starlette's ``headers.get``), in one pass over its headers (ASGI's names are lower case)."""
+    content_type = declared = length = None
+    for key, value in scope["headers"]:
+        if key == b"content-length":
+            if length is None:
+                length = value.decode("latin-1")
+        elif key == _HEADER_BYTES:
+            if declared is None:
+                declared = value.decode("latin-1")
+        elif key == b"content-type" and content_type is None:
+            content_type = value.decode("latin-1")
+    return content_type, declared, length
+
+
+async def _control_body(request: Request, example: str) -> dict[str, Any] | Response:
+    """The JSON object a control request sends (``{}`` for an empty body), or the error answer to it."""
+    body = await read_body(request, 4096)
+    if isinstance(body, str):
+        return v2_error(413, body)
+    if not body.strip():
+        return {}
+    try:
+        document = json.loads(body)
+    except ValueError:
+        document = None
+    if not isinstance(document, dict):
+        return v2_error(400, f"the {example}")
+    return document
+
+
+class V2Routes:
+    """The routes' handlers. ``find(name, version)`` returns the model's state (with ``v2``, ``ready``,
     ``batcher``, ``deadlines``, ``config``) or raises :class:`ProtocolError` (404); ``listing()`` is every
-    (name, version, state) served; ``counted(handler, route, fail)`` wraps a handler with the metrics."""
-    def ok(document: Any) -> Response:
-        return Response(json.dumps(document).encode(), 200, media_type="application/json")
+    (name, version, state) served."""
 
-    def found(request: Request) -> Any:
+    def __init__(self, find: Callable[[str, str | None], Any], listing: Callable[[], list[Any]],
+                 server_version: str) -> None:
+        self.find, self.listing, self.server_version = find, listing, server_version
+
+    def found(self, request: Request) -> Any:
+        """The state of the model (and version) the request's path names; :class:`ProtocolError` if none."""
         params = request.path_params
-        return find(params["name"], params.get("version"))
+        return self.find(params["name"], params.get("version"))
 
-    async def infer(request: Request) -> Response:
-        content_type = declared = length = None
-        for key, value in request.scope["headers"]:  # one pass (ASGI's names are lower case), not three lookups
-            if key == b"content-length":
-                if length is None:  # the first, as Starlette's headers.get
-                    length = value.decode("latin-1")
-            elif key == _HEADER_BYTES:
-                if declared is None:
-                    declared = value.decode("latin-1")
-            elif key == b"content-type" and content_type is None:
-                content_type = value.decode("latin-1")
+    async def infer(self, request: Request) -> Response:
+        """``POST .../infer``: JSON or binary tensors in, through the model's batcher, tensors out."""
+        content_type, declared, length = _infer_headers(request.scope)
         if content_type is not None and content_type.partition(";")[0].strip().lower() not in _ACCEPTED_TYPES:
             return v2_error(415, f"Content-Type {content_type!r} is not accepted: send JSON tensors as "
                                  "application/json, binary tensors as application/octet-stream")
         try:
-            state = found(request)
+            state = self.found(request)
         except ProtocolError as problem:
             return v2_error(problem.status, str(problem))
         if not state.ready.is_set():
@@ -114,7 +146,7 @@ def add_v2_routes(app: FastAPI, find: Callable[[str, str | None], Any], listing:
         try:
             # Again, after the body came: nothing awaits from here to submit, so a reload that switched
             # versions meanwhile is seen, and the old version's batcher is never handed a request.
-            state = found(request)
+            state = self.found(request)
             model: V2Model = state.v2
             parsed = parse_request(body, header_length)
             items = model.items(parsed)
@@ -139,63 +171,63 @@ def add_v2_routes(app: FastAPI, find: Callable[[str, str | None], Any], listing:
         response.raw_headers.append((_HEADER_BYTES, b"%d" % json_length))  # not through a dict: per request
         return response
 
-    handler = counted(infer, "/v2/models/{name}/infer", lambda status, message: v2_error(status, message))
-    for path in ("/v2/models/{name}/infer", "/v2/models/{name}/versions/{version}/infer"):
-        app.router.add_api_route(path, handler, methods=["POST"], include_in_schema=path.count("{") == 1,
-                                 summary="Open Inference Protocol: infer (JSON or binary tensors)",
-                                 openapi_extra=path_parameters(path), route_class_override=RawRoute)
+    async def server_metadata(self) -> Response:
+        return _ok({"name": "torchwork", "version": self.server_version, "extensions": EXTENSIONS})
 
-    async def server_metadata() -> Response:
-        return ok({"name": "torchwork", "version": server_version, "extensions": EXTENSIONS})
+    async def live(self) -> Response:
+        return _ok({"live": True})
 
-    async def live() -> Response:
-        return ok({"live": True})
-
-    async def ready() -> Response:
-        states = listing()
+    async def ready(self) -> Response:
+        states = self.listing()
         if states and all(state == "READY" for _, _, state in states):
-            return ok({"ready": True})
-        return Response(json.dumps({"ready": False, "error": "a model is still loading or warming up"}).encode(),
-                        503, headers={"Retry-After": "1"}, media_type="application/json")
+            return _ok({"ready": True})
+        return json_response(503, json.dumps({"ready": False, "error": "a model is still loading or warming up"})
+                             .encode(), retry_after=1)
 
-    async def model_metadata(request: Request) -> Response:
+    async def model_metadata(self, request: Request) -> Response:
         try:
-            return ok(found(request).v2.metadata())
+            return _ok(self.found(request).v2.metadata())
         except ProtocolError as problem:
             return v2_error(problem.status, str(problem))
 
-    async def model_ready(request: Request) -> Response:
+    async def model_ready(self, request: Request) -> Response:
         try:
-            state = found(request)
+            state = self.found(request)
         except ProtocolError as problem:
             return v2_error(problem.status, str(problem))
         document = {"name": state.v2.name, "version": state.v2.version, "ready": state.ready.is_set()}
         if state.ready.is_set():
-            return ok(document)
-        return Response(json.dumps({**document, "error": "warming up"}).encode(), 503,
-                        headers={"Retry-After": "1"}, media_type="application/json")
+            return _ok(document)
+        return json_response(503, json.dumps({**document, "error": "warming up"}).encode(), retry_after=1)
 
-    async def index(request: Request) -> Response:
-        body = await read_body(request, 4096)
-        if isinstance(body, str):
-            return v2_error(413, body)
-        only_ready = False
-        if body.strip():
-            try:
-                only_ready = bool(json.loads(body).get("ready", False))
-            except (ValueError, AttributeError):
-                return v2_error(400, 'the index request body must be a JSON object like {"ready": true}')
-        return ok([{"name": name, "version": version, "state": state}
-                   for name, version, state in listing() if state == "READY" or not only_ready])
+    async def index(self, request: Request) -> Response:
+        document = await _control_body(request, 'index request body must be a JSON object like {"ready": true}')
+        if isinstance(document, Response):
+            return document
+        only_ready = bool(document.get("ready", False))
+        return _ok([{"name": name, "version": version, "state": state}
+                    for name, version, state in self.listing() if state == "READY" or not only_ready])
 
-    app.add_api_route("/v2", server_metadata, methods=["GET"], summary="Open Inference Protocol: server metadata")
-    app.add_api_route("/v2/health/live", live, methods=["GET"], summary="Open Inference Protocol: alive")
-    app.add_api_route("/v2/health/ready", ready, methods=["GET"], summary="Open Inference Protocol: ready")
-    app.add_api_route("/v2/repository/index", index, methods=["POST"],
+
+def add_v2_routes(app: FastAPI, find: Callable[[str, str | None], Any], listing: Callable[[], list[Any]],
+                  counted: Callable[..., Callable[[Request], Awaitable[Response]]], server_version: str) -> None:
+    """Add the routes to ``app``, the infer routes first. ``find`` and ``listing``: as :class:`V2Routes`
+    takes them; ``counted(handler, route, fail)`` wraps a handler with the metrics."""
+    routes = V2Routes(find, listing, server_version)
+    handler = counted(routes.infer, "/v2/models/{name}/infer", v2_error)
+    for path in ("/v2/models/{name}/infer", "/v2/models/{name}/versions/{version}/infer"):
+        app.router.add_api_route(path, handler, methods=["POST"], include_in_schema=path.count("{") == 1,
+                                 summary="Open Inference Protocol: infer (JSON or binary tensors)",
+                                 openapi_extra=path_parameters(path), route_class_override=RawRoute)
+    app.add_api_route("/v2", routes.server_metadata, methods=["GET"],
+                      summary="Open Inference Protocol: server metadata")
+    app.add_api_route("/v2/health/live", routes.live, methods=["GET"], summary="Open Inference Protocol: alive")
+    app.add_api_route("/v2/health/ready", routes.ready, methods=["GET"], summary="Open Inference Protocol: ready")
+    app.add_api_route("/v2/repository/index", routes.index, methods=["POST"],
                       summary="The served models, their versions and states")
     for suffix in ("", "/versions/{version}"):
-        for path, route, summary in ((f"/v2/models/{{name}}{suffix}", model_metadata, "model metadata"),
-                                     (f"/v2/models/{{name}}{suffix}/ready", model_ready, "model ready")):
+        for path, route, summary in ((f"/v2/models/{{name}}{suffix}", routes.model_metadata, "model metadata"),
+                                     (f"/v2/models/{{name}}{suffix}/ready", routes.model_ready, "model ready")):
             app.add_api_route(path, route, methods=["GET"], include_in_schema=not suffix,
                               summary=f"Open Inference Protocol: {summary}", openapi_extra=path_parameters(path))
 
@@ -229,31 +261,24 @@ def add_model_control(app: FastAPI, known: Callable[[str], bool],
         name = request.path_params["name"]
         if not known(name):
             return v2_error(404, f"no model {name!r} here")
-        body = await read_body(request, 4096)
-        if isinstance(body, str):
-            return v2_error(413, body)
-        version = None
-        if body.strip():
-            try:
-                document = json.loads(body)
-                parameters = document.get("parameters") or {}
-                assert isinstance(parameters, dict)
-            except (ValueError, AttributeError, AssertionError):
-                return v2_error(400, 'the load request body must be a JSON object like '
-                                     '{"parameters": {"version": "2"}} (or empty: the newest version)')
-            unknown = sorted(set(parameters) - {"version"})
-            if unknown:
-                return v2_error(400, f"parameters {unknown} are not taken: only \"version\", a version folder "
-                                     "inside the model folder, can be loaded")
-            version = parameters.get("version")
-            if version is not None and not isinstance(version, str):
-                return v2_error(400, "parameters.version must be a string")
+        document = await _control_body(request, _LOAD_BODY)
+        if isinstance(document, Response):
+            return document
+        parameters = document.get("parameters") or {}
+        if not isinstance(parameters, dict):
+            return v2_error(400, f"the {_LOAD_BODY}")
+        unknown = sorted(set(parameters) - {"version"})
+        if unknown:
+            return v2_error(400, f"parameters {unknown} are not taken: only \"version\", a version folder "
+                                 "inside the model folder, can be loaded")
+        version = parameters.get("version")
+        if version is not None and not isinstance(version, str):
+            return v2_error(400, "parameters.version must be a string")
         try:
             serving = await reload(name, version)
         except ProtocolError as problem:
             return v2_error(problem.status, str(problem))
-        return Response(json.dumps({"name": name, "version": serving, "state": "READY"}).encode(), 200,
-                        media_type="application/json")
+        return _ok({"name": name, "version": serving, "state": "READY"})
 
     path = "/v2/repository/models/{name}/load"
     app.add_api_route(path, load, methods=["POST"], openapi_extra=path_parameters(path),
