@@ -37,3 +37,16 @@ def test_every_import_form_is_read(tmp_path: Path) -> None:
                     "    from torchwork.j import K\nelse:\n    from torchwork.x import Y\nZ = 1\n")
     assert type_checking_imports(str(init)) == parsed(init) == {
         "B": "torchwork.a", "d": "torchwork.a", "G": "torchwork.e.f", "I": "torchwork.e.f", "K": "torchwork.j"}
+
+
+def test_lazy_package_gives_a_face_its_names_and_imports_each_on_first_use(tmp_path: Path) -> None:
+    from torchwork.lazy import lazy_attributes, lazy_package
+
+    init = tmp_path / "__init__.py"
+    init.write_text("if TYPE_CHECKING:\n    from torchwork.lazy import lazy_attributes  # noqa: F401\n")
+    namespace: dict = {"__name__": "pkg"}
+    assert lazy_package(str(init), namespace) == ["lazy_attributes"]
+    assert namespace["_LAZY"] == {"lazy_attributes": "torchwork.lazy"}
+    assert namespace["__getattr__"]("lazy_attributes") is lazy_attributes is namespace["lazy_attributes"]
+    with pytest.raises(AttributeError, match="module 'pkg' has no attribute 'other'"):
+        namespace["__getattr__"]("other")

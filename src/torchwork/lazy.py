@@ -1,7 +1,9 @@
 """Lazy package attributes: a name is imported from its module on first use (keeps start-up fast).
 
 A package writes each public name once, as an import under ``if TYPE_CHECKING:`` (what type checkers and IDEs
-read); :func:`type_checking_imports` reads that block back as the table of which module defines which name.
+read); :func:`type_checking_imports` reads that block back as the table of which module defines which name, and
+:func:`lazy_package` makes the package face lazy in one line after it: ``__all__ = lazy_package(__file__,
+globals())``.
 
 Example:
     >>> from torchwork.lazy import lazy_attributes
@@ -41,6 +43,24 @@ def lazy_attributes(package: str, names: dict[str, str], namespace: dict[str, An
         return sorted({*namespace, *names})  # what the module holds already and what it can import
 
     return __getattr__, __dir__
+
+
+def lazy_package(init_file: str, namespace: dict[str, Any]) -> list[str]:
+    """Make the package whose ``__init__`` is ``init_file`` (with ``globals()`` ``namespace``) lazy: its names
+    are those of its ``if TYPE_CHECKING:`` imports (kept as ``_LAZY``: name -> module), each imported on first
+    use by the ``__getattr__`` and ``__dir__`` put in ``namespace``; returns them, the package's ``__all__``.
+
+    Type checkers read the imports and not this call, so they flag a misspelt name where a module
+    ``__getattr__`` they could see would hide it.
+
+    >>> import torchwork.serve
+    >>> torchwork.serve._LAZY["create_app"], "create_app" in torchwork.serve.__all__
+    ('torchwork.serve.app', True)
+    """
+    names = type_checking_imports(init_file)
+    namespace["_LAZY"] = names
+    namespace["__getattr__"], namespace["__dir__"] = lazy_attributes(namespace["__name__"], names, namespace)
+    return list(names)
 
 
 def type_checking_imports(init_file: str) -> dict[str, str]:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from torchwork.lazy import lazy_attributes, type_checking_imports
+from torchwork.lazy import lazy_package
 
 # public name -> module that defines it
 # Each public name written once: type checkers and IDEs read these imports (and flag a misspelt name); at run
-# time lazy.type_checking_imports reads them back and each name is imported on first use.
+# time lazy.lazy_package reads them back and each name is imported on first use.
 if TYPE_CHECKING:  # pragma: no cover
     from torchwork.data.audit import audit_texts  # noqa: F401
     from torchwork.data.balance import balanced_sampler, class_weights  # noqa: F401
@@ -42,7 +42,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from torchwork.data.text import TextCollate, TextPreprocessor  # noqa: F401
     from torchwork.data.text_checks import match_key  # noqa: F401
 
-_LAZY: dict[str, str] = type_checking_imports(__file__)  # public name -> module that defines it
-__all__ = list(_LAZY)
-if not TYPE_CHECKING:
-    __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
+__all__ = lazy_package(__file__, globals())  # each name imported on first use; _LAZY: name -> module

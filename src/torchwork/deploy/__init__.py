@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from torchwork.lazy import lazy_attributes, type_checking_imports
+from torchwork.lazy import lazy_package
 
 # Each public name written once: type checkers and IDEs read these imports (and flag a misspelt name); at run
-# time lazy.type_checking_imports reads them back and each name is imported on first use.
+# time lazy.lazy_package reads them back and each name is imported on first use.
 if TYPE_CHECKING:  # pragma: no cover
     from torchwork.deploy.contents import load_weights  # noqa: F401
     from torchwork.deploy.loaded import LoadedArtifact, load_artifact  # noqa: F401
@@ -34,7 +34,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from torchwork.deploy.replay import replay_artifact  # noqa: F401
     from torchwork.deploy.verification import format_report, verify  # noqa: F401
 
-_LAZY: dict[str, str] = type_checking_imports(__file__)  # public name -> module that defines it
-__all__ = list(_LAZY)
-if not TYPE_CHECKING:
-    __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
+__all__ = lazy_package(__file__, globals())  # each name imported on first use; _LAZY: name -> module

@@ -15,28 +15,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from torchwork.lazy import lazy_attributes
+from torchwork.lazy import lazy_package
 
-# public name -> module that defines it (none of them imports torch, onnxruntime or fastapi on import but app)
-_LAZY: dict[str, str] = {
-    "ArtifactPredictor": "torchwork.serve.artifact",
-    "predictor_from_artifact": "torchwork.serve.artifact",
-    "Batcher": "torchwork.serve.batcher",
-    "BatchingRule": "torchwork.serve.batching",
-    "ServeConfig": "torchwork.serve.config",
-    "ModelProcess": "torchwork.serve.model_process",
-    "ModelPredictor": "torchwork.serve.predictor",
-    "OnnxPredictor": "torchwork.serve.predictor",
-    "ServedModel": "torchwork.serve.predictor",
-    "TorchPredictor": "torchwork.serve.predictor",
-    "configure_threads": "torchwork.serve.predictor",
-    "serve": "torchwork.serve.server",
-    "create_app": "torchwork.serve.app",  # the only module that imports fastapi
-}
-
-__all__ = list(_LAZY)
-
-# Type checkers read the imports (and flag a misspelt name); at run time each name is imported on first use.
+# Each public name written once: type checkers and IDEs read these imports (and flag a misspelt name); at run
+# time lazy.lazy_package reads them back and each name is imported on first use (none of these modules
+# imports torch, onnxruntime or fastapi on import but app, the only one that imports fastapi).
 if TYPE_CHECKING:  # pragma: no cover
     from torchwork.serve.app import create_app  # noqa: F401
     from torchwork.serve.artifact import ArtifactPredictor, predictor_from_artifact  # noqa: F401
@@ -52,5 +35,5 @@ if TYPE_CHECKING:  # pragma: no cover
         configure_threads,
     )
     from torchwork.serve.server import serve  # noqa: F401
-else:
-    __getattr__, __dir__ = lazy_attributes("torchwork.serve", _LAZY, globals())
+
+__all__ = lazy_package(__file__, globals())  # each name imported on first use; _LAZY: name -> module

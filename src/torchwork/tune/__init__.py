@@ -11,26 +11,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from torchwork.lazy import lazy_attributes
+from torchwork.lazy import lazy_package
 
-_LAZY: dict[str, str] = {
-    "tune": "torchwork.tune.runner",
-    "tune_objective": "torchwork.tune.runner",
-    "TrialSetup": "torchwork.tune.objective",
-    "TuneOptions": "torchwork.tune.runner",
-    "Space": "torchwork.tune.space",
-    "read_space": "torchwork.tune.space",
-    "PruningCallback": "torchwork.tune.pruning",
-    "show": "torchwork.tune.show",
-}
-
-__all__ = list(_LAZY)
-
+# Each public name written once: type checkers and IDEs read these imports (and flag a misspelt name); at run
+# time lazy.lazy_package reads them back and each name is imported on first use.
 if TYPE_CHECKING:  # pragma: no cover
     from torchwork.tune.objective import TrialSetup  # noqa: F401
     from torchwork.tune.pruning import PruningCallback  # noqa: F401
     from torchwork.tune.runner import TuneOptions, tune, tune_objective  # noqa: F401
     from torchwork.tune.show import show  # noqa: F401
     from torchwork.tune.space import Space, read_space  # noqa: F401
-else:
-    __getattr__, __dir__ = lazy_attributes("torchwork.tune", _LAZY, globals())
+
+__all__ = lazy_package(__file__, globals())  # each name imported on first use; _LAZY: name -> module
