@@ -14,14 +14,22 @@ from collections.abc import Sequence
 from typing import Any
 
 
-def new_figure(width: float = 6.0, height: float = 3.4) -> tuple[Any, Any]:
-    """A matplotlib figure and axes (Agg, 100 dpi) of ``width`` x ``height`` inches; pass it to :func:`figure_png`."""
+def new_figure(width: float = 6.0, height: float = 3.4, *grid: int, **options: Any) -> tuple[Any, Any]:
+    """A matplotlib figure and axes (Agg, 100 dpi) of ``width`` x ``height`` inches; pass it to :func:`figure_png`.
+
+    ``grid`` (rows, columns) and ``options`` go to ``plt.subplots``, e.g. ``new_figure(9, 3, 1, 3, squeeze=False)``
+    for three panels in a row.
+
+    >>> fig, axes = new_figure(6.0, 2.0, 1, 3, squeeze=False)
+    >>> axes.shape, figure_png(fig)[:4] == b"\\x89PNG"
+    ((1, 3), True)
+    """
     import matplotlib
 
     matplotlib.use("Agg")  # no display, no GUI toolkit
     import matplotlib.pyplot as plt
 
-    return plt.subplots(figsize=(width, height), dpi=100)
+    return plt.subplots(*grid, figsize=(width, height), dpi=100, **options)
 
 
 def figure_png(fig: Any) -> bytes:

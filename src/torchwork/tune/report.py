@@ -11,6 +11,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from torchwork.report.plots import figure_png, new_figure
+
 
 def trial_rows(attempts: dict[int, Any]) -> list[list[Any]]:
     """Trials table: number, state, score, epochs run, seconds, attempts, run folder, params."""
@@ -66,24 +68,8 @@ def _short(value: Any) -> str:
 
 
 def _figure(width: float, height: float, columns: int = 1) -> tuple[Any, Any]:
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display, no GUI toolkit
-    import matplotlib.pyplot as plt
-
-    return plt.subplots(1, columns, figsize=(width, height), dpi=100, squeeze=False)
-
-
-def _png(fig: Any) -> bytes:
-    import io
-
-    import matplotlib.pyplot as plt
-
-    buffer = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buffer, format="png")
-    plt.close(fig)
-    return buffer.getvalue()
+    """A figure of ``columns`` panels in a row; its axes always a 2-D array (``axes[0][i]``)."""
+    return new_figure(width, height, 1, columns, squeeze=False)
 
 
 def history_png(attempts: dict[int, Any], maximize: bool, metric: str) -> bytes:
@@ -107,7 +93,7 @@ def history_png(attempts: dict[int, Any], maximize: bool, metric: str) -> bytes:
     ax.grid(alpha=0.3)
     if done or pruned:
         ax.legend()
-    return _png(fig)
+    return figure_png(fig)
 
 
 PLOTTED_SETTINGS = 12  # panels of the settings plot (the first, by name); the trials table lists them all
@@ -135,7 +121,7 @@ def params_png(attempts: dict[int, Any], space: Any, metric: str) -> bytes:
         ax.set_xlabel(setting.name, parse_math=False)
         ax.set_ylabel(metric, parse_math=False)
         ax.grid(alpha=0.3)
-    return _png(fig)
+    return figure_png(fig)
 
 
 def write_report(path: Path, summary: dict[str, Any], attempts: dict[int, Any], space: Any) -> Path:
