@@ -11,6 +11,7 @@ Example (blocks until SIGTERM or Ctrl-C, so not run here):
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import json
 import logging
@@ -242,6 +243,15 @@ def thread_count(text: str) -> int | None:
     return count
 
 
+def _setting_flag(parser: argparse.ArgumentParser, defaults: ServeConfig, name: str, help_text: str) -> None:
+    """The flag ``--NAME`` of the number setting ``name``: its type and default (said after ``help_text``) are
+    ``defaults``'."""
+    default = getattr(defaults, name)
+    shown = f"{default:g}" if isinstance(default, float) else default
+    parser.add_argument("--" + name.replace("_", "-"), type=type(default), default=default,
+                        help=f"{help_text} (default: {shown})")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``torchwork serve`` flags (called by the CLI)."""
     from torchwork.deploy.manifest import VARIANT_FILES  # the artifact format: no torch import
@@ -264,21 +274,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: the artifact folder's name, or its run folder's for RUN/artifact)")
     parser.add_argument("--host", default=d.host, help=f"address to bind (default: {d.host}, this machine only)")
     parser.add_argument("--port", type=int, default=d.port, help=f"TCP port, 0 for a free one (default: {d.port})")
-    parser.add_argument("--max-batch-size", type=int, default=d.max_batch_size,
-                        help=f"most items per model call (default: {d.max_batch_size})")
-    parser.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms,
-                        help="most time to wait for a batch to fill, used only while requests arrive "
-                             f"concurrently; 0 never waits (default: {d.max_wait_ms:g})")
-    parser.add_argument("--max-queue", type=int, default=d.max_queue,
-                        help=f"items allowed to wait; beyond it answers 503 (default: {d.max_queue})")
-    parser.add_argument("--max-items", type=int, default=d.max_items,
-                        help=f"most items in one request (default: {d.max_items})")
-    parser.add_argument("--max-text-length", type=int, default=d.max_text_length,
-                        help=f"longest text item in characters (default: {d.max_text_length})")
-    parser.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes,
-                        help=f"largest request body (default: {d.max_body_bytes})")
-    parser.add_argument("--timeout-s", type=float, default=d.timeout_s,
-                        help=f"answer 504 if a request is not predicted in this time (default: {d.timeout_s:g})")
+    setting = functools.partial(_setting_flag, parser, d)
+    setting("max_batch_size", "most items per model call")
+    setting("max_wait_ms", "most time to wait for a batch to fill, used only while requests arrive concurrently; "
+                           "0 never waits")
+    setting("max_queue", "items allowed to wait; beyond it answers 503")
+    setting("max_items", "most items in one request")
+    setting("max_text_length", "longest text item in characters")
+    setting("max_body_bytes", "largest request body")
+    setting("timeout_s", "answer 504 if a request is not predicted in this time")
     parser.add_argument("--threads", type=thread_count, default=None, metavar="N|auto",
                         help="the model process's compute threads (default: auto, chosen for the machine as it "
                              "is when the model process starts: the CPUs this process may use less those other "
@@ -293,18 +297,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-nice", type=int, default=10, metavar="N",
                         help="the model process's CPU priority is N lower than the server's (0-19), so that "
                              "on busy cores the server reads requests and forms batches first (default: 10)")
-    parser.add_argument("--head-timeout-s", type=float, default=d.head_timeout_s,
-                        help="a request's head must arrive within this time of its first byte, else 408 and the "
-                             f"connection closes (default: {d.head_timeout_s:g})")
-    parser.add_argument("--body-timeout-s", type=float, default=d.body_timeout_s,
-                        help="a request's body must arrive within this time of its head, else 408 and the "
-                             f"connection closes (default: {d.body_timeout_s:g})")
-    parser.add_argument("--idle-timeout-s", type=float, default=d.idle_timeout_s,
-                        help="close a connection with no request in progress after this time, new or kept "
-                             f"alive (default: {d.idle_timeout_s:g})")
-    parser.add_argument("--max-connections", type=int, default=d.max_connections,
-                        help="connections open at once; a request on one more gets 503 "
-                             f"(default: {d.max_connections})")
+    setting("head_timeout_s", "a request's head must arrive within this time of its first byte, else 408 and "
+                              "the connection closes")
+    setting("body_timeout_s", "a request's body must arrive within this time of its head, else 408 and the "
+                              "connection closes")
+    setting("idle_timeout_s", "close a connection with no request in progress after this time, new or kept alive")
+    setting("max_connections", "connections open at once; a request on one more gets 503")
     parser.add_argument("--http", choices=HTTP_PARSERS, default=d.http,
                         help=f"the HTTP parser: httptools (C, in torchwork[serve]) or h11 (pure Python) "
                              f"(default: {d.http})")
