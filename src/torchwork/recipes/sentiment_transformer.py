@@ -42,6 +42,7 @@ from torchwork.recipes.transformer_texts import (
     cached_probabilities,
     length_loader,
     predict_outputs,
+    release_memory,
     subword_tokenizer,
 )
 
@@ -232,7 +233,7 @@ def _prepare_cached(settings: TransformerSettings, model: Any, data: dict[str, T
     for name in ("train", "validation"):
         ordered = length_loader(data[name], data[name].lengths, 64, False, settings.seed, pad_batch)
         cached[name] = cache_features(bottom, ordered, device=str(device), desc=f"caching {name} features",
-                                      precision=precision, ragged=True)
+                                      precision=precision, ragged=True, storage=precision)
     cache_seconds = time.perf_counter() - started
     say(f"cached layer-{split_at} features of {len(data['train']) + len(data['validation']):,} tweets in "
         f"{cache_seconds:.0f} s" + (" (the bottom in bf16, as the top trains)" if precision == "bf16" else ""))
@@ -357,6 +358,7 @@ def transformer_sections(settings: TransformerSettings, train: Any, validation: 
 
     say("\n== 5. Transformer: all-MiniLM-L6-v2 fine-tuned on the tweets")
     result = train_transformer(settings, train, validation, test, classes, run_path / "transformer", decisions)
+    release_memory()  # the feature cache and the training's tensors are freed: their pages go back before export
     metrics = result.splits["test"]
     say(format_metrics(metrics))
     ngram = models["ngram"]["macro_f1"]
