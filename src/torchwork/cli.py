@@ -208,6 +208,9 @@ def _fit_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override a setting of the sentiment recipe (python -m torchwork.recipes.settings "
                              "sentiment lists them), e.g. drop_leaked=true, seed=1, epochs=4")
     parser.add_argument("--json", action="store_true", help="print summary.json at the end")
+    parser.add_argument("--time-budget", metavar="DURATION",
+                        help="the whole command inside this time (900, 900s, 15m, 1.5h), tuning included: as "
+                             "many trials of the learning rate, epochs and max length as fit (with --quick)")
 
 
 def _train_arguments(parser: argparse.ArgumentParser) -> None:
@@ -266,7 +269,7 @@ COMMANDS: list[Command] = [
      _digits_arguments, "torchwork.recipes.digits:cli_main"),
     ("fit", "your own labelled texts (a file) or images (a folder) to a served model: the data report, "
             "baselines, fine-tuning, evaluation, "
-            "INT8 export, verification", _fit_arguments, "torchwork.recipes.registry:fit_main"),
+            "INT8 export, verification", _fit_arguments, "torchwork.tune.budget:fit_main"),
     ("quickstart", "the main job: dirty tweets to a trained, quantized, verified and servable model",
      _quickstart_arguments, "torchwork.recipes.registry:quickstart_main"),
     ("train", "run a recipe from its name or a YAML config, with --set overrides (--nproc for DDP)",

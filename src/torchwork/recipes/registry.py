@@ -55,9 +55,10 @@ def resolve(recipe_or_config: str, assignments: list[str] | None = None) -> tupl
     return name, apply_overrides(config, values)
 
 
-def run_recipe(name: str, config: Any, serve: bool = False) -> dict[str, Any]:
+def run_recipe(name: str, config: Any, serve: bool = False, budget: Any = None) -> dict[str, Any]:
+    """Run recipe ``name``; ``budget`` (a :class:`~torchwork.recipes.fit_budget.BudgetPlan`): tuned inside it."""
     module = importlib.import_module(RECIPES[name][0])
-    return module.run(config, serve=serve)
+    return module.run(config, serve=serve, budget=budget) if budget is not None else module.run(config, serve=serve)
 
 
 def quickstart_config(recipe: str, settings: Sequence[str] = (), quick: bool = False) -> tuple[str, Any]:
@@ -100,8 +101,9 @@ def fit_settings(args: argparse.Namespace) -> list[str]:
     return [*settings, *(args.set or [])]
 
 
-def fit_main(args: argparse.Namespace) -> int:
-    """``torchwork fit DATA [--text COL] [--label COL] [--test DATA] [--quick] [--serve] [--set k=v] [--json]``."""
+def fit_main(args: argparse.Namespace, budget: Any = None) -> int:
+    """``torchwork fit DATA [--text COL] [--label COL] [--test DATA] [--quick] [--serve] [--set k=v] [--json]``;
+    ``budget``: the plan of ``--time-budget`` (``torchwork.tune.budget.fit_main`` makes it)."""
     import json
     import os
 
@@ -110,7 +112,7 @@ def fit_main(args: argparse.Namespace) -> int:
 
         return fit_images(args)
     name, config = resolve("sentiment", fit_settings(args))
-    summary = run_recipe(name, config, serve=args.serve)
+    summary = run_recipe(name, config, serve=args.serve, budget=budget)
     if args.json:
         print(json.dumps(summary, indent=2))
     return 0

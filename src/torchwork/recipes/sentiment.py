@@ -261,15 +261,11 @@ def _threads_and_seed(config: SentimentConfig) -> None:
     seed_everything(config.seed)
 
 
-def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
-    """Run the whole recipe; returns ``summary.json``'s content."""
+def run(config: SentimentConfig, serve: bool = False, budget: Any = None) -> dict[str, Any]:
+    """Run the whole recipe; returns ``summary.json``'s content (``budget``: fit --time-budget's plan)."""
     import torch
 
-    from torchwork.data import (
-        classification_metrics,
-        format_metrics,
-        loader,
-    )
+    from torchwork.data import classification_metrics, format_metrics, loader
     from torchwork.files import write_json
     started = time.perf_counter()
     _threads_and_seed(config)
@@ -290,6 +286,8 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
     say(f"baseline test accuracy {baseline['accuracy']:.4f}, macro-F1 {baseline['macro_f1']:.4f}"
         + (" (recorded by the run being resumed)" if recorded else ""))
 
+    if budget is not None:  # the trials that fit, then the final training with the best settings
+        config = budget.tune(config, train, validation, test, classes)
     say("\n== 3. Model: TF-IDF-weighted word and character n-grams, trained from scratch")
     data_record = ({"data_source": own_data.report.source, "data_report_counts": own_data.report.counts()}
                    if own_data else {})
@@ -342,6 +340,8 @@ def run(config: SentimentConfig, serve: bool = False) -> dict[str, Any]:
     served["test_labels"] = list(test.labels)
     artifact = served["artifact"]
     summary = _summary(served, baseline, run_path, models, time.perf_counter() - started)
+    if budget is not None:
+        summary["time_budget"] = budget.finish(served["test_probabilities"], test.labels, classes, config.seed, say)
     from torchwork.recipes.sentiment_report import write_report
     from torchwork.recipes.sentiment_report_parts import seed_rows
 

@@ -98,6 +98,10 @@ def write_report(path: Path, *, history: list[dict[str, Any]], metrics: dict[str
                      rows)
         report.paragraph(f"Artifact: {artifact}. Serve it with: torchwork serve {artifact}")
 
+    if summary.get("time_budget"):  # torchwork fit --time-budget
+        from torchwork.recipes.fit_budget import budget_section
+
+        budget_section(report, summary["time_budget"])
     parts.guard_section(report, guard)
     parts.data_sections(report, cleaning, data_report)
     report.heading("Summary")
