@@ -45,7 +45,7 @@ def one_run(steps: int, threads: Any) -> dict[str, Any]:
     started = time.perf_counter()
     trainer.fit(data, epochs=steps // 10)
     seconds = (time.perf_counter() - started) / steps
-    tuner = trainer._thread_tuner
+    tuner = trainer.cpu_threads.tuner
     choice = trainer.thread_choice
     return {"step_s": seconds, "chose": choice.threads if choice is not None else None,
             "timed_steps": tuner.timed_steps if tuner is not None else 0}

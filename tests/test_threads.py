@@ -201,7 +201,8 @@ def test_a_short_trainer_run_under_auto_times_no_candidate(monkeypatch: pytest.M
     trainer.fit(_data(10), epochs=1)
     choice = trainer.thread_choice
     assert choice is not None and choice.step_s == {} and "not measured: timing 2 counts" in choice.reason
-    assert trainer._thread_tuner is not None and trainer._thread_tuner.timed_steps == 0
+    tuner = trainer.cpu_threads.tuner
+    assert tuner is not None and tuner.timed_steps == 0
 
 
 def test_without_a_step_to_time_the_free_cpus_count_is_taken() -> None:

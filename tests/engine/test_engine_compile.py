@@ -222,10 +222,10 @@ class _AlternatingTuner:
 
 @pytest.mark.slow
 def test_a_compiled_run_under_threads_auto_keeps_one_thread_count(tmp_path, monkeypatch):
-    import torchwork.engine.trainer as trainer_module
+    import torchwork.engine.threads as threads_module
 
     tuners: list[_AlternatingTuner] = []
-    monkeypatch.setattr(trainer_module, "thread_tuner", lambda *a: tuners.append(_AlternatingTuner()) or tuners[-1])
+    monkeypatch.setattr(threads_module, "thread_tuner", lambda *a: tuners.append(_AlternatingTuner()) or tuners[-1])
     trainer = _trainer(_model(), compile=CompileOptions(True, backend="eager"), run_dir=tmp_path, threads="auto")
     trainer.fit(_batches(), epochs=2)
     assert tuners == [] and "kept while compiled" in trainer.thread_choice.reason

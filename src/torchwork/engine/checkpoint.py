@@ -7,8 +7,10 @@ states. :meth:`~TrainerCheckpoint.state_dict` gives the plain dict that goes to 
 :mod:`torchwork.runs.checkpoint` writes and checks, unchanged) and
 :meth:`~TrainerCheckpoint.load_state_dict` takes one back, validated field by field
 (:mod:`torchwork.runs.contents`) before anything is kept. :meth:`~TrainerCheckpoint.capture` takes one
-from a Trainer and :meth:`~TrainerCheckpoint.restore` puts one back into it. Writing and reading the file
-(atomic, checksummed, ``weights_only``) is :mod:`torchwork.runs.checkpoint`'s.
+from a Trainer (anything with the public attributes of :class:`Checkpointed`; this module does not import
+the Trainer) and :meth:`~TrainerCheckpoint.restore` puts one back into it. Writing and reading the file
+(atomic, checksummed, ``weights_only``) is :mod:`torchwork.runs.checkpoint`'s; :func:`write_checkpoint` and
+:func:`read_checkpoint` do it once for a whole DDP job (rank 0 writes or reads, the others wait or receive).
 
 Example:
     >>> import torch
@@ -30,9 +32,10 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -41,7 +44,45 @@ from torchwork.errors import CheckpointError
 from torchwork.runs.checkpoint import FORMAT_VERSION
 
 if TYPE_CHECKING:
-    from torchwork.engine.trainer import Trainer
+    from torch import nn
+
+    from torchwork.distributed.env import World
+    from torchwork.engine.threads import StepThreads
+    from torchwork.runs.resume import TrainingState
+
+
+class Checkpointed(Protocol):
+    """What a checkpoint is taken from and restored into (a :class:`~torchwork.Trainer`): public names only."""
+
+    should_stop: bool
+    stop_reason: str | None
+
+    @property
+    def model(self) -> nn.Module: ...
+    @property
+    def optimizer(self) -> torch.optim.Optimizer: ...
+    @property
+    def scheduler(self) -> Any: ...
+    @property
+    def scaler(self) -> Any: ...
+    @property
+    def step_fn(self) -> Any: ...
+    @property
+    def callbacks(self) -> Sequence[Any]: ...
+    @property
+    def world(self) -> World: ...
+    @property
+    def device(self) -> torch.device: ...
+    @property
+    def state(self) -> TrainingState: ...
+    @property
+    def history(self) -> list[dict[str, Any]]: ...
+    @property
+    def loop(self) -> Any: ...
+    @property
+    def cpu_threads(self) -> StepThreads: ...
+    @property
+    def epoch_totals(self) -> Any: ...
 
 
 @dataclass
@@ -112,12 +153,13 @@ class TrainerCheckpoint:
 
     # ------------------------------------------------------------------ from and into a Trainer
     @classmethod
-    def capture(cls, trainer: Trainer) -> TrainerCheckpoint:
+    def capture(cls, trainer: Checkpointed) -> TrainerCheckpoint:
         """Everything ``trainer`` needs to continue exactly. Under DDP a collective: every rank contributes
         its RNG streams and data position."""
         from torchwork.runs.checkpoint import clean_state_dict, unwrap_model
 
-        own = trainer.state.rank_state(trainer._totals)
+        totals = trainer.epoch_totals
+        own = trainer.state.rank_state(totals.state_dict() if totals is not None else None)
         per_rank = None
         if trainer.world.is_distributed:
             from torchwork.distributed.setup import gather_object
@@ -134,9 +176,11 @@ class TrainerCheckpoint:
                    step_fn=trainer.step_fn.state_dict() if hasattr(trainer.step_fn, "state_dict") else None,
                    threads=_threads_in_use(trainer), stopped=_stop_reason(trainer))
 
-    def restore(self, trainer: Trainer) -> None:
+    def restore(self, trainer: Checkpointed) -> dict[str, Any] | None:
         """Put this checkpoint back into ``trainer``: weights, callbacks, optimizer, scheduler, scaler, then
-        the counters, history and this rank's RNG streams (last, so nothing after them draws)."""
+        the counters, history and this rank's RNG streams (last, so nothing after them draws). Returns this
+        rank's running totals of the epoch the checkpoint is in (None at an epoch's end): the trainer's to
+        continue the epoch with."""
         from torchwork.runs.checkpoint import clean_state_dict, unwrap_model
         from torchwork.runs.contents import check_optimizer_fits
 
@@ -161,17 +205,17 @@ class TrainerCheckpoint:
         except (KeyError, TypeError, ValueError, RuntimeError) as error:
             raise CheckpointError(f"the checkpoint's optimizer, scheduler or scaler state does not fit this "
                                   f"Trainer ({type(error).__name__}: {str(error)[:200]}).") from None
-        _keep_threads(trainer, self.threads)
+        trainer.cpu_threads.keep_recorded(self.threads)  # under threads="auto" only: a count asked for wins
         # A run that had stopped (early stopping) stays stopped: a resume of it, e.g. the finished first
         # training of a script resumed by `torchwork resume`, trains no epoch more than it did.
         trainer.should_stop, trainer.stop_reason = self.stopped is not None, self.stopped
         world = trainer.world
         own = trainer.state.restore(self.state_dict(), world.rank, world.world_size)  # RNG streams last
-        if own.get("epoch_totals"):
-            trainer._totals = move_to_device(dict(own["epoch_totals"]), trainer.device)
+        totals = own.get("epoch_totals")
+        return move_to_device(dict(totals), trainer.device) if totals else None
 
 
-def _stop_reason(trainer: Trainer) -> str | None:
+def _stop_reason(trainer: Checkpointed) -> str | None:
     """Why training stopped, at an epoch's end where a callback stopped it, or at any step when training
     evaluates every K steps (where a stop ends training at once); None: it goes on."""
     at_once = trainer.loop is not None and trainer.loop.step_based
@@ -181,20 +225,53 @@ def _stop_reason(trainer: Trainer) -> str | None:
     return ("; ".join(reasons) if reasons else "a callback set trainer.should_stop")[:1000]
 
 
-def _threads_in_use(trainer: Trainer) -> int | None:
+def _threads_in_use(trainer: Checkpointed) -> int | None:
     """The thread count the run settled on (not a candidate being timed), on the CPU."""
     if trainer.device.type != "cpu":
         return None
-    choice = trainer.thread_choice
+    choice = trainer.cpu_threads.choice
     return choice.threads if choice is not None else torch.get_num_threads()
 
 
-def _keep_threads(trainer: Trainer, threads: int | None) -> None:
-    """Under ``threads="auto"``, continue with the count the run had: a count measured again on a machine
-    that is busier or quieter now would change how every reduction is split, so the resumed run would not
-    compute as the uninterrupted one. An explicit ``threads=N`` (or OMP_NUM_THREADS) always wins."""
-    from torchwork.threads import ThreadChoice, usable_cpus
+# ------------------------------------------------------------------ one file for a whole (DDP) job
+def write_checkpoint(state: Mapping[str, Any], path: str | os.PathLike[str], world: World) -> None:
+    """Write ``state`` to ``path`` (:func:`torchwork.runs.checkpoint.save_checkpoint`) from rank 0; under
+    DDP every rank calls it, waits for the write (a load right after a save finds the file) and fails
+    with it."""
+    from torchwork.runs.checkpoint import save_checkpoint
 
-    if threads and trainer._threads_auto:
-        trainer._keep_threads(ThreadChoice(threads, "recorded by the run being resumed; threads=N to choose another",
-                                           usable_cpus()))
+    problem = None
+    if world.is_rank_zero:
+        try:
+            save_checkpoint(state, path)
+        except CheckpointError as error:
+            problem = error
+    if world.is_distributed:
+        from torchwork.distributed.setup import broadcast_object
+
+        message = broadcast_object(str(problem) if problem is not None else None)
+        if message is not None and problem is None:
+            raise CheckpointError(f"rank 0 could not write {path}: {message}")
+    if problem is not None:
+        raise problem
+
+
+def read_checkpoint(path: str | os.PathLike[str], world: World, device: torch.device) -> dict[str, Any]:
+    """Read a checkpoint (checksum verified, ``weights_only``) onto ``device``; under DDP every rank calls
+    it: rank 0 reads the file and sends it to the others (no shared filesystem needed)."""
+    from torchwork.runs.checkpoint import load_checkpoint
+
+    if not world.is_distributed:
+        return load_checkpoint(path, map_location=device)
+    from torchwork.distributed.setup import broadcast_object
+
+    state, message = None, None
+    if world.is_rank_zero:
+        try:
+            state = load_checkpoint(path, map_location="cpu")
+        except CheckpointError as error:
+            message = str(error)
+    state, message = broadcast_object((state, message))
+    if message is not None:
+        raise CheckpointError(message if world.is_rank_zero else f"rank 0 could not load {path}: {message}")
+    return move_to_device(state, device)

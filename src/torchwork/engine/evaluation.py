@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from torchwork.engine.batches import call_model, concat_outputs, split_error
-from torchwork.engine.devices import batch_size_of, move_to_device
+from torchwork.engine.batches import call_model, concat_outputs, inputs_of, split_error
+from torchwork.engine.devices import move_to_device
 from torchwork.errors import ConfigError
 
 if TYPE_CHECKING:
+    from torchwork.engine.step import ForwardLoss
     from torchwork.engine.trainer import Trainer
 
 
@@ -120,9 +121,11 @@ class EvaluationSets:
         return results
 
 
-def evaluate_loader(trainer: Trainer, loader: Iterable[Any], prefix: str = "") -> dict[str, float]:
+def evaluate_loader(trainer: Trainer, forward: ForwardLoss, loader: Iterable[Any],
+                    prefix: str = "") -> dict[str, float]:
     """Mean loss (and ``metrics``) over ``loader``, weighted by batch size, plus ``epoch_metrics`` over all
-    of it, in eval mode (:meth:`~torchwork.engine.trainer.Trainer.evaluate`)."""
+    of it, in eval mode (:meth:`~torchwork.engine.trainer.Trainer.evaluate`). Each batch goes through
+    ``forward``, the training step's own forward-and-loss path, with the plain model."""
     totals: dict[str, float] = {}
     samples_seen = 0
     collected: list[tuple[Any, Any]] = []  # (outputs, targets) on the CPU, for epoch_metrics
@@ -133,7 +136,7 @@ def evaluate_loader(trainer: Trainer, loader: Iterable[Any], prefix: str = "") -
         loader = shard_loader(loader, world, train=False)  # each rank evaluates its share
     with trainer.evaluating():
         for batch in loader:
-            values, samples, pair = _batch_values(trainer, move_to_device(batch, trainer.device))
+            values, samples, pair = _batch_values(trainer, forward, batch)
             if pair is not None and trainer.epoch_metrics:
                 collected.append(move_to_device(pair, torch.device("cpu")))
             for name, value in values.items():
@@ -161,28 +164,28 @@ def evaluate_loader(trainer: Trainer, loader: Iterable[Any], prefix: str = "") -
     return results
 
 
-def _batch_values(trainer: Trainer, batch: Any) -> tuple[dict[str, Any], int, tuple[Any, Any] | None]:
-    """One evaluation batch's loss (its named terms too) and metrics, its sample count, and its
+def _batch_values(trainer: Trainer, forward: ForwardLoss, batch: Any) -> tuple[dict[str, Any], int, Any]:
+    """One evaluation batch's loss and metrics (then its named loss terms), its sample count, and its
     ``(outputs, targets)`` (None under a ``step_fn``)."""
+    if trainer.step_fn is None and (not isinstance(batch, (tuple, list)) or len(batch) != 2):
+        raise split_error(batch)
+    loss, samples, outputs, targets = forward.forward(trainer.model, batch)
+    loss, terms = forward.combine(loss)
+    values: dict[str, Any] = {"loss": loss}
     pair = None
-    if trainer.step_fn is not None:
-        values = {"loss": trainer.step_fn(trainer.model, batch)}
-        samples = batch_size_of(batch) or 1
-    else:
-        if not isinstance(batch, (tuple, list)) or len(batch) != 2:
-            raise split_error(batch)
-        inputs, targets = batch
-        outputs = call_model(trainer.model, inputs)
-        assert trainer.loss_fn is not None  # the Trainer requires it when there is no step_fn
-        values = {"loss": trainer.loss_fn(outputs, targets)}
-        samples = batch_size_of(targets) or batch_size_of(inputs) or 1
+    if trainer.step_fn is None:
         for name, metric in trainer.metrics.items():
             values[name] = metric(outputs, targets)
         pair = (outputs, targets)
-    loss = values["loss"]
-    if isinstance(loss, Mapping):
-        weights = trainer.loss_weights or {}
-        for name, value in loss.items():
-            values[f"loss_{name}"] = value
-        values["loss"] = sum(weights.get(n, 1.0) * v for n, v in loss.items())
+    values.update({f"loss_{name}": value for name, value in (terms or {}).items()})
     return values, samples, pair
+
+
+def predict_loader(model: Any, device: torch.device, loader: Iterable[Any]) -> Any:
+    """``model``'s outputs for every batch of ``loader``, on the CPU, joined along dimension 0 (run it in
+    eval mode: :meth:`~torchwork.engine.trainer.Trainer.predict`)."""
+    outputs = []
+    for batch in loader:
+        inputs = move_to_device(inputs_of(batch), device)
+        outputs.append(move_to_device(call_model(model, inputs), torch.device("cpu")))
+    return concat_outputs(outputs)

@@ -37,6 +37,7 @@ import torch
 from torchwork.data.lengths import length_or_none
 from torchwork.engine.callbacks import EarlyStopping
 from torchwork.engine.compiling import planned_steps
+from torchwork.engine.epoch import train_epoch
 from torchwork.engine.evaluation import EvaluationSets
 from torchwork.engine.interrupt import TrainingInterrupted
 from torchwork.engine.progress import epoch_line, evaluation_line
@@ -188,12 +189,12 @@ class TrainingLoop:
                 set_epoch = getattr(sampler, "set_epoch", None)
                 if callable(set_epoch):
                     set_epoch(trainer.epoch)  # DistributedSampler reshuffles only when told the epoch
-            trainer._restore_train_modes()
+            trainer.modes.restore()
             if trainer.batch_in_epoch == 0:  # not when a resume continues an epoch: its state is in the checkpoint
                 for callback in trainer.callbacks:
                     if hasattr(callback, "on_epoch_start"):
                         callback.on_epoch_start(trainer)
-            logs = trainer._train_epoch(trainer._epoch_batches(train_loader), self)
+            logs = train_epoch(trainer, *trainer._begin_epoch(train_loader), self)
             if self.stopped and trainer.batch_in_epoch != length_or_none(train_loader):
                 partial = logs
                 break
@@ -241,8 +242,7 @@ class TrainingLoop:
         own generator are put back after it, so that the training does not depend on how often it evaluates
         (an epoch's end evaluates as it always did)."""
         trainer = self.trainer
-        if trainer._thread_tuner is not None:
-            trainer._thread_tuner.pause()
+        trainer.cpu_threads.pause()
         generator = getattr(self.train_loader, "generator", None)
         order = generator.get_state() if isinstance(generator, torch.Generator) else None
         streams = capture_rng()  # a loader's iterator draws its seed, a set may draw random windows

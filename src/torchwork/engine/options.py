@@ -210,3 +210,24 @@ def group_keywords(keywords: Mapping[str, Any], **given: Any) -> dict[str, Any]:
         per_group[group][field_name] = value
     return {group: given.get(group) if given.get(group) is not None else cls(**per_group[group])
             for group, cls in _GROUPS.items()}
+
+
+class GroupSetting:
+    """A Trainer setting, read from its group in ``trainer.options`` (one home per setting: nothing is
+    copied onto the Trainer). Read-only: a new value means a new group (``dataclasses.replace``)."""
+
+    def __init__(self, group: str) -> None:
+        self.group = group
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, trainer: Any, owner: type | None = None) -> Any:
+        if trainer is None:
+            return self
+        return getattr(trainer.options[self.group], self.name)
+
+    def __set__(self, trainer: Any, value: Any) -> None:
+        raise AttributeError(f"trainer.{self.name} is read from trainer.options[{self.group!r}]: build the Trainer "
+                             f"with the new value ({self.name}=...), or replace the group with dataclasses.replace.")

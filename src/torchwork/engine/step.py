@@ -152,31 +152,11 @@ class ForwardLoss:
             if self.step_fn is None and (not isinstance(batch, (tuple, list)) or len(batch) != 2):
                 raise split_error(batch)
             self._checked_first_batch = True
-        if self.step_fn is not None:
-            batch = move_to_device(batch, self.device)
-            loss = self.step_fn(self.model, batch)
-            samples = batch_size_of(batch) or 1
-        else:
-            inputs, targets = batch
-            device = self.device
-            # A tensor already there is not moved: each .to() call costs a GIL release and re-acquire
-            if isinstance(inputs, Tensor):
-                if inputs.device != device:
-                    inputs = inputs.to(device, non_blocking=self.non_blocking)
-            else:
-                inputs = move_to_device(inputs, device)
-            if isinstance(targets, Tensor):
-                if targets.device != device:
-                    targets = targets.to(device, non_blocking=self.non_blocking)
-                samples = targets.shape[0] if targets.ndim else 1
-            else:
-                targets = move_to_device(targets, device)
-                samples = batch_size_of(targets) or batch_size_of(inputs) or 1
-            assert self.loss_fn is not None  # the Trainer requires it when there is no step_fn
-            model = self.model
-            loss = self.loss_fn(model(inputs) if type(inputs) is Tensor else call_model(model, inputs), targets)
+        loss, samples, _, _ = self.forward(self.model, batch)
         if type(loss) is not Tensor or loss.ndim != 0:
-            loss = self._combine(loss)
+            loss, terms = self.combine(loss)
+            if terms is not None:
+                self.terms = terms
         if not loss.requires_grad:
             raise LossError(
                 "the loss does not require grad, so backward() has nothing to do. It was computed under "
@@ -185,14 +165,41 @@ class ForwardLoss:
                 "(`torchwork doctor` names the line).")
         return loss, samples
 
+    def forward(self, model: Callable[..., Any], batch: Any) -> tuple[Any, int, Any, Any]:
+        """``(loss as returned, samples, outputs, targets)`` of one batch moved to the device, through
+        ``model``: the training step's path, and evaluation's (with the plain module, in eval mode).
+        ``outputs`` and ``targets`` are None under a ``step_fn``."""
+        if self.step_fn is not None:
+            batch = move_to_device(batch, self.device)
+            return self.step_fn(model, batch), batch_size_of(batch) or 1, None, None
+        inputs, targets = batch
+        device = self.device
+        # A tensor already there is not moved: each .to() call costs a GIL release and re-acquire
+        if isinstance(inputs, Tensor):
+            if inputs.device != device:
+                inputs = inputs.to(device, non_blocking=self.non_blocking)
+        else:
+            inputs = move_to_device(inputs, device)
+        if isinstance(targets, Tensor):
+            if targets.device != device:
+                targets = targets.to(device, non_blocking=self.non_blocking)
+            samples = targets.shape[0] if targets.ndim else 1
+        else:
+            targets = move_to_device(targets, device)
+            samples = batch_size_of(targets) or batch_size_of(inputs) or 1
+        assert self.loss_fn is not None  # the Trainer requires it when there is no step_fn
+        outputs = model(inputs) if type(inputs) is Tensor else call_model(model, inputs)
+        return self.loss_fn(outputs, targets), samples, outputs, targets
+
     def samples_in(self, batch: Any) -> int:
         """A batch's sample count, without running it (the weights of an accumulation window)."""
         if self.step_fn is None and isinstance(batch, (tuple, list)) and len(batch) == 2:
             return batch_size_of(batch[1]) or batch_size_of(batch[0]) or 1
         return batch_size_of(batch) or 1
 
-    def _combine(self, loss: Any) -> Tensor:
-        """A dict of named losses -> their weighted sum; each term is remembered for logging."""
+    def combine(self, loss: Any) -> tuple[Tensor, dict[str, Tensor] | None]:
+        """The loss as one scalar tensor, checked, and its detached named terms (None for a plain loss): a
+        dict of named losses becomes their sum weighted by ``loss_weights``."""
         if isinstance(loss, Mapping):
             if not loss:
                 raise LossError("loss_fn returned an empty dict: return at least one named loss.")
@@ -202,9 +209,9 @@ class ForwardLoss:
                 raise LossError(f"loss_weights names {sorted(unknown)}, but loss_fn returned only "
                                 f"{sorted(loss)}. Fix the names in loss_weights.")
             terms = {name: scalar_loss(value, f"loss term {name!r}") for name, value in loss.items()}
-            self.terms = {name: value.detach() for name, value in terms.items()}
-            return cast(Tensor, sum(weights.get(name, 1.0) * value for name, value in terms.items()))
-        return scalar_loss(loss, "the loss")
+            total = cast(Tensor, sum(weights.get(name, 1.0) * value for name, value in terms.items()))
+            return total, {name: value.detach() for name, value in terms.items()}
+        return scalar_loss(loss, "the loss"), None
 
 
 def scalar_loss(value: Any, what: str) -> Tensor:

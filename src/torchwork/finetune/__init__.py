@@ -19,10 +19,14 @@ from torchwork.lazy import lazy_attributes, type_checking_imports
 # Each public name written once: type checkers and IDEs read these imports (and flag a misspelt name); at run
 # time lazy.type_checking_imports reads them back and each name is imported on first use.
 if TYPE_CHECKING:  # pragma: no cover
-    from torchwork.engine.trainer import keep_frozen_norms_in_eval  # noqa: F401
     from torchwork.finetune.efficientnet import adapt_input_channels, efficientnet_lite0  # noqa: F401
     from torchwork.finetune.features import CachedFeatures, cache_features, collate_cached  # noqa: F401
-    from torchwork.finetune.freezing import freeze, trainable_parameters, unfreeze  # noqa: F401
+    from torchwork.finetune.freezing import (  # noqa: F401
+        freeze,
+        keep_frozen_norms_in_eval,
+        trainable_parameters,
+        unfreeze,
+    )
     from torchwork.finetune.groups import ParamGroups, param_groups  # noqa: F401
     from torchwork.finetune.loading import LoadReport, load_pretrained  # noqa: F401
     from torchwork.finetune.minilm import (  # noqa: F401

@@ -4,7 +4,8 @@ A pattern is a module-name glob (``"encoder.layer.[0-3]"``, ``"embeddings"``) na
 holds; ``up_to="encoder.layer.3"`` selects every parameter registered before that module's last one
 (the bottom of the network). With no pattern and no ``up_to``, the whole model. Frozen BatchNorm layers
 are put in eval mode by ``Trainer.fit`` at every epoch start (their running statistics do not drift);
-in your own loop call :func:`~torchwork.engine.trainer.keep_frozen_norms_in_eval` after ``model.train()``.
+in your own loop call :func:`keep_frozen_norms_in_eval` after ``model.train()`` (defined with the
+engine's train modes, :mod:`torchwork.engine.modes`, which ``fit`` applies; the engine lies below finetune).
 
 Example:
     >>> from torch import nn
@@ -21,6 +22,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from torchwork.engine.modes import (
+    keep_frozen_norms_in_eval as keep_frozen_norms_in_eval,  # its home for users
+)
 from torchwork.errors import ConfigError
 from torchwork.finetune.names import matches
 
