@@ -6,7 +6,12 @@ recording. When autograd recorded, a tiny hook on the output's ``grad_fn`` tells
 it; when the graph is freed without that, the forward was evaluation-like. Evaluation-like forwards are
 grouped per model between optimizer steps: a group is *evaluation* when it holds two or more of them, or
 when no optimizer step follows it. That rule keeps one-off no-grad forwards inside a training step (a
-GAN generating fakes for its discriminator) out of the findings.
+GAN generating fakes for its discriminator) out of the findings. Two refinements keep a GAN's training
+forwards out too: forwards whose graph was recorded but never used (no ``no_grad``) count as evaluation
+only when two of them come from one line (a loop), not from two lines that each run once a step (a
+generator's step whose output was detached, beside its preview: the detach is ``broken-graph``'s); and a
+line whose forwards, with autograd recording, were one-offs inside the training steps (a preview drawn every
+other iteration) is not evaluation when it happens to run once more after the last step.
 
 Each forward also records whether its input continues the previous input of the same model by one token
 (the sequence grown by one, or its window slid by one: autoregressive sampling), or is a single step fed
@@ -83,6 +88,7 @@ class ForwardTracker(Check):
         self._last_input: dict[int, torch.Tensor] = {}  # model id -> a copy of its last (small) input
         self._last_output: dict[int, list[weakref.ReferenceType[torch.Tensor]]] = {}  # model id -> its outputs
         self._dropout_sites: dict[tuple[int, str], tuple[str, int] | None] = {}  # (module id, op) -> user's line
+        self._one_off_lines: set[tuple[str, int] | None] = set()  # one-off recorded forwards inside steps
         self.stopped = False
 
     # ----------------------------------------------------------------- helpers
@@ -213,9 +219,21 @@ class ForwardTracker(Check):
     def _settle(self, key: tuple[int, int], final_steps: int | None) -> None:
         group = self._groups.pop(key)
         no_step_after = final_steps is not None and key[1] >= final_steps
-        if len(group) >= 2 or no_step_after:
+        if self._is_evaluation(group, no_step_after):
             for listener in self.evaluation_listeners:
                 self.session._safely(listener, group)
+        elif len(group) == 1 and group[0].kind == "unused":  # a no_grad forward stays an evaluation's
+            self._one_off_lines.add(group[0].where)
+
+    def _is_evaluation(self, group: list[ForwardInfo], no_step_after: bool) -> bool:
+        if no_step_after:  # a final test, unless each forward's line ran once inside the training steps before
+            return len(group) >= 2 or group[0].where not in self._one_off_lines
+        if len(group) < 2:
+            return False
+        if any(info.kind == "no-grad" for info in group):
+            return True
+        lines = [info.where for info in group]
+        return len(set(lines)) < len(lines)  # graphs never used: evaluation when one line ran twice (a loop)
 
     def finish(self) -> None:
         # Graphs still alive at the end were never used by a backward pass (unless the script crashed).

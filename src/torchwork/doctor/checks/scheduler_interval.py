@@ -6,6 +6,11 @@ batches StepLR(1, 0.7) has cut the rate 100x, and the model stops learning early
 when such a scheduler (its length shorter than one epoch of the loader being read, or no length at all) is
 stepped as often as its optimizer and its rate has fallen over 100x before the first epoch ended. A schedule
 sized in steps (OneCycleLR, a warm-up, a cosine over all the steps) never falls that fast so early.
+
+Short epochs (a loader of 4 batches) never reach 100x in the first epoch: there, a schedule whose unit is at
+most a quarter of an epoch (``StepLR(step_size=1)`` on 4 batches), still stepped with every optimizer step
+after a whole epoch, is found once its rate has fallen 10x. A schedule sized in steps with a longer unit
+(``StepLR(step_size=500)`` on 1,000 batches) is left to the first rule.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import torch
 from torchwork.doctor.checks import Check
 
 FALL = 100.0
+FALL_AFTER_EPOCH = 10.0  # the short-epoch rule: a unit of at most a quarter epoch, per batch for a whole epoch
 _NO_LENGTH = ("ExponentialLR",)
 
 
@@ -62,17 +68,23 @@ class SchedulerPerBatch(Check):
         horizon = _length(scheduler)
         epoch_sized = type(scheduler).__name__ in _NO_LENGTH or (
             horizon is not None and batches is not None and horizon[1] < batches)
-        if not epoch_sized or calls < steps or batches is None or steps >= batches:
-            return  # not an epoch-sized schedule, not per batch, or past the first epoch
+        if not epoch_sized or calls < steps or batches is None or batches < 2:
+            return  # not an epoch-sized schedule, or not per batch
+        if steps < batches:
+            fall = FALL
+        elif horizon is None or horizon[1] * 4 <= batches:
+            fall = FALL_AFTER_EPOCH  # per batch for a whole epoch (or more): a short epoch
+        else:
+            return
         group = optimizer.param_groups[0]
         start, now = group.get("initial_lr", group["lr"]), group["lr"]
-        if not (start > 0 and now < start / FALL):
+        if not (start > 0 and now < start / fall):
             return
         self.reported.add(id(scheduler))
         name = type(scheduler).__name__
         sized = f"{name}({horizon[0]}={horizon[1]})" if horizon is not None else name
         self.report(
-            f"{sized} is stepped after every batch: after {steps} of the epoch's {batches} batches the "
+            f"{sized} is stepped after every batch: after {steps} batches ({batches} an epoch) the "
             f"learning rate is {now:.3g}, {start / now:.0f}x below its start ({start:.3g}). Its counts are "
             "epochs: the whole schedule runs in the first batches and training stalls.",
             "Call scheduler.step() once per epoch, after the loop over the batches (or size the schedule in "
