@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 import os
 import threading
 import weakref
@@ -146,8 +147,7 @@ def is_finite_fast(t: Tensor) -> bool:
     """True when every element is finite. One reduction: a sum is finite only if every element is."""
     if t.numel() == 0 or t.device.type == "meta":
         return True
-    total = t.detach().sum()
-    if bool(torch.isfinite(total)):
+    if math.isfinite(t.detach().sum().item()):  # item(): a Python float, cheaper than a 0-d isfinite
         return True
     return bool(torch.isfinite(t.detach()).all())  # the sum may overflow on its own: check exactly
 
@@ -418,10 +418,13 @@ class Session:
         depth = getattr(self._depth, "value", 0)
         self._depth.value = depth + 1
         top = depth == 0
-        if top:
-            self._learn_names(module)
-        for callback in self._module_pre_callbacks:
-            self._safely(callback, module, args, kwargs, top)
+        # the checks' own look at tensors (`.device`, `.requires_grad`, a clone) is not the user's operation:
+        # under the mode each attribute read would pay a Python dispatch (about 2.5 us instead of 0.07 us)
+        with torch._C.DisableTorchFunction():
+            if top:
+                self._learn_names(module)
+            for callback in self._module_pre_callbacks:
+                self._safely(callback, module, args, kwargs, top)
 
     def _module_post(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
         if self._forked or torch.compiler.is_compiling():
@@ -434,8 +437,9 @@ class Session:
         depth = getattr(self._depth, "value", 1) - 1
         self._depth.value = max(depth, 0)
         top = depth <= 0
-        for callback in self._module_post_callbacks:
-            self._safely(callback, module, args, output, top)
+        with torch._C.DisableTorchFunction():
+            for callback in self._module_post_callbacks:
+                self._safely(callback, module, args, output, top)
 
     def _step_pre(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         mode = self._mode
@@ -446,10 +450,10 @@ class Session:
             self._safely(callback, optimizer)
 
     def _step_post(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
-        self._resume_mode()
         self.optimizer_steps += 1
-        for callback in self._step_post_callbacks:
+        for callback in self._step_post_callbacks:  # before the mode resumes: the checks' reads are not the user's
             self._safely(callback, optimizer)
+        self._resume_mode()
 
     def _resume_mode(self) -> None:
         if getattr(self, "_mode_paused", False) and self._mode is not None:
