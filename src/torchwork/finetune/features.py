@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from torchwork.errors import ConfigError
 
+TRIM_EVERY = 32  # batches between two returns of the heap's free pages while caching (release_memory)
+
 if TYPE_CHECKING:  # pragma: no cover
     from torch.utils.data import DataLoader, Dataset
 
@@ -210,6 +212,8 @@ def cache_features(bottom: Any, data: Dataset[Any] | Sequence[Any] | DataLoader[
                 output = call_model(bottom, move_to_device(inputs, target_device))
                 output = move_to_device(output, torch.device("cpu"))
                 outputs.append(_cast_floating(output, torch.bfloat16) if storage == "bf16" else _float32(output))
+                if len(outputs) % TRIM_EVERY == 0:
+                    release_memory(collect=False)
                 targets.append(torch.as_tensor(target))
                 if bar.enabled:
                     bar.update(int(targets[-1].shape[0]) if targets[-1].ndim else 1)
@@ -218,6 +222,7 @@ def cache_features(bottom: Any, data: Dataset[Any] | Sequence[Any] | DataLoader[
         for module in modules:
             for m, mode in zip(module.modules(), modes):
                 m.training = mode
+    release_memory(collect=False)
     if not outputs:
         raise ConfigError("cache_features: the data yielded no batches.")
     all_targets = torch.cat([t.reshape(-1) if t.ndim == 0 else t for t in targets])
@@ -227,6 +232,28 @@ def cache_features(bottom: Any, data: Dataset[Any] | Sequence[Any] | DataLoader[
     if path is not None:
         cached.save(path)
     return cached
+
+
+def release_memory(collect: bool = True) -> None:
+    """Collect garbage (``collect``), then hand the C heap's free pages back to the system (glibc's
+    ``malloc_trim``; a no-op where the C library has none, as on macOS or musl).
+
+    Freed blocks of a few MB (a forward's activations, a batch's float32 features once kept in bf16, a
+    tokenizer's encodings) come from the heap, not from their own mapping, and glibc keeps their pages once
+    they are freed, between the blocks still in use: caching 3,000 real tweets' layer-4 features in bf16
+    (70 MB) grew the process by 442 MB, 164 MB after the trim; ``cache_features`` trims every
+    ``TRIM_EVERY`` batches. After the 36,003 tweets were tokenized in one ``encode_batch`` the process held
+    530 MB, 302 MB after the trim.
+    """
+    import ctypes
+    import gc
+
+    if collect:
+        gc.collect()
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (AttributeError, OSError):
+        pass
 
 
 def _fingerprint(modules: list[Any], size: int | None, precision: str = "32") -> str:
