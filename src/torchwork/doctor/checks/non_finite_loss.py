@@ -31,6 +31,16 @@ GROWN = 1e6  # a layer output this large, and GROWTH times its input, is where t
 GROWTH = 1e3
 
 
+# Results that are finite whenever their inputs are (no overflow, no log/division): not read. A non-finite
+# value they pass on is read at the next operation, as one that entered it; the first op that produced one
+# is never among them. (softmax stays read: a row masked wholly with -inf turns into NaN there.)
+FINITE_IN_FINITE_OUT = frozenset({
+    "relu", "relu_", "gelu", "silu", "sigmoid", "tanh", "leaky_relu", "hardtanh", "dropout", "layer_norm",
+    "batch_norm", "embedding", "cat", "stack", "clamp", "clamp_", "abs", "gather", "index_select",
+    "broadcast_tensors", "max_pool2d", "max_pool1d", "adaptive_avg_pool2d", "randn", "rand", "randn_like",
+    "rand_like", "zeros", "ones", "zeros_like", "ones_like", "full", "arange", "linspace"})
+
+
 def _op_name(func: Any) -> str:
     name = getattr(func, "__name__", None) or repr(func)
     module = getattr(func, "__module__", None) or ""
@@ -116,6 +126,8 @@ class NonFiniteLoss(Check):
         self.peaks: dict[int, float] = {}  # id(tensor) -> max |x|, for the op results of the running forward
 
     def on_values(self, func: Any, args: tuple, out: Any) -> None:
+        if getattr(func, "__name__", "") in FINITE_IN_FINITE_OUT:
+            return
         if isinstance(out, Tensor):
             outputs = (out,)
         elif isinstance(out, (tuple, list)) and out and isinstance(out[0], Tensor):
