@@ -201,6 +201,9 @@ def _own_data_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _fit_arguments(parser: argparse.ArgumentParser) -> None:
     _own_data_arguments(parser)
+    parser.add_argument("--model", metavar="DIR",
+                        help="fine-tune this local encoder folder instead of MiniLM (BERT, DistilBERT, RoBERTa, "
+                             "ELECTRA, MPNet: config.json, model.safetensors, tokenizer.json; read offline)")
     parser.add_argument("--quick", action="store_true",
                         help="the n-gram model only (minutes), not the fine-tuned MiniLM")
     parser.add_argument("--serve", action="store_true", help="also start the server and send a few test texts")

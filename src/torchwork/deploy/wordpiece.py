@@ -76,7 +76,9 @@ class SubwordTokenizer:
         _check_size(path.stat().st_size, path)
         return cls(path.read_text(encoding="utf-8"), max_length)
 
-    def __call__(self, texts: Sequence[str] | str) -> tuple[Any, Any]:
+    def __call__(self, texts: Sequence[str] | str, max_length: int | None = None) -> tuple[Any, Any]:
+        """``(input_ids, attention_mask)``; ``max_length``: the server's bound when the artifact was exported
+        with one (``export(max_length=N)``), which cuts the ids further when it is below the tokenizer's."""
         import torch
 
         if isinstance(texts, str):
@@ -87,8 +89,9 @@ class SubwordTokenizer:
         if not texts:
             raise ConfigError("SubwordTokenizer got no texts.")
         encodings = self.tokenizer.encode_batch(list(texts))
-        return (torch.tensor([e.ids for e in encodings], dtype=torch.long),
-                torch.tensor([e.attention_mask for e in encodings], dtype=torch.long))
+        cut = slice(None, max_length)
+        return (torch.tensor([e.ids[cut] for e in encodings], dtype=torch.long),
+                torch.tensor([e.attention_mask[cut] for e in encodings], dtype=torch.long))
 
     def extreme_inputs(self) -> tuple[Any, Any]:
         """One row of ``max_length`` tokens, each the vocabulary's largest id: the furthest any text reaches into

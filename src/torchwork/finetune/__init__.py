@@ -1,5 +1,6 @@
 """Fine-tuning from pretrained weights: load with a report, freeze, per-layer learning rates, gradual
-unfreezing, frozen-prefix feature caching, and real pretrained models (MiniLM, EfficientNet-Lite0).
+unfreezing, frozen-prefix feature caching, and real pretrained models (MiniLM, EfficientNet-Lite0, or any local
+BERT, DistilBERT, RoBERTa, ELECTRA or MPNet folder).
 
 Names are imported lazily: ``import torchwork.finetune`` imports neither torch nor transformers.
 
@@ -20,6 +21,8 @@ from torchwork.lazy import lazy_attributes, type_checking_imports
 # time lazy.type_checking_imports reads them back and each name is imported on first use.
 if TYPE_CHECKING:  # pragma: no cover
     from torchwork.finetune.efficientnet import adapt_input_channels, efficientnet_lite0  # noqa: F401
+    from torchwork.finetune.encoder_model import EncoderClassifier, EncoderTop  # noqa: F401
+    from torchwork.finetune.encoders import ARCHITECTURES, EncoderFolder, check_model_folder  # noqa: F401
     from torchwork.finetune.features import CachedFeatures, cache_features, collate_cached  # noqa: F401
     from torchwork.finetune.freezing import (  # noqa: F401
         freeze,

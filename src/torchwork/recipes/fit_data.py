@@ -175,7 +175,8 @@ def load_text_splits(config: Any, *, label_noise: bool = True, say: Callable[[st
         return load_dataset("tweets", seed=config.seed), None
     data = load_fit_data(config.data, text=config.text or None, label=config.label or None,
                          test=config.test_data or None, seed=config.seed, drop_leaked=config.drop_leaked,
-                         max_length=config.transformer_max_length, label_noise=label_noise, say=say)
+                         model_folder=getattr(config, "model_dir", "") or None,
+                         max_length=config.transformer_max_length or None, label_noise=label_noise, say=say)
     for line in data.report.lines():
         say(line)
     blocking = blocking_errors(data.report, config.drop_leaked)

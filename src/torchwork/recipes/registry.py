@@ -93,11 +93,13 @@ def fit_settings(args: argparse.Namespace) -> list[str]:
     Example:
         >>> fit_settings(argparse.Namespace(data="a.csv", text=None, label="stars", test=None, quick=True,
         ...                                 set=["seed=1"]))
-        ['run_dir=runs/fit', 'data=a.csv', 'model=ngram', 'label=stars', 'seed=1']
+        ['run_dir=runs/fit', 'data=a.csv', 'model=ngram', 'transformer_max_length=0', 'label=stars', 'seed=1']
     """
-    settings = ["run_dir=runs/fit", f"data={args.data}", "model=ngram" if args.quick else "model=transformer"]
+    settings = ["run_dir=runs/fit", f"data={args.data}", "model=ngram" if args.quick else "model=transformer",
+                "transformer_max_length=0"]  # chosen from the data's token lengths
     settings += [f"{key}={value}" for key, value in (("text", args.text), ("label", args.label),
-                                                      ("test_data", args.test)) if value]
+                                                      ("test_data", args.test),
+                                                      ("model_dir", getattr(args, "model", None))) if value]
     return [*settings, *(args.set or [])]
 
 

@@ -80,7 +80,9 @@ class SentimentConfig:
     layer_decay: float = 0.8
     warmup: float = 0.1  # fraction of the steps with a linear warm-up, then linear decay to 0
     transformer_patience: int = 2
-    transformer_max_length: int = 64  # tokens (tweets: 29 at the median, 81 at most)
+    # tokens (tweets: 29 at the median, 81 at most); 0 (torchwork fit's default): the 95th percentile of the
+    # training texts' token lengths, capped by the model's positions
+    transformer_max_length: int = 64
     transformer_train_rows: int = 0  # train the transformer on a stratified sample this size (0: all)
     # SmoothQuant's alpha before the transformer's INT8 (0: none). With the attention fused it costs 1-3% of
     # INT8 speed and halves the rows the float fallback re-runs (seed 2: 2.0% against 4.7% for 99.1%)
@@ -89,20 +91,25 @@ class SentimentConfig:
     # share of the validation tweets get float's answer (0: no fallback; see deploy/fallback.py). Seed 0, test
     # split: 0.99 gave 99.53% agreement at 2.34x eager (batch 32), 0.993 99.69% at 2.13x, 0.995 99.89% at 1.72x
     int8_fallback_agreement: float = 0.993
+    # a local Hugging Face encoder folder to fine-tune instead of MiniLM (torchwork fit --model DIR): BERT,
+    # DistilBERT, RoBERTa, ELECTRA or MPNet; config.json, model.safetensors and tokenizer.json, read offline
+    model_dir: str = ""
 
     def validate(self) -> None:
         check_settings(self, at_least={"epochs": 1, "batch_size": 1, "l2": 0, "min_freq": 1, "max_vocab": 3,
                                        "max_length": 1, "patience": 0, "threads": 0, "seed": 0,
                                        "transformer_train_layers": 1, "transformer_epochs": 1,
                                        "transformer_batch_size": 1, "transformer_patience": 1,
-                                       "transformer_max_length": 8, "warmup": 0,
+                                       "warmup": 0,
                                        "transformer_train_rows": 0, "verify_rounds": 5},
                        above={"lr": 0, "clip_grad_norm": 0, "transformer_lr": 0, "layer_decay": 0},
                        one_of={"precision": ("auto", "32", "bf16"), "transformer_precision": ("auto", "32", "bf16"),
                                "model": MODELS,
                                "transformer_strategy": STRATEGIES},
                        some_of={"export_formats": EXPORT_FORMATS},
-                       zero_or_at_least={"subset": (MIN_SUBSET, "fewer rows per split leave too few tweets of "
+                       zero_or_at_least={"transformer_max_length": (8, "a text needs room for its special tokens "
+                                                                       "and some words"),
+                                         "subset": (MIN_SUBSET, "fewer rows per split leave too few tweets of "
                                                     "the rarest class, positive, to train on and to score")})
         compile_choice(self.compile)
         validate_settings(TransformerSettings.of(self))  # the upper bounds

@@ -28,6 +28,7 @@ Example (trains a model, so not run here):
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,7 @@ class TransformerResult:
     splits: dict[str, dict[str, Any]]  # split -> classification metrics
     test_probabilities: Any
     test_outputs: Any = None  # the model's logits on the test split, in its order: verify's eager reference
+    epoch_estimate: dict[str, float] = dataclasses.field(default_factory=dict)  # estimated and measured epoch
 
 
 @dataclasses.dataclass
@@ -125,15 +127,12 @@ def train_transformer(settings: TransformerSettings, train: Any, validation: Any
 
     from torchwork.data import class_weights
     from torchwork.engine.devices import resolve_device
-    from torchwork.finetune.minilm import MiniLMClassifier
 
     train = _training_rows(settings, train)
-    tokenizer = subword_tokenizer(settings.transformer_max_length)
+    tokenizer = subword_tokenizer(settings.transformer_max_length, settings.model_dir)
     data = {name: TokenTexts(split.texts, split.labels, tokenizer)
             for name, split in (("train", train), ("validation", validation), ("test", test))}
-    model = MiniLMClassifier(classes=len(classes))
-    say(f"MiniLM (all-MiniLM-L6-v2): {sum(p.numel() for p in model.parameters()):,} parameters, every "
-        "encoder weight loaded, the classification head new")
+    model = encoder_classifier(settings, len(classes))
     device = resolve_device(settings.device)
     loss_fn = nn.CrossEntropyLoss(weight=class_weights(train.labels).to(device))
     probe = _probe_batch(settings, data["train"])
@@ -143,9 +142,18 @@ def train_transformer(settings: TransformerSettings, train: Any, validation: Any
     else:
         prepared = _prepare_full(settings, model, data, loss_fn, device, decisions)
     trainer, factor = _trainer(settings, prepared, loss_fn, device, run_dir, strategy, timing)
+    estimate = epoch_estimate(prepared, loss_fn, device)
+    say(f"estimated epoch: {estimate['epoch_s']:.1f} s ({len(prepared.train_loader)} steps of "
+        f"{estimate['step_s']:.3f} s and validation, timed on the first batches)")
     started = time.perf_counter()
     history = trainer.fit(prepared.train_loader, prepared.val_loader, epochs=settings.transformer_epochs)
     training_seconds = time.perf_counter() - started + prepared.cache_seconds
+    epochs_run = sum("time_s" in h for h in history)
+    if epochs_run:  # the fit's wall time per epoch, validation and checkpoints included, as the estimate is
+        estimate["measured_epoch_s"] = (time.perf_counter() - started) / epochs_run
+        say(f"an epoch took {estimate['measured_epoch_s']:.1f} s (the mean of {epochs_run}, validation included) "
+            f"against the {estimate['epoch_s']:.1f} s estimated "
+            f"({100 * (estimate['epoch_s'] / estimate['measured_epoch_s'] - 1):+.0f}%)")
     run_path = trainer.run_path
     best_info = _best_checkpoint(run_path, prepared.trained, len(prepared.train_loader))
     model.to("cpu").eval()
@@ -153,7 +161,44 @@ def train_transformer(settings: TransformerSettings, train: Any, validation: Any
     splits, test_probabilities, test_outputs = _evaluate(settings, model, prepared, data, train, test, classes)
     return TransformerResult(model, strategy, timing, prepared.precision, history, lr_steps, best_info,
                              training_seconds, prepared.cache_seconds, run_path, splits, test_probabilities,
-                             test_outputs)
+                             test_outputs, estimate)
+
+
+def with_max_length(settings: TransformerSettings, train: Any) -> TransformerSettings:
+    """``settings`` with ``transformer_max_length=0`` (fit's default) replaced by the 95th percentile of the
+    training texts' token lengths under the model's tokenizer, capped by the model's positions; said."""
+    from torchwork.finetune.max_length import PERCENTILE, choose_max_length, token_lengths
+    from torchwork.finetune.minilm import minilm_folder
+
+    if settings.transformer_max_length:
+        return settings
+    lengths, limit = token_lengths(list(train.texts), settings.model_dir or minilm_folder())
+    chosen = choose_max_length(lengths, limit)
+    cut = sum(length > chosen for length in lengths) / max(1, len(lengths))
+    say(f"max_length: {chosen} tokens, the {PERCENTILE}th percentile of the {len(lengths):,} training texts' token "
+        f"lengths (median {statistics.median(lengths):.0f}, longest {max(lengths)}; the model reads at most {limit}; "
+        f"{100 * cut:.1f}% of the texts are cut; pin it with --set transformer_max_length=N)")
+    return dataclasses.replace(settings, transformer_max_length=chosen)
+
+
+def encoder_classifier(settings: TransformerSettings, classes: int) -> Any:
+    """MiniLM, or (``model_dir``) the user's encoder folder, with a new head; what loaded is said."""
+    from torchwork.finetune.encoder_model import EncoderClassifier
+    from torchwork.finetune.encoders import check_model_folder
+    from torchwork.finetune.minilm import MiniLMClassifier
+
+    if not settings.model_dir:
+        model = MiniLMClassifier(classes=classes)
+        say(f"MiniLM (all-MiniLM-L6-v2): {sum(p.numel() for p in model.parameters()):,} parameters, every "
+            "encoder weight loaded, the classification head new")
+        return model
+    folder = check_model_folder(settings.model_dir)
+    model = EncoderClassifier(folder, classes=classes)
+    report = model.load_report
+    say(f"{folder.name} from {folder.path}: {sum(p.numel() for p in model.parameters()):,} parameters, "
+        f"{model.num_layers} layers; {report.summary()}; the classification head new"
+        + "".join(f"; {note}" for note in report.notes))
+    return model
 
 
 def _training_rows(settings: TransformerSettings, train: Any) -> Any:
@@ -216,13 +261,13 @@ def _prepare_cached(settings: TransformerSettings, model: Any, data: dict[str, T
     import torch
 
     from torchwork.finetune import cache_features, freeze
-    from torchwork.finetune.minilm import MiniLMTop
+    from torchwork.finetune.encoder_model import EncoderTop
     from torchwork.recipes.buckets import pad_batch, trim_cached
 
     split_at = model.num_layers - settings.transformer_train_layers
-    freeze(model, "encoder.embeddings", *[f"encoder.encoder.layer.{i}" for i in range(split_at)])
+    freeze(model, *model.frozen_names(split_at))
     bottom = bottom_module(model, split_at)
-    trained = MiniLMTop(model, split_at)
+    trained = EncoderTop(model, split_at)
     with torch.no_grad():  # the top's probe batch, the median-length batch's bottom features (no
         (probe_ids, probe_mask), probe_target = probe  # inference_mode: the probe trains on them)
         probe_features = tuple(bottom(probe_ids, probe_mask))
@@ -235,7 +280,7 @@ def _prepare_cached(settings: TransformerSettings, model: Any, data: dict[str, T
         cached[name] = cache_features(bottom, ordered, device=str(device), desc=f"caching {name} features",
                                       precision=precision, ragged=True, storage=precision)
     cache_seconds = time.perf_counter() - started
-    say(f"cached layer-{split_at} features of {len(data['train']) + len(data['validation']):,} tweets in "
+    say(f"cached layer-{split_at} features of {len(data['train']) + len(data['validation']):,} texts in "
         f"{cache_seconds:.0f} s" + (" (the bottom in bf16, as the top trains)" if precision == "bf16" else ""))
     lengths = {n: [int(mask.sum()) for batch in c.batches for mask in batch[1]] for n, c in cached.items()}
     size = settings.transformer_batch_size
@@ -283,6 +328,36 @@ def _trainer(settings: TransformerSettings, prepared: _Prepared, loss_fn: Any, d
                                                "precision_chosen": prepared.precision,
                                                "precision_timing": prepared.precision_timing})
     return trainer, factor
+
+
+def epoch_estimate(prepared: _Prepared, loss_fn: Any, device: Any, batches: int = 9) -> dict[str, float]:
+    """An epoch's seconds before training: a training step (forward and backward, no update) timed on each of
+    the loader's first ``batches`` batches after two warm-up steps, their mean times the steps of an epoch,
+    plus the validation forward scaled from one of them. The loader's shuffle, the RNG and the weights are
+    left as they were (the gradients are cleared)."""
+    import torch
+
+    sampler = prepared.train_loader.batch_sampler
+    shuffled = sampler.epoch  # LengthBuckets counts its iterations: training must see its own first shuffle
+    sample = [b for _, b in zip(range(batches), prepared.train_loader)]
+    sampler.epoch = shuffled
+    module = prepared.trained.to(device).train()
+    times = []
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        for inputs, target in [sample[0], sample[0], *sample]:
+            inputs, target = tuple(x.to(device) for x in inputs), target.to(device)
+            started = time.perf_counter()
+            loss_fn(module(*inputs), target).backward()
+            times.append(time.perf_counter() - started)
+        with torch.no_grad():  # the validation forward, per row, on the last batch
+            started = time.perf_counter()
+            module.eval()(*inputs)
+            forward_s = (time.perf_counter() - started) / max(1, len(target))
+    module.zero_grad(set_to_none=True)
+    module.train()
+    step_s = statistics.mean(times[2:])  # the first two were warm-ups
+    epoch_s = step_s * len(prepared.train_loader) + forward_s * len(prepared.val_loader.dataset)
+    return {"step_s": step_s, "epoch_s": epoch_s}
 
 
 def _best_checkpoint(run_path: Path, trained: Any, steps_per_epoch: int) -> dict[str, Any]:
@@ -356,7 +431,9 @@ def transformer_sections(settings: TransformerSettings, train: Any, validation: 
     from torchwork.deploy import format_report
     from torchwork.recipes.sentiment_shared import export_threads
 
-    say("\n== 5. Transformer: all-MiniLM-L6-v2 fine-tuned on the tweets")
+    say("\n== 5. Transformer: " + (f"{settings.model_dir} fine-tuned on your data" if settings.model_dir
+                                    else "all-MiniLM-L6-v2 fine-tuned on the tweets"))
+    settings = with_max_length(settings, train)
     result = train_transformer(settings, train, validation, test, classes, run_path / "transformer", decisions)
     release_memory()  # the feature cache and the training's tensors are freed: their pages go back before export
     metrics = result.splits["test"]
@@ -397,5 +474,6 @@ def transformer_sections(settings: TransformerSettings, train: Any, validation: 
     return {"name": "transformer", "artifact": artifact, "verify_report": report, "metrics": metrics,
             "history": result.history, "precision": result.precision, "training_seconds": result.training_seconds,
             "speed": speed, "splits": result.splits, "lr_steps": result.lr_steps, "best": result.best,
-            "strategy": result.strategy, "strategy_timing": result.timing,
+            "strategy": result.strategy, "strategy_timing": result.timing, "epoch_estimate": result.epoch_estimate,
+            "max_length": settings.transformer_max_length,
             "test_probabilities": result.test_probabilities.tolist(), "device": result.timing.get("device", "")}

@@ -49,6 +49,7 @@ class TransformerSettings:
     quantize: bool
     int8_smoothing: float
     int8_fallback_agreement: float
+    model_dir: str  # a local encoder folder (torchwork fit --model DIR); empty: MiniLM
     # the whole config, as the transformer's run folder records it (a resumed run is compared with it)
     recorded: dict[str, Any]
 
@@ -61,10 +62,18 @@ class TransformerSettings:
 
 
 def validate_settings(settings: TransformerSettings) -> None:
-    """The upper bounds of the transformer's settings (``check_settings`` has the lower ones)."""
+    """The upper bounds of the transformer's settings (``check_settings`` has the lower ones); a ``model_dir``
+    is checked here, before any work (:func:`~torchwork.finetune.encoders.check_model_folder`)."""
+    name, layers, positions = "MiniLM", 6, 512
+    if settings.model_dir:
+        from torchwork.finetune.encoders import check_model_folder, check_weight_shapes
+
+        folder = check_model_folder(settings.model_dir)
+        check_weight_shapes(folder)
+        name, layers, positions = f"this {folder.name}", folder.layers, folder.max_positions
     problems = [text for bad, text in (
-        (settings.transformer_train_layers > 6, f"transformer_train_layers={settings.transformer_train_layers}: "
-                                                "MiniLM has 6 layers; train 1 to 6 of them"),
+        (settings.transformer_train_layers > layers, f"transformer_train_layers={settings.transformer_train_layers}: "
+                                                     f"{name} has {layers} layers; train 1 to {layers} of them"),
         (settings.layer_decay > 1, f"layer_decay={settings.layer_decay}: use a number in (0, 1]"),
         (settings.warmup >= 1, f"warmup={settings.warmup}: the warm-up is a fraction of the steps, in [0, 1)"),
         (not 0 <= settings.int8_smoothing <= 1, f"int8_smoothing={settings.int8_smoothing}: SmoothQuant's alpha, "
@@ -72,8 +81,8 @@ def validate_settings(settings: TransformerSettings) -> None:
         (not 0 <= settings.int8_fallback_agreement <= 1,
          f"int8_fallback_agreement={settings.int8_fallback_agreement}: a share in (0, 1], or 0 for no float "
          "fallback"),
-        (settings.transformer_max_length > 512, f"transformer_max_length={settings.transformer_max_length}: "
-                                                "MiniLM has 512 positions"),
+        (settings.transformer_max_length > positions, f"transformer_max_length={settings.transformer_max_length}: "
+                                                      f"{name} has {positions} positions (0: chosen from the data)"),
         (not isinstance(settings.device, str) or not settings.device, f"device={settings.device!r}: use auto, "
                                                                       "cpu, cuda or cuda:N")) if bad]
     if problems:

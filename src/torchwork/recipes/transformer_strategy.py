@@ -1,4 +1,4 @@
-"""The sentiment recipe's transformer strategy, chosen by measurement: MiniLM fine-tuned whole, or its top
+"""The sentiment recipe's transformer strategy, chosen by measurement: the encoder fine-tuned whole, or its top
 layers trained on cached features of its frozen bottom.
 
 Example:
@@ -54,7 +54,7 @@ def choose_strategy(requested: str, model: Any, batch: tuple[tuple[Any, Any], An
     import torch
 
     from torchwork.finetune import freeze, unfreeze
-    from torchwork.finetune.minilm import MiniLMTop
+    from torchwork.finetune.encoder_model import EncoderTop
 
     if requested not in STRATEGIES:
         raise ConfigError(f"transformer_strategy={requested!r}: choose from {', '.join(STRATEGIES)}.")
@@ -66,7 +66,7 @@ def choose_strategy(requested: str, model: Any, batch: tuple[tuple[Any, Any], An
     model.to(device).train()
     unfreeze(model)
     full_steps = _time_steps(model, (ids, mask), target, loss_fn, steps)
-    freeze(model, "encoder.embeddings", *[f"encoder.encoder.layer.{i}" for i in range(split)])
+    freeze(model, *model.frozen_names(split))
     bottom = bottom_module(model, split)
     bottom_times = []
     with torch.inference_mode():
@@ -74,7 +74,7 @@ def choose_strategy(requested: str, model: Any, batch: tuple[tuple[Any, Any], An
             start = time.perf_counter()
             hidden, _ = bottom(ids, mask)
             bottom_times.append(time.perf_counter() - start)
-    top_steps = _time_steps(MiniLMTop(model, split), (hidden.clone(), mask), target, loss_fn, steps)
+    top_steps = _time_steps(EncoderTop(model, split), (hidden.clone(), mask), target, loss_fn, steps)
     unfreeze(model)
     timing = strategy_rule(full_steps, top_steps, bottom_times, steps_per_epoch * epochs, cache_batches)
     timing.update(device=str(device), train_layers=train_layers)

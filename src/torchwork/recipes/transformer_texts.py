@@ -1,4 +1,4 @@
-"""The sentiment recipe's transformer data: tweets as MiniLM token ids, batched by length, and
+"""The sentiment recipe's transformer data: texts as the encoder's token ids, batched by length, and
 predictions over them, from the whole model or from the top on its cached bottom features.
 
 Example:
@@ -10,17 +10,18 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from torchwork.finetune.features import release_memory as release_memory  # the recipe's, after training
 
 
-def subword_tokenizer(max_length: int) -> Any:
-    """MiniLM's WordPiece tokenizer as an artifact preprocessor."""
+def subword_tokenizer(max_length: int, model_dir: str = "") -> Any:
+    """The ``tokenizer.json`` of ``model_dir`` (default: MiniLM's WordPiece) as an artifact preprocessor."""
     from torchwork.deploy.wordpiece import SubwordTokenizer
     from torchwork.finetune.minilm import minilm_folder
 
-    return SubwordTokenizer.from_file(minilm_folder() / "tokenizer.json", max_length=max_length)
+    return SubwordTokenizer.from_file(Path(model_dir or minilm_folder()) / "tokenizer.json", max_length=max_length)
 
 
 class TokenTexts:
@@ -79,8 +80,7 @@ def bottom_module(model: Any, layers: int) -> Any:
     class Bottom(nn.Module):  # the frozen prefix: embeddings and the first ``layers`` layers, and only those
         def __init__(self) -> None:
             super().__init__()
-            self.embeddings = model.encoder.embeddings
-            self.layers = nn.ModuleList(model.encoder.encoder.layer[:layers])
+            self.frozen = nn.ModuleList(model.get_submodule(name) for name in model.frozen_names(layers))
             self.run_bottom = model.bottom  # a bound method: the top's weights are not registered here
 
         def forward(self, input_ids: Any, attention_mask: Any) -> Any:
