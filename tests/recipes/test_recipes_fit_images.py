@@ -184,3 +184,19 @@ def test_near_copies_never_straddle_the_planned_splits(tmp_path: Path) -> None:
     together = [a for a, b in copies.items() if b not in split_of or split_of.get(a) in (None, split_of[b])]
     assert len(together) >= 0.95 * len(copies)
     assert {"train", "validation", "test"} == set(split_of.values())
+
+
+def test_corrupt_files_and_a_bomb_are_listed_and_left_out_of_the_splits(tmp_path: Path) -> None:
+    from torchwork.recipes.image_data import load_image_folder
+
+    photos = _two_classes(tmp_path / "photos")
+    (photos / "cat" / "bomb.png").write_bytes(bomb_png())  # 30,000 x 30,000 claimed: never decoded
+    (photos / "dog" / "half.png").write_bytes((photos / "dog" / "1.png").read_bytes()[:60])
+    lines: list[str] = []
+    data = load_image_folder(photos, size=32, say=lines.append)
+    corrupt = data.report.of_kind("corrupt-file")
+    assert corrupt is not None and sorted(corrupt.rows) == ["cat/bomb.png", "dog/half.png"]
+    rows = [row for split in data.splits.values() for row in split.rows]
+    assert len(rows) == 20 and not {"cat/bomb.png", "dog/half.png"} & set(rows)
+    assert data.splits["train"].images.shape[1:] == (32, 32, 3)
+    assert any("corrupt-file" in line for line in lines)
