@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import math
 import os
 import threading
 import weakref
@@ -35,6 +34,7 @@ from torch.overrides import TorchFunctionMode
 
 from torchwork.doctor.checks import CHECK_IDS, Check, load_checks
 from torchwork.doctor.findings import Finding, Locator, display_path, sort_findings
+from torchwork.doctor.tensor_values import first_tensor
 
 Tensor = torch.Tensor
 
@@ -113,43 +113,6 @@ def _inplace_flag(func: Any, args: tuple, kwargs: dict, positions: dict[Any, int
             pass
         positions[func] = index
     return index is not None and len(args) > index and bool(args[index])
-
-
-def first_tensor(value: Any) -> Tensor | None:
-    if isinstance(value, Tensor):
-        return value
-    if isinstance(value, (tuple, list)) and value and isinstance(value[0], Tensor):
-        return value[0]
-    return None
-
-
-def tensors_in(value: Any, limit: int = 16) -> list[Tensor]:
-    """The tensors in a forward output: a tensor, or tensors one or two levels inside tuples/lists/dicts."""
-    found: list[Tensor] = []
-
-    def visit(item: Any, depth: int) -> None:
-        if len(found) >= limit:
-            return
-        if isinstance(item, Tensor):
-            found.append(item)
-        elif depth < 2 and isinstance(item, (tuple, list)):
-            for sub in item:
-                visit(sub, depth + 1)
-        elif depth < 2 and isinstance(item, dict):
-            for sub in item.values():
-                visit(sub, depth + 1)
-
-    visit(value, 0)
-    return found
-
-
-def is_finite_fast(t: Tensor) -> bool:
-    """True when every element is finite. One reduction: a sum is finite only if every element is."""
-    if t.numel() == 0 or t.device.type == "meta":
-        return True
-    if math.isfinite(t.detach().sum().item()):  # item(): a Python float, cheaper than a 0-d isfinite
-        return True
-    return bool(torch.isfinite(t.detach()).all())  # the sum may overflow on its own: check exactly
 
 
 class _DoctorMode(TorchFunctionMode):

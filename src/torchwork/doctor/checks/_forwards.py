@@ -35,7 +35,7 @@ from torch import nn
 
 from torchwork.doctor.checks import Check
 from torchwork.doctor.checks._dropout import FUNCTIONAL_DROPOUT, FunctionalDropout, active_rate
-from torchwork.doctor.session import tensors_in
+from torchwork.doctor.tensor_values import tensors_in
 
 _STOCHASTIC = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)
 

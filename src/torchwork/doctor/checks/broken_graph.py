@@ -184,7 +184,7 @@ class BrokenGraph(Check):
         params = frozenset(id(p) for p in module.parameters())
         if mark is None or not params or len(self.scored) >= 32:  # a scorer has weights (a loss module has none)
             return
-        from torchwork.doctor.session import tensors_in
+        from torchwork.doctor.tensor_values import tensors_in
 
         for tensor in tensors_in(output, limit=4):
             node = tensor.grad_fn

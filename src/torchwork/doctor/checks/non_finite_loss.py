@@ -22,7 +22,7 @@ import torch
 
 from torchwork.doctor.checks import Check
 from torchwork.doctor.findings import format_where
-from torchwork.doctor.session import is_finite_fast, tensors_in
+from torchwork.doctor.tensor_values import is_finite_fast, tensors_in
 
 Tensor = torch.Tensor
 HUGE = 1e8  # an activation this large is abnormal: an op overflowing on it is not the op's fault
