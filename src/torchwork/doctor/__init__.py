@@ -18,25 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from torchwork.lazy import lazy_attributes
-
-# public name -> module that defines it
-_LAZY: dict[str, str] = {
-    "Finding": "torchwork.doctor.findings",
-    "explain_text": "torchwork.doctor.explain",
-    "explain_exception": "torchwork.doctor.explain",
-    "FAMILIES": "torchwork.doctor.explain",
-    "diagnose": "torchwork.doctor.session",
-    "Session": "torchwork.doctor.session",
-    "run_script": "torchwork.doctor.runner",
-    "DoctorResult": "torchwork.doctor.runner",
-    "CHECK_IDS": "torchwork.doctor.checks",
-    "Guard": "torchwork.doctor.guard",
-    "attach_guard": "torchwork.doctor.guard",
-    "DoctorWarning": "torchwork.doctor.guard",
-}
-
-__all__ = list(_LAZY)
+from torchwork.lazy import lazy_package
 
 # Type checkers read the imports (and flag a misspelt name); at run time each name is imported on first use.
 if TYPE_CHECKING:  # pragma: no cover
@@ -46,5 +28,5 @@ if TYPE_CHECKING:  # pragma: no cover
     from torchwork.doctor.guard import DoctorWarning, Guard, attach_guard  # noqa: F401
     from torchwork.doctor.runner import DoctorResult, run_script  # noqa: F401
     from torchwork.doctor.session import Session, diagnose  # noqa: F401
-else:
-    __getattr__, __dir__ = lazy_attributes("torchwork.doctor", _LAZY, globals())
+
+__all__ = lazy_package(__file__, globals())  # each name imported on first use; _LAZY: name -> module

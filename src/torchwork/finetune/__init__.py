@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from torchwork.lazy import lazy_attributes, type_checking_imports
+from torchwork.lazy import lazy_package
 
 # public name -> module that defines it
 # Each public name written once: type checkers and IDEs read these imports (and flag a misspelt name); at run
@@ -43,7 +43,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from torchwork.finetune.unfreezing import GradualUnfreezing  # noqa: F401
     from torchwork.prefixes import discover_prefix  # noqa: F401
 
-_LAZY: dict[str, str] = type_checking_imports(__file__)  # public name -> module that defines it
-__all__ = list(_LAZY)
-if not TYPE_CHECKING:
-    __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
+__all__ = lazy_package(__file__, globals())  # each name imported on first use; _LAZY: name -> module
