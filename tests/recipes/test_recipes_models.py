@@ -40,6 +40,16 @@ def test_word_idf_matches_scikit_learn(vocab):
         assert model.word_idf[vocab.index(word)].item() == pytest.approx(sklearn.idf_[column], rel=1e-6)
 
 
+def test_idf_counted_a_few_rows_at_a_time_equals_all_rows_at_once(vocab):
+    ids = _ids(TEXTS * 3, vocab)
+    at_once, in_chunks = (TfidfNGramClassifier(vocab, classes=2, buckets=97, char_buckets=89) for _ in range(2))
+    at_once.fit_idf(ids, rows_at_once=len(ids))
+    in_chunks.fit_idf(ids, rows_at_once=2)  # 15 rows: 7 chunks of 2 and one of 1
+    for name in ("word_idf", "bigram_idf", "char_idf"):
+        assert torch.equal(getattr(at_once, name), getattr(in_chunks, name)), name
+    assert (at_once.char_idf[1:] != 1.0).any()  # fitted, not the unfitted table of ones
+
+
 def test_forward_is_a_linear_model_over_l2_normalised_tfidf(vocab):
     torch.manual_seed(0)
     model = TfidfNGramClassifier(vocab, classes=3, buckets=97, chars=False)

@@ -97,13 +97,19 @@ class TfidfNGramClassifier(nn.Module):
         return ids, bigram_ids, char_ids
 
     @torch.no_grad()
-    def fit_idf(self, ids: torch.Tensor) -> None:
+    def fit_idf(self, ids: torch.Tensor, rows_at_once: int = 4096) -> None:
         """Set the inverse document frequencies from the training texts' ids, ``(N, L)``, padded with 0
-        (scikit-learn's smoothed idf: ``ln((1 + N) / (1 + df)) + 1``)."""
+        (scikit-learn's smoothed idf: ``ln((1 + N) / (1 + df)) + 1``).
+
+        Counted ``rows_at_once`` rows at a time: the character n-gram ids of every row at once are 64 x 24
+        int64 a row (2.2 GB sampled at 28.8k tweets), and the counts are integers, so the sum is exact."""
         tables = [self.word_idf, self.bigram_idf] + ([self.char_idf] if self.chars is not None else [])
-        for table, features in zip(tables, self._features(ids)):
-            frequency = document_frequency(features, table.numel()).to(table.dtype)
-            table.copy_(torch.log((1 + len(ids)) / (1 + frequency)) + 1)
+        counts = [torch.zeros(table.numel(), dtype=torch.long) for table in tables]
+        for start in range(0, len(ids), rows_at_once):
+            for count, features in zip(counts, self._features(ids[start:start + rows_at_once])):
+                count += document_frequency(features, count.numel())
+        for table, count in zip(tables, counts):
+            table.copy_(torch.log((1 + len(ids)) / (1 + count.to(table.dtype))) + 1)
             table[0] = 0.0  # id 0 is "no feature": weight 0, so forward needs no padding mask
 
     def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
