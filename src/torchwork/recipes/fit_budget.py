@@ -271,14 +271,11 @@ def tuned_against_default(tuned_probabilities: Any, default_predictions: Any, la
     >>> tuned_against_default(tuned, [0, 1] * 100, labels, ["a", "b"], 0)["verdict"]
     'within the noise'
     """
-    import numpy as np
+    from torchwork.recipes.fit_choice import against_baseline
 
-    from torchwork.data.intervals import paired_macro_f1
-
-    predictions = np.asarray(tuned_probabilities).argmax(axis=-1)
-    comparison = paired_macro_f1(labels, predictions, np.asarray(default_predictions), len(classes), seed=seed)
+    comparison = against_baseline(tuned_probabilities, default_predictions, labels, classes, seed)
     difference = comparison["difference"]
-    verdict = ("tuned beats the defaults beyond the noise" if difference["low"] > 0 else
+    verdict = ("tuned beats the defaults beyond the noise" if comparison["beats"] else
                "the defaults beat the tuned settings beyond the noise" if difference["high"] < 0 else
                "within the noise")
     comparison["verdict"] = verdict
