@@ -155,36 +155,36 @@ class _DoctorMode(TorchFunctionMode):
             out = func(*args, **kwargs)
         except Exception as error:
             for callback in session._op_error_callbacks:
-                session._safely(callback, func, args, kwargs, error)
+                session.safely(callback, func, args, kwargs, error)
             raise
         if session._derive_callbacks:  # every result, views and copies included (armed on demand)
             for callback in session._derive_callbacks:
-                session._safely(callback, args, out)
+                session.safely(callback, args, out)
         if cat & _NAMED:
             for callback in session._named_callbacks.get(getattr(func, "__name__", ""), ()):
-                session._safely(callback, func, args, kwargs, out)
+                session.safely(callback, func, args, kwargs, out)
         if cat:
             if cat & _MAYBE_INPLACE and _inplace_flag(func, args, kwargs, self.inplace_positions):
                 cat |= _INPLACE
             if cat & _INPLACE and args and isinstance(args[0], Tensor):
                 for callback in session._inplace_callbacks:
-                    session._safely(callback, func, args[0])
+                    session.safely(callback, func, args[0])
             if cat & _ADD and session._add_callbacks:
                 for callback in session._add_callbacks:
-                    session._safely(callback, func, args, out)
+                    session.safely(callback, func, args, out)
             if cat & _RANDOM:
                 for callback in session._random_callbacks:
-                    session._safely(callback, func, args, kwargs)
+                    session.safely(callback, func, args, kwargs)
             if cat & _BREAK and session._break_callbacks and args:
                 source = args[0] if isinstance(args[0], Tensor) else first_tensor(args[0])
                 if source is not None:
                     for callback in session._break_callbacks:
-                        session._safely(callback, func, source, out)
+                        session.safely(callback, func, source, out)
             if cat & _NO_VALUES:
                 return out
         if session._value_callbacks:
             for callback in session._value_callbacks:
-                session._safely(callback, func, args, out)
+                session.safely(callback, func, args, out)
         return out
 
 
@@ -320,7 +320,18 @@ class Session:
         if callback in self._random_callbacks:
             self._random_callbacks.remove(callback)
 
-    def _safely(self, callback: Callable[..., Any], *args: Any) -> Any:
+    def safely(self, callback: Callable[..., Any], *args: Any) -> Any:
+        """``callback(*args)``, or None when it raises: a bug in a check must not break the user's script.
+
+        The error is kept, once, in ``internal_errors`` as ``"<check id>: <error>"`` (``torchwork doctor``
+        prints it and exits 2). Checks call their own callbacks through it from the wrappers they install.
+
+        Example:
+            >>> from torchwork.doctor.session import Session
+            >>> session = Session(checks=[])
+            >>> session.safely(int, "7"), session.safely(int, "seven"), session.internal_errors
+            (7, None, ["int: ValueError: invalid literal for int() with base 10: 'seven'"])
+        """
         try:
             return callback(*args)
         except Exception as error:  # a bug in a check must not break the user's script
@@ -358,13 +369,13 @@ class Session:
     def _backward(self, func: Any, args: tuple, kwargs: dict) -> Any:
         tensor = args[0] if args else None
         for callback in self._backward_pre_callbacks:
-            self._safely(callback, tensor)
+            self.safely(callback, tensor)
         self.backward_calls += 1
         try:
             return func(*args, **kwargs)
         finally:
             for callback in self._backward_post_callbacks:
-                self._safely(callback, tensor)
+                self.safely(callback, tensor)
 
     # ------------------------------------------------------------------ module and optimizer hooks
     def running_modules(self) -> list[torch.nn.Module]:
@@ -387,7 +398,7 @@ class Session:
             if top:
                 self._learn_names(module)
             for callback in self._module_pre_callbacks:
-                self._safely(callback, module, args, kwargs, top)
+                self.safely(callback, module, args, kwargs, top)
 
     def _module_post(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
         if self._forked or torch.compiler.is_compiling():
@@ -402,7 +413,7 @@ class Session:
         top = depth <= 0
         with torch._C.DisableTorchFunction():
             for callback in self._module_post_callbacks:
-                self._safely(callback, module, args, output, top)
+                self.safely(callback, module, args, output, top)
 
     def _step_pre(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         mode = self._mode
@@ -410,12 +421,12 @@ class Session:
             mode.__exit__(None, None, None)  # optimizer internals are not the user's code: run them fast
             self._mode_paused = True
         for callback in self._step_pre_callbacks:
-            self._safely(callback, optimizer)
+            self.safely(callback, optimizer)
 
     def _step_post(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         self.optimizer_steps += 1
         for callback in self._step_post_callbacks:  # before the mode resumes: the checks' reads are not the user's
-            self._safely(callback, optimizer)
+            self.safely(callback, optimizer)
         self._resume_mode()
 
     def _resume_mode(self) -> None:
@@ -491,13 +502,13 @@ class Session:
             handle.remove()
         self._handles.clear()
         for item in reversed(self.checks):
-            self._safely(item.uninstall)
+            self.safely(item.uninstall)
         for owner, name, original in reversed(self._patches):
             setattr(owner, name, original)
         self._patches.clear()
         self.script_failed = error is not None
         for item in self.checks:
-            self._safely(item.finish)
+            self.safely(item.finish)
         if error is not None:
             self.explain_error(error)
 

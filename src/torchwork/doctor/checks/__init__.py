@@ -1,23 +1,34 @@
 """The doctor's checks: one module per check, each a :class:`Check` subclass with a stable id.
 
-A check overrides the ``on_*`` hooks it needs; the session calls only those. Two private helpers
-(``_forwards``: top-level forward passes and whether backward used them; ``_grads``: which parameters
-received gradients and when) are shared by the checks that depend on them.
+A check names its id, severity and helpers in its class statement, sets its own fields in ``setup`` and
+overrides the ``on_*`` hooks it needs; the session calls only those. Two private helpers (``_forwards``:
+top-level forward passes and whether backward used them; ``_grads``: which parameters received gradients
+and when) are shared by the checks that depend on them.
 
 Example:
-    >>> from torchwork.doctor.checks import CHECK_IDS
+    >>> from torchwork.doctor.checks import CHECK_IDS, Check
     >>> CHECK_IDS[:3]
     ('missing-zero-grad', 'broken-graph', 'eval-mode')
+    >>> class Steps(Check, id="steps", severity="info", requires=("grads",)):
+    ...     def setup(self) -> None:
+    ...         self.count = 0
+    ...
+    ...     def on_step_post(self, optimizer) -> None:
+    ...         self.count += 1
+    >>> Steps.id, Steps.severity, Steps.requires
+    ('steps', 'info', ('grads',))
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from torchwork.doctor.findings import SEVERITIES, Finding
+
 if TYPE_CHECKING:  # pragma: no cover
-    from torchwork.doctor.findings import Finding
     from torchwork.doctor.session import Session
 
 # check id -> "module:Class" (imported only when the check runs). A new check: one module here with a Check
@@ -59,6 +70,13 @@ HELPERS: dict[str, str] = {"forwards": "_forwards:ForwardTracker", "grads": "_gr
 class Check:
     """Base class: a check reports findings under its ``id`` and overrides the hooks it needs.
 
+    Declared in the class statement: ``class TrainMode(Check, id="train-mode", severity="warning",
+    requires=("forwards",)):``. ``id`` is the check's stable id (helpers and shared bases leave it out),
+    ``severity`` one of :data:`~torchwork.doctor.findings.SEVERITIES`, ``requires`` names from ``HELPERS``
+    and ``ops`` a frozenset of torch function names handed to ``on_op``. Each stays readable as a class
+    attribute (``TrainMode.id``); a wrong one is a ``TypeError``/``ValueError`` when the class is created.
+    A check sets its own fields in ``setup()``, called at the end of ``__init__``.
+
     Hooks (all optional): ``on_module_pre(module, args, kwargs, top)``,
     ``on_module_post(module, args, output, top)``, ``on_inplace(func, tensor)``,
     ``on_add(func, args, out)`` (sums and differences), ``on_random(func, args, kwargs)``, ``on_values(func, args, out)``,
@@ -73,8 +91,26 @@ class Check:
     requires: tuple[str, ...] = ()  # helper names from HELPERS
     ops: frozenset[str] = frozenset()  # names of torch functions handed to on_op
 
+    def __init_subclass__(cls, *, id: str | None = None, severity: str | None = None,
+                          requires: tuple[str, ...] | None = None, ops: frozenset[str] | None = None,
+                          **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if id is not None:
+            cls.id = id
+        if severity is not None:
+            cls.severity = severity
+        if requires is not None:
+            cls.requires = requires
+        if ops is not None:
+            cls.ops = ops
+        _validate(cls, named=id is not None)
+
     def __init__(self, session: Session) -> None:
         self.session = session
+        self.setup()
+
+    def setup(self) -> None:
+        """Set the check's own fields (called once, at the end of ``__init__``, before ``install``)."""
 
     def helper(self, name: str) -> Any:
         return self.session.helpers[name]
@@ -114,6 +150,28 @@ class Check:
     def on_step_post(self, optimizer: Any) -> None: ...
 
     def on_op(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None: ...
+
+
+def _validate(cls: type[Check], *, named: bool) -> None:
+    """One clear error for a check declared wrongly, raised when its class is created."""
+    name = cls.__name__
+    if not isinstance(cls.id, str):
+        raise TypeError(f"{name}: id must be a string such as 'train-mode', not {cls.id!r}")
+    if named and not re.fullmatch(r"[a-z][a-z0-9]*(-[a-z0-9]+)*", cls.id):
+        raise ValueError(f"{name}: id must be a non-empty lowercase name with hyphens, such as 'train-mode', "
+                         f"not {cls.id!r}")
+    if cls.severity not in SEVERITIES:
+        raise ValueError(f"{name}: severity must be one of {', '.join(SEVERITIES)}, not {cls.severity!r}")
+    if not isinstance(cls.requires, tuple):
+        raise TypeError(f"{name}: requires must be a tuple of helper names, such as ('forwards',), "
+                        f"not {cls.requires!r}")
+    unknown = [helper for helper in cls.requires if helper not in HELPERS]
+    if unknown:
+        raise ValueError(f"{name}: requires names unknown helper(s) {unknown}; the helpers are "
+                         f"{', '.join(HELPERS)}")
+    if not isinstance(cls.ops, frozenset) or not all(isinstance(op, str) for op in cls.ops):
+        raise TypeError(f"{name}: ops must be a frozenset of torch function names, such as "
+                        f"frozenset({{'dropout'}}), not {cls.ops!r}")
 
 
 def _load(target: str) -> type[Check]:

@@ -20,8 +20,7 @@ def _code_of(target: Any) -> Any:
 class CompileWatching(Check):
     """Watches compiles while the script runs; ``compile_sites`` maps compiled code -> the user's line."""
 
-    def __init__(self, session: Any) -> None:
-        super().__init__(session)
+    def setup(self) -> None:
         self.watch: Any = None
         self.compile_sites: dict[tuple[str, int], tuple[str, int]] = {}
 

@@ -73,12 +73,8 @@ class _Usage:
             self.tracker._used(self.info)
 
 
-class ForwardTracker(Check):
-    id = ""
-    ops = FUNCTIONAL_DROPOUT
-
-    def __init__(self, session: Any) -> None:
-        super().__init__(session)
+class ForwardTracker(Check, ops=FUNCTIONAL_DROPOUT):
+    def setup(self) -> None:
         self.used_listeners: list[Callable[[ForwardInfo], None]] = []
         self.evaluation_listeners: list[Callable[[list[ForwardInfo]], None]] = []
         self._layers: dict[int, tuple[weakref.ReferenceType[nn.Module], list[tuple[str, nn.Module]]]] = {}
@@ -201,7 +197,7 @@ class ForwardTracker(Check):
     def _used(self, info: ForwardInfo) -> None:
         info.kind = "used"
         for listener in self.used_listeners:
-            self.session._safely(listener, info)
+            self.session.safely(listener, info)
 
     def _freed(self, info: ForwardInfo) -> None:
         if info.kind != "used" and not self.stopped:
@@ -221,7 +217,7 @@ class ForwardTracker(Check):
         no_step_after = final_steps is not None and key[1] >= final_steps
         if self._is_evaluation(group, no_step_after):
             for listener in self.evaluation_listeners:
-                self.session._safely(listener, group)
+                self.session.safely(listener, group)
         elif len(group) == 1 and group[0].kind == "unused":  # a no_grad forward stays an evaluation's
             self._one_off_lines.add(group[0].where)
 

@@ -52,10 +52,7 @@ class OptimizerRecord:
 
 
 class GradTracker(Check):
-    id = ""
-
-    def __init__(self, session: Any) -> None:
-        super().__init__(session)
+    def setup(self) -> None:
         self.optimizers: dict[int, OptimizerRecord] = {}
 
     def record(self, optimizer: torch.optim.Optimizer) -> OptimizerRecord:

@@ -19,12 +19,8 @@ class _ScalerStats:
         self.where = where
 
 
-class AmpScaleCollapse(Check):
-    id = "amp-scale-collapse"
-    severity = "warning"
-
-    def __init__(self, session: Any) -> None:
-        super().__init__(session)
+class AmpScaleCollapse(Check, id="amp-scale-collapse", severity="warning"):
+    def setup(self) -> None:
         self.scalers: dict[int, _ScalerStats] = {}
 
     def install(self) -> None:
@@ -36,7 +32,7 @@ class AmpScaleCollapse(Check):
                 before = scaler.get_scale() if enabled else None
                 result = original(scaler, *args, **kwargs)
                 if enabled:
-                    check.session._safely(check._record, scaler, before)
+                    check.session.safely(check._record, scaler, before)
                 return result
             return update
 

@@ -20,12 +20,8 @@ MEASURED = "1.6x on a small CNN, 2.1-2.3x on a small transformer (benchmarks/ano
 MIN_STEPS = 2  # one step under anomaly mode is a debugging session, not a training loop
 
 
-class AnomalyMode(Check):
-    id = "anomaly-mode"
-    severity = "warning"
-
-    def __init__(self, session: Any) -> None:
-        super().__init__(session)
+class AnomalyMode(Check, id="anomaly-mode", severity="warning"):
+    def setup(self) -> None:
         self.switched_on: tuple[str, int] | None = None
         self.steps = 0
         self.first_step: tuple[str, int] | None = None

@@ -38,12 +38,8 @@ def loader_hint(loader: Any) -> str:
             f"({size} % {batch} == 1), so the last batch of every epoch holds a single sample.")
 
 
-class BatchNormSingleSample(Check):
-    id = "batchnorm-single-sample"
-    severity = "warning"
-
-    def __init__(self, session: Any) -> None:
-        super().__init__(session)
+class BatchNormSingleSample(Check, id="batchnorm-single-sample", severity="warning"):
+    def setup(self) -> None:
         self.layers: list[str] = []  # the layers the current forward pass's batch of one reached
         self.finding: Any = None
         self.loader: Any = None

@@ -36,13 +36,8 @@ _SEE_GRAPH = "`torchwork graph SCRIPT.py` draws the graph of the first backward(
 Mark = tuple[tuple[str, int] | None, frozenset[int]]  # where the detach was, the parameter ids behind it
 
 
-class BrokenGraph(Check):
-    id = "broken-graph"
-    severity = "error"
-    requires = ("grads",)
-
-    def __init__(self, session: Any) -> None:
-        super().__init__(session)
+class BrokenGraph(Check, id="broken-graph", severity="error", requires=("grads",)):
+    def setup(self) -> None:
         self.missing: dict[int, str] = {}  # id(param) -> name, for params with no gradient so far
         # (label, where, params reached, backward passes before it)
         self.breaks: list[tuple[str, tuple[str, int] | None, set[int], int]] = []

@@ -32,14 +32,11 @@ class _IterStats:
         self.where: tuple[str, int] | None = None
 
 
-class DataBound(Check):
-    id = "data-bound"
-    severity = "warning"
+class DataBound(Check, id="data-bound", severity="warning"):
     min_wait_s = 1.0  # below this much waiting in total, nothing is worth reporting
     min_fraction = 0.5
 
-    def __init__(self, session: Any) -> None:
-        super().__init__(session)
+    def setup(self) -> None:
         self.stats: dict[int, _IterStats] = {}
         self.finished: list[_IterStats] = []
 

@@ -9,10 +9,7 @@ from torch import nn
 from torchwork.doctor.checks import Check
 
 
-class DataParallelUse(Check):
-    id = "data-parallel"
-    severity = "warning"
-
+class DataParallelUse(Check, id="data-parallel", severity="warning"):
     def install(self) -> None:
         check = self
 

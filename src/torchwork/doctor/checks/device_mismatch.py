@@ -25,12 +25,8 @@ def _argument_names(cls: type) -> list[str]:
     return [p for p in params if p != "self"]
 
 
-class DeviceMismatch(Check):
-    id = "device-mismatch"
-    severity = "error"
-
-    def __init__(self, session: Any) -> None:
-        super().__init__(session)
+class DeviceMismatch(Check, id="device-mismatch", severity="error"):
+    def setup(self) -> None:
         self._names: dict[type, list[str]] = {}
 
     def on_module_pre(self, module: Any, args: tuple, kwargs: dict, top: bool) -> None:

@@ -30,12 +30,8 @@ from torchwork.doctor.checks._dropout import (
 from torchwork.doctor.checks._forwards import ForwardInfo
 
 
-class DropoutInEval(Check):
-    id = "dropout-in-eval"
-    severity = "warning"
-    requires = ("forwards",)
-    ops = FUNCTIONAL_DROPOUT
-
+class DropoutInEval(Check, id="dropout-in-eval", severity="warning", requires=("forwards",),
+                    ops=FUNCTIONAL_DROPOUT):
     def install(self) -> None:
         self.helper("forwards").evaluation_listeners.append(self.on_evaluation)
 

@@ -14,11 +14,7 @@ from torchwork.doctor.checks import Check
 from torchwork.doctor.checks._forwards import ForwardInfo, describe_forwards, evaluation_site
 
 
-class EvalMode(Check):
-    id = "eval-mode"
-    severity = "warning"
-    requires = ("forwards",)
-
+class EvalMode(Check, id="eval-mode", severity="warning", requires=("forwards",)):
     def install(self) -> None:
         self.helper("forwards").evaluation_listeners.append(self.on_evaluation)
 

@@ -17,14 +17,10 @@ def grad_norm(optimizer: torch.optim.Optimizer) -> float:
     return 0.0 if norm is None else float(norm)
 
 
-class ExplodingGradients(Check):
+class ExplodingGradients(Check, id="exploding-gradients", severity="warning"):
     """One cause, one finding: NaN gradients right after a NaN loss are that loss's doing, not a second problem."""
 
-    id = "exploding-gradients"
-    severity = "warning"
-
-    def __init__(self, session: Any) -> None:
-        super().__init__(session)
+    def setup(self) -> None:
         self.watch = GradNormWatch()  # the guard's detector and thresholds
         self.done = False
 

@@ -16,12 +16,8 @@ from torch import nn
 from torchwork.doctor.checks import Check
 
 
-class FrozenBatchNormDrift(Check):
-    id = "frozen-batchnorm-drift"
-    severity = "warning"
-
-    def __init__(self, session: Any) -> None:
-        super().__init__(session)
+class FrozenBatchNormDrift(Check, id="frozen-batchnorm-drift", severity="warning"):
+    def setup(self) -> None:
         self.before: dict[int, torch.Tensor] = {}
 
     @staticmethod

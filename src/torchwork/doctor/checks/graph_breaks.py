@@ -21,10 +21,7 @@ _GENERIC = ("Rewrite the line with tensor operations (no Python on tensor values
             "compile a smaller function that excludes it (torch.compiler.disable on the part that must stay Python).")
 
 
-class GraphBreaks(CompileWatching):
-    id = "graph-breaks"
-    severity = "warning"
-
+class GraphBreaks(CompileWatching, id="graph-breaks", severity="warning"):
     def finish(self) -> None:
         if self.watch is None:
             return

@@ -57,12 +57,8 @@ def _megabytes(size: int) -> str:
     return f"{size / 2**20:.1f} MB" if size >= 2**20 else f"{size / 1024:.0f} KB"
 
 
-class GraphKeptAlive(Check):
-    id = "graph-kept-alive"
-    severity = "warning"
-
-    def __init__(self, session: Any) -> None:
-        super().__init__(session)
+class GraphKeptAlive(Check, id="graph-kept-alive", severity="warning"):
+    def setup(self) -> None:
         self.totals: dict[tuple[str, int] | None, tuple[weakref.ReferenceType[Tensor], int]] = {}
         self.measured: dict[tuple[str, int] | None, int] = {}  # line -> span (in steps) last measured at
 

@@ -11,11 +11,7 @@ from torchwork.doctor.checks._forwards import ForwardInfo, describe_forwards, ev
 from torchwork.doctor.findings import display_path
 
 
-class InferenceGrad(Check):
-    id = "inference-grad"
-    severity = "warning"
-    requires = ("forwards",)
-
+class InferenceGrad(Check, id="inference-grad", severity="warning", requires=("forwards",)):
     def install(self) -> None:
         self.helper("forwards").evaluation_listeners.append(self.on_evaluation)
 

@@ -10,10 +10,7 @@ from typing import Any
 from torchwork.doctor.checks import Check
 
 
-class InplaceLeaf(Check):
-    id = "inplace-leaf"
-    severity = "error"
-
+class InplaceLeaf(Check, id="inplace-leaf", severity="error"):
     def on_op_error(self, func: Any, args: tuple, kwargs: dict, error: BaseException) -> None:
         if "a leaf Variable that requires grad" not in str(error):
             return

@@ -68,12 +68,8 @@ class _Packed:
             owner.modified.pop(key, None)
 
 
-class InplaceSaved(Check):
-    id = "inplace-saved"
-    severity = "error"
-
-    def __init__(self, session: Any) -> None:
-        super().__init__(session)
+class InplaceSaved(Check, id="inplace-saved", severity="error"):
+    def setup(self) -> None:
         self.saved: dict[int, int] = {}  # storage -> how many saved tensors (not yet unpacked) use it
         self.modified: dict[int, tuple[str, Where, Where]] = {}  # storage -> (op, where, the layer's definition)
         self.defined: weakref.WeakKeyDictionary[Any, Where] = weakref.WeakKeyDictionary()  # inplace=True layers

@@ -28,13 +28,9 @@ LOSSES = {"cross_entropy": ("softmax", "log_softmax"), "binary_cross_entropy_wit
 KEEP = 64  # the most recent squashed outputs remembered
 
 
-class LossOnProbabilities(Check):
-    id = "loss-on-probabilities"
-    severity = "warning"
-    ops = SQUASH | frozenset(LOSSES)
-
-    def __init__(self, session: Any) -> None:
-        super().__init__(session)
+class LossOnProbabilities(Check, id="loss-on-probabilities", severity="warning",
+                          ops=SQUASH | frozenset(LOSSES)):
+    def setup(self) -> None:
         # id(output) -> (a weak reference to it, the squashing function, the user's line)
         self.recent: collections.OrderedDict[int, tuple[weakref.ReferenceType[torch.Tensor], str,
                                                         tuple[str, int] | None]] = collections.OrderedDict()

@@ -58,13 +58,8 @@ def _leaf_parameters(tensor: Any) -> list[torch.Tensor]:
     return found
 
 
-class MissingZeroGrad(Check):
-    id = "missing-zero-grad"
-    severity = "error"
-    requires = ("grads",)
-
-    def __init__(self, session: Any) -> None:
-        super().__init__(session)
+class MissingZeroGrad(Check, id="missing-zero-grad", severity="error", requires=("grads",)):
+    def setup(self) -> None:
         self.started: dict[int, tuple[int, list[int]]] = {}  # optimizer -> (its steps, arrivals) at step()
         self.by_hand: dict[int, _HandUpdated] = {}  # parameter storage -> its record (no optimizer involved)
         self.watched = 0

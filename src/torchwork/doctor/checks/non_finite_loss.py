@@ -110,12 +110,8 @@ def _inputs(args: tuple) -> list[Tensor]:
     return found
 
 
-class NonFiniteLoss(Check):
-    id = "non-finite-loss"
-    severity = "error"
-
-    def __init__(self, session: Any) -> None:
-        super().__init__(session)
+class NonFiniteLoss(Check, id="non-finite-loss", severity="error"):
+    def setup(self) -> None:
         self.events: list[tuple[str, str, tuple[str, int] | None]] = []  # (kind, op, where) this step
         self.input_size: list[float] = []  # per event: the largest finite input magnitude of that op
         # layers whose output grew far beyond their input this step: (module, name, where, in, out)

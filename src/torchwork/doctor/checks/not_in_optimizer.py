@@ -15,12 +15,8 @@ from torchwork.doctor.checks import Check
 from torchwork.doctor.checks._forwards import optimizer_holds
 
 
-class NotInOptimizer(Check):
-    id = "not-in-optimizer"
-    severity = "warning"
-
-    def __init__(self, session: Any) -> None:
-        super().__init__(session)
+class NotInOptimizer(Check, id="not-in-optimizer", severity="warning"):
+    def setup(self) -> None:
         self.held: set[int] = set()  # ids of every parameter any optimizer held at any step
         # id(param) -> (its name, where the step was, optimizer class)
         self.candidates: dict[int, tuple[str, tuple[str, int] | None, str]] = {}

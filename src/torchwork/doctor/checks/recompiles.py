@@ -21,10 +21,7 @@ from torchwork.doctor.checks._compiles import CompileWatching
 _GUARD_LINE = re.compile(r"#\s*(?P<file>[^\s#]+\.py):(?P<line>\d+)")
 
 
-class Recompiles(CompileWatching):
-    id = "recompiles"
-    severity = "warning"
-
+class Recompiles(CompileWatching, id="recompiles", severity="warning"):
     def _where(self, entry: dict[str, Any]) -> tuple[str, int] | None:
         """The user's line the failed guard names, else where they compiled this code, else its own line."""
         user = self.session.locator.is_user_file

@@ -19,12 +19,8 @@ import torch
 from torchwork.doctor.checks import Check
 
 
-class RequiresGradAttribute(Check):
-    id = "requires-grad-attribute"
-    severity = "error"
-
-    def __init__(self, session: Any) -> None:
-        super().__init__(session)
+class RequiresGradAttribute(Check, id="requires-grad-attribute", severity="error"):
+    def setup(self) -> None:
         # (the module, its name when assigned, where) for each `module.requires_grad = False`
         self.assigned: list[tuple[weakref.ReferenceType[torch.nn.Module], str, tuple[str, int] | None]] = []
 

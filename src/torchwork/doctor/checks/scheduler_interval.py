@@ -33,12 +33,8 @@ def _length(scheduler: Any) -> tuple[str, int] | None:
     return horizon(scheduler)
 
 
-class SchedulerPerBatch(Check):
-    id = "scheduler-per-batch"
-    severity = "error"
-
-    def __init__(self, session: Any) -> None:
-        super().__init__(session)
+class SchedulerPerBatch(Check, id="scheduler-per-batch", severity="error"):
+    def setup(self) -> None:
         self.optimizer_steps: dict[int, int] = {}
         self.reported: set[int] = set()
 

@@ -121,12 +121,8 @@ def _tensor_mapping(value: Any) -> Mapping[str, Any] | None:
     return None
 
 
-class StateDictMismatch(Check):
-    id = "state-dict-mismatch"
-    severity = "error"
-
-    def __init__(self, session: Any) -> None:
-        super().__init__(session)
+class StateDictMismatch(Check, id="state-dict-mismatch", severity="error"):
+    def setup(self) -> None:
         self.depth = 0
         self.read: list[tuple[tuple[str, int] | None, list[str]]] = []  # checkpoints read: (where, keys)
 
@@ -138,14 +134,14 @@ class StateDictMismatch(Check):
                                 **kwargs: Any) -> Any:
                 strict = kwargs.get("strict", args[0] if args else True)
                 check.depth += 1
-                before = check.session._safely(check._before, module, state_dict) if check.depth == 1 else None
+                before = check.session.safely(check._before, module, state_dict) if check.depth == 1 else None
                 try:
                     result = original(module, state_dict, *args, **kwargs)
                 except RuntimeError as error:
                     if check.depth == 1:
                         check.read = []
                         if "Error(s) in loading state_dict" in str(error):
-                            check.session._safely(check._mismatch, module, state_dict)
+                            check.session.safely(check._mismatch, module, state_dict)
                     raise
                 finally:
                     check.depth -= 1
@@ -153,16 +149,16 @@ class StateDictMismatch(Check):
                     if before is None:
                         check.read = []
                     if not strict:
-                        check.session._safely(check._partial, module, state_dict, result)
+                        check.session.safely(check._partial, module, state_dict, result)
                     if before is not None:
-                        check.session._safely(check._after, module, before)
+                        check.session.safely(check._after, module, before)
                 return result
             return load_state_dict
 
         def reader(original: Any) -> Any:
             def load(*args: Any, **kwargs: Any) -> Any:
                 value = original(*args, **kwargs)
-                check.session._safely(check._remember, value)
+                check.session.safely(check._remember, value)
                 return value
             return load
 

@@ -12,13 +12,8 @@ from torchwork.doctor.checks import Check
 from torchwork.doctor.checks._forwards import ForwardInfo, optimizer_holds
 
 
-class TrainMode(Check):
-    id = "train-mode"
-    severity = "warning"
-    requires = ("forwards",)
-
-    def __init__(self, session: Any) -> None:
-        super().__init__(session)
+class TrainMode(Check, id="train-mode", severity="warning", requires=("forwards",)):
+    def setup(self) -> None:
         self.pending: list[ForwardInfo] = []
 
     def install(self) -> None:

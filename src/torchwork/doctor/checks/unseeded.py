@@ -32,12 +32,8 @@ def holds_optimizer_state(obj: Any) -> bool:
         isinstance(value, dict) and "param_groups" in value and "state" in value for value in obj.values())
 
 
-class Unseeded(Check):
-    id = "unseeded"
-    severity = "info"
-
-    def __init__(self, session: Any) -> None:
-        super().__init__(session)
+class Unseeded(Check, id="unseeded", severity="info"):
+    def setup(self) -> None:
         self.seeded = False
         self.first_draw: tuple[str, tuple[str, int] | None] | None = None  # (operation, line)
         self.signal: str | None = None

@@ -26,12 +26,8 @@ _OVERWRITES = RANDOM_OPS | {"fill_", "zero_", "copy_", "set_", "index_fill_", "m
 WATCH_OPS = 100_000  # operations watched for a read of a changed base before giving up
 
 
-class ViewMutation(Check):
-    id = "view-mutation"
-    severity = "info"
-
-    def __init__(self, session: Any) -> None:
-        super().__init__(session)
+class ViewMutation(Check, id="view-mutation", severity="info"):
+    def setup(self) -> None:
         # id(base) -> (a weak reference to it, the write's line, the note's text)
         self.pending: dict[int, tuple[weakref.ReferenceType[torch.Tensor], tuple[str, int] | None, str]] = {}
         self.watched = 0

@@ -23,13 +23,8 @@ from torchwork.doctor.findings import format_where
 Wipe = tuple[tuple[str, int] | None, int]  # (where zero_grad ran, the backward pass whose gradients it cleared)
 
 
-class ZeroGradInAccumulation(Check):
-    id = "zero-grad-in-accumulation"
-    severity = "error"
-    requires = ("grads",)
-
-    def __init__(self, session: Any) -> None:
-        super().__init__(session)
+class ZeroGradInAccumulation(Check, id="zero-grad-in-accumulation", severity="error", requires=("grads",)):
+    def setup(self) -> None:
         self.wipes: dict[int, list[Wipe]] = {}  # id(optimizer record) -> wipes since its last step
         self.backward_at: dict[int, tuple[tuple[str, int], ...]] = {}  # backward pass number -> its user frames
         self.in_step = 0
@@ -42,7 +37,7 @@ class ZeroGradInAccumulation(Check):
             def make(original: Any) -> Any:
                 def zero_grad(owner: Any, *args: Any, **kwargs: Any) -> Any:
                     if not check.done and not check.in_step:
-                        check.session._safely(check.before_zero, owner_params(owner))
+                        check.session.safely(check.before_zero, owner_params(owner))
                     return original(owner, *args, **kwargs)
                 return zero_grad
             return make
