@@ -99,6 +99,16 @@ def test_each_rule_finds_the_mistake_at_its_line_and_is_silent_on_the_twin(rule:
     assert scan_source(correct.encode(), "train.py")[0] == []
 
 
+def test_test_files_are_read_only_by_the_rules_that_want_them() -> None:
+    # anomaly mode and a strict=False load are deliberate in a test; the other mistakes are mistakes there too
+    skipped = {rule.id for rule in RULES if not rule.in_tests}
+    assert skipped == {"anomaly-mode", "state-dict-mismatch"}
+    for rule, (mistake, _) in sorted(CASES.items()):
+        for path in ("tests/train.py", "test_train.py"):
+            found = {f.id for f in scan_source(mistake.encode(), path)[0]}
+            assert found == (set() if rule in skipped else {rule}), (rule, path, found)
+
+
 @pytest.mark.parametrize("source", [
     # accumulation: zero_grad under the step's `if`
     _LOOP.format(body="        (model(x).sum() / 4).backward()\n        if step % 4 == 0:\n"

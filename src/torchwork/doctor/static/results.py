@@ -31,12 +31,14 @@ class Hit:
 @dataclasses.dataclass(frozen=True)
 class Rule:
     """One static rule: the check id (the runtime check's id where both mean the same mistake), its title,
-    the most severe level it reports, and the function that reads a file."""
+    the most severe level it reports, the function that reads a file, and whether it reads test files
+    (``tests/``, ``test_*.py``: where deliberate misuse lives) too."""
 
     id: str
     title: str
     severity: str
     find: Callable[[FileIndex, str], Iterator[Hit]]  # (the file's index, its path as shown) -> hits
+    in_tests: bool = True
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,10 +6,9 @@ past gradient: the bug pytorch/examples#1424 fixed in ``distributed/tensor_paral
 loop holding both calls is judged, so accumulation (``zero_grad`` under ``if (i + 1) % k == 0``) is fine.
 
 Example:
-    >>> import ast
     >>> from torchwork.doctor.static.syntax import FileIndex
     >>> code = "for x in data:\\n    model(x).sum().backward()\\n    optimizer.step()\\n"
-    >>> [hit.node.lineno for hit in missing_zero_grad(FileIndex(ast.parse(code)), "t.py")]
+    >>> [hit.node.lineno for hit in missing_zero_grad(FileIndex.parse(code), "t.py")]
     [3]
 """
 

@@ -7,10 +7,9 @@ its binding (``criterion = nn.CrossEntropyLoss()``), the input from the call or 
 ``log_softmax`` into ``CrossEntropyLoss`` is left alone (it is idempotent there, so the loss is right).
 
 Example:
-    >>> import ast
     >>> from torchwork.doctor.static.syntax import FileIndex
     >>> code = "import torch.nn.functional as F\\nloss = F.cross_entropy(F.softmax(out, dim=1), y)\\n"
-    >>> [(h.severity, h.node.lineno) for h in probabilities_into_loss(FileIndex(ast.parse(code)), "t.py")]
+    >>> [(h.severity, h.node.lineno) for h in probabilities_into_loss(FileIndex.parse(code), "t.py")]
     [('error', 2)]
 """
 
@@ -20,17 +19,7 @@ import ast
 from collections.abc import Iterator
 
 from torchwork.doctor.static.results import Hit
-from torchwork.doctor.static.syntax import (
-    FileIndex,
-    argument,
-    assigned_before,
-    dotted,
-    has_star_kwargs,
-    is_test_file,
-    keyword,
-    last,
-    method,
-)
+from torchwork.doctor.static.syntax import FileIndex, argument, dotted, has_star_kwargs, keyword, last, method
 
 # the loss (functional name or module class) -> the squashing it applies itself
 _LOSSES = {"cross_entropy": "softmax", "CrossEntropyLoss": "softmax",
@@ -99,7 +88,7 @@ def probabilities_into_loss(index: FileIndex, path: str) -> Iterator[Hit]:
             continue
         given = call.args[0]
         if isinstance(given, ast.Name):
-            given = assigned_before(index.scope_of(call), given.id, call.lineno) or given
+            given = index.assigned_before(call, given.id) or given
         squash = _squashing(index, given)
         if squash is None or squash != _LOSSES[kind]:
             continue
@@ -139,15 +128,13 @@ def _read_from_file(index: FileIndex, call: ast.Call, given: ast.expr | None) ->
     while isinstance(given, ast.Subscript):
         given = given.value
     if isinstance(given, ast.Name):
-        given = assigned_before(index.scope_of(call), given.id, call.lineno)
+        given = index.assigned_before(call, given.id)
         while isinstance(given, ast.Subscript):
             given = given.value
     return isinstance(given, ast.Call) and last(dotted(given.func)) in _READERS
 
 
 def ignored_strict_false(index: FileIndex, path: str) -> Iterator[Hit]:
-    if is_test_file(path):
-        return
     for statement in (n for n in index.nodes if isinstance(n, ast.Expr)):
         call = statement.value
         if not isinstance(call, ast.Call) or method(call) != "load_state_dict":

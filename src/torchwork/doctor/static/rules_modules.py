@@ -7,10 +7,9 @@ Dropout that ``model.eval()`` cannot turn off: ``F.dropout(x, p)`` in a method w
 ``F.scaled_dot_product_attention(..., dropout_p=0.1)`` not conditioned on ``self.training`` (timm #1978).
 
 Example:
-    >>> import ast
     >>> from torchwork.doctor.static.syntax import FileIndex
     >>> code = "import torch.nn.functional as F\\nclass M:\\n    def forward(self, x):\\n        return F.dropout(x, 0.5)\\n"
-    >>> [(h.severity, h.node.lineno) for h in dropout_in_eval(FileIndex(ast.parse(code)), "m.py")]
+    >>> [(h.severity, h.node.lineno) for h in dropout_in_eval(FileIndex.parse(code), "m.py")]
     [('error', 4)]
 """
 
@@ -24,10 +23,8 @@ from torchwork.doctor.static.syntax import (
     LOOPS,
     FileIndex,
     argument,
-    assigned_before,
     dotted,
     has_star_kwargs,
-    is_test_file,
     keyword,
     last,
     local_calls,
@@ -68,7 +65,7 @@ def _is_module(index: FileIndex, target: ast.expr, node: ast.Assign) -> bool:
         looped = _module_loop_target(index, target.id, node)
         if looped is not None:
             return looped
-        value = assigned_before(index.scope_of(node), target.id, node.lineno)
+        value = index.assigned_before(node, target.id)
         return isinstance(value, ast.Call) and _is_module_constructor(value, index)
     if isinstance(target, ast.Attribute) and dotted(target.value) == "self":
         owner = index.enclosing_class(node)
@@ -126,7 +123,7 @@ def _training_aware(index: FileIndex, call: ast.Call, value: ast.expr) -> bool:
     if isinstance(value, ast.Name):
         if value.id in parameters(scope):
             return True
-        assigned = assigned_before(scope, value.id, call.lineno)
+        assigned = index.assigned_before(call, value.id)
         return assigned is None or mentions(assigned, "training") or number(assigned) == 0
     return False
 
@@ -173,8 +170,6 @@ def _around_training(index: FileIndex, call: ast.Call) -> bool:
 
 def detect_anomaly(index: FileIndex, path: str) -> Iterator[Hit]:
     """Anomaly mode switched on unconditionally in training code (not under an ``if args.debug:``)."""
-    if is_test_file(path):
-        return
     for call in (n for n in index.calls if _anomaly_on(n)):
         scope = index.scope_of(call)
         trains = any(last(dotted(n.func)) == "backward" for n in local_nodes(scope) if isinstance(n, ast.Call))

@@ -17,7 +17,6 @@ Example:
 
 from __future__ import annotations
 
-import ast
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,7 +31,7 @@ from torchwork.doctor.static.rules_losses import (
     unsafe_torch_load,
 )
 from torchwork.doctor.static.rules_modules import detect_anomaly, dropout_in_eval, requires_grad_attribute
-from torchwork.doctor.static.syntax import FileIndex
+from torchwork.doctor.static.syntax import FileIndex, is_test_file
 from torchwork.errors import ConfigError
 from torchwork.locations import display_path
 
@@ -45,9 +44,9 @@ RULES: tuple[Rule, ...] = (
     Rule("loss-on-probabilities", "softmax/sigmoid output given to a loss that applies it again", "error",
          probabilities_into_loss),
     Rule("state-dict-mismatch", "load_state_dict(strict=False) with its result ignored", "warning",
-         ignored_strict_false),
+         ignored_strict_false, in_tests=False),
     Rule("unsafe-torch-load", "torch.load that may unpickle code", "warning", unsafe_torch_load),
-    Rule("anomaly-mode", "autograd anomaly mode left on in training", "warning", detect_anomaly),
+    Rule("anomaly-mode", "autograd anomaly mode left on in training", "warning", detect_anomaly, in_tests=False),
 )
 RULE_IDS = tuple(rule.id for rule in RULES)
 
@@ -74,14 +73,16 @@ def scan_source(source: bytes, path: str, rules: Sequence[Rule] = RULES) -> tupl
 
     Raises SyntaxError (or ValueError for a NUL byte) when the source is not Python.
     """
-    tree = ast.parse(source, filename=path)
-    index = FileIndex(tree)
+    index = FileIndex.parse(source, filename=path)
     ignores = ignored_lines(source)
     runtime = _runtime_ids()
     findings: list[StaticFinding] = []
     ignored = 0
     seen: set[tuple[str, int]] = set()
+    in_tests = is_test_file(path)
     for rule in rules:
+        if in_tests and not rule.in_tests:
+            continue
         for hit in rule.find(index, path):
             line, column = getattr(hit.node, "lineno", 1), getattr(hit.node, "col_offset", 0) + 1
             if (rule.id, line) in seen:

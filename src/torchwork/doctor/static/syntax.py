@@ -6,8 +6,7 @@ judges ``criterion(...)`` by the constructor two lines above, never by the name 
 
 Example:
     >>> import ast
-    >>> tree = ast.parse("import torch\\ncriterion = torch.nn.CrossEntropyLoss()\\n")
-    >>> index = FileIndex(tree)
+    >>> index = FileIndex.parse("import torch\\ncriterion = torch.nn.CrossEntropyLoss()\\n")
     >>> index.constructors("criterion")
     {'CrossEntropyLoss'}
     >>> dotted(ast.parse("torch.nn.functional.softmax").body[0].value)
@@ -132,6 +131,11 @@ class FileIndex:
                     if name:
                         self._bound.setdefault(last(name), []).append(value)
 
+    @classmethod
+    def parse(cls, source: str | bytes, filename: str = "<source>") -> FileIndex:
+        """The index of a module's source text (a ``SyntaxError`` where it is not Python)."""
+        return cls(ast.parse(source, filename=filename))
+
     def constructors(self, name: str) -> set[str]:
         """The last names of every call assigned to ``name`` (any object's attribute of that name too); a
         binding that is not a call reads as ``"?"``: the rules then cannot tell what the name holds."""
@@ -171,6 +175,17 @@ class FileIndex:
                 tests.append(ancestor.test)
         return tests
 
+    def assigned_before(self, node: ast.AST, name: str) -> ast.expr | None:
+        """The value last assigned to the plain name ``name`` above ``node``'s line in its scope (None if none)."""
+        line = getattr(node, "lineno", 0)
+        found: tuple[int, ast.expr] | None = None
+        for statement in local_nodes(self.scope_of(node)):
+            if isinstance(statement, ast.Assign) and statement.lineno < line:
+                if any(isinstance(t, ast.Name) and t.id == name for t in statement.targets):
+                    if found is None or statement.lineno >= found[0]:
+                        found = (statement.lineno, statement.value)
+        return found[1] if found else None
+
     def enclosing_class(self, node: ast.AST) -> ast.ClassDef | None:
         return next((a for a in self.ancestors(node) if isinstance(a, ast.ClassDef)), None)
 
@@ -186,17 +201,6 @@ def _header(loop: ast.For | ast.AsyncFor | ast.While) -> list[ast.AST]:
 
 def _main_guard(test: ast.expr) -> bool:
     return isinstance(test, ast.Compare) and dotted(test.left) == "__name__"
-
-
-def assigned_before(scope: ast.AST, name: str, line: int) -> ast.expr | None:
-    """The value last assigned to the plain name ``name`` in ``scope`` above ``line`` (None if none)."""
-    found: tuple[int, ast.expr] | None = None
-    for node in local_nodes(scope):
-        if isinstance(node, ast.Assign) and node.lineno < line:
-            if any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
-                if found is None or node.lineno >= found[0]:
-                    found = (node.lineno, node.value)
-    return found[1] if found else None
 
 
 def parameters(function: ast.AST) -> set[str]:
