@@ -27,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -84,3 +85,14 @@ def changed_state(step_fn: Any, before: dict[str, Any]) -> list[str]:
     now = _candidates(step_fn)
     return sorted(name for name, old in before.items()
                   if name in now and _stateful_kind(now[name]) and _fingerprint(now[name]) != old)
+
+
+def warn_carried_state(step_fn: Any, before: dict[str, Any]) -> None:
+    """Warn, naming the state ``step_fn`` carried since ``before`` (:func:`carried_values`) that no checkpoint
+    holds; nothing when there is none."""
+    names = changed_state(step_fn, before)
+    if names:
+        warnings.warn(f"step_fn carries {', '.join(names)} from batch to batch, and the checkpoints do not hold "
+                      "it: a resume restarts it from its first value and will not be exact. Give the step_fn "
+                      "object state_dict() and load_state_dict() (a class with __call__), and the checkpoints "
+                      "save and restore it.", stacklevel=2)

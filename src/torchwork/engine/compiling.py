@@ -48,13 +48,17 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
 
 from torchwork.doctor.compile_watch import CompileWatch
 from torchwork.errors import ConfigError
+
+if TYPE_CHECKING:
+    from torchwork.engine.precision import PrecisionPlan
+    from torchwork.engine.step import ForwardLoss
 
 
 @dataclass(frozen=True)
@@ -278,20 +282,22 @@ def record_in_manifest(run_path: Path, report: dict[str, Any]) -> None:
     write_json(path, manifest)
 
 
-def forward_backward(trainer: Any, batch: Any) -> Callable[[nn.Module], None]:
-    """``fwd_bwd(module)``: the trainer's forward (under its autocast) and backward of ``batch`` through
-    ``module``, gradients dropped afterwards (the measurement of ``compile="auto"``)."""
+def forward_backward(forward: ForwardLoss, precision: PrecisionPlan, model: nn.Module,
+                     batch: Any) -> Callable[[nn.Module], None]:
+    """``fwd_bwd(module)``: the training step's ``forward`` and loss (under ``precision``'s autocast) and
+    backward of ``batch`` through ``module``, ``model``'s gradients dropped afterwards (the measurement of
+    ``compile="auto"``)."""
 
     def run(module: nn.Module) -> None:
-        training_module = trainer._train_model
-        trainer._train_model = module
+        training_module = forward.model
+        forward.model = module
         try:
-            with trainer.precision.autocast():
-                loss, _ = trainer._forward_loss(batch)
-            trainer.precision.backward(loss)
+            with precision.autocast():
+                loss, _ = forward(batch)
+            precision.backward(loss)
         finally:
-            trainer._train_model = training_module
-        for parameter in trainer.model.parameters():
+            forward.model = training_module
+        for parameter in model.parameters():
             parameter.grad = None
 
     return run

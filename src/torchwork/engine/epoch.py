@@ -111,8 +111,7 @@ def train_epoch(trainer: Trainer, totals: EpochTotals, batches: Iterable[Any], l
     """Train on ``batches`` (the rest of the epoch) window by window, adding to ``totals``, logging, calling
     each callback's ``on_step_end`` and the loop at the steps it is due; returns the epoch's summary."""
     started = time.perf_counter()
-    forward, threads, state, loggers = trainer._forward, trainer.cpu_threads, trainer.state, trainer.loggers
-    forward.terms = None
+    threads, state, loggers = trainer.cpu_threads, trainer.state, trainer.loggers
     on_step = [c.on_step_end for c in trainer.callbacks if hasattr(c, "on_step_end")]
     batches_total = length_or_none(batches)
     windows_total = -(-batches_total // trainer.accumulate) if batches_total is not None else None
@@ -121,9 +120,9 @@ def train_epoch(trainer: Trainer, totals: EpochTotals, batches: Iterable[Any], l
     show_bar, log_every = bar.enabled, trainer.log_every_n_steps
     threads.restart_timing()  # the epoch's first fetch (workers starting) is not a step's time
     for window in windows(batches, trainer.accumulate):
-        result = trainer._run_window(window)
+        result = trainer.run_window(window)
         state.batch_in_epoch += len(window)
-        totals.add(result.loss, result.samples, forward.terms, result.grad_norm)
+        totals.add(result.loss, result.samples, trainer.loss_terms, result.grad_norm)
         if show_bar:
             bar.update(result.samples, result.loss)  # read (a device sync) only when a line is drawn
         if loggers and state.global_step % log_every == 0:
@@ -141,10 +140,10 @@ def train_epoch(trainer: Trainer, totals: EpochTotals, batches: Iterable[Any], l
             threads.restart_timing()
             if ends:
                 break
-        if trainer._interrupt.raised:
+        if loop.interrupt.raised:
             totals.elapsed += time.perf_counter() - started
             bar.close()
-            trainer._stop_interrupted()
+            loop.stop_interrupted()
     bar.close()
     totals.elapsed += time.perf_counter() - started
     threads.pause()  # validation, and whatever follows the run, at the chosen count
@@ -163,7 +162,7 @@ def step_logs(trainer: Trainer, result: StepResult) -> dict[str, Any]:
     """What the loggers get every ``log_every_n_steps`` steps (numbers: a device sync)."""
     logs: dict[str, Any] = {"step": trainer.global_step, "epoch": trainer.epoch + 1, "loss": float(result.loss),
                             "lr": trainer.optimizer.param_groups[0]["lr"]}
-    terms = trainer._forward.terms
+    terms = trainer.loss_terms
     if terms is not None:
         logs.update({f"loss_{k}": float(v) for k, v in terms.items()})
     if result.grad_norm is not None:

@@ -30,16 +30,17 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 
 from torchwork.data.lengths import length_or_none
 from torchwork.engine.callbacks import EarlyStopping
+from torchwork.engine.carried_state import carried_values, warn_carried_state
 from torchwork.engine.compiling import planned_steps
 from torchwork.engine.epoch import train_epoch
 from torchwork.engine.evaluation import EvaluationSets
-from torchwork.engine.interrupt import TrainingInterrupted
+from torchwork.engine.interrupt import InterruptFlag, TrainingInterrupted
 from torchwork.engine.progress import epoch_line, evaluation_line
 from torchwork.errors import ConfigError
 from torchwork.runs.options import RunOptions
@@ -47,6 +48,7 @@ from torchwork.runs.rng import capture_rng, restore_rng
 
 if TYPE_CHECKING:
     from torchwork.engine.trainer import Trainer
+    from torchwork.runs.session import RunSession
 
 _MEANING = {"epochs": ("the number of epochs to train", 0),
             "max_steps": ("the number of optimizer steps to train (nanoGPT's max_iters)", 1),
@@ -131,8 +133,9 @@ class LoopPlan:
 
 
 class TrainingLoop:
-    """One ``fit``'s loop (the Trainer's step, epoch end and checkpoint do the work): built, and every setting
-    checked, before anything trains."""
+    """One ``fit``'s loop: built, and every setting checked, before anything trains. The Trainer's public
+    parts do the work (``begin_epoch``, ``run_window``, ``end_epoch``, ``state_dict``); the loop owns what
+    lives only while ``fit`` runs: the run's checkpoints and when they are written, and Ctrl-C."""
 
     def __init__(self, trainer: Trainer, val_loader: Any, epochs: Any, max_steps: Any, eval_every: Any,
                  eval_at_start: Any) -> None:
@@ -148,6 +151,11 @@ class TrainingLoop:
         self.checkpoint_every: int | None = None  # mid-epoch checkpoints, when the run keeps checkpoints
         self.evaluated_at: int | None = None  # the step of the last evaluation
         self.stopped = False  # the loop ended training after a step, before its epoch's end
+        self.session: RunSession | None = None  # the run folder, on rank 0 when the run keeps checkpoints
+        self.checkpointing = False  # every rank takes part in a checkpoint (a collective under DDP)
+        self.saved_at: tuple[int, int] | None = None  # (step, epoch) of the last checkpoint
+        self.interrupt = InterruptFlag()
+        self.carried: dict[str, Any] = {}  # what the step_fn held as fit started (engine/carried_state.py)
 
     def _checked_monitors(self) -> RunOptions:
         """Every metric a setting watches must be one the evaluations log (checked before any work); returns
@@ -174,17 +182,24 @@ class TrainingLoop:
         return options
 
     # ------------------------------------------------------------------ the loop
-    def run(self, train_loader: Any) -> None:
-        """Train until the plan ends or a callback stops training (what ``fit`` did with epochs before)."""
+    def run(self, train_loader: Any, session: RunSession | None) -> None:
+        """Train until the plan ends or a callback stops training (what ``fit`` did with epochs before),
+        checkpointing into ``session`` when the Trainer has a ``run_dir``; Ctrl-C (off under DDP) finishes
+        the step, checkpoints and stops."""
+        self.session, self.checkpointing = session, self.trainer.run_dir is not None
+        with self.interrupt.installed(enabled=not self.trainer.world.is_distributed):
+            self._train(train_loader)
+
+    def _train(self, train_loader: Any) -> None:
         trainer, plan = self.trainer, self.plan
         self.train_loader, start = train_loader, trainer.global_step
-        self.checkpoint_every = trainer.checkpoint_every_n_steps if trainer._checkpointing else None
+        self.checkpoint_every = trainer.checkpoint_every_n_steps if self.checkpointing else None
         if plan.eval_at_start and trainer.global_step == 0 and not trainer.should_stop:
             self._record({"step": 0, **self._evaluate()})
         partial = None  # the summary of an epoch training stopped in
         while not self.done():
-            if trainer._interrupt.raised:  # Ctrl-C during an evaluation: the epoch's checkpoint is written
-                raise TrainingInterrupted(trainer.global_step, trainer.run_path if trainer._checkpointing else None)
+            if self.interrupt.raised:  # Ctrl-C during an evaluation: the epoch's checkpoint is written
+                raise TrainingInterrupted(trainer.global_step, trainer.run_path if self.checkpointing else None)
             for sampler in (getattr(train_loader, "sampler", None), getattr(train_loader, "batch_sampler", None)):
                 set_epoch = getattr(sampler, "set_epoch", None)
                 if callable(set_epoch):
@@ -194,15 +209,17 @@ class TrainingLoop:
                 for callback in trainer.callbacks:
                     if hasattr(callback, "on_epoch_start"):
                         callback.on_epoch_start(trainer)
-            logs = train_epoch(trainer, *trainer._begin_epoch(train_loader), self)
+            logs = train_epoch(trainer, *trainer.begin_epoch(train_loader), self)
             if self.stopped and trainer.batch_in_epoch != length_or_none(train_loader):
                 partial = logs
                 break
             if self.sets and not plan.step_based:
                 logs.update(self.sets.run(trainer))
                 self.evaluated_at = trainer.global_step
-                trainer._say(epoch_line(trainer.epoch + 1, trainer.epochs_planned, logs))
-            trainer._end_epoch(logs)
+                trainer.say(epoch_line(trainer.epoch + 1, trainer.epochs_planned, logs))
+            trainer.end_epoch(logs)
+            if self.checkpointing and not plan.step_based:
+                self.save_checkpoint(logs)  # after the callbacks, so early stopping's state is in it
         if trainer.global_step > start:
             self._finish(partial)
         self._say_stop()
@@ -232,8 +249,8 @@ class TrainingLoop:
             self._record({"step": step, **metrics})
             self.stopped = trainer.should_stop  # early stopping, at this evaluation
         every = self.checkpoint_every
-        if trainer._checkpointing and (metrics is not None or (every and step % every == 0)):
-            trainer._save_checkpoint(metrics)
+        if self.checkpointing and (metrics is not None or (every and step % every == 0)):
+            self.save_checkpoint(metrics)
         return self.stopped
 
     # ------------------------------------------------------------------ evaluations and the end
@@ -266,10 +283,10 @@ class TrainingLoop:
         if not any(name.startswith("val_") or "/" in name for name in record):
             return  # nothing evaluated: an epoch training stopped in, without evaluation sets
         if "epoch" in record:
-            trainer._say(epoch_line(record["epoch"], trainer.epochs_planned, record))
+            trainer.say(epoch_line(record["epoch"], trainer.epochs_planned, record))
         else:
             total = f"/{self.plan.max_steps}" if self.plan.max_steps is not None else ""
-            trainer._say(evaluation_line(f"step {record['step']}{total}", record))
+            trainer.say(evaluation_line(f"step {record['step']}{total}", record))
 
     def _finish(self, partial: dict[str, Any] | None) -> None:
         """Training ended (the plan's end, or a stop): evaluate unless this step was, and checkpoint unless
@@ -281,8 +298,32 @@ class TrainingLoop:
             self._record({**partial, "step": step, **(metrics or {})}, history=True)
         elif metrics is not None:
             self._record({"step": step, **metrics})
-        if trainer._checkpointing and trainer._saved_at != (step, trainer.epoch):  # an epoch's end since: again
-            trainer._save_checkpoint(metrics)
+        if self.checkpointing and self.saved_at != (step, trainer.epoch):  # an epoch's end since: again
+            self.save_checkpoint(metrics)
+
+    # ------------------------------------------------------------------ checkpoints and Ctrl-C
+    def watch_carried_state(self) -> None:
+        """Fingerprint what the ``step_fn`` holds as ``fit`` starts: the first checkpoint names what changed."""
+        self.carried = carried_values(self.trainer.step_fn)
+
+    def save_checkpoint(self, metrics: dict[str, Any] | None = None) -> None:
+        """A checkpoint of the Trainer now, with the evaluation's ``metrics`` (for ``best.pt``)."""
+        trainer = self.trainer
+        carried, self.carried = self.carried, {}
+        if trainer.world.is_rank_zero:
+            warn_carried_state(trainer.step_fn, carried)
+        state = trainer.state_dict()  # a collective under DDP: every rank contributes its RNG state
+        self.saved_at = (trainer.global_step, trainer.epoch)
+        if self.session is not None:
+            self.session.save(state, metrics)
+
+    def stop_interrupted(self) -> NoReturn:
+        """Ctrl-C: checkpoint the step just finished (when keeping a run) and stop with one line."""
+        run = None
+        if self.checkpointing:
+            self.save_checkpoint()
+            run = self.trainer.run_path
+        raise TrainingInterrupted(self.trainer.global_step, run)
 
     def _say_stop(self) -> None:
         trainer, plan = self.trainer, self.plan
@@ -295,7 +336,7 @@ class TrainingLoop:
         if self.stopped or plan.step_based:
             if not plan.reached(trainer.global_step):
                 total = f" of {plan.max_steps}" if plan.max_steps is not None else ""
-                trainer._say(f"torchwork: stopped at step {trainer.global_step}{total}: {why}")
+                trainer.say(f"torchwork: stopped at step {trainer.global_step}{total}: {why}")
         elif limit is None or trainer.epoch < limit:
-            trainer._say(f"torchwork: stopped after epoch {trainer.epoch}" + (f" of {limit}" if limit else "")
-                         + f": {why}")
+            trainer.say(f"torchwork: stopped after epoch {trainer.epoch}" + (f" of {limit}" if limit else "")
+                        + f": {why}")

@@ -3,7 +3,8 @@
 ``Trainer(model, optimizer, loss_fn, step=StepOptions(accumulate=4, clip_grad_norm=1.0),
 logging=LoggingOptions(log_every_n_steps=10), run=RunOptions("runs"))``. The flat keywords of earlier
 versions (``accumulate=4``, ``run_dir="runs"``, ...) still work: :func:`group_keywords` sorts them into
-their groups.
+their groups. The Trainer reads each setting from its group (:class:`GroupSetting`) and each counter of
+where training is from ``trainer.state`` (:class:`StateView`): neither is copied onto it.
 
 Example:
     >>> from torchwork.engine.options import StepOptions, group_keywords
@@ -23,7 +24,7 @@ import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, Generic, NoReturn, TypedDict, TypeVar, overload
 
 from torchwork.errors import ConfigError
 from torchwork.runs.options import RunOptions
@@ -231,3 +232,47 @@ class GroupSetting:
     def __set__(self, trainer: Any, value: Any) -> None:
         raise AttributeError(f"trainer.{self.name} is read from trainer.options[{self.group!r}]: build the Trainer "
                              f"with the new value ({self.name}=...), or replace the group with dataclasses.replace.")
+
+
+View = TypeVar("View")
+
+
+class StateView(Generic[View]):
+    """A Trainer attribute read from ``trainer.state`` (a :class:`~torchwork.runs.resume.TrainingState`,
+    what checkpoints save and restore), under its own name, with ``doc`` as its docstring. Read-only: the
+    position of training has one home.
+
+    Example:
+        >>> from torchwork.runs.resume import TrainingState
+        >>> class Owner:
+        ...     global_step = StateView[int]("Optimizer steps attempted.")
+        ...     def __init__(self): self.state = TrainingState(global_step=3)
+        >>> Owner().global_step, Owner.global_step.__doc__
+        (3, 'Optimizer steps attempted.')
+        >>> Owner().global_step = 4
+        Traceback (most recent call last):
+        ...
+        AttributeError: owner.global_step is read from owner.state: set owner.state.global_step instead (what checkpoints save and restore).
+    """
+
+    def __init__(self, doc: str) -> None:
+        self.__doc__ = doc
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, trainer: None, owner: type) -> StateView[View]: ...
+    @overload
+    def __get__(self, trainer: object, owner: type | None = None) -> View: ...
+    def __get__(self, trainer: object, owner: type | None = None) -> StateView[View] | View:
+        if trainer is None:
+            return self
+        value: View = getattr(trainer.state, self.name)  # type: ignore[attr-defined]
+        return value
+
+    def __set__(self, trainer: object, value: NoReturn) -> NoReturn:  # a type checker flags an assignment too
+        who = type(trainer).__name__.lower()
+        raise AttributeError(f"{who}.{self.name} is read from {who}.state: set {who}.state.{self.name} instead "
+                             "(what checkpoints save and restore).")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
 DEFAULT_EVERY_S = 30.0
@@ -46,6 +47,22 @@ def format_duration(seconds: float) -> str:
     if seconds < 3600:
         return f"{seconds // 60}m{seconds % 60:02d}s"
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+class Say:
+    """A line on stderr beside the progress (a decision taken, an evaluation, why training stopped), printed
+    only while ``shown()`` is true: asked at each line, so that it follows a setting replaced between fits.
+
+    Example:
+        >>> Say(lambda: False)("not printed")
+    """
+
+    def __init__(self, shown: Callable[[], bool]) -> None:
+        self.shown = shown
+
+    def __call__(self, line: str) -> None:
+        if self.shown():
+            print(line, file=sys.stderr, flush=True)
 
 
 class ProgressBar:

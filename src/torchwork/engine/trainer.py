@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -32,7 +31,6 @@ from torchwork.engine.checkpoint import TrainerCheckpoint, read_checkpoint, writ
 from torchwork.engine.compiling import Compiler, forward_backward
 from torchwork.engine.devices import check_model_on, move_to_device, resolve_device
 from torchwork.engine.epoch import EpochTotals, step_logs_of
-from torchwork.engine.interrupt import InterruptFlag, TrainingInterrupted
 from torchwork.engine.loop import LoopPlan, TrainingLoop
 from torchwork.engine.modes import TrainModes, evaluating
 from torchwork.engine.options import (
@@ -40,10 +38,12 @@ from torchwork.engine.options import (
     EvaluationOptions,
     GroupSetting,
     LoggingOptions,
+    StateView,
     StepOptions,
     group_keywords,
 )
 from torchwork.engine.precision import keep_in_fp32, resolve_precision
+from torchwork.engine.progress import Say
 from torchwork.engine.step import ForwardLoss, LocalSync, StepResult, StepSetup, optimizer_step
 from torchwork.engine.threads import StepThreads
 from torchwork.errors import CheckpointError, ConfigError
@@ -128,8 +128,10 @@ class Trainer:
             if device == "auto" and torch.cuda.is_available():
                 device = f"cuda:{self.world.local_rank}"  # one GPU per process
         self.device = resolve_device(device)
+        # a line on stderr beside the progress (a decision, an evaluation, a stop): from rank 0, progress shown
+        self.say = Say(lambda: self.progress is not False and self.world.is_rank_zero)
         # torch's CPU thread count: set now for a count, tuned on the first steps for "auto" (engine/threads.py)
-        self.cpu_threads = StepThreads(step.threads, self.device, self.world, self._say)
+        self.cpu_threads = StepThreads(step.threads, self.device, self.world, self.say)
         self.model = model.to(self.device)
         check_model_on(self.model, self.device)
         # One micro-batch's forward pass and loss, checked (engine/step.py). What it calls: the model itself,
@@ -167,7 +169,6 @@ class Trainer:
         self.loggers = list(logging.loggers)  # in use now: fit adds the run folder's while it runs
         self._epochs_total: int | None = None
         self.loop: LoopPlan | None = None  # how long the running (or last) fit trains, when it evaluates
-        self._saved_at: tuple[int, int] | None = None  # (step, epoch) of the last checkpoint
         if run.checkpoint_monitor is None and early_stopping is not None:
             run = dataclasses.replace(run, checkpoint_monitor=(early_stopping.monitor, early_stopping.mode))
         # every setting, by group, resolved (an early-stopping metric name made an EarlyStopping, best.pt's
@@ -189,9 +190,6 @@ class Trainer:
         self.should_stop = False
         self.stop_reason: str | None = None  # why a resumed run had stopped (its checkpoint's ``stopped``)
         self._totals: EpochTotals | None = None
-        self._checkpointing = False
-        self._interrupt = InterruptFlag()
-        self._carried: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ settings, each read from its group
     accumulate = GroupSetting("step")
@@ -227,40 +225,18 @@ class Trainer:
     def _train_model(self, module: nn.Module) -> None:
         self._forward.model = module
 
-    def _forward_loss(self, batch: Any) -> tuple[Tensor, int]:
-        """One micro-batch's forward pass and loss (what the compile measurement runs)."""
-        return self._forward(batch)
-
     # ------------------------------------------------------------------ where training is: views of self.state
     @property
     def epochs_planned(self) -> int | None:
         """The ``epochs`` of the running (or last) ``fit`` (None before the first)."""
         return self._epochs_total
 
-    @property
-    def global_step(self) -> int:
-        """Optimizer steps attempted (``self.state.global_step``)."""
-        return self.state.global_step
-
-    @property
-    def skipped_steps(self) -> int:
-        """Optimizer steps a GradScaler skipped for inf/NaN gradients."""
-        return self.state.skipped_steps
-
-    @property
-    def epoch(self) -> int:
-        """Epochs completed: the current epoch, 0-based (the history and the progress lines count from 1)."""
-        return self.state.epoch
-
-    @property
-    def batch_in_epoch(self) -> int:
-        """Micro-batches of the current epoch already trained on."""
-        return self.state.batch_in_epoch
-
-    @property
-    def history(self) -> list[dict[str, Any]]:
-        """The per-epoch metrics so far."""
-        return self.state.history
+    global_step = StateView[int]("Optimizer steps attempted (``self.state.global_step``).")
+    skipped_steps = StateView[int]("Optimizer steps a GradScaler skipped for inf/NaN gradients.")
+    epoch = StateView[int]("Epochs completed: the current epoch, 0-based (the history and the progress lines "
+                           "count from 1).")
+    batch_in_epoch = StateView[int]("Micro-batches of the current epoch already trained on.")
+    history = StateView[list[dict[str, Any]]]("The per-epoch metrics so far.")
 
     # ------------------------------------------------------------------ the step (engine/step.py)
     def _step_setup(self) -> StepSetup:
@@ -289,8 +265,8 @@ class Trainer:
         self._schedule = scheduler_interval(self.scheduler, self.scheduler_interval, epochs=epochs,
                                             steps_per_epoch=steps_per_epoch)
         self._step.scheduler = self._per_step_scheduler()
-        self._say(f"scheduler: stepped {'once per epoch' if self._schedule.interval == 'epoch' else 'per step'} "
-                  f"({self._schedule.reason})")
+        self.say(f"scheduler: stepped {'once per epoch' if self._schedule.interval == 'epoch' else 'per step'} "
+                 f"({self._schedule.reason})")
 
     @property
     def thread_choice(self) -> ThreadChoice | None:
@@ -302,12 +278,21 @@ class Trainer:
         """What the epoch in progress has added up so far (a mid-epoch checkpoint holds it)."""
         return self._totals
 
-    def _run_window(self, window: Sequence[Any]) -> StepResult:
-        """One optimizer step over the micro-batches of ``window`` (:func:`optimizer_step`), counted."""
+    @property
+    def loss_terms(self) -> dict[str, Tensor] | None:
+        """The named terms of the last micro-batch's loss, when ``loss_fn`` returns a dict of them (detached;
+        None for a single loss, and at each epoch's start)."""
+        return self._forward.terms
+
+    # ------------------------------------------------------------------ the parts fit's loop drives
+    # engine/loop.py and engine/epoch.py run an epoch as begin_epoch, run_window per window, end_epoch.
+    def run_window(self, window: Sequence[Any]) -> StepResult:
+        """One optimizer step over the micro-batches of ``window`` (:func:`optimizer_step`), counted in
+        ``self.state``; no callbacks (:meth:`step` adds the guard's checks, ``fit``'s epoch every callback)."""
         compiler, state, threads = self._compiler, self.state, self.cpu_threads
         if compiler.pending:
-            self._train_model = compiler.choose(self._train_model, self.model, forward_backward(self, window[0]),
-                                                state.global_step)
+            measure = forward_backward(self._forward, self.precision, self.model, window[0])
+            self._train_model = compiler.choose(self._train_model, self.model, measure, state.global_step)
             if (compiler.decision or {}).get("compiled"):
                 threads.keep_for_compiled()
         threads.before_step(compiler.planned_steps, state.global_step)
@@ -318,6 +303,35 @@ class Trainer:
         state.global_step += 1
         return result
 
+    def begin_epoch(self, loader: Iterable[Any]) -> tuple[EpochTotals, Iterable[Any]]:
+        """An epoch's start: its totals and batch iterator, positioned after the batches a resumed checkpoint
+        already trained (whose totals it restored)."""
+        self._forward.terms = None
+        if self.state.batch_in_epoch == 0 or self._totals is None:
+            self._totals = EpochTotals.fresh(self.device, self.state.skipped_steps)
+        return self._totals, self.state.epoch_batches(loader, remember_epoch_start=self.run_dir is not None)
+
+    def end_epoch(self, logs: dict[str, Any]) -> None:
+        """An epoch's end: a per-epoch scheduler steps, ``logs`` go to the history (unless evaluations fill
+        it), the loggers and ``on_epoch_end``, and the epoch is counted (the loop checkpoints after it)."""
+        step_based = self.loop is not None and self.loop.step_based  # then evaluations fill the history
+        if self._plateau and not step_based:
+            if self.plateau_monitor not in logs:
+                raise ConfigError(f"ReduceLROnPlateau needs {self.plateau_monitor!r}, but the epoch "
+                                  f"logged {sorted(logs)}. Pass a val_loader or plateau_monitor=.")
+            self.scheduler.step(logs[self.plateau_monitor])
+        elif self._schedule is not None and self._schedule.interval == "epoch":
+            self.scheduler.step()  # before the epoch's checkpoint, which must hold the stepped schedule
+        if not step_based:
+            self.history.append(logs)
+        for logger in self.loggers:
+            logger.log(logs, self.global_step)
+        for callback in self.callbacks:
+            if hasattr(callback, "on_epoch_end"):
+                callback.on_epoch_end(self, logs)
+        self.state.epoch += 1
+        self.state.batch_in_epoch = 0
+
     # ------------------------------------------------------------------ public step API
     def step(self, *batches: Any) -> Tensor:
         """Run one optimizer step over one batch, or over several micro-batches (accumulated exactly).
@@ -326,7 +340,7 @@ class Trainer:
         """
         if not batches:
             raise ConfigError("trainer.step() needs at least one batch.")
-        result = self._run_window(batches)
+        result = self.run_window(batches)
         if self.guard is not None:  # a user's own loop gets the guard's per-step checks, not fit's callbacks
             self.guard.on_step_end(self, step_logs_of(self, result))
         return result.loss
@@ -385,9 +399,7 @@ class Trainer:
             train_loader = shard_loader(train_loader, self.world, train=True, seed=seed)
             check_same_length(length_or_none(train_loader), self.device)
         self.modes.capture()
-        from torchwork.engine.carried_state import carried_values
-
-        self._carried = carried_values(self.step_fn)  # what the first checkpoint compares with
+        loop.watch_carried_state()  # what the step_fn holds now: the first checkpoint compares with it
         state = self._open_run(train_loader, loop, resume)
         if state is not None:
             try:
@@ -408,8 +420,7 @@ class Trainer:
             for callback in self.callbacks:
                 if hasattr(callback, "on_fit_start"):
                     callback.on_fit_start(self)
-            with self._interrupt.installed(enabled=not self.world.is_distributed):
-                loop.run(train_loader)
+            loop.run(train_loader, self._session)
             for callback in self.callbacks:
                 if hasattr(callback, "on_fit_end"):
                     callback.on_fit_end(self)
@@ -429,22 +440,8 @@ class Trainer:
                 self._session = None
         return self.history
 
-    def _say(self, line: str) -> None:
-        """A line on stderr from rank 0, when progress is shown."""
-        if self.progress is not False and self.world.is_rank_zero:
-            print(line, file=sys.stderr, flush=True)
-
-    def _stop_interrupted(self) -> None:
-        """Ctrl-C: checkpoint the step just finished (when keeping a run) and stop with one line."""
-        run = None
-        if self._checkpointing:
-            self._save_checkpoint()
-            run = self.run_path
-        raise TrainingInterrupted(self.global_step, run)
-
     def _open_run(self, train_loader: Any, loop: TrainingLoop, resume: Any) -> dict[str, Any] | None:
         """Open the run folder (rank 0 only) and load the checkpoint to resume from, if any."""
-        self._checkpointing = self.run_dir is not None
         state = None
         if self.run_dir is not None:
             if self.world.is_rank_zero:
@@ -483,53 +480,6 @@ class Trainer:
             "loss_weights": self.loss_weights, "device": str(self.device),
             "checkpoint_every_n_steps": self.checkpoint_every_n_steps, "keep_checkpoints": self.keep_checkpoints,
             **(self.loop.manifest_fields() if self.loop is not None else {})})
-
-    def _begin_epoch(self, loader: Iterable[Any]) -> tuple[EpochTotals, Iterable[Any]]:
-        """The epoch's totals and batch iterator, positioned after the batches a resumed checkpoint already
-        trained (whose totals it restored)."""
-        if self.state.batch_in_epoch == 0 or self._totals is None:
-            self._totals = EpochTotals.fresh(self.device, self.state.skipped_steps)
-        return self._totals, self.state.epoch_batches(loader, remember_epoch_start=self.run_dir is not None)
-
-    def _end_epoch(self, logs: dict[str, Any]) -> None:
-        step_based = self.loop is not None and self.loop.step_based  # then evaluations fill the history
-        if self._plateau and not step_based:
-            if self.plateau_monitor not in logs:
-                raise ConfigError(f"ReduceLROnPlateau needs {self.plateau_monitor!r}, but the epoch "
-                                  f"logged {sorted(logs)}. Pass a val_loader or plateau_monitor=.")
-            self.scheduler.step(logs[self.plateau_monitor])
-        elif self._schedule is not None and self._schedule.interval == "epoch":
-            self.scheduler.step()  # before the epoch's checkpoint, which must hold the stepped schedule
-        if not step_based:
-            self.history.append(logs)
-        for logger in self.loggers:
-            logger.log(logs, self.global_step)
-        for callback in self.callbacks:
-            if hasattr(callback, "on_epoch_end"):
-                callback.on_epoch_end(self, logs)
-        self.state.epoch += 1
-        self.state.batch_in_epoch = 0
-        if self._checkpointing and not step_based:
-            self._save_checkpoint(logs)  # after the callbacks, so early stopping's state is in it
-
-    def _save_checkpoint(self, metrics: dict[str, Any] | None = None) -> None:
-        self._warn_carried_state()
-        state = self.state_dict()  # a collective under DDP: every rank contributes its RNG state
-        self._saved_at = (self.global_step, self.epoch)
-        if self._session is not None:
-            self._session.save(state, metrics)
-
-    def _warn_carried_state(self) -> None:
-        """At the first checkpoint: name the state a ``step_fn`` carried that the checkpoint does not hold."""
-        from torchwork.engine.carried_state import changed_state
-
-        carried, self._carried = self._carried, {}
-        names = changed_state(self.step_fn, carried)
-        if names and self.world.is_rank_zero:
-            warnings.warn(f"step_fn carries {', '.join(names)} from batch to batch, and the checkpoints do not "
-                          "hold it: a resume restarts it from its first value and will not be exact. Give the "
-                          "step_fn object state_dict() and load_state_dict() (a class with __call__), and the "
-                          "checkpoints save and restore it.", stacklevel=2)
 
     # ------------------------------------------------------------------ state (checkpoints)
     def state_dict(self) -> dict[str, Any]:
