@@ -9,6 +9,7 @@ workers' reports reach the controller, which judges the whole run.
 
 from __future__ import annotations
 
+import json
 import time
 from collections import defaultdict
 
@@ -27,27 +28,45 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="SECONDS",
         help="fail the run when its wall time exceeds SECONDS, naming the slowest tests",
     )
+    group.addoption(
+        "--suite-timeline",
+        default=None,
+        metavar="PATH",
+        help="write each test phase's worker, start and stop as JSON lines to PATH (where the wall time goes)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow(reason): a test whose call takes more than a minute; say why")
     if not hasattr(config, "workerinput"):  # the controller (or the only process) judges the run
         config.pluginmanager.register(
-            SuiteBudget(config.getoption("--suite-budget")), "torchwork-suite-budget"
+            SuiteBudget(config.getoption("--suite-budget"), config.getoption("--suite-timeline")),
+            "torchwork-suite-budget",
         )
 
 
 class SuiteBudget:
-    def __init__(self, budget_s: float | None) -> None:
+    def __init__(self, budget_s: float | None, timeline_path: str | None = None) -> None:
         if budget_s is not None and not budget_s > 0:
             raise pytest.UsageError(f"--suite-budget must be a positive number of seconds, got {budget_s}")
         self.budget_s = budget_s
         self.started = time.monotonic()
         self.durations: dict[str, float] = defaultdict(float)
         self.unexplained: dict[str, float] = {}
+        self.timeline = open(timeline_path, "w", encoding="utf-8") if timeline_path else None  # noqa: SIM115
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.durations[report.nodeid] += report.duration
+        if self.timeline is not None:
+            worker = getattr(getattr(report, "node", None), "gateway", None)
+            row = {
+                "test": report.nodeid,
+                "when": report.when,
+                "worker": getattr(worker, "id", "main"),
+                "start": report.start,
+                "stop": report.stop,
+            }
+            self.timeline.write(json.dumps(row) + "\n")
         if report.when == "call" and report.duration > SLOW_S and not _has_slow_reason(report):
             self.unexplained[report.nodeid] = report.duration
 
@@ -84,6 +103,8 @@ class SuiteBudget:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.timeline is not None:
+            self.timeline.close()
         over = self.budget_s is not None and time.monotonic() - self.started > self.budget_s
         if (over or self.unexplained) and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
