@@ -15,8 +15,9 @@ from collections.abc import Callable, Sequence
 
 from torchwork import __version__
 
-# Each command: (name, help, add_arguments, "module:function"). The function receives the parsed
-# namespace and returns an exit code.
+# Each command: (name, help, add_arguments, "module:function"). The module is a command-line module, a
+# package's cli.py (tests/layers/test_cli_modules.py holds it); the function receives the parsed namespace
+# and returns an exit code.
 Command = tuple[str, str, Callable[[argparse.ArgumentParser], None], str]
 
 
@@ -262,30 +263,30 @@ def _tune_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
-    from torchwork.serve.server import add_arguments  # no torch or fastapi import: --help stays fast
+    from torchwork.serve.cli import add_arguments  # no torch or fastapi import: --help stays fast
 
     add_arguments(parser)
 
 
 COMMANDS: list[Command] = [
     ("digits", "train a small classifier on scikit-learn's digits with the engine and print a summary",
-     _digits_arguments, "torchwork.recipes.digits:cli_main"),
+     _digits_arguments, "torchwork.recipes.cli:cli_digits"),
     ("fit", "your own labelled texts (a file) or images (a folder) to a served model: the data report, "
             "baselines, fine-tuning, evaluation, "
-            "INT8 export, verification", _fit_arguments, "torchwork.tune.budget:fit_main"),
+            "INT8 export, verification", _fit_arguments, "torchwork.recipes.cli:cli_fit"),
     ("quickstart", "the main job: dirty tweets to a trained, quantized, verified and servable model",
-     _quickstart_arguments, "torchwork.recipes.registry:quickstart_main"),
+     _quickstart_arguments, "torchwork.recipes.cli:cli_quickstart"),
     ("train", "run a recipe from its name or a YAML config, with --set overrides (--nproc for DDP)",
-     _train_arguments, "torchwork.recipes.registry:train_main"),
+     _train_arguments, "torchwork.recipes.cli:cli_train"),
     ("tune", "tune a recipe's settings on Optuna: trials as run folders, pruned, parallel, crash-safe; "
              "'tune show STUDY' prints the trials", _tune_arguments, "torchwork.tune.cli:cli_main"),
     ("resume", "continue a run from its newest valid checkpoint: re-run its recorded torchwork command "
                "(or, with --yes, its Python script)",
-     _resume_arguments, "torchwork.runs.relaunch:main"),
+     _resume_arguments, "torchwork.runs.cli:cli_resume"),
     ("launch", "run a training script on several processes / machines with torchrun (DDP)",
-     _launch_arguments, "torchwork.distributed.launch:main"),
+     _launch_arguments, "torchwork.distributed.cli:cli_launch"),
     ("data", "datasets: check your own file before training, describe a dataset's splits, or profile the input "
-             "pipeline", _data_arguments, "torchwork.recipes.data_command:cli_main"),
+             "pipeline", _data_arguments, "torchwork.recipes.cli:cli_data"),
     ("export", "export a model to a checked artifact directory (pt2, ONNX, TorchScript; optional INT8)",
      _export_arguments, "torchwork.deploy.cli:cli_export"),
     ("verify", "compare an artifact's variants with eager on held-out inputs: parity, speed, size",
@@ -301,7 +302,7 @@ COMMANDS: list[Command] = [
     ("env", "this machine's environment: report, known-answer check, lock, diff against another",
      _env_arguments, "torchwork.env.cli:cli_main"),
     ("serve", "serve a model over HTTP (FastAPI + uvicorn) with dynamic batching, health and metrics",
-     _serve_arguments, "torchwork.serve.server:cli_main"),
+     _serve_arguments, "torchwork.serve.cli:cli_main"),
 ]
 
 

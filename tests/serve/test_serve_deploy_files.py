@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from torchwork.serve.server import add_arguments
+from torchwork.serve.cli import add_arguments
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

@@ -27,9 +27,7 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -301,24 +299,3 @@ def small_model_step(splits: Any, preprocessor: Any = None) -> Callable[[Any], N
         optimizer.step()
 
     return step
-
-
-def cli_main(args: argparse.Namespace) -> int:
-    from torchwork.data.datasets import load_dataset
-
-    splits = load_dataset(args.dataset, seed=args.seed)
-    if args.data_command == "describe":
-        print(splits.describe())
-        return 0
-    counts = None
-    if args.workers:
-        try:
-            counts = [int(w) for w in args.workers.split(",") if w.strip()]
-        except ValueError:
-            raise ConfigError(f"--workers {args.workers!r} must be comma-separated integers, e.g. 0,1,2.") from None
-    options = loader_options(splits)
-    step = small_model_step(splits, options.get("preprocessor")) if args.model == "small" else None
-    report = profile_loader(splits.train, args.batch_size, num_workers=counts, batches=args.batches,
-                            warmup=args.warmup, step=step, seed=args.seed, device="cpu", **options)
-    print(json.dumps(report.to_dict(), indent=2) if args.json else report)
-    return 0

@@ -1,4 +1,5 @@
-"""``torchwork launch``: a thin front over ``torchrun`` (PyTorch's own launcher), nothing home-made.
+"""``torchwork launch`` (:mod:`torchwork.distributed.cli`): a thin front over ``torchrun`` (PyTorch's own
+launcher), nothing home-made.
 
 Example:
     >>> from torchwork.distributed.launch import torchrun_command
@@ -8,9 +9,6 @@ Example:
 
 from __future__ import annotations
 
-import argparse
-import os
-import subprocess
 import sys
 
 from torchwork.errors import ConfigError
@@ -33,14 +31,3 @@ def torchrun_command(script: str, script_args: list[str], nproc: int, nnodes: in
         command += ["--nnodes", str(nnodes), "--node-rank", str(node_rank), "--master-addr", master_addr,
                     "--master-port", str(master_port)]
     return [*command, "--nproc-per-node", str(nproc), script, *script_args]
-
-
-def main(args: argparse.Namespace) -> int:
-    command = torchrun_command(args.script, args.script_args, args.nproc, args.nnodes, args.node_rank,
-                               args.master_addr, args.master_port)
-    print("torchwork: " + " ".join(command[1:]).replace("-m torch.distributed.run", "torchrun", 1),
-          file=sys.stderr)
-    env = dict(os.environ)
-    # One intra-op thread pool per process would oversubscribe the CPU: split the cores between them.
-    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.nproc)))
-    return subprocess.run(command, env=env).returncode

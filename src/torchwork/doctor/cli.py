@@ -52,7 +52,7 @@ def cli_explain(args: argparse.Namespace) -> int:
 def cli_doctor(args: argparse.Namespace) -> int:
     """Entry point of ``torchwork doctor`` (``--static``: the source scan, nothing run)."""
     if getattr(args, "static", False):
-        from torchwork.doctor.static.command import cli_main as static_main
+        from torchwork.doctor.static.cli import cli_main as static_main
 
         return static_main(args)
     if getattr(args, "format", None):

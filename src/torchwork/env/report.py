@@ -20,7 +20,6 @@ import importlib.metadata as metadata
 import os
 import platform
 import re
-import sys
 import time
 from typing import Any
 
@@ -179,7 +178,3 @@ def main_report(as_json: bool) -> int:
     snap = snapshot()
     print(json.dumps(snap, indent=2) if as_json else format_report(snap))
     return 1 if any(f["severity"] == "error" for f in snap["findings"]) else 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main_report("--json" in sys.argv))

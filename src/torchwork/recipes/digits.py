@@ -3,12 +3,11 @@
 Features shown: seeded stratified split, Trainer with AdamW + cosine schedule, gradient clipping,
 early stopping on validation accuracy, evaluation and prediction in eval mode.
 
-Run it: ``torchwork digits`` (or ``python -m torchwork.recipes.digits``).
+Run it: ``torchwork digits`` (:func:`torchwork.recipes.cli.cli_digits`), or call :func:`run`.
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 from typing import Any
 
@@ -78,12 +77,3 @@ def run(epochs: int = 8, seed: int = 0, batch_size: int = 64, verbose: bool = Tr
         print(f"\ntest accuracy {summary['test_accuracy']:.4f} on {len(x_test)} held-out digits "
               f"({summary['epochs_run']} epochs, {seconds:.1f} s on {trainer.device})")
     return summary
-
-
-def cli_main(args: argparse.Namespace) -> int:
-    run(epochs=args.epochs, seed=args.seed)
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    run()

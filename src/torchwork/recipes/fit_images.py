@@ -237,35 +237,3 @@ def run(config: ImageFitConfig, serve: bool = False) -> dict[str, Any]:
 
         summary["served_answers"] = serve_and_show(exported["artifact"], data)
     return summary
-
-
-def image_fit_config(args: Any) -> ImageFitConfig:
-    """The config of ``torchwork fit PHOTOS/ [--quick] [--set k=v ...]``; the text-table options refused.
-
-    Example:
-        >>> import argparse
-        >>> image_fit_config(argparse.Namespace(data="photos", quick=True, set=["seed=2"])).epochs
-        1
-    """
-    from torchwork.errors import ConfigError
-    from torchwork.recipes.config import apply_overrides, parse_assignments
-
-    given = [f"--{name.replace('_', '-')}" for name in ("text", "label", "test", "model", "time_budget")
-             if getattr(args, name, None)]
-    if given:
-        raise ConfigError(f"{args.data} is an image folder: {', '.join(given)} apply to a text file only (the "
-                          "classes are its sub-folders, the test split its test/ folder); drop "
-                          f"{', '.join(given)}.")
-    values = parse_assignments([f"data={args.data}", *(QUICK if getattr(args, "quick", False) else []),
-                                *(getattr(args, "set", None) or [])])
-    return apply_overrides(ImageFitConfig(), values)
-
-
-def cli_main(args: Any) -> int:
-    """``torchwork fit PHOTOS/ [--quick] [--serve] [--set key=value ...] [--json]``."""
-    import json
-
-    summary = run(image_fit_config(args), serve=getattr(args, "serve", False))
-    if getattr(args, "json", False):
-        print(json.dumps(summary, indent=2, default=str))
-    return 0

@@ -1,4 +1,5 @@
-"""Recipe names -> their module, and the ``torchwork train`` / ``torchwork quickstart`` entry points.
+"""Recipe names -> their module, their configs resolved and run (``torchwork train`` / ``quickstart`` / ``fit``
+call these from :mod:`torchwork.recipes.cli`).
 
 A recipe module has a config dataclass and ``run(config, serve=False) -> dict``. A YAML config names its
 recipe and sets any of the dataclass's fields::
@@ -16,7 +17,6 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import importlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -77,63 +77,6 @@ def quickstart_config(recipe: str, settings: Sequence[str] = (), quick: bool = F
     if extra:  # the model's own quick settings, still overridden by the user's
         name, config = resolve(recipe, [*QUICK.get(recipe, []), *extra, *user])
     return name, config
-
-
-def quickstart_main(args: argparse.Namespace) -> int:
-    """``torchwork quickstart [--recipe NAME] [--serve] [--quick] [--set key=value ...]``."""
-    name, config = quickstart_config(args.recipe, args.set or [], args.quick)
-    run_recipe(name, config, serve=args.serve)
-    return 0
-
-
-def fit_settings(args: argparse.Namespace) -> list[str]:
-    """The sentiment recipe's settings ``torchwork fit`` runs: the user's file and columns, the fine-tuned
-    transformer (the n-gram model with ``--quick``), a run folder of its own, then the user's ``--set``s.
-
-    Example:
-        >>> fit_settings(argparse.Namespace(data="a.csv", text=None, label="stars", test=None, quick=True,
-        ...                                 set=["seed=1"]))
-        ['run_dir=runs/fit', 'data=a.csv', 'model=ngram', 'transformer_max_length=0', 'label=stars', 'seed=1']
-    """
-    settings = ["run_dir=runs/fit", f"data={args.data}", "model=ngram" if args.quick else "model=transformer",
-                "transformer_max_length=0"]  # chosen from the data's token lengths
-    settings += [f"{key}={value}" for key, value in (("text", args.text), ("label", args.label),
-                                                      ("test_data", args.test),
-                                                      ("model_dir", getattr(args, "model", None))) if value]
-    return [*settings, *(args.set or [])]
-
-
-def fit_main(args: argparse.Namespace, budget: Any = None) -> int:
-    """``torchwork fit DATA [--text COL] [--label COL] [--test DATA] [--quick] [--serve] [--set k=v] [--json]``;
-    ``budget``: the plan of ``--time-budget`` (``torchwork.tune.budget.fit_main`` makes it)."""
-    import json
-    import os
-
-    if os.path.isdir(args.data):  # an image folder: torchwork.recipes.fit_images
-        from torchwork.recipes.fit_images import cli_main as fit_images
-
-        return fit_images(args)
-    name, config = resolve("sentiment", fit_settings(args))
-    summary = run_recipe(name, config, serve=args.serve, budget=budget)
-    if args.json:
-        print(json.dumps(summary, indent=2))
-    return 0
-
-
-def train_main(args: argparse.Namespace) -> int:
-    """``torchwork train RECIPE_OR_CONFIG.yaml [--set key=value ...] [--nproc N ...]``."""
-    name, config = resolve(args.recipe_or_config, args.set)  # validate before launching anything
-    if args.nproc and args.nproc > 1 or args.nnodes > 1:
-        import subprocess
-
-        from torchwork.distributed.launch import torchrun_command
-
-        script_args = ["train", args.recipe_or_config, *sum((["--set", s] for s in args.set or []), [])]
-        command = torchrun_command("-m", ["torchwork.cli", *script_args], args.nproc, args.nnodes,
-                                   args.node_rank, args.master_addr, args.master_port)
-        return subprocess.run(command).returncode
-    run_recipe(name, config)
-    return 0
 
 
 # What the quickstart (the main job) runs unless told otherwise: the fine-tuned transformer, about 8 minutes

@@ -434,17 +434,3 @@ def _export_ngram(config: SentimentConfig, model: Any, preprocessor: Any, train:
     say(format_report(report["verify"]))
     say(f"variant to deploy: {report['deploy']}" + (" (recorded by the run being resumed)" if kept else ""))
     return {"artifact": artifact, "verify_report": report}
-
-
-def cli_main(args: Any) -> int:
-    """``torchwork quickstart`` for the sentiment recipe."""
-    from torchwork.recipes.config import apply_overrides, parse_assignments
-
-    config = apply_overrides(SentimentConfig(), parse_assignments(getattr(args, "set", None) or []))
-    run(config, serve=getattr(args, "serve", False))
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    run(SentimentConfig())
-    sys.exit(0)

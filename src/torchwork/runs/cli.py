@@ -1,8 +1,10 @@
 """``torchwork runs ls|show|diff``: the run folders read back (see :mod:`torchwork.runs.listing`,
-:mod:`torchwork.runs.show` and :mod:`torchwork.runs.compare`). Prints; returns the exit code."""
+:mod:`torchwork.runs.show` and :mod:`torchwork.runs.compare`); ``torchwork resume RUN_FOLDER``: a run
+continued (see :mod:`torchwork.runs.relaunch`). Prints; returns the exit code."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from typing import Any
@@ -37,7 +39,7 @@ def add_arguments(parser: Any) -> None:
     diff.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page with the curves plotted")
 
 
-def cli_main(args: Any) -> int:
+def cli_main(args: argparse.Namespace) -> int:
     """Run one ``runs`` action; an error's text is :func:`~torchwork.runs.terminal.shown` (it names folders)."""
     from torchwork.errors import TorchworkError
     from torchwork.runs.terminal import shown
@@ -48,7 +50,7 @@ def cli_main(args: Any) -> int:
         raise type(error)(shown(str(error))) from None
 
 
-def _action(args: Any) -> int:
+def _action(args: argparse.Namespace) -> int:
     """Every string read from a run folder is printed masked (no secret), and escaped on a terminal."""
     from torchwork.masking import mask_values
     from torchwork.runs.terminal import shown_values
@@ -78,3 +80,51 @@ def _action(args: Any) -> int:
     print(json.dumps(comparison, indent=1, default=str) if args.json
           else format_comparison(shown_values(comparison)))
     return 0
+
+
+def cli_resume(args: argparse.Namespace) -> int:
+    """``torchwork resume RUN_FOLDER [--yes]``: the run's recorded command, planned and checked by
+    :func:`~torchwork.runs.relaunch.resume_plan`, printed, confirmed when it is a script, then started in
+    place of this process (POSIX) with ``TORCHWORK_RESUME`` set; a child's exit code elsewhere."""
+    import os
+    import subprocess
+
+    from torchwork.errors import CheckpointError
+    from torchwork.runs.lineage import outermost_of
+    from torchwork.runs.relaunch import refuse_if_running, resume_plan
+
+    run, plan, checkpoint = resume_plan(args.run_folder)
+    refuse_if_running(run)
+    first = outermost_of(run)  # a later training's run: the script starts again from its first training's
+    print(f"torchwork: resuming {run} from {checkpoint.name}: {plan.shown()} (in {plan.cwd})", file=sys.stderr)
+    if first != run:
+        refuse_if_running(first)
+        print(f"torchwork: {run.name} is a later training of its script: the script's first training continues "
+              f"its own run, {first}, and each later one its own.", file=sys.stderr)
+    if plan.note:
+        print(f"torchwork: {plan.note}", file=sys.stderr)
+    if plan.kind == "script":
+        print(f"torchwork: this runs the Python script {plan.script or plan.argv[1]}, named by the run folder's "
+              "manifest.json: run it only if you trust that script.", file=sys.stderr)
+        if not _confirmed(getattr(args, "yes", False)):
+            raise CheckpointError("not confirmed: nothing was run. Check the command above and pass --yes to "
+                                  "run it.")
+    env = dict(os.environ, TORCHWORK_RESUME=str(first))
+    try:
+        if os.name != "posix":
+            return subprocess.run(plan.argv, cwd=plan.cwd, env=env).returncode
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.chdir(plan.cwd)
+        os.execve(plan.argv[0], plan.argv, env)  # returns only by raising
+    except OSError as error:  # the interpreter gone, a working directory removed meanwhile
+        raise CheckpointError(f"could not start {plan.argv[0]} in {plan.cwd}: {error}.") from None
+
+
+def _confirmed(yes: bool) -> bool:
+    """Run the script? ``--yes``, or ``y`` at the prompt on a terminal; never without one of them."""
+    if yes:
+        return True
+    if sys.stdin.isatty():
+        return input("Run it? [y/N] ").strip().lower() in ("y", "yes")
+    return False

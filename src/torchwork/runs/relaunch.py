@@ -1,4 +1,5 @@
-"""``torchwork resume RUN_FOLDER``: start the run's recorded command again, continuing that run.
+"""``torchwork resume RUN_FOLDER`` (:func:`torchwork.runs.cli.cli_resume`): start the run's recorded command
+again, continuing that run.
 
 A run folder is data: people share and download them, so nothing in it decides what program runs. The
 manifest's ``command`` is read as a description and checked against the two things resume will start:
@@ -38,12 +39,10 @@ run it yourself with TORCHWORK_RESUME=RUN_FOLDER set.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -185,14 +184,6 @@ def resume_plan(run_folder: str | Path) -> tuple[Path, ResumePlan, Path]:
     return run, plan, checkpoint
 
 
-def _confirmed(plan: ResumePlan, yes: bool) -> bool:
-    if yes:
-        return True
-    if sys.stdin.isatty():
-        return input("Run it? [y/N] ").strip().lower() in ("y", "yes")
-    return False
-
-
 def refuse_if_running(run: Path) -> None:
     """Refuse a run whose manifest says it is running under a process alive on this machine (the same
     process, not a reused id): two processes writing one run folder remove each other's files."""
@@ -206,34 +197,3 @@ def refuse_if_running(run: Path) -> None:
         pid = field(manifest, "process.pid", int)
         raise CheckpointError(f"{run} is still running (process {pid} on this machine): stop it first, or "
                               "wait for it to end, then resume it.")
-
-
-def main(args: argparse.Namespace) -> int:
-    from torchwork.runs.lineage import outermost_of
-
-    run, plan, checkpoint = resume_plan(args.run_folder)
-    refuse_if_running(run)
-    first = outermost_of(run)  # a later training's run: the script starts again from its first training's
-    print(f"torchwork: resuming {run} from {checkpoint.name}: {plan.shown()} (in {plan.cwd})", file=sys.stderr)
-    if first != run:
-        refuse_if_running(first)
-        print(f"torchwork: {run.name} is a later training of its script: the script's first training continues "
-              f"its own run, {first}, and each later one its own.", file=sys.stderr)
-    if plan.note:
-        print(f"torchwork: {plan.note}", file=sys.stderr)
-    if plan.kind == "script":
-        print(f"torchwork: this runs the Python script {plan.script or plan.argv[1]}, named by the run folder's "
-              "manifest.json: run it only if you trust that script.", file=sys.stderr)
-        if not _confirmed(plan, getattr(args, "yes", False)):
-            raise CheckpointError("not confirmed: nothing was run. Check the command above and pass --yes to "
-                                  "run it.")
-    env = dict(os.environ, TORCHWORK_RESUME=str(first))
-    try:
-        if os.name != "posix":
-            return subprocess.run(plan.argv, cwd=plan.cwd, env=env).returncode
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.chdir(plan.cwd)
-        os.execve(plan.argv[0], plan.argv, env)  # returns only by raising
-    except OSError as error:  # the interpreter gone, a working directory removed meanwhile
-        raise CheckpointError(f"could not start {plan.argv[0]} in {plan.cwd}: {error}.") from None

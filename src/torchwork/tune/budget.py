@@ -9,12 +9,11 @@ seconds of the budget per start); trial 0 is the recipe's default settings, not 
 measures what a trial costs, and its test predictions are what the tuned model is compared with); and the
 queue is not fixed: each next trial is queued only when the plan says it fits.
 
-Example (the CLI entry point; ``--time-budget`` is read before any work):
-    >>> import argparse
-    >>> fit_main(argparse.Namespace(time_budget="0", quick=True))
-    Traceback (most recent call last):
-    ...
-    torchwork.errors.ConfigError: --time-budget '0': give a positive duration of at most a week, in seconds (900 or 900s), minutes (15m) or hours (1.5h).
+The command line (:func:`torchwork.recipes.cli.cli_fit`) reads ``--time-budget`` before any work and hands
+:func:`study_trials` to the plan. What a trial is scored on:
+
+    >>> NgramTrials.objective["name"], NgramTrials.objective["direction"]
+    ('val_macro_f1', 'maximize')
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -173,19 +171,3 @@ def _line(trial: dict[str, Any], best: dict[str, Any] | None) -> str:
     score = f"val macro-F1 {trial['value']:.4f}" if trial.get("value") is not None else ""
     tail = f"; best {best['value']:.4f} (trial {best['trial']})" if best else ""
     return f"trial {trial['trial']:>3} {trial['state']:<8} {score} ({params}) {trial['seconds']:.1f} s{tail}"
-
-
-def fit_main(args: Any) -> int:
-    """``torchwork fit DATA ... [--time-budget 15m]``: the budget read before any work, then
-    :func:`torchwork.recipes.registry.fit_main` with the plan (no budget: exactly as before)."""
-    from torchwork.recipes.fit_budget import BudgetPlan, command_age, parse_budget
-    from torchwork.recipes.registry import fit_main as fit_recipe
-
-    text = getattr(args, "time_budget", None)
-    if text is None:
-        return fit_recipe(args)
-    budget = parse_budget(text)
-    if not args.quick:
-        raise ConfigError("--time-budget tunes the n-gram model for now: add --quick (tuning the fine-tuned "
-                          "transformer inside a budget is not built yet).")
-    return fit_recipe(args, budget=BudgetPlan(budget, trials=study_trials, spent_s=command_age(sys.argv)))

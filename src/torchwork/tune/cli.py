@@ -6,7 +6,6 @@ Nothing heavy is imported here: ``torchwork tune --help`` stays fast.
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from torchwork.errors import ConfigError
 
@@ -39,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "settings rerun by the recipe for their test score)")
 
 
-def cli_main(args: Any) -> int:
+def cli_main(args: argparse.Namespace) -> int:
     if args.target == "show":
         from torchwork.tune.show import show
 
@@ -55,6 +54,24 @@ def cli_main(args: Any) -> int:
     if not args.space or args.trials is None:
         raise ConfigError("torchwork tune needs --space SPACE.yaml and --trials N, e.g. "
                           "torchwork tune sentiment --space space.yaml --trials 16.")
-    from torchwork.tune.runner import tune_main
+    return _run_study(args)
 
-    return tune_main(args)
+
+def _run_study(args: argparse.Namespace) -> int:
+    """``torchwork tune RECIPE_OR_YAML --space SPACE.yaml --trials N ...``: the summary as one JSON line; 1 when
+    no trial completed (what went wrong on stderr)."""
+    import json
+    import sys
+
+    from torchwork.tune.runner import TuneOptions, tune, unfinished_message
+
+    options = TuneOptions(target=args.target, space=args.space, trials=args.trials, workers=args.workers,
+                          storage=args.storage, study=args.study, seed=args.seed, pruner=args.pruner,
+                          timeout=args.timeout, settings=list(args.set or []), final=not args.no_final)
+    summary = tune(options)
+    print(json.dumps({k: summary[k] for k in ("study", "best_value", "best_params", "best_trial", "trials")}))
+    failed = unfinished_message(summary, options)
+    if failed:
+        print(failed, file=sys.stderr)
+        return 1
+    return 0

@@ -322,17 +322,3 @@ def tune_objective(objective: str, space: str | Mapping[str, Any], trials: int, 
     return tune(TuneOptions(objective, space, trials, workers=workers, storage=storage, study=study, seed=seed,
                             pruner=pruner, timeout=timeout, final=False, metric=metric, direction=direction,
                             run_dir=run_dir))
-
-
-def tune_main(args: Any) -> int:
-    """``torchwork tune RECIPE_OR_YAML --space SPACE.yaml --trials N ...``."""
-    options = TuneOptions(target=args.target, space=args.space, trials=args.trials, workers=args.workers,
-                          storage=args.storage, study=args.study, seed=args.seed, pruner=args.pruner,
-                          timeout=args.timeout, settings=list(args.set or []), final=not args.no_final)
-    summary = tune(options)
-    print(json.dumps({k: summary[k] for k in ("study", "best_value", "best_params", "best_trial", "trials")}))
-    failed = unfinished_message(summary, options)
-    if failed:
-        print(failed, file=sys.stderr)
-        return 1
-    return 0

@@ -1,0 +1,198 @@
+"""The recipes' command lines: ``torchwork digits``, ``quickstart``, ``train``, ``fit`` (a file or an image
+folder, ``--time-budget`` included) and ``data`` (``check`` here; ``describe`` and ``profile`` in
+:mod:`torchwork.data.cli`). Each turns the parsed arguments into a call of the work function a Python user
+calls too (:func:`~torchwork.recipes.registry.run_recipe`, :func:`torchwork.recipes.fit_images.run`, ...),
+prints, and returns the exit code.
+
+Example (``torchwork data check`` of a small file):
+    >>> import argparse, pathlib, tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "notes.csv"
+    >>> _ = path.write_text("note,mood\\n" + "".join(f"day {i} was fine,up\\nday {i} was bad,down\\n" for i in range(9)))
+    >>> args = argparse.Namespace(data_command="check", data=str(path), text=None, label=None, test=None, seed=0,
+    ...                           json=False)
+    >>> cli_data(args, label_noise=False, say=lambda line: None)
+    0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from torchwork.errors import ConfigError
+
+if TYPE_CHECKING:
+    from torchwork.data.findings import DataReport
+    from torchwork.recipes.fit_images import ImageFitConfig
+
+
+def cli_digits(args: argparse.Namespace) -> int:
+    """``torchwork digits [--epochs N] [--seed S]``."""
+    from torchwork.recipes.digits import run
+
+    run(epochs=args.epochs, seed=args.seed)
+    return 0
+
+
+def cli_quickstart(args: argparse.Namespace) -> int:
+    """``torchwork quickstart [--recipe NAME] [--serve] [--quick] [--set key=value ...]``."""
+    from torchwork.recipes.registry import quickstart_config, run_recipe
+
+    name, config = quickstart_config(args.recipe, args.set or [], args.quick)
+    run_recipe(name, config, serve=args.serve)
+    return 0
+
+
+def cli_train(args: argparse.Namespace) -> int:
+    """``torchwork train RECIPE_OR_CONFIG.yaml [--set key=value ...] [--nproc N ...]``."""
+    from torchwork.recipes.registry import resolve, run_recipe
+
+    name, config = resolve(args.recipe_or_config, args.set)  # validate before launching anything
+    if args.nproc and args.nproc > 1 or args.nnodes > 1:
+        import subprocess
+
+        from torchwork.distributed.launch import torchrun_command
+
+        script_args = ["train", args.recipe_or_config, *sum((["--set", s] for s in args.set or []), [])]
+        command = torchrun_command("-m", ["torchwork.cli", *script_args], args.nproc, args.nnodes,
+                                   args.node_rank, args.master_addr, args.master_port)
+        return subprocess.run(command).returncode
+    run_recipe(name, config)
+    return 0
+
+
+def fit_settings(args: argparse.Namespace) -> list[str]:
+    """The sentiment recipe's settings ``torchwork fit`` runs: the user's file and columns, the fine-tuned
+    transformer (the n-gram model with ``--quick``), a run folder of its own, then the user's ``--set``s.
+
+    Example:
+        >>> fit_settings(argparse.Namespace(data="a.csv", text=None, label="stars", test=None, quick=True,
+        ...                                 set=["seed=1"]))
+        ['run_dir=runs/fit', 'data=a.csv', 'model=ngram', 'transformer_max_length=0', 'label=stars', 'seed=1']
+    """
+    settings = ["run_dir=runs/fit", f"data={args.data}", "model=ngram" if args.quick else "model=transformer",
+                "transformer_max_length=0"]  # chosen from the data's token lengths
+    settings += [f"{key}={value}" for key, value in (("text", args.text), ("label", args.label),
+                                                      ("test_data", args.test),
+                                                      ("model_dir", getattr(args, "model", None))) if value]
+    return [*settings, *(args.set or [])]
+
+
+def cli_fit(args: argparse.Namespace) -> int:
+    """``torchwork fit DATA [--text COL] [--label COL] [--test DATA] [--quick] [--serve] [--set k=v] [--json]
+    [--time-budget 15m]``: the budget read before any work (a bad one refused at once), then an image folder
+    to :func:`torchwork.recipes.fit_images.run`, a file to the sentiment recipe.
+
+    Example:
+        >>> cli_fit(argparse.Namespace(time_budget="0", quick=True))
+        Traceback (most recent call last):
+        ...
+        torchwork.errors.ConfigError: --time-budget '0': give a positive duration of at most a week, in seconds (900 or 900s), minutes (15m) or hours (1.5h).
+    """
+    budget = _budget_plan(args)
+    if os.path.isdir(args.data):  # an image folder
+        return _fit_images(args)
+    from torchwork.recipes.registry import resolve, run_recipe
+
+    name, config = resolve("sentiment", fit_settings(args))
+    summary = run_recipe(name, config, serve=args.serve, budget=budget)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    return 0
+
+
+def _budget_plan(args: argparse.Namespace) -> Any:
+    """The plan of ``--time-budget`` (None without one); its trials are a study of the tune package, which a
+    command line may reach (:mod:`torchwork.tune.budget`)."""
+    text = getattr(args, "time_budget", None)
+    if text is None:
+        return None
+    from torchwork.recipes.fit_budget import BudgetPlan, command_age, parse_budget
+
+    budget = parse_budget(text)
+    if not args.quick:
+        raise ConfigError("--time-budget tunes the n-gram model for now: add --quick (tuning the fine-tuned "
+                          "transformer inside a budget is not built yet).")
+    from torchwork.tune.budget import study_trials
+
+    return BudgetPlan(budget, trials=study_trials, spent_s=command_age(sys.argv))
+
+
+def image_fit_config(args: argparse.Namespace) -> ImageFitConfig:
+    """The config of ``torchwork fit PHOTOS/ [--quick] [--set k=v ...]``; the text-table options refused.
+
+    Example:
+        >>> image_fit_config(argparse.Namespace(data="photos", quick=True, set=["seed=2"])).epochs
+        1
+    """
+    from torchwork.recipes.config import apply_overrides, parse_assignments
+    from torchwork.recipes.fit_images import QUICK, ImageFitConfig
+
+    given = [f"--{name.replace('_', '-')}" for name in ("text", "label", "test", "model", "time_budget")
+             if getattr(args, name, None)]
+    if given:
+        raise ConfigError(f"{args.data} is an image folder: {', '.join(given)} apply to a text file only (the "
+                          "classes are its sub-folders, the test split its test/ folder); drop "
+                          f"{', '.join(given)}.")
+    values = parse_assignments([f"data={args.data}", *(QUICK if getattr(args, "quick", False) else []),
+                                *(getattr(args, "set", None) or [])])
+    return apply_overrides(ImageFitConfig(), values)
+
+
+def _fit_images(args: argparse.Namespace) -> int:
+    """``torchwork fit PHOTOS/ [--quick] [--serve] [--set key=value ...] [--json]``."""
+    from torchwork.recipes.fit_images import run
+
+    summary = run(image_fit_config(args), serve=getattr(args, "serve", False))
+    if getattr(args, "json", False):
+        print(json.dumps(summary, indent=2, default=str))
+    return 0
+
+
+def cli_data(args: argparse.Namespace, *, label_noise: bool = True, say: Callable[[str], Any] = print) -> int:
+    """``torchwork data check DATA`` (exit 1 when a finding is an error); ``describe`` and ``profile`` go to
+    :mod:`torchwork.data.cli`."""
+    if args.data_command != "check":
+        from torchwork.data.cli import cli_main as dataset_main
+
+        return dataset_main(args)
+    import orjson
+
+    quiet = args.json
+    if os.path.isdir(args.data):
+        report = _image_report(args, (lambda line: None) if quiet else say)
+    else:
+        from torchwork.recipes.fit_data import load_fit_data
+        from torchwork.recipes.sentiment import SentimentConfig
+
+        report = load_fit_data(args.data, text=args.text, label=args.label, test=args.test, seed=args.seed,
+                               max_length=SentimentConfig().transformer_max_length,  # what fit's MiniLM reads
+                               label_noise=label_noise, say=(lambda line: None) if quiet else say).report
+    if quiet:
+        say(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode())
+    else:
+        for line in report.lines():
+            say(line)
+    return 1 if report.errors else 0
+
+
+def _image_report(args: argparse.Namespace, say: Callable[[str], Any]) -> DataReport:
+    """The data report of the image folder ``args.data``; --text, --label and --test name a table's columns
+    and a test file, and are refused."""
+    from torchwork.data.image_audit import audit_images
+    from torchwork.data.image_folder import read_image_folder
+
+    given = [f"--{name}" for name in ("text", "label", "test") if getattr(args, name, None)]
+    if given:
+        raise ConfigError(f"{args.data} is an image folder: {', '.join(given)} apply to a text table only. The "
+                          "classes are the folder's sub-folders and the test split its test/ folder; drop "
+                          f"{', '.join(given)}.")
+    data = read_image_folder(args.data)
+    say(f"image folder {data.folder}: {len(data.rows):,} image files in {len(data.classes)} classes "
+        f"({data.layout})")
+    return audit_images(data, seed=args.seed,
+                        progress=lambda done, total: say(f"  read {done:,} of {total:,} images"))
