@@ -449,7 +449,7 @@ def test_a_full_traceback_is_explained_by_its_last_line() -> None:
     found = explain_text(text)
     assert [e.family for e in found] == ["matmul-shape"]
     assert found[0].matched.startswith("RuntimeError: mat1 and mat2 shapes cannot be multiplied")
-    assert found[0].location is not None and "test_doctor_explain.py:" in found[0].location  # not torch's frame
+    assert found[0].location is not None and "test_explain.py:" in found[0].location  # not torch's frame
 
 
 def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:

@@ -188,7 +188,7 @@ def test_exception_inside_diagnose_is_explained_and_propagates() -> None:
         nn.Linear(512, 10)(torch.randn(64, 784))
     (finding,) = session.findings
     assert finding.id == "exception" and "in_features=784" in finding.message
-    assert finding.file is not None and finding.file.endswith("test_doctor_session.py")
+    assert finding.file is not None and finding.file.endswith("test_session.py")
 
 
 def test_a_failing_check_is_an_internal_error_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
