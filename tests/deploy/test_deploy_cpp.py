@@ -71,7 +71,7 @@ def digits_artifact(tmp_path_factory):
     return out
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="builds the C++ runner with CMake (once a run) and exports an AOTI package")
 @needs_tools
 def test_cpp_runner_matches_eager_on_the_digits_mlp(digits_artifact, runner, cpp_cache):
     data = digits()

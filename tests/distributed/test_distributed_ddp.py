@@ -104,6 +104,7 @@ def test_a_killed_rank_fails_the_job_fast_with_a_message(tmp_path):
     assert not (tmp_path / "out.pt").exists()
 
 
+@pytest.mark.slow(reason="a two-process DDP run killed and resumed under torchrun")
 def test_killed_two_process_run_resumes_exactly(tmp_path):
     reference = torchrun(str(tmp_path / "ref.pt"), "--run-dir", str(tmp_path / "ref"), "--dropout", "0.3")
     assert reference.returncode == 0, reference.stderr[-3000:]
@@ -139,6 +140,7 @@ def test_the_process_group_is_destroyed_before_the_interpreter_exits(tmp_path):
         assert f"TEARDOWN rank {rank} process group still initialized: False" in done.stdout, done.stdout[-2000:]
 
 
+@pytest.mark.slow(reason="a recipe trained by two processes under torchrun")
 def test_torchwork_train_nproc_runs_a_recipe_under_torchrun(tmp_path):
     def train(runs):
         return subprocess.run(

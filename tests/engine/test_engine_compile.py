@@ -81,20 +81,20 @@ def test_auto_keeps_eager_when_compiled_is_slower_and_the_measurement_leaves_no_
     assert "compile='auto': eager" in capsys.readouterr().err
 
 
-class LongChain(nn.Module):
-    """A linear layer and then 300 element-wise ops: eager launches 600 kernels a step (forward and
-    backward), Inductor fuses them."""
+class SlowOutsideCompiledCode(nn.Module):
+    """20 ms of sleep in each eager forward that compiled code leaves out (Dynamo reads ``is_compiling()`` as
+    True while it traces): compiled is faster on purpose, by far more than a busy machine's spread, so the
+    decision does not depend on how loaded the machine is. How much Inductor really saves is measured in
+    benchmarks/compile.py, not here."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.linear = nn.Linear(8, 64)
-        self.out = nn.Linear(64, 1)
+        self.linear = nn.Linear(8, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.linear(x)
-        for _ in range(300):
-            h = h * 0.999 + 0.001
-        return self.out(h)
+        if not torch.compiler.is_compiling():
+            time.sleep(0.02)
+        return self.linear(x)
 
 
 class StopAfterFirstEpoch:
@@ -102,13 +102,13 @@ class StopAfterFirstEpoch:
         trainer.should_stop = True
 
 
-@pytest.mark.slow
 def test_auto_compiles_when_compiled_is_faster_over_the_planned_steps(tmp_path):
     torch.manual_seed(0)
-    model = LongChain()
+    model = SlowOutsideCompiledCode()
     batches = _batches(n=4, rows=64)
     # 4 batches x 10,000 epochs planned: many steps to pay back the compile (the callback stops after one epoch)
-    trainer = _trainer(model, compile="auto", run_dir=tmp_path, callbacks=[StopAfterFirstEpoch()])
+    trainer = _trainer(model, compile=CompileOptions("auto", backend="eager"), run_dir=tmp_path,
+                       callbacks=[StopAfterFirstEpoch()])
     trainer.fit(batches, epochs=10_000)
     record = _manifest(tmp_path)["compile"]
     assert record["compiled"] is True, record["reason"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import torch
 from torch import nn
 
@@ -35,6 +36,7 @@ def test_precision_choice_under_a_busy_neighbour_is_stable_or_says_why():
         "fp32 kept: bf16's gain is within the timing spread", "fp32 kept: bf16 is not >= 10% faster"}
 
 
+@pytest.mark.slow(reason="two real recipe runs, the second from the first's config.yaml")
 def test_train_from_a_runs_config_yaml_reproduces_it(tmp_path):
     import json
 

@@ -41,6 +41,7 @@ def _fashion_installed() -> bool:
 
 @pytest.mark.skipif(not _fashion_installed(), reason="Debian's dataset-fashion-mnist is not installed "
                                                       "(sudo apt-get install dataset-fashion-mnist)")
+@pytest.mark.slow(reason="the whole Fashion-MNIST recipe: training, export, INT8, verification")
 def test_fashion_recipe_runs_end_to_end(tmp_path):
     runs = tmp_path / "runs"
     done = subprocess.run([sys.executable, "-m", "torchwork.cli", "quickstart", "--recipe", "fashion", "--set",

@@ -29,6 +29,7 @@ def quickstart(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
     return done, run
 
 
+@pytest.mark.slow(reason="reads the module's whole quickstart run (its fixture: training, exports, report)")
 def test_quickstart_produces_every_file(quickstart):
     done, run = quickstart
     for name in ("manifest.json", "metrics.jsonl", "report.html", "summary.json", "checkpoints/best.pt",
@@ -55,7 +56,7 @@ def test_files_a_user_keeps_have_the_mode_of_a_plain_open(quickstart):
         assert (run / name).stat().st_mode & 0o777 == 0o666 & ~umask, name
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a second quickstart process resuming a copy of the run")
 def test_resume_reads_the_recorded_baseline_and_precision_instead_of_measuring_again(quickstart, tmp_path):
     done, run = quickstart
     recorded = json.loads((run / "manifest.json").read_text())["config"]

@@ -218,7 +218,7 @@ def transformer_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path
     return done, run
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a whole transformer quickstart (module fixture): caching, training, two exports")
 def test_transformer_quickstart_produces_every_file(transformer_run):
     done, run = transformer_run
     (transformer_run_dir,) = list((run / "transformer").iterdir())

@@ -23,7 +23,7 @@ from runs_helpers import git_repo
 import torchwork
 from torchwork.runs.compare import compare_runs
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(reason="five real recipe runs in a git tree, one with a code patch: about a minute")
 DRIVER = Path(__file__).with_name("mystery_driver.py")
 RECIPE = "src/torchwork/recipes/sentiment.py"
 LOSS = "loss_fn = nn.CrossEntropyLoss(weight=class_weights(train.labels))"

@@ -64,6 +64,7 @@ def test_sigkill_then_resume_is_bit_exact(tmp_path, uninterrupted, kill_at):
     assert steps == sorted(steps) and len(steps) == len(set(steps)), "no duplicated step lines after resume"
 
 
+@pytest.mark.slow(reason="training processes killed and resumed from both kinds of checkpoint")
 def test_resume_from_end_of_epoch_and_mid_epoch_checkpoints(tmp_path, uninterrupted):
     # --every 100: only end-of-epoch checkpoints; killed in epoch 2 resumes from the end of epoch 1
     runs, out = tmp_path / "a" / "runs", tmp_path / "a" / "final.pt"

@@ -160,6 +160,7 @@ def test_a_tensor_artifact_takes_images_of_its_static_shape(digits_artifact):
     np.testing.assert_allclose(np.asarray(predictor.predict_batch(images.tolist())), expected, atol=1e-6)
 
 
+@pytest.mark.slow(reason="concurrent clients against a real server, every answer compared in process")
 def test_concurrent_digit_images_answer_200_and_match_in_process(digits_server, digits_artifact):
     images = digits_artifact.images[:80]
     requests = [list(range(i, i + 1 + i % 2)) for i in range(0, 80, 2)]

@@ -75,6 +75,7 @@ def replace_folder(folder: Path, new: Path) -> None:
     staged.rename(folder)
 
 
+@pytest.mark.slow(reason="starts a server of two named exported artifacts and loads both")
 def test_each_model_has_its_own_limits_and_metrics(named, artifacts):
     server, _ = named
     images = artifacts[0].images

@@ -53,6 +53,7 @@ def load(server: ServerProcess, name: str, version: str | None = None, body=None
     return server.request("POST", f"/v2/repository/models/{name}/load", document, timeout=120)
 
 
+@pytest.mark.slow(reason="loads two exported artifacts into a running repository server")
 def test_two_models_each_with_its_own_metrics(repository, digits_artifact):
     server, _ = repository
     images = digits_artifact.images[:2]

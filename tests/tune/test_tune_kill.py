@@ -72,6 +72,7 @@ def test_a_killed_worker_is_resumed_bit_exact(reference, tmp_path) -> None:
     check_equal_to_reference(runs, "kw", reference, killed)
 
 
+@pytest.mark.slow(reason="a real study killed and run again, against an uninterrupted one")
 def test_a_killed_study_continues_when_run_again(reference, tmp_path) -> None:
     runs = tmp_path / "runs"
     log = (tmp_path / "tune.log").open("w")

@@ -25,6 +25,7 @@ def reference(tmp_path_factory):
     return outcome(folder / "runs", "ref")
 
 
+@pytest.mark.slow(reason="a study's worker killed mid-trial, resumed, against an uninterrupted study")
 def test_a_killed_worker_of_a_user_objective_is_resumed_bit_exact(reference, tmp_path) -> None:
     process = start(tmp_path, "kill", epoch_s=1.0)
     try:

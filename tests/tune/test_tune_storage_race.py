@@ -41,11 +41,13 @@ def _open_at_once(url: str, processes: int = 6) -> None:
         assert process.returncode == 0 and out.strip() == "opened", err[-2000:]
 
 
+@pytest.mark.slow(reason="processes that each import optuna and open a fresh storage at once")
 def test_processes_opening_a_fresh_storage_at_once_all_get_it(tmp_path) -> None:
     for round_index in range(3):
         _open_at_once("sqlite:///" + str(tmp_path / f"study-{round_index}.db"))
 
 
+@pytest.mark.slow(reason="starts PostgreSQL and processes that open a fresh database at once")
 @NO_POSTGRES
 def test_processes_opening_a_fresh_postgres_database_at_once_all_get_it() -> None:
     with postgres_server() as url:

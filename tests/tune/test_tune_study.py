@@ -156,6 +156,7 @@ def test_the_report_renders_in_chromium_without_console_errors(reference, tmp_pa
     assert screenshot.stat().st_size > 20_000 and errors == []
 
 
+@pytest.mark.slow(reason="two worker processes of a real study, against a reference study")
 def test_two_workers_try_the_same_params_with_their_share_of_threads(reference, tmp_path) -> None:
     runs, _ = reference
     other = tmp_path / "runs"
@@ -171,6 +172,7 @@ def test_two_workers_try_the_same_params_with_their_share_of_threads(reference, 
     assert (study_folder(other, "two") / "workers" / "0.log").is_file()  # the engine's output, not the terminal
 
 
+@pytest.mark.slow(reason="eight worker processes, each importing torch and training, on two cores")
 def test_eight_workers_share_the_embedded_storage(tmp_path) -> None:
     runs = tmp_path / "runs"
     done = run_tune(runs, "eight", "--workers", "8", trials=8)
