@@ -41,10 +41,12 @@ def assert_same(model: nn.Module, reference: nn.Module, skip: tuple[str, ...] = 
 def test_a_ddp_wrapped_models_checkpoint_loads_into_a_plain_one(tmp_path):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
+    from torch.testing._internal.distributed.fake_pg import FakeStore
 
     source = trained_net()
-    # a one-process gloo group over a file store: no port to collide with
-    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    # torch's own fake process group (its collectives do nothing): a real DDP wrapper and state_dict, and no
+    # gloo transport, whose listening port stays open for the rest of the process once created
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=1)
     try:
         wrapped = DistributedDataParallel(source)
         torch.save(wrapped.state_dict(), tmp_path / "ddp.pt")

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import numpy as np
 import psutil
 import pytest
-from serve_artifacts import TextArtifact, build_text_artifact
+from serve_artifacts import TextArtifact, shared_text_artifact
 from serve_fixtures import ServerProcess, metric_value, parallel, probabilities
 from serve_models import crashing_predictor, refusing_predictor, unbuildable_predictor
 
@@ -28,8 +28,8 @@ INT8_ATOL = 0.02  # the deploy variant may be dynamic INT8, whose answers move a
 
 
 @pytest.fixture(scope="module")
-def text_artifact(tmp_path_factory: pytest.TempPathFactory) -> TextArtifact:
-    return build_text_artifact(tmp_path_factory.mktemp("model-process") / "tweets")
+def text_artifact() -> TextArtifact:
+    return shared_text_artifact()
 
 
 @pytest.fixture()
@@ -84,8 +84,14 @@ def test_a_killed_model_process_is_replaced_and_serving_goes_on(server, text_art
     child.send_signal(signal.SIGKILL)
     wait_gone(child.pid)
     tweets = text_artifact.tweets
-    # The batch the child died under (if any) answers 500 with the reason; then a new child serves.
-    statuses = [server.predict(tweets[i:i + 2])[0] for i in range(0, 40, 2)]
+    # The batch the child died under (if any) answers 500 with the reason; then a new child serves. How long a
+    # new child takes to start depends on how busy the machine is: ask until five answers in a row are 200.
+    statuses: list[int] = []
+    deadline = time.monotonic() + 180
+    while statuses[-5:] != [200] * 5 and time.monotonic() < deadline:
+        statuses.append(server.predict(tweets[len(statuses) % 20 * 2:][:2])[0])
+        if statuses[-1] != 200:
+            time.sleep(0.1)
     assert statuses[-5:] == [200] * 5, statuses
     assert set(statuses) <= {200, 500}
     (replacement,) = model_children(server)
