@@ -242,6 +242,8 @@ def pytest_configure(config: pytest.Config) -> None:
         # One C++ runner build for the run (the docs and the deploy tests each built their own: about 50 s),
         # kept in the controller's folder, which the xdist workers inherit with the environment.
         os.environ.setdefault("TORCHWORK_CPP_CACHE", os.path.join(folder, "cpp-cache"))
+        # What the workers build once for all of them (tests/shared_builds.py), in the same folder.
+        os.environ.setdefault("TORCHWORK_TESTS_SHARED", os.path.join(folder, "shared-builds"))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -10,13 +10,16 @@ workers' reports reach the controller, which judges the whole run.
 from __future__ import annotations
 
 import json
+import resource
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 
 import pytest
 
 SLOW_S = 60.0
 SHOWN = 25
+_CPU_AT = pytest.StashKey[float]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -65,6 +68,7 @@ class SuiteBudget:
                 "worker": getattr(worker, "id", "main"),
                 "start": report.start,
                 "stop": report.stop,
+                "cpu": dict(report.user_properties).get("cpu_s"),
             }
             self.timeline.write(json.dumps(row) + "\n")
         if report.when == "call" and report.duration > SLOW_S and not _has_slow_reason(report):
@@ -119,6 +123,7 @@ def _has_slow_reason(report: pytest.TestReport) -> bool:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Carry the slow marker's reason in the report, where the controller under xdist can read it. A block of
     the documentation (Sybil) or a doctest cannot carry a marker: it runs what the page shows a user."""
+    item.stash[_CPU_AT] = _cpu_seconds()
     if not isinstance(item, pytest.Function):
         item.user_properties.append(("cannot_be_marked", True))
         return
@@ -126,3 +131,20 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     reason = marker.kwargs.get("reason") if marker else None
     if reason:
         item.user_properties.append(("slow_reason", reason))
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this test process and of the child processes it has waited for (servers, training runs)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """The CPU seconds of each phase beside its wall time, for ``--suite-timeline``: a test whose wall time is
+    mostly not CPU time waits (a sleep, a timeout, a process starting)."""
+    outcome = yield
+    started = item.stash.get(_CPU_AT, None)
+    if started is not None:
+        outcome.get_result().user_properties.append(("cpu_s", round(_cpu_seconds() - started, 3)))
+    item.stash[_CPU_AT] = _cpu_seconds()  # the next phase starts where this one ended

@@ -15,7 +15,6 @@ training, feature caching, transformer training, export.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -24,22 +23,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from transformer_quickstart import ENV, quickstart_command, transformer_quickstart
 
-# 16 tokens and one thread: the least transformer work that still caches, trains and exports (about 15% less
-# than 40 tokens on two threads), and one core, as the other xdist worker has the other.
-SETTINGS = ["subset=200", "precision=32", "transformer_strategy=cached", "transformer_max_length=16", "threads=1",
-            "verify_rounds=5"]
 pytestmark = pytest.mark.slow(reason="a real quickstart killed in each of its 4 sections and resumed, and an "
                                      "uninterrupted reference: about 2 min")
 CLI = [sys.executable, "-m", "torchwork.cli"]
-
-
-def quickstart(runs: Path) -> list[str]:
-    return [*CLI, "quickstart", "--quick", "--set", f"run_dir={runs}",
-            *[part for setting in SETTINGS for part in ("--set", setting)]]
-
-
-ENV = {**os.environ, "TORCHWORK_PROGRESS_EVERY": "3600"}
 
 
 def only_run(runs: Path) -> Path | None:
@@ -54,13 +42,9 @@ def scores(summary: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> Path:
-    runs = tmp_path_factory.mktemp("reference") / "runs"
-    done = subprocess.run(quickstart(runs), capture_output=True, text=True, timeout=1800, env=ENV)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    run = only_run(runs)
-    assert run is not None
-    return run
+def reference() -> Path:
+    """The uninterrupted run, shared with the transformer tests (transformer_quickstart.py)."""
+    return transformer_quickstart()[2]
 
 
 def _ngram_trained_two_epochs(run: Path, out: str) -> bool:
@@ -116,7 +100,7 @@ def _reads_back(said: str, section: str, decisions: tuple[str, ...]) -> None:
 def test_sigkill_in_each_quickstart_section_in_turn_then_resume_gives_the_same_run(tmp_path, reference):
     runs = tmp_path / "runs"
     name, condition, _ = SECTIONS[0]
-    run = kill_when(quickstart(runs), runs, condition, tmp_path / f"killed-in-{name}.log")
+    run = kill_when(quickstart_command(runs), runs, condition, tmp_path / f"killed-in-{name}.log")
     resume = [*CLI, "resume", str(run)]
     for (killed_in, _, decisions), (name, condition, _) in zip(SECTIONS, SECTIONS[1:]):
         assert not (run / "summary.json").exists()

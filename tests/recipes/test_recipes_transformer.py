@@ -16,6 +16,7 @@ from torchwork.errors import ConfigError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "inspect"))
 from chromium_page import CHROMIUM, render_in_chromium  # noqa: E402
+from transformer_quickstart import transformer_quickstart  # noqa: E402
 
 
 def test_length_buckets_cover_every_index_once_with_similar_lengths_and_reshuffle():
@@ -204,18 +205,11 @@ def test_report_parts_misclassified_and_split_rows():
 
 
 @pytest.fixture(scope="module")
-def transformer_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
-    runs = tmp_path_factory.mktemp("transformer") / "runs"
-    # 16 tokens on one thread: every section and file at the least work (the other xdist worker has the other core)
-    settings = [f"run_dir={runs}", "subset=200", "epochs=1", "threads=1", "precision=32", "transformer_epochs=1",
-                "transformer_strategy=cached", "transformer_train_layers=1", "transformer_max_length=16",
-                "verify_rounds=5"]
-    done = subprocess.run([sys.executable, "-m", "torchwork.cli", "quickstart", "--model", "transformer",
-                           *[a for s in settings for a in ("--set", s)]],
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (run,) = list(runs.iterdir())
-    return done, run
+def transformer_run() -> tuple[subprocess.CompletedProcess, Path]:
+    """The shortened transformer quickstart run once for the whole test run (transformer_quickstart.py), as the
+    completed process it was and its run folder."""
+    stdout, stderr, run = transformer_quickstart()
+    return subprocess.CompletedProcess([], 0, stdout, stderr), run
 
 
 @pytest.mark.slow(reason="a whole transformer quickstart (module fixture): caching, training, two exports")

@@ -10,12 +10,14 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 from serve_models import DIGIT_LABELS, train_briefly
+from shared_builds import built_once
 from torch import nn
 
 STATIC_BATCH = 4
@@ -107,6 +109,25 @@ def build_digits_artifact(out: Path, seed: int = 0) -> DigitsArtifact:
     finally:
         torch.set_num_threads(threads)
     return DigitsArtifact(out, images[1500:].numpy())
+
+
+def shared_digits_artifact() -> DigitsArtifact:
+    """:func:`build_digits_artifact` with seed 0, built once for all the run's workers: read it, copy it to
+    change it."""
+    folder = built_once("digits-artifact", lambda into: build_digits_artifact(into / "artifact"))
+    return DigitsArtifact(folder / "artifact", digits()[0][1500:].numpy())
+
+
+def shared_text_artifact() -> TextArtifact:
+    """:func:`build_text_artifact`, built once for all the run's workers: read it, copy it to change it."""
+
+    def build(into: Path) -> None:
+        made = build_text_artifact(into / "artifact")
+        (into / "held_out.json").write_text(json.dumps({"classes": made.classes, "tweets": made.tweets}))
+
+    folder = built_once("text-artifact", build)
+    held_out = json.loads((folder / "held_out.json").read_text())
+    return TextArtifact(folder / "artifact", held_out["classes"], held_out["tweets"])
 
 
 def build_static_batch_artifact(out: Path) -> nn.Module:

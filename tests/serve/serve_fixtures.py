@@ -142,11 +142,11 @@ def metric_value(text: str, name: str) -> float:
 
 @pytest.fixture(scope="session")
 def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The models of serve_models.py, built once for all the run's workers."""
     from serve_models import build_models
+    from shared_builds import built_once
 
-    folder = tmp_path_factory.mktemp("serve-models")
-    build_models(folder)
-    return folder
+    return built_once("serve-models", build_models)
 
 
 def _server(folder: Path, factory: str, *flags: str) -> Iterator[ServerProcess]:

@@ -28,11 +28,11 @@ from serve_artifacts import (
     STATIC_LENGTH,
     DigitsArtifact,
     TextArtifact,
-    build_digits_artifact,
     build_static_batch_artifact,
     build_static_length_artifact,
-    build_text_artifact,
     digits,
+    shared_digits_artifact,
+    shared_text_artifact,
 )
 from serve_fixtures import ServerProcess, metric_value, parallel, probabilities
 
@@ -45,13 +45,13 @@ INT8_ATOL = 0.02  # batch-neighbour effect of dynamic INT8 (see the module docst
 
 
 @pytest.fixture(scope="module")
-def text_artifact(tmp_path_factory: pytest.TempPathFactory) -> TextArtifact:
-    return build_text_artifact(tmp_path_factory.mktemp("serve-artifacts") / "tweets")
+def text_artifact() -> TextArtifact:
+    return shared_text_artifact()
 
 
 @pytest.fixture(scope="module")
-def digits_artifact(tmp_path_factory: pytest.TempPathFactory) -> DigitsArtifact:
-    return build_digits_artifact(tmp_path_factory.mktemp("serve-artifacts") / "digits")
+def digits_artifact() -> DigitsArtifact:
+    return shared_digits_artifact()
 
 
 def _serve(path: Path, log_dir: Path, *flags: str) -> Iterator[ServerProcess]:

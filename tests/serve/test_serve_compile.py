@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from serve_artifacts import DIGIT_LABELS, DigitsArtifact, build_digits_artifact
+from serve_artifacts import DIGIT_LABELS, DigitsArtifact, shared_digits_artifact
 from serve_fixtures import ServerProcess, probabilities
 
 from torchwork.deploy import load_artifact
@@ -22,8 +22,8 @@ from torchwork.serve.server import load_predictor
 
 
 @pytest.fixture(scope="module")
-def digits_artifact(tmp_path_factory: pytest.TempPathFactory) -> DigitsArtifact:
-    return build_digits_artifact(tmp_path_factory.mktemp("serve-compile") / "digits")
+def digits_artifact() -> DigitsArtifact:
+    return shared_digits_artifact()
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from serve_artifacts import build_digits_artifact
+from serve_artifacts import build_digits_artifact, shared_digits_artifact
 from serve_fixtures import ServerProcess, metric_value
 
 pytestmark = pytest.mark.in_file_order(reason="one server of named artifacts: tests replace an artifact and reload it")
@@ -22,7 +22,7 @@ KEY = "a-test-key-for-named-models"
 
 @pytest.fixture(scope="module")
 def artifacts(tmp_path_factory: pytest.TempPathFactory):
-    first = build_digits_artifact(tmp_path_factory.mktemp("digits-seed0") / "artifact")
+    first = shared_digits_artifact()
     second = build_digits_artifact(tmp_path_factory.mktemp("digits-seed1") / "artifact", seed=1)
     return first, second
 

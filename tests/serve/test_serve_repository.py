@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 import pytest
-from serve_artifacts import build_digits_artifact
+from serve_artifacts import shared_digits_artifact
 from serve_fixtures import ServerProcess, metric_value
 
 pytestmark = pytest.mark.in_file_order(reason="one repository server: tests add versions and reload them")
@@ -23,8 +23,8 @@ LOAD_WORKERS = 16
 
 
 @pytest.fixture(scope="module")
-def digits_artifact(tmp_path_factory: pytest.TempPathFactory):
-    return build_digits_artifact(tmp_path_factory.mktemp("digits-artifact") / "artifact")
+def digits_artifact():
+    return shared_digits_artifact()
 
 
 @pytest.fixture(scope="module")
