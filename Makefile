@@ -59,13 +59,15 @@ demo: $(RUNTIME)
 # The type check of the public API and the docs (warnings are errors) run beside the suite, not before it
 # (tests/beside.py: the suite leaves the cores about a third idle); files and settings: [tool.mypy] in
 # pyproject.toml, docs/conf.py. The suite runs in three xdist workers on the two cores (each module's tests on
-# one worker, so a module's fixtures are built once; a third worker fills the time the tests wait), in a seeded random order (pytest-randomly; the summary
+# one worker, so a module's fixtures are built once; a third worker fills the time the tests wait; the modules in
+# tests/suite_order.py's order, longest first, which --no-loadscope-reorder keeps: xdist otherwise sends the modules
+# with the most tests first), in a seeded random order (pytest-randomly; the summary
 # ends with "random order: --randomly-seed=N": PYTEST_ARGS="--randomly-seed=N" replays it), and fails when
 # it runs past SUITE_BUDGET_S seconds (tests/suite_budget.py; the measurement: docs/design/test-suite.md).
 PYTEST_WORKERS ?= 3
 SUITE_BUDGET_S ?= 1800
 PYTEST_ARGS ?=
-PYTEST := $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadscope
+PYTEST := $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
 test: $(STAMP) system-deps
 	$(BIN)/python tests/beside.py "$(BIN)/mypy" "$(SPHINX)" -- $(PYTEST) --suite-budget $(SUITE_BUDGET_S) $(PYTEST_ARGS)
 
@@ -78,7 +80,7 @@ test-quick: $(STAMP)
 # Line coverage of src/ by the whole suite, subprocesses included (coverage.py's subprocess patch).
 coverage: $(STAMP) system-deps
 	rm -rf .coverage-data && mkdir .coverage-data
-	$(BIN)/coverage run --rcfile=.coveragerc -m pytest -q -n $(PYTEST_WORKERS) --dist loadscope $(PYTEST_ARGS) || true
+	$(BIN)/coverage run --rcfile=.coveragerc -m pytest -q -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder $(PYTEST_ARGS) || true
 	$(BIN)/coverage combine --rcfile=.coveragerc --quiet
 	$(BIN)/coverage report --rcfile=.coveragerc --skip-covered --sort=miss | tail -n 30
 

@@ -24,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -33,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,10 +112,9 @@ def build_runner(cache: str | os.PathLike[str] | None = None, jobs: int | None =
     """Build ``torchwork-run`` (or reuse the one built from the same sources, torch and compiler).
 
     The build runs in a temporary folder beside the cache entry and is renamed into place when it succeeds,
-    so a failed or interrupted build leaves nothing behind. Ninja's progress lines go to stderr.
+    so a failed or interrupted build leaves nothing behind; a process that finds another one building the same
+    entry waits for it. Ninja's progress lines go to stderr.
     """
-    import torch.utils
-
     tools = _tools()
     root = Path(cache) if cache is not None else cache_root()
     target = root / _build_key(tools["c++"])
@@ -122,6 +122,30 @@ def build_runner(cache: str | os.PathLike[str] | None = None, jobs: int | None =
     if binary.is_file() and os.access(binary, os.X_OK):
         return CppBuild(binary, 0.0, True)
     root.mkdir(parents=True, exist_ok=True)
+    with _building(root / f".{target.name}.lock"):
+        if binary.is_file() and os.access(binary, os.X_OK):  # built by the process we waited for
+            return CppBuild(binary, 0.0, True)
+        return _build_into(target, tools, jobs, quiet)
+
+
+@contextlib.contextmanager
+def _building(lock_path: Path) -> Iterator[None]:
+    """One build of an entry at a time: a second process waits for the first one's build instead of compiling
+    the same sources beside it (a minute of both cores). The lock goes with the process if it dies."""
+    try:
+        import fcntl
+    except ImportError:  # no POSIX locks (Windows): concurrent builds stay correct, each renames its own in
+        yield
+        return
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _build_into(target: Path, tools: dict[str, str], jobs: int | None, quiet: bool) -> CppBuild:
+    import torch.utils
+
+    root, binary = target.parent, target / BINARY
     work = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
     started = time.perf_counter()
     try:
