@@ -43,6 +43,7 @@ def assert_close(a: dict, b: dict, exact: bool = False) -> None:
             torch.testing.assert_close(a[key], b[key], rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.slow(reason="two torchrun jobs of two processes and a one-process reference")
 def test_two_processes_match_one_process_with_twice_the_batch(tmp_path):
     two = torchrun(str(tmp_path / "two.pt"), "--batch", "8", "--accumulate", "1", "4")
     assert two.returncode == 0, two.stderr[-3000:]
