@@ -5,7 +5,7 @@ used the Trainer's ``_run_window``, ``_save_checkpoint``, ``_say``, ...).
 For each module of src/torchwork, the private names it defines: ``def _x``, ``class _X``, ``self._x = ...`` (and
 ``cls._x``), a class body's or the module's ``_x = ...``. An attribute read ``expr._x`` is a reach when ``expr``
 is not ``self``, ``cls`` or ``super()``, ``_x`` is not defined in the same module, and some other torchwork module
-defines it. Dunder names are exempt, and so is ``expr._x`` on a module imported from outside torchwork
+defines it. Dunder names are exempt, and so is ``expr._x`` on a standard-library or third-party module
 (``os._exit``). tests/layers/test_private_names.py covers the other kind of reach: ``from m import _x``.
 """
 
