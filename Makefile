@@ -67,13 +67,14 @@ demo: $(RUNTIME)
 
 # The type check of the public API and the docs (warnings are errors) run beside the suite, not before it
 # (tests/beside.py: the suite leaves the cores about a third idle); files and settings: [tool.mypy] in
-# pyproject.toml, docs/conf.py. The suite runs in three xdist workers on the two cores (each module's tests on
-# one worker, so a module's fixtures are built once; a third worker fills the time the tests wait; the modules in
+# pyproject.toml, docs/conf.py. The suite runs in four xdist workers on the two cores (each module's tests on
+# one worker, so a module's fixtures are built once; two more workers fill the time the tests wait on their
+# subprocesses, fsync and servers: 800 s of pytest with four, 849 s with three, on fresh clones; the modules in
 # tests/suite_order.py's order, longest first, which --no-loadscope-reorder keeps: xdist otherwise sends the modules
 # with the most tests first), in a seeded random order (pytest-randomly; the summary
 # ends with "random order: --randomly-seed=N": PYTEST_ARGS="--randomly-seed=N" replays it), and fails when
 # it runs past SUITE_BUDGET_S seconds (tests/suite_budget.py; the measurement: docs/design/test-suite.md).
-PYTEST_WORKERS ?= 3
+PYTEST_WORKERS ?= 4
 SUITE_BUDGET_S ?= 1800
 PYTEST_ARGS ?=
 PYTEST := $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
