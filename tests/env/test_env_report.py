@@ -126,3 +126,16 @@ def test_env_help_does_not_import_torch():
                       "['env', 'lock']):\n    build_parser().parse_args(argv)\n"
                       "print(sorted(m for m in ('torch', 'numpy', 'threadpoolctl') if m in sys.modules))")
     assert done.stdout.strip() == "[]", done.stderr
+
+
+def test_the_package_list_is_read_at_each_call_not_from_a_first_one(tmp_path, monkeypatch) -> None:
+    """A long process (a notebook, a test session) records the packages it runs with now: a manifest once
+    kept the list of the first run of its process, and listed a distribution gone from sys.path since."""
+    from torchwork.env.machine import installed_distributions
+
+    before = installed_distributions()
+    (tmp_path / "made_up_package-1.2.3.dist-info").mkdir()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert installed_distributions() == {**before, "made-up-package": "1.2.3"}
+    monkeypatch.undo()
+    assert installed_distributions() == before

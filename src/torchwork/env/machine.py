@@ -9,7 +9,6 @@ Example:
 
 from __future__ import annotations
 
-import functools
 import importlib.metadata as metadata
 import os
 import platform
@@ -88,13 +87,13 @@ def behaviour_variables(environ: dict[str, str] | None = None) -> dict[str, str]
             if key in BEHAVIOUR_VARIABLES or key.startswith(BEHAVIOUR_PREFIXES)}
 
 
-@functools.lru_cache(maxsize=1)
 def installed_distributions() -> dict[str, str]:
     """``{canonical name: version}`` of every installed distribution (the first one on sys.path wins).
 
     Read from the ``name-version.dist-info`` folder names (a directory listing per path entry: a few
     milliseconds, cheap enough for every run manifest); a folder whose name does not say its version is
-    read through importlib.metadata.
+    read through importlib.metadata. Read again at each call, not cached: a long process (a notebook, a test
+    session) whose packages or ``sys.path`` changed since its first run records what it runs with now.
     """
     found: dict[str, str] = {}
     for entry in sys.path:
