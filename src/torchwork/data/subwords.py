@@ -17,12 +17,35 @@ from __future__ import annotations
 
 from typing import Any
 
+# The pad tokens of the vocabularies in use: WordPiece's (BERT, DistilBERT, ELECTRA, MiniLM: id 0) and
+# byte-level BPE's (RoBERTa, MPNet: id 1, where id 0 is the start token <s>).
+PAD_TOKENS = ("[PAD]", "<pad>")
+
+
+def pad_token_of(tokenizer: Any) -> tuple[int, str]:
+    """``(id, token)`` to pad with: the file's padding setting, else the vocabulary's pad token, else id 0.
+
+    A tokenizer.json saved without a padding section (the usual case) still has its pad token in the
+    vocabulary; padding RoBERTa's ids with 0 would fill the rows with ``<s>``.
+
+    Example:
+        >>> from tokenizers import Tokenizer, models
+        >>> pad_token_of(Tokenizer(models.WordLevel({"<s>": 0, "<pad>": 1, "a": 2}, unk_token="a")))
+        (1, '<pad>')
+    """
+    if tokenizer.padding:
+        return int(tokenizer.padding.get("pad_id", 0)), str(tokenizer.padding.get("pad_token", "[PAD]"))
+    for token in PAD_TOKENS:
+        found = tokenizer.token_to_id(token)
+        if found is not None:
+            return int(found), token
+    return 0, PAD_TOKENS[0]
+
 
 def for_batches(tokenizer: Any, max_length: int, pad_to: int | None = None) -> Any:
-    """``tokenizer`` truncating at ``max_length`` and padding with the file's pad token (``[PAD]``, id 0 when
-    it names none) to each batch's longest text, or to ``pad_to``."""
-    padding = tokenizer.padding or {}
+    """``tokenizer`` truncating at ``max_length`` and padding with its pad token (:func:`pad_token_of`) to each
+    batch's longest text, or to ``pad_to``."""
+    pad_id, pad_token = pad_token_of(tokenizer)
     tokenizer.enable_truncation(max_length=max_length)
-    tokenizer.enable_padding(pad_id=padding.get("pad_id", 0), pad_token=padding.get("pad_token", "[PAD]"),
-                             length=pad_to)
+    tokenizer.enable_padding(pad_id=pad_id, pad_token=pad_token, length=pad_to)
     return tokenizer

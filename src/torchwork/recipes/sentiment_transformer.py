@@ -215,10 +215,8 @@ def _training_rows(settings: TransformerSettings, train: Any) -> Any:
 
 def _probe_batch(settings: TransformerSettings, data: TokenTexts) -> Any:
     """The training batch of median length among the first nine: the strategy and the precision are timed on it."""
-    from torchwork.recipes.buckets import pad_batch
-
     first = [b for _, b in zip(range(9), length_loader(data, data.lengths, settings.transformer_batch_size, True,
-                                                        settings.seed, pad_batch))]
+                                                        settings.seed, data.collate))]
     return sorted(first, key=lambda b: b[0][0].shape[1])[len(first) // 2]  # a batch of median length
 
 
@@ -262,7 +260,7 @@ def _prepare_cached(settings: TransformerSettings, model: Any, data: dict[str, T
 
     from torchwork.finetune import cache_features, freeze
     from torchwork.finetune.encoder_model import EncoderTop
-    from torchwork.recipes.buckets import pad_batch, trim_cached
+    from torchwork.recipes.buckets import trim_cached
 
     split_at = model.num_layers - settings.transformer_train_layers
     freeze(model, *model.frozen_names(split_at))
@@ -276,7 +274,7 @@ def _prepare_cached(settings: TransformerSettings, model: Any, data: dict[str, T
     started = time.perf_counter()
     cached: dict[str, Any] = {}
     for name in ("train", "validation"):
-        ordered = length_loader(data[name], data[name].lengths, 64, False, settings.seed, pad_batch)
+        ordered = length_loader(data[name], data[name].lengths, 64, False, settings.seed, data[name].collate)
         cached[name] = cache_features(bottom, ordered, device=str(device), desc=f"caching {name} features",
                                       precision=precision, ragged=True, storage=precision)
     cache_seconds = time.perf_counter() - started
@@ -293,11 +291,10 @@ def _prepare_cached(settings: TransformerSettings, model: Any, data: dict[str, T
 def _prepare_full(settings: TransformerSettings, model: Any, data: dict[str, TokenTexts], loss_fn: Any,
                   device: Any, decisions: Any) -> _Prepared:
     """The full strategy: the whole model trained on padded token batches."""
-    from torchwork.recipes.buckets import pad_batch
-
     size = settings.transformer_batch_size
-    train_loader = length_loader(data["train"], data["train"].lengths, size, True, settings.seed, pad_batch)
-    val_loader = length_loader(data["validation"], data["validation"].lengths, 128, False, settings.seed, pad_batch)
+    train, validation = data["train"], data["validation"]
+    train_loader = length_loader(train, train.lengths, size, True, settings.seed, train.collate)
+    val_loader = length_loader(validation, validation.lengths, 128, False, settings.seed, validation.collate)
     precision, precision_timing = _training_precision(settings, decisions, device, model, next(iter(train_loader)),
                                                       loss_fn)
     return _Prepared(model, train_loader, val_loader, "classifier", precision, precision_timing, {})

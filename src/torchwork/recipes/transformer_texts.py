@@ -5,6 +5,9 @@ Example:
     >>> data = TokenTexts(["a great flight", "late again"], [2, 0], subword_tokenizer(16))
     >>> len(data), data.labels, data.lengths, data[1][0].tolist() == data.subset([1])[0][0].tolist()
     (2, [2, 0], [5, 4], True)
+    >>> (ids, mask), labels = data.collate([data[0], data[1]])  # padded with the tokenizer's pad id
+    >>> ids[1, -1].item() == data.pad_id, mask[1].tolist()
+    (True, [1, 1, 1, 1, 0])
 """
 
 from __future__ import annotations
@@ -43,10 +46,12 @@ class TokenTexts:
         pieces = [np.asarray(encoding.ids[:sum(encoding.attention_mask)], dtype=np.int32)
                   for start in range(0, len(texts), self.CHUNK)
                   for encoding in tokenizer.tokenizer.encode_batch(texts[start:start + self.CHUNK])]
-        self._keep(pieces, labels)
+        self._keep(pieces, labels, int(tokenizer.tokenizer.padding["pad_id"]))
 
-    def _keep(self, pieces: Sequence[Any], labels: Sequence[int]) -> None:
+    def _keep(self, pieces: Sequence[Any], labels: Sequence[int], pad_id: int) -> None:
         import numpy as np
+
+        self.pad_id = pad_id  # the tokenizer's (RoBERTa's and MPNet's <pad> is 1; 0 is their <s>)
 
         self._ids = np.concatenate(pieces) if len(pieces) else np.zeros(0, dtype=np.int32)
         self._ends = np.cumsum([len(piece) for piece in pieces], dtype=np.int64)
@@ -70,8 +75,15 @@ class TokenTexts:
     def subset(self, rows: Sequence[int]) -> TokenTexts:
         """These ``rows`` (indices), not tokenized again."""
         part = object.__new__(TokenTexts)
-        part._keep([self[i][0] for i in rows], [self.labels[i] for i in rows])
+        part._keep([self[i][0] for i in rows], [self.labels[i] for i in rows], self.pad_id)
         return part
+
+    def collate(self, items: Sequence[tuple[Any, int]]) -> tuple[tuple[Any, Any], Any]:
+        """``((input_ids, attention_mask), labels)`` of ``items``, padded with the tokenizer's pad id: what the
+        served artifact's tokenizer pads with too."""
+        from torchwork.recipes.buckets import pad_batch
+
+        return pad_batch(items, self.pad_id)
 
 
 def bottom_module(model: Any, layers: int) -> Any:
@@ -106,7 +118,7 @@ def predict_outputs(model: Any, data: TokenTexts, batch_size: int = 64, device: 
     import torch
 
     from torchwork.engine.progress import ProgressBar
-    from torchwork.recipes.buckets import LengthBuckets, pad_batch
+    from torchwork.recipes.buckets import LengthBuckets
 
     model.eval()
     out = torch.empty((len(data), model.classifier.out_features))
@@ -114,7 +126,7 @@ def predict_outputs(model: Any, data: TokenTexts, batch_size: int = 64, device: 
     bar = ProgressBar(len(batches), desc=desc)
     with torch.inference_mode():
         for batch in batches:
-            (ids, mask), _ = pad_batch([data[i] for i in batch])
+            (ids, mask), _ = data.collate([data[i] for i in batch])
             out[batch] = model(ids.to(device), mask.to(device)).float().cpu()
             bar.update(len(batch))
     bar.close()
