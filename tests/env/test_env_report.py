@@ -139,3 +139,16 @@ def test_the_package_list_is_read_at_each_call_not_from_a_first_one(tmp_path, mo
     assert installed_distributions() == {**before, "made-up-package": "1.2.3"}
     monkeypatch.undo()
     assert installed_distributions() == before
+
+
+def test_importing_setuptools_adds_no_package_to_the_list() -> None:
+    """setuptools puts its ``_vendor`` folder on sys.path when imported (torch's C++ builds import it): a
+    worker's run manifest then listed wheel, zipp, jaraco-* and the rest of its private copies, and `env diff`
+    against a fresh snapshot said "packages only in B" (the suite, four workers, two runs of six)."""
+    code = ("import json, sys\nfrom torchwork.env.machine import installed_distributions\n"
+            "before = installed_distributions()\nimport setuptools\n"
+            "vendored = [p for p in sys.path if p.endswith('_vendor')]\n"
+            "print(json.dumps([bool(vendored), installed_distributions() == before]))")
+    done = run_python(code)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [True, True]

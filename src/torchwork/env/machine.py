@@ -94,9 +94,14 @@ def installed_distributions() -> dict[str, str]:
     milliseconds, cheap enough for every run manifest); a folder whose name does not say its version is
     read through importlib.metadata. Read again at each call, not cached: a long process (a notebook, a test
     session) whose packages or ``sys.path`` changed since its first run records what it runs with now.
+    A folder inside a package is skipped: importing setuptools (as torch's C++ builds do) puts
+    ``setuptools/_vendor`` on sys.path, whose dist-info folders are setuptools' private copies, not
+    installed distributions.
     """
     found: dict[str, str] = {}
     for entry in sys.path:
+        if _inside_a_package(entry):
+            continue
         try:
             names = sorted(os.listdir(entry or "."))
         except OSError:
@@ -115,3 +120,8 @@ def installed_distributions() -> dict[str, str]:
             if project and version:
                 found.setdefault(canonical_name(project), version)
     return dict(sorted(found.items()))
+
+
+def _inside_a_package(entry: str) -> bool:
+    """Whether the sys.path ``entry`` is a folder of an importable package (its parent has ``__init__.py``)."""
+    return bool(entry) and os.path.isfile(os.path.join(os.path.dirname(os.path.abspath(entry)), "__init__.py"))
