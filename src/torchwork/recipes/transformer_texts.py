@@ -52,7 +52,6 @@ class TokenTexts:
         import numpy as np
 
         self.pad_id = pad_id  # the tokenizer's (RoBERTa's and MPNet's <pad> is 1; 0 is their <s>)
-
         self._ids = np.concatenate(pieces) if len(pieces) else np.zeros(0, dtype=np.int32)
         self._ends = np.cumsum([len(piece) for piece in pieces], dtype=np.int64)
         self.labels = [int(label) for label in labels]
