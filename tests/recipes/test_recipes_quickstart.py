@@ -48,6 +48,22 @@ def test_quickstart_produces_every_file(quickstart):
     assert "precision:" in done.stdout and "cleaning:" in done.stdout
 
 
+def test_the_quickstart_prints_and_keeps_the_tweets_data_report(quickstart):
+    done, run = quickstart
+    report = json.loads((run / "data_report.json").read_text())
+    assert report["source"]["bundled"] == "tweets" and report["source"]["rows"] == 38158
+    counts = {f["kind"]: f["count"] for f in report["findings"]}
+    # The shipped file, counted by the audit itself (tests/data/test_data_audit.py plants each kind).
+    assert counts["duplicate"] == 955 and counts["conflicting-labels"] == 623 and counts["garbled-text"] == 4874
+    assert not [f for f in report["findings"] if f["severity"] == "error"]
+    assert set(report["splits"]) == {"train", "validation", "test"}
+    assert "data report: 0 error(s)" in done.stdout and "warning duplicate" in done.stdout
+    assert "row None" not in done.stdout  # a class-count finding has no row to show
+    manifest = json.loads((run / "manifest.json").read_text())["config"]
+    assert manifest["data_report_counts"] == counts and manifest["data_source"]["bundled"] == "tweets"
+    assert "Data report (before training)" in (run / "report.html").read_text()
+
+
 def test_files_a_user_keeps_have_the_mode_of_a_plain_open(quickstart):
     _, run = quickstart
     umask = os.umask(0o022)

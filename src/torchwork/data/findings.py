@@ -87,7 +87,7 @@ class DataReport:
         out = [f"data report: {len(self.errors)} error(s), {len(self.findings)} finding(s)"]
         for finding in sorted(self.findings, key=lambda f: SEVERITIES.index(f.severity)):
             out.append(finding.line())
-            for example in finding.examples[:examples]:
+            for example in [e for e in finding.examples if "row" in e][:examples]:  # class counts have none
                 text = clip(str(example.get("text", "")), 90)
                 out.append(f"          row {example.get('row')}: {text!r} {example.get('note', '')}".rstrip())
             out.append(f"          fix: {finding.fix}")

@@ -235,7 +235,7 @@ def validation_objective(config: SentimentConfig, callbacks: Any = (),
     if config.threads:
         torch.set_num_threads(config.threads)
     seed_everything(config.seed)
-    dataset, _ = load_text_splits(config, label_noise=False, say=lambda line: None)
+    dataset, _, _ = load_text_splits(config, label_noise=False, say=lambda line: None)
     train, validation = (stratified_subset(s, config.subset, config.seed) for s in (dataset.train, dataset.validation))
     previous = recorded_config(dataclasses.asdict(config))  # resuming (TORCHWORK_RESUME): its precision
     recorded = ({"precision_chosen": previous["precision_chosen"],
@@ -279,7 +279,9 @@ def run(config: SentimentConfig, serve: bool = False, budget: Any = None) -> dic
     from torchwork.recipes.fit_data import load_text_splits
 
     say(f"== 1. Data: {config.data or 'CrowdFlower tweets (dirty, imbalanced)'}")
-    dataset, own_data = load_text_splits(config, say=say)
+    dataset, own_data, data_report = load_text_splits(config, say=say)
+    if own_data is None:  # the bundled tweets: what the cleaning below repairs
+        say("\n".join(data_report.lines()))
     say(dataset.describe())
     train, validation, test = (stratified_subset(s, config.subset, config.seed)
                                for s in (dataset.train, dataset.validation, dataset.test))
@@ -296,8 +298,7 @@ def run(config: SentimentConfig, serve: bool = False, budget: Any = None) -> dic
     if budget is not None:  # the trials that fit, then the final training with the best settings
         config = budget.tune(config, train, validation, test, classes)
     say("\n== 3. Model: TF-IDF-weighted word and character n-grams, trained from scratch")
-    data_record = ({"data_source": own_data.report.source, "data_report_counts": own_data.report.counts()}
-                   if own_data else {})
+    data_record = {"data_source": data_report.source, "data_report_counts": data_report.counts()}
     fitted = fit_ngram(config, train, validation, classes, recorded, {"baseline": baseline, **data_record},
                        data_splits={"test": test})
     trainer, model, preprocessor = fitted["trainer"], fitted["model"], fitted["preprocessor"]
@@ -308,8 +309,7 @@ def run(config: SentimentConfig, serve: bool = False, budget: Any = None) -> dic
     if not trainer.world.is_rank_zero:
         return {}  # under torchrun, rank 0 evaluates, exports and reports
     preprocessor.save(run_path / "preprocess")  # the exact preprocessing, kept with the run
-    if own_data is not None:
-        write_json(run_path / "data_report.json", own_data.report.to_dict())
+    write_json(run_path / "data_report.json", data_report.to_dict())
     best = torch.load(run_path / "checkpoints" / "best.pt", weights_only=True)
     model.load_state_dict(best["model"])
     best_epoch = json.loads((run_path / "checkpoints" / "best.json").read_text())
@@ -358,7 +358,7 @@ def run(config: SentimentConfig, serve: bool = False, budget: Any = None) -> dic
                  sizes={"train": len(train), "validation": len(validation), "test": len(test)},
                  test_texts=list(test.texts),
                  seeds=seed_rows(run_path.parent, run_path, dataclasses.asdict(config), models),
-                 data_report=own_data.report.to_dict() if own_data else None)
+                 data_report=data_report.to_dict())
     write_json(run_path / "summary.json", summary)
     write_resolved_config(run_path / "config.yaml", config, precision=precision, served=served)
     if serve:

@@ -21,7 +21,8 @@ def write_report(path: Path, *, history: list[dict[str, Any]], metrics: dict[str
     from torchwork.recipes import sentiment_report_parts as parts
 
     served = served or {}
-    report = Report(f"{data_report['source']['data']['path']}: torchwork fit" if data_report else
+    own_file = (data_report or {}).get("source", {}).get("data", {}).get("path")  # None: the bundled tweets
+    report = Report(f"{own_file}: torchwork fit" if own_file else
                     "Sentiment analysis of airline tweets: torchwork quickstart")
     data = ", ".join(f"{n} {v:,}" for n, v in (sizes or {}).items())
     report.paragraph(f"Served model: {served.get('name', 'ngram')}; device {served.get('device') or 'cpu'}; "

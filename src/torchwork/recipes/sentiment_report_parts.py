@@ -148,6 +148,11 @@ def data_sections(report: Any, cleaning: Any, data_report: Mapping[str, Any] | N
     """The data report's findings (a user's own file: ``torchwork fit``) and the cleaning's counts."""
     if data_report is not None:
         report.heading("Data report (before training)")
+        source = data_report.get("source", {})
+        if "bundled" in source:
+            report.paragraph(f"The bundled {source['bundled']} as shipped ({source['path']}, {source['rows']:,} "
+                             "rows), dirty on purpose: the cleaning step below repairs what it can. Label noise: "
+                             f"{source['label_noise']}.", "note")
         report.table(None, ["severity", "kind", "count", "what", "first rows", "fix"],
                      [[f["severity"], f["kind"], f["count"], f["summary"],
                        ", ".join(str(e.get("row", "")) for e in f["examples"] if "row" in e), f["fix"]]
