@@ -152,6 +152,18 @@ def slow_item(seconds: float, x: float = 1.0) -> list[float]:
     return [seconds, x, 2.0, 3.0]
 
 
+def known_to_be_slow(server) -> None:
+    """Make the server estimate the slow model as slow, so that a lone slow request goes to its worker.
+
+    The inline cost rule (``serve/batching.py``) runs a lone request it estimates cheap on the event loop
+    itself, from the times of earlier lone requests: after this module's lone ``slow_item(0.0)`` requests it
+    may estimate under 20 ms an item, run a 1 s request inline and leave ``/metrics`` unanswered until it is
+    done (one random-order run, thread mode). One 0.1 s request makes the estimate at least 30 ms an item.
+    """
+    status, _, body = server.predict([slow_item(0.1)])
+    assert status == 200, body
+
+
 def wait_in_flight(server, count: int, results: list) -> None:
     deadline = time.monotonic() + 20
     while metric_value(server.metrics(), "torchwork_requests_in_flight") < count:
@@ -170,6 +182,7 @@ def background(server, items: list, results: list) -> list[threading.Thread]:
 def test_queued_requests_are_batched_and_answered_correctly(slow_server):
     import torch
 
+    known_to_be_slow(slow_server)
     before = metric_value(slow_server.metrics(), "torchwork_batch_size_count")
     results: list = []
     threads = background(slow_server, [slow_item(1.0)], results)  # the worker sleeps 1 s on this one...
@@ -189,6 +202,7 @@ def test_queued_requests_are_batched_and_answered_correctly(slow_server):
 
 
 def test_a_full_queue_answers_503_with_retry_after(slow_server):
+    known_to_be_slow(slow_server)
     results: list = []
     threads = background(slow_server, [slow_item(1.0)], results)  # occupies the worker for 1 s
     wait_in_flight(slow_server, 1, results)
@@ -205,6 +219,7 @@ def test_a_full_queue_answers_503_with_retry_after(slow_server):
 
 
 def test_a_request_past_the_timeout_answers_504_and_the_server_goes_on(slow_server):
+    known_to_be_slow(slow_server)  # inline, the 4 s request would hold the event loop past its timeout
     status, _, body = slow_server.predict([slow_item(4.0)])
     assert status == 504 and "no prediction within 3 s" in body["detail"]
     assert slow_server.predict([slow_item(0.0)])[0] == 200
