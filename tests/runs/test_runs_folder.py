@@ -129,6 +129,24 @@ def test_corrupt_and_foreign_checkpoints_are_refused(tmp_path):
     assert not list(tmp_path.glob(".*.tmp"))
 
 
+def test_a_checkpoint_is_streamed_to_disk_not_copied_in_memory(tmp_path):
+    import hashlib
+    import tracemalloc
+
+    weights = torch.randn(1000, 1000)  # 4 MB
+    path = tmp_path / "step-000000001.pt"
+    tracemalloc.start()
+    try:
+        save_checkpoint({"format_version": 1, "model": {"w": weights}}, path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000, peak  # written through a BytesIO it was the file's size twice: 8 MB
+    recorded = (tmp_path / "step-000000001.pt.sha256").read_text().split()[0]
+    assert recorded == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert torch.equal(load_checkpoint(path)["model"]["w"], weights)
+
+
 def test_resume_latest_with_no_runs_is_a_fresh_start(tmp_path):
     trainer = tiny_run(tmp_path)
     assert trainer.global_step == 8

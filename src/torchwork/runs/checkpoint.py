@@ -16,7 +16,6 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import re
@@ -70,6 +69,38 @@ def _checksum_path(path: Path) -> Path:
     return path.with_name(path.name + ".sha256")
 
 
+def tensor_bytes(state: Any) -> int:
+    """The bytes of the tensors in ``state`` (nested dicts, lists and tuples): a checkpoint's size, less the
+    pickle and the archive's headers.
+
+    Example:
+        >>> tensor_bytes({"model": {"w": torch.zeros(2, 3)}, "steps": [torch.zeros(4, dtype=torch.int64)]})
+        56
+    """
+    if isinstance(state, torch.Tensor):
+        return state.nelement() * state.element_size()
+    if isinstance(state, Mapping):
+        return sum(tensor_bytes(value) for value in state.values())
+    if isinstance(state, list | tuple):
+        return sum(tensor_bytes(value) for value in state)
+    return 0
+
+
+class _HashingWriter:
+    """The file object ``torch.save`` writes to: each chunk is hashed on its way into ``handle``."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+        self.digest = hashlib.sha256()
+
+    def write(self, data: Any) -> int:
+        self.digest.update(data)
+        return self.handle.write(data)
+
+    def flush(self) -> None:
+        self.handle.flush()
+
+
 def save_checkpoint(state: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
     """Write ``state`` to ``path`` atomically, then its checksum. Refuses non-finite model weights.
 
@@ -83,12 +114,14 @@ def save_checkpoint(state: Mapping[str, Any], path: str | os.PathLike[str]) -> N
                               "checkpoint of them would poison every resume. Lower the learning rate, clip "
                               "gradients (clip_grad_norm=1.0) or run `torchwork doctor` to find the first "
                               "non-finite value.")
-    buffer = io.BytesIO()
-    torch.save(dict(state), buffer)
-    payload = buffer.getvalue()
-    digest = hashlib.sha256(payload).hexdigest()
-    with atomic_write(path, size=len(payload)) as handle:
-        handle.write(payload)
+    # Streamed to the file and hashed on the way: written through a buffer it held twice the checkpoint's
+    # size in memory (the buffer and its bytes) at each save.
+    # The tensors' bytes: a lower bound of the file's size (the pickle and the zip's headers come on top), so
+    # the free-space check refuses only what cannot fit; a write that fills the disk fails as well.
+    with atomic_write(path, size=tensor_bytes(state)) as handle:
+        writer = _HashingWriter(handle)
+        torch.save(dict(state), writer)
+    digest = writer.digest.hexdigest()
     with atomic_write(_checksum_path(path), "w", size=len(digest) + len(path.name) + 3) as handle:
         handle.write(f"{digest}  {path.name}\n")
 
