@@ -165,16 +165,17 @@ def fit_splits(data: FitData, cleaning: Any = None) -> Any:
                          cleaning=report)
 
 
-def load_text_splits(config: Any, *, label_noise: bool = True, say: Callable[[str], Any] = print
-                     ) -> tuple[Any, FitData | None, DataReport]:
-    """The sentiment recipe's data and its data report: the bundled tweets (audited as shipped, see
-    :func:`audit_bundled`), or (``config.data``) the user's file read, audited and split by
-    :func:`load_fit_data`; a DataError, before any training, when the user's file has errors."""
+def load_text_splits(config: Any, *, label_noise: bool = True, audit_bundled_rows: bool = True,
+                     say: Callable[[str], Any] = print) -> tuple[Any, FitData | None, DataReport | None]:
+    """The sentiment recipe's data and its data report: the bundled tweets (audited as shipped unless
+    ``audit_bundled_rows`` is false, see :func:`audit_bundled`), or (``config.data``) the user's file read,
+    audited and split by :func:`load_fit_data`; a DataError, before any training, when the user's file has
+    errors."""
     from torchwork.data.datasets import load_dataset
 
     if not config.data:
         dataset = load_dataset("tweets", seed=config.seed)
-        return dataset, None, audit_bundled("tweets", dataset)
+        return dataset, None, audit_bundled("tweets", dataset) if audit_bundled_rows else None
     data = load_fit_data(config.data, text=config.text or None, label=config.label or None,
                          test=config.test_data or None, seed=config.seed, drop_leaked=config.drop_leaked,
                          model_folder=getattr(config, "model_dir", "") or None,

@@ -235,7 +235,7 @@ def validation_objective(config: SentimentConfig, callbacks: Any = (),
     if config.threads:
         torch.set_num_threads(config.threads)
     seed_everything(config.seed)
-    dataset, _, _ = load_text_splits(config, label_noise=False, say=lambda line: None)
+    dataset, _, _ = load_text_splits(config, label_noise=False, audit_bundled_rows=False, say=lambda line: None)
     train, validation = (stratified_subset(s, config.subset, config.seed) for s in (dataset.train, dataset.validation))
     previous = recorded_config(dataclasses.asdict(config))  # resuming (TORCHWORK_RESUME): its precision
     recorded = ({"precision_chosen": previous["precision_chosen"],
@@ -280,6 +280,7 @@ def run(config: SentimentConfig, serve: bool = False, budget: Any = None) -> dic
 
     say(f"== 1. Data: {config.data or 'CrowdFlower tweets (dirty, imbalanced)'}")
     dataset, own_data, data_report = load_text_splits(config, say=say)
+    assert data_report is not None  # audited: the bundled rows as shipped, or the user's file
     if own_data is None:  # the bundled tweets: what the cleaning below repairs
         say("\n".join(data_report.lines()))
     say(dataset.describe())
