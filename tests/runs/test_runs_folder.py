@@ -147,6 +147,16 @@ def test_a_checkpoint_is_streamed_to_disk_not_copied_in_memory(tmp_path):
     assert torch.equal(load_checkpoint(path)["model"]["w"], weights)
 
 
+def test_the_free_space_check_counts_each_storage_once(tmp_path):
+    from torchwork.runs.checkpoint import tensor_bytes
+
+    tied = torch.randn(256, 64)  # an embedding and a decoder sharing one weight: saved once
+    state = {"format_version": 1, "model": {"embed": tied, "decoder": tied, "row": tied[0]}}
+    path = tmp_path / "step-000000001.pt"
+    save_checkpoint(state, path)
+    assert tensor_bytes(state) == tied.nelement() * tied.element_size() <= path.stat().st_size
+
+
 def test_resume_latest_with_no_runs_is_a_fresh_start(tmp_path):
     trainer = tiny_run(tmp_path)
     assert trainer.global_step == 8

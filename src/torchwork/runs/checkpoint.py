@@ -70,20 +70,32 @@ def _checksum_path(path: Path) -> Path:
 
 
 def tensor_bytes(state: Any) -> int:
-    """The bytes of the tensors in ``state`` (nested dicts, lists and tuples): a checkpoint's size, less the
-    pickle and the archive's headers.
+    """The bytes of the tensors' storages in ``state`` (nested dicts, lists and tuples), each storage once, as
+    ``torch.save`` writes them: a checkpoint's size, less the pickle and the archive's headers.
 
     Example:
-        >>> tensor_bytes({"model": {"w": torch.zeros(2, 3)}, "steps": [torch.zeros(4, dtype=torch.int64)]})
+        >>> w = torch.zeros(2, 3)
+        >>> tensor_bytes({"model": {"w": w, "tied": w}, "steps": [torch.zeros(4, dtype=torch.int64)]})
         56
     """
-    if isinstance(state, torch.Tensor):
-        return state.nelement() * state.element_size()
-    if isinstance(state, Mapping):
-        return sum(tensor_bytes(value) for value in state.values())
-    if isinstance(state, list | tuple):
-        return sum(tensor_bytes(value) for value in state)
-    return 0
+    storages: dict[int, int] = {}
+
+    def visit(value: Any) -> None:
+        if isinstance(value, torch.Tensor):
+            if value.layout != torch.strided:  # a sparse tensor has no one storage: its values' bytes
+                storages[id(value)] = value._nnz() * value.element_size() if value.is_sparse else 0
+                return
+            storage = value.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
+        elif isinstance(value, Mapping):
+            for item in value.values():
+                visit(item)
+        elif isinstance(value, list | tuple):
+            for item in value:
+                visit(item)
+
+    visit(state)
+    return sum(storages.values())
 
 
 class _HashingWriter:
