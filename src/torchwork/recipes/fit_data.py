@@ -175,7 +175,12 @@ def load_text_splits(config: Any, *, label_noise: bool = True, audit_bundled_row
 
     if not config.data:
         dataset = load_dataset("tweets", seed=config.seed)
-        return dataset, None, audit_bundled("tweets", dataset) if audit_bundled_rows else None
+        if not audit_bundled_rows:
+            return dataset, None, None
+        report = audit_bundled("tweets", dataset)
+        for line in report.lines():  # what the cleaning then repairs
+            say(line)
+        return dataset, None, report
     data = load_fit_data(config.data, text=config.text or None, label=config.label or None,
                          test=config.test_data or None, seed=config.seed, drop_leaked=config.drop_leaked,
                          model_folder=getattr(config, "model_dir", "") or None,

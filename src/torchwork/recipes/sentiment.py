@@ -280,8 +280,6 @@ def run(config: SentimentConfig, serve: bool = False, budget: Any = None) -> dic
 
     say(f"== 1. Data: {config.data or 'CrowdFlower tweets (dirty, imbalanced)'}")
     dataset, own_data, data_report = load_text_splits(config, say=say)
-    if own_data is None:  # the bundled tweets: what the cleaning below repairs
-        say("\n".join(data_report.lines()))
     say(dataset.describe())
     train, validation, test = (stratified_subset(s, config.subset, config.seed)
                                for s in (dataset.train, dataset.validation, dataset.test))
