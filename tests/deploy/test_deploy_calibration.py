@@ -88,3 +88,20 @@ def test_outputs_that_follow_the_padding_are_not_joined():
     feeds = [{"x": np.ones((2, length, 3), dtype=np.float32)} for length in (4, 7)]
     measured = float_calibration(model, feeds, quantized_activations(model, ("MatMul",)), threads=1)
     assert measured.first_output is None and measured.range_of("h") == (1.0, 1.0) and measured.batches == 2
+
+
+def test_runs_of_more_rows_than_a_servers_batch_shrink_the_arena_and_answer_the_same(tmp_path) -> None:
+    """Parity and calibration runs (hundreds of rows) give ONNX Runtime's arena back when they end; a run of up
+    to 64 rows (timed, or a server's batch) keeps the defaults. Shrinking changes no output."""
+    from torchwork.deploy.runtime import SHRINK_ABOVE_ROWS, feed_rows, onnx_runner, run_options
+
+    assert SHRINK_ABOVE_ROWS == 64 and run_options(64) is None and run_options(0) is None
+    options = run_options(65)
+    assert options.get_run_config_entry("memory.enable_memory_arena_shrinkage") == "cpu:0"
+    assert feed_rows({"x": np.zeros((300, 4))}) == 300 and feed_rows({}) == 0 and feed_rows({"s": np.float32(1)}) == 0
+    onnx.save(_float_graph(tmp_path), str(tmp_path / "plain.onnx"))
+    session = onnx_session(tmp_path / "plain.onnx", threads=1)
+    rows = np.random.default_rng(3).normal(size=(300, FEATURES)).astype(np.float32)
+    expected = session.run(None, {"x": rows})[0]
+    got = onnx_runner(tmp_path / "plain.onnx", threads=1)([torch.from_numpy(rows)])[0]
+    np.testing.assert_array_equal(got.numpy(), expected)

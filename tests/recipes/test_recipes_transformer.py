@@ -48,6 +48,29 @@ def test_pad_and_trim_drop_unused_padding():
     assert torch.equal(h[0], hidden[:3])
 
 
+def test_batches_only_predicted_are_padded_to_a_multiple_of_8_and_predict_the_same():
+    """Validation and evaluation batches round their width up to 8 columns (fewer shapes, less memory kept):
+    the padding is masked, so MiniLM's outputs on the real rows equal the exact width's."""
+    from torchwork.finetune.minilm import MiniLMClassifier
+    from torchwork.recipes.buckets import PREDICT_WIDTH_MULTIPLE, pad_batch, trim_cached, trim_cached_for_prediction
+
+    assert PREDICT_WIDTH_MULTIPLE == 8
+    items = [([101, 7592, 2088, 102], 1), ([101, 2204, 102], 0)]
+    (ids, mask), _ = pad_batch(items, multiple=8)
+    assert ids.shape == (2, 8) and mask.sum(dim=1).tolist() == [4, 3] and int(ids[:, 4:].abs().sum()) == 0
+    assert pad_batch(items, multiple=2)[0][0].shape == (2, 4)  # already a multiple: as exact
+    torch.manual_seed(0)
+    model = MiniLMClassifier(classes=3).eval()
+    with torch.inference_mode():
+        exact, rounded = model(*pad_batch(items)[0]), model(ids, mask)
+    torch.testing.assert_close(rounded, exact, rtol=1e-4, atol=1e-5)
+    hidden, short = torch.randn(5, 4), torch.tensor([1, 1, 1, 0, 0])
+    (h, m), _ = trim_cached_for_prediction([((hidden, short), torch.tensor(1))])
+    assert h.shape == (1, 8, 4) and m.tolist() == [[1, 1, 1, 0, 0, 0, 0, 0]]  # wider than the cached row
+    assert torch.equal(h[0, :5], hidden) and int(h[0, 5:].abs().sum()) == 0
+    assert trim_cached([((hidden, short), torch.tensor(1))])[0][0].shape == (1, 3, 4)
+
+
 def test_subword_tokenizer_round_trips_and_refuses_bad_input(tmp_path):
     from torchwork.deploy.wordpiece import SubwordTokenizer
     from torchwork.finetune.minilm import minilm_folder, minilm_tokenizer

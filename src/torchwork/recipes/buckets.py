@@ -59,11 +59,26 @@ class LengthBuckets:
         return iter(batches)
 
 
-def pad_batch(items: Sequence[tuple[Sequence[int], int]], pad_id: int = 0) -> tuple[tuple[Any, Any], Any]:
-    """``[(token ids, label), ...]`` -> ``((input_ids, attention_mask), labels)``, padded to the longest."""
+# Batches only predicted (validation, evaluation) are padded to a multiple of this many columns. Every new
+# width costs memory that stays: oneDNN keeps what it builds per shape, and buffers of many different sizes
+# leave the C heap fragmented. MiniLM over the 56 widths 9-64, measured as resident growth (6 Dec): the whole
+# model in float32 at batch 64 +338 MB exact, +90 MB rounded to 8; the top two layers in bf16 at batch 128
+# +720 MB exact, +99 MB rounded. The padding is masked, so predictions do not change beyond rounding; the
+# training batches keep their exact widths (the step's cost, and the run's numbers, stay as they were).
+PREDICT_WIDTH_MULTIPLE = 8
+
+
+def _rounded_up(width: int, multiple: int) -> int:
+    return -(-width // multiple) * multiple
+
+
+def pad_batch(items: Sequence[tuple[Sequence[int], int]], pad_id: int = 0,
+              multiple: int = 1) -> tuple[tuple[Any, Any], Any]:
+    """``[(token ids, label), ...]`` -> ``((input_ids, attention_mask), labels)``, padded to the longest (rounded
+    up to a multiple of ``multiple`` columns)."""
     import torch
 
-    width = max(len(ids) for ids, _ in items)
+    width = _rounded_up(max(len(ids) for ids, _ in items), multiple)
     input_ids = torch.full((len(items), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(items), width), dtype=torch.long)
     for row, (ids, _) in enumerate(items):
@@ -81,13 +96,21 @@ def _widen(row: Any, width: int) -> Any:
     return torch.nn.functional.pad(row, [0, 0] * (row.ndim - 1) + [0, width - row.shape[0]])
 
 
-def trim_cached(items: Sequence[tuple[tuple[Any, Any], Any]]) -> tuple[tuple[Any, Any], Any]:
+def trim_cached(items: Sequence[tuple[tuple[Any, Any], Any]], multiple: int = 1) -> tuple[tuple[Any, Any], Any]:
     """Collate cached ``((hidden, mask), label)`` items, dropping the padding columns no row of the batch uses
-    (rows of a ragged cache, of different widths, are padded to the widest first)."""
+    (rows of a ragged cache, of different widths, are padded to the widest first); with ``multiple``, the
+    width is rounded up to a multiple of that many columns (zero-padded, masked)."""
     import torch
 
-    longest = max(m.shape[0] for (_, m), _ in items)  # a ragged cache's rows keep their own batch's width
+    used = max(int(m.sum()) for (_, m), _ in items)
+    width = _rounded_up(max(used, 1), multiple)
+    longest = max(width, *(m.shape[0] for (_, m), _ in items))  # a ragged cache's rows keep their batch's width
     hidden = torch.stack([_widen(h, longest) for (h, _), _ in items])
     mask = torch.stack([_widen(m, longest) for (_, m), _ in items])
-    width = max(int(mask.sum(dim=1).max()), 1)
     return (hidden[:, :width], mask[:, :width]), torch.stack([torch.as_tensor(t) for _, t in items])
+
+
+def trim_cached_for_prediction(items: Sequence[tuple[tuple[Any, Any], Any]]) -> tuple[tuple[Any, Any], Any]:
+    """:func:`trim_cached` with the width rounded up to :data:`PREDICT_WIDTH_MULTIPLE` (a validation loader's
+    ``collate_fn``)."""
+    return trim_cached(items, PREDICT_WIDTH_MULTIPLE)

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from torchwork.recipes.config import compile_choice
+from torchwork.recipes.epoch_estimate import epoch_estimate
 from torchwork.recipes.transformer_export import export_transformer, int8_speed
 from torchwork.recipes.transformer_settings import TransformerSettings
 from torchwork.recipes.transformer_strategy import choose_strategy
@@ -142,9 +143,12 @@ def train_transformer(settings: TransformerSettings, train: Any, validation: Any
     else:
         prepared = _prepare_full(settings, model, data, loss_fn, device, decisions)
     trainer, factor = _trainer(settings, prepared, loss_fn, device, run_dir, strategy, timing)
-    estimate = epoch_estimate(prepared, loss_fn, device)
+    estimate = epoch_estimate(prepared.trained, prepared.train_loader, prepared.val_loader, loss_fn, device,
+                              prepared.precision, settings.transformer_epochs)
     say(f"estimated epoch: {estimate['epoch_s']:.1f} s ({len(prepared.train_loader)} steps of "
-        f"{estimate['step_s']:.3f} s and validation, timed on the first batches)")
+        f"{estimate['step_s']:.3f} s, {estimate['validation_s']:.1f} s of validation, "
+        f"{estimate['new_shape_s']:.3f} s for each of {estimate['batch_shapes']:.0f} batch shapes first seen; "
+        f"timed on the first batches, {settings.transformer_epochs} epochs)")
     started = time.perf_counter()
     history = trainer.fit(prepared.train_loader, prepared.val_loader, epochs=settings.transformer_epochs)
     training_seconds = time.perf_counter() - started + prepared.cache_seconds
@@ -260,7 +264,7 @@ def _prepare_cached(settings: TransformerSettings, model: Any, data: dict[str, T
 
     from torchwork.finetune import cache_features, freeze
     from torchwork.finetune.encoder_model import EncoderTop
-    from torchwork.recipes.buckets import trim_cached
+    from torchwork.recipes.buckets import trim_cached, trim_cached_for_prediction
 
     split_at = model.num_layers - settings.transformer_train_layers
     freeze(model, *model.frozen_names(split_at))
@@ -283,7 +287,8 @@ def _prepare_cached(settings: TransformerSettings, model: Any, data: dict[str, T
     lengths = {n: [int(mask.sum()) for batch in c.batches for mask in batch[1]] for n, c in cached.items()}
     size = settings.transformer_batch_size
     train_loader = length_loader(cached["train"], lengths["train"], size, True, settings.seed, trim_cached)
-    val_loader = length_loader(cached["validation"], lengths["validation"], 128, False, settings.seed, trim_cached)
+    val_loader = length_loader(cached["validation"], lengths["validation"], 128, False, settings.seed,
+                               trim_cached_for_prediction)
     return _Prepared(trained, train_loader, val_loader, "model.classifier", precision, precision_timing, cached,
                      cache_seconds)
 
@@ -294,7 +299,8 @@ def _prepare_full(settings: TransformerSettings, model: Any, data: dict[str, Tok
     size = settings.transformer_batch_size
     train, validation = data["train"], data["validation"]
     train_loader = length_loader(train, train.lengths, size, True, settings.seed, train.collate)
-    val_loader = length_loader(validation, validation.lengths, 128, False, settings.seed, validation.collate)
+    val_loader = length_loader(validation, validation.lengths, 128, False, settings.seed,
+                               validation.collate_for_prediction)
     precision, precision_timing = _training_precision(settings, decisions, device, model, next(iter(train_loader)),
                                                       loss_fn)
     return _Prepared(model, train_loader, val_loader, "classifier", precision, precision_timing, {})
@@ -325,36 +331,6 @@ def _trainer(settings: TransformerSettings, prepared: _Prepared, loss_fn: Any, d
                                                "precision_chosen": prepared.precision,
                                                "precision_timing": prepared.precision_timing})
     return trainer, factor
-
-
-def epoch_estimate(prepared: _Prepared, loss_fn: Any, device: Any, batches: int = 9) -> dict[str, float]:
-    """An epoch's seconds before training: a training step (forward and backward, no update) timed on each of
-    the loader's first ``batches`` batches after two warm-up steps, their mean times the steps of an epoch,
-    plus the validation forward scaled from one of them. The loader's shuffle, the RNG and the weights are
-    left as they were (the gradients are cleared)."""
-    import torch
-
-    sampler = prepared.train_loader.batch_sampler
-    shuffled = sampler.epoch  # LengthBuckets counts its iterations: training must see its own first shuffle
-    sample = [b for _, b in zip(range(batches), prepared.train_loader)]
-    sampler.epoch = shuffled
-    module = prepared.trained.to(device).train()
-    times = []
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        for inputs, target in [sample[0], sample[0], *sample]:
-            inputs, target = tuple(x.to(device) for x in inputs), target.to(device)
-            started = time.perf_counter()
-            loss_fn(module(*inputs), target).backward()
-            times.append(time.perf_counter() - started)
-        with torch.no_grad():  # the validation forward, per row, on the last batch
-            started = time.perf_counter()
-            module.eval()(*inputs)
-            forward_s = (time.perf_counter() - started) / max(1, len(target))
-    module.zero_grad(set_to_none=True)
-    module.train()
-    step_s = statistics.mean(times[2:])  # the first two were warm-ups
-    epoch_s = step_s * len(prepared.train_loader) + forward_s * len(prepared.val_loader.dataset)
-    return {"step_s": step_s, "epoch_s": epoch_s}
 
 
 def _best_checkpoint(run_path: Path, trained: Any, steps_per_epoch: int) -> dict[str, Any]:

@@ -84,6 +84,13 @@ class TokenTexts:
 
         return pad_batch(items, self.pad_id)
 
+    def collate_for_prediction(self, items: Sequence[tuple[Any, int]]) -> tuple[tuple[Any, Any], Any]:
+        """:meth:`collate`, the width rounded up to a multiple of
+        :data:`~torchwork.recipes.buckets.PREDICT_WIDTH_MULTIPLE` (batches that are only predicted)."""
+        from torchwork.recipes.buckets import PREDICT_WIDTH_MULTIPLE, pad_batch
+
+        return pad_batch(items, self.pad_id, PREDICT_WIDTH_MULTIPLE)
+
 
 def bottom_module(model: Any, layers: int) -> Any:
     from torch import nn
@@ -125,7 +132,7 @@ def predict_outputs(model: Any, data: TokenTexts, batch_size: int = 64, device: 
     bar = ProgressBar(len(batches), desc=desc)
     with torch.inference_mode():
         for batch in batches:
-            (ids, mask), _ = data.collate([data[i] for i in batch])
+            (ids, mask), _ = data.collate_for_prediction([data[i] for i in batch])
             out[batch] = model(ids.to(device), mask.to(device)).float().cpu()
             bar.update(len(batch))
     bar.close()
@@ -149,7 +156,7 @@ def cached_probabilities(top: Any, cache: Any, lengths: Sequence[int], rows: Seq
     import torch
 
     from torchwork.engine.progress import ProgressBar
-    from torchwork.recipes.buckets import LengthBuckets, trim_cached
+    from torchwork.recipes.buckets import LengthBuckets, trim_cached_for_prediction
 
     order = [index for batch in LengthBuckets(lengths, 64, shuffle=False) for index in batch]
     if rows is None:
@@ -163,7 +170,7 @@ def cached_probabilities(top: Any, cache: Any, lengths: Sequence[int], rows: Seq
     bar = ProgressBar(-(-len(positions) // batch_size), desc=desc)  # counts batches, and their rows
     with torch.inference_mode():
         for start in range(0, len(positions), batch_size):
-            (hidden, mask), target = trim_cached([cache[k] for k in positions[start:start + batch_size]])
+            (hidden, mask), target = trim_cached_for_prediction([cache[k] for k in positions[start:start + batch_size]])
             outputs.append(top(hidden, mask).float().softmax(dim=-1))
             labels.extend(int(label) for label in target.tolist())
             bar.update(len(target))
