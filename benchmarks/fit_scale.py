@@ -87,8 +87,9 @@ def build_rows(total: int, seed: int) -> tuple[list[tuple[str, str]], dict[str, 
 
 def run_fit(csv_path: Path, folder: Path, args: argparse.Namespace) -> dict[str, Any]:
     """``torchwork fit`` in a child process: wall time, peak RSS, and each section's seconds and peak RSS."""
-    command = [str(Path(sys.executable).with_name("torchwork")), "fit", str(csv_path), "--text", "text",
-               "--label", "label", *(["--quick"] if args.quick else []),
+    columns = getattr(args, "extra", None) or ["--text", "text", "--label", "label"]  # and --model DIR, if any
+    command = [str(Path(sys.executable).with_name("torchwork")), "fit", str(csv_path), *columns,
+               *(["--quick"] if args.quick else []),
                *(["--set", f"transformer_train_rows={args.transformer_rows}"] if args.transformer_rows else []),
                *[part for setting in args.set for part in ("--set", setting)]]
     env = dict(os.environ, **({"PYTHONPATH": str(Path(args.src).resolve())} if args.src else {}))

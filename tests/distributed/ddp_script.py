@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import faulthandler
 import os
 import signal
 
@@ -64,6 +65,9 @@ def main() -> None:
         atexit.register(lambda: print(f"TEARDOWN rank {os.environ['RANK']} process group still initialized: "
                                       f"{dist.is_initialized()}", flush=True))
 
+    dump_after = float(os.environ.get("DDP_SCRIPT_DUMP_AFTER_S", "0"))
+    if dump_after:  # a rank still running then prints every thread's stack and exits: a hang says where it hung
+        faulthandler.dump_traceback_later(dump_after, exit=True)
     torch.set_num_threads(1)
     results = {}
     for accumulate in args.accumulate:

@@ -21,7 +21,8 @@ def torchrun(*args: str, nproc: int = 2, extra: tuple[str, ...] = ("--standalone
              env: dict | None = None) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "torch.distributed.run", *extra, "--nproc-per-node", str(nproc),
                str(SCRIPT), *args]
-    environment = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
+    # ranks that hang print their stacks and exit 20 s before the timeout (ddp_script.py), so the failure says where
+    environment = dict(os.environ, OMP_NUM_THREADS="1", DDP_SCRIPT_DUMP_AFTER_S=str(max(30, timeout - 20)), **(env or {}))
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environment)
 
 
