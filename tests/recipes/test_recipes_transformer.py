@@ -52,7 +52,12 @@ def test_batches_only_predicted_are_padded_to_a_multiple_of_8_and_predict_the_sa
     """Validation and evaluation batches round their width up to 8 columns (fewer shapes, less memory kept):
     the padding is masked, so MiniLM's outputs on the real rows equal the exact width's."""
     from torchwork.finetune.minilm import MiniLMClassifier
-    from torchwork.recipes.buckets import PREDICT_WIDTH_MULTIPLE, pad_batch, trim_cached, trim_cached_for_prediction
+    from torchwork.recipes.buckets import (
+        PREDICT_WIDTH_MULTIPLE,
+        pad_batch,
+        trim_cached,
+        trim_cached_for_prediction,
+    )
 
     assert PREDICT_WIDTH_MULTIPLE == 8
     items = [([101, 7592, 2088, 102], 1), ([101, 2204, 102], 0)]

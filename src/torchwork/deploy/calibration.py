@@ -91,7 +91,7 @@ def float_calibration(model: Any, feeds: Sequence[Mapping[str, Any]], activation
     import numpy as np
     import onnx
 
-    from torchwork.deploy.runtime import feed_rows, onnx_session, run_options
+    from torchwork.deploy.runtime import onnx_session, run_session
 
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
@@ -107,7 +107,7 @@ def float_calibration(model: Any, feeds: Sequence[Mapping[str, Any]], activation
     progress.stage("calibration: float activations on the calibration rows", variant="onnx-int8",
                    total=len(feeds) or None, unit="batches")
     for done, feed in enumerate(feeds, 1):
-        values = session.run(wanted, dict(feed), run_options(feed_rows(dict(feed))))
+        values = run_session(session, wanted, feed)
         outputs.append(values[0])
         for name, value in zip(activations, values[1:]):
             flat = value.reshape(-1, value.shape[-1])

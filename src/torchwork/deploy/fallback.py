@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from torchwork.deploy import progress
-from torchwork.deploy.runtime import Runner, feed_rows, onnx_session, run_options, softmax
+from torchwork.deploy.runtime import Runner, onnx_session, run_session, softmax
 from torchwork.errors import ConfigError
 
 
@@ -109,7 +109,7 @@ def measure_margin(exact_path: Any, quantized_path: Any, feeds: Sequence[dict[st
         session = onnx_session(path, threads)
         outputs = []
         for feed in feeds:
-            outputs.append(session.run(None, dict(feed), run_options(feed_rows(dict(feed))))[0])
+            outputs.append(run_session(session, None, feed)[0])
             progress.rows(done * len(feeds) + len(outputs))
         first.append(np.concatenate(outputs))
     return choose_margin(first[0], first[1], agreement, fixed)

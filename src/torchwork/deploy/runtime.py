@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Sequence, Sized
+from collections.abc import Callable, Mapping, Sequence, Sized
 from pathlib import Path
 from typing import Any
 
@@ -127,11 +127,16 @@ def run_options(rows: int) -> Any:
     return options
 
 
-def feed_rows(feed: dict[str, Any]) -> int:
+def feed_rows(feed: Mapping[str, Any]) -> int:
     """The rows of a feed: its first input's leading dimension (0 for a scalar or an empty feed)."""
     first = next(iter(feed.values()), None)
     shape = getattr(first, "shape", ())
     return int(shape[0]) if len(shape) else 0
+
+
+def run_session(session: Any, outputs: Sequence[str] | None, feed: Mapping[str, Any]) -> list[Any]:
+    """``session.run(outputs, feed)`` with the :func:`run_options` its rows call for."""
+    return session.run(outputs, dict(feed), run_options(feed_rows(feed)))
 
 
 def torch_runner(module: Any) -> Runner:
@@ -157,7 +162,7 @@ def onnx_runner(path: Path, threads: int | None = None) -> Runner:
         if len(inputs) != len(names):
             raise ExportError(f"the ONNX graph takes {len(names)} inputs {names}, got {len(inputs)}.")
         feed = {n: np.ascontiguousarray(t.detach().cpu().numpy()) for n, t in zip(names, inputs)}
-        return [torch.from_numpy(np.asarray(o)) for o in session.run(None, feed, run_options(feed_rows(feed)))]
+        return [torch.from_numpy(np.asarray(o)) for o in run_session(session, None, feed)]
 
     return run
 

@@ -46,7 +46,7 @@ def activation_ranges(model: Any, feeds: Sequence[Mapping[str, Any]], threads: i
     import numpy as np
     import onnx
 
-    from torchwork.deploy.runtime import feed_rows, onnx_session, run_options
+    from torchwork.deploy.runtime import onnx_session, run_session
 
     names = sorted({node.input[0] for node in model.graph.node
                     if node.op_type == "DynamicQuantizeLinear" and node.input[0] not in skip})
@@ -62,7 +62,7 @@ def activation_ranges(model: Any, feeds: Sequence[Mapping[str, Any]], threads: i
     progress.stage("static INT8 scales: activation ranges on the calibration rows", variant="onnx-int8",
                    total=len(feeds), unit="batches")
     for done, feed in enumerate(feeds, 1):
-        values = dict(zip(outputs, session.run(None, dict(feed), run_options(feed_rows(dict(feed))))))
+        values = dict(zip(outputs, run_session(session, None, feed)))
         progress.rows(done)
         for name in names:
             array = values[name]
