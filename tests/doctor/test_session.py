@@ -14,8 +14,9 @@ from torch.optim import optimizer as optimizer_hooks
 from torch.overrides import _get_current_function_mode
 
 from torchwork.doctor.findings import Finding, exit_code_for, format_report
+from torchwork.doctor.op_categories import NO_VALUES, category
 from torchwork.doctor.runner import DoctorResult
-from torchwork.doctor.session import _NO_VALUES, Session, _category, diagnose
+from torchwork.doctor.session import Session, diagnose
 from torchwork.errors import ConfigError
 
 
@@ -66,8 +67,8 @@ def test_pytorchs_own_version_check_is_back_after_the_session() -> None:
 
 def test_uninitialised_empty_outputs_are_never_checked_for_nan() -> None:
     for name in ("empty", "empty_like", "empty_strided", "new_empty"):
-        assert _category(name) & _NO_VALUES
-    assert not _category("log") & _NO_VALUES
+        assert category(name) & NO_VALUES
+    assert not category("log") & NO_VALUES
 
 
 def test_benign_infinities_are_not_blamed_for_a_later_nan() -> None:

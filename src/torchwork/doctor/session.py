@@ -22,7 +22,6 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import inspect
 import os
 import threading
 import weakref
@@ -34,86 +33,23 @@ from torch.overrides import TorchFunctionMode
 
 from torchwork.doctor.checks import CHECK_IDS, Check, load_checks
 from torchwork.doctor.findings import Finding, Locator, display_path, sort_findings
+from torchwork.doctor.op_categories import (
+    ADD,
+    ATTR,
+    BACKWARD,
+    BREAK,
+    INPLACE,
+    MAYBE_INPLACE,
+    NAMED,
+    NO_VALUES,
+    RANDOM,
+    category,
+    inplace_flag,
+)
 from torchwork.doctor.tensor_values import first_tensor
 
 Tensor = torch.Tensor
-
-# Operation categories, decided once per function object.
-_INPLACE, _RANDOM, _BREAK, _NO_VALUES, _BACKWARD, _ATTR, _MAYBE_INPLACE, _ADD = 1, 2, 4, 8, 16, 32, 64, 128
-_NAMED = 256  # a name some check watches (its ``ops``): handed to that check's ``on_op``
-# Sums: where a running total can keep every step's autograd graph alive (`total_loss += loss`).
-ADD_OPS = frozenset({"__add__", "__radd__", "__iadd__", "add", "add_", "__sub__", "__rsub__", "__isub__", "sub",
-                     "sub_"})
-
-_INPLACE_DUNDERS = frozenset({
-    "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__",
-    "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__", "__imatmul__", "__setitem__"})
-RANDOM_OPS = frozenset({
-    "rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "normal",
-    "bernoulli", "multinomial", "poisson", "uniform_", "normal_", "random_", "bernoulli_", "exponential_",
-    "cauchy_", "log_normal_", "geometric_", "dropout", "dropout1d", "dropout2d", "dropout3d",
-    "alpha_dropout", "feature_alpha_dropout", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_",
-    "xavier_normal_", "trunc_normal_", "orthogonal_", "sparse_"})
-# Operations that hand back values outside autograd: where a computation graph can break.
-BREAK_OPS = frozenset({"detach", "detach_", "item", "__float__", "__int__", "tolist", "numpy", "tensor",
-                       "new_tensor", "data"})
-# Outputs that are uninitialised memory (never a NaN finding) or views/copies of existing values.
-_NO_VALUE_OPS = frozenset({
-    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "set_", "resize_",
-    "resize_as_", "view", "reshape", "__getitem__", "t", "transpose", "permute", "flatten", "unflatten",
-    "squeeze", "unsqueeze", "contiguous", "expand", "expand_as", "view_as", "reshape_as", "narrow",
-    "select", "split", "chunk", "unbind", "clone", "to", "cpu", "cuda", "float", "double", "half",
-    "bfloat16", "type", "type_as", "detach", "detach_", "requires_grad_", "retain_grad", "size", "dim",
-    "numel", "stride", "storage_offset", "is_contiguous", "is_floating_point", "is_complex", "data_ptr",
-    "untyped_storage", "__len__", "__repr__", "__format__", "__hash__", "__eq__", "__bool__", "__iter__",
-    "item", "tolist", "numpy", "_record_function_enter_new", "_set_grad_enabled", "backward",
-    "register_hook", "zero_", "fill_", "copy_", "masked_fill", "masked_fill_", "where"})
-
-
-# torch.nn.functional activations with an `inplace` argument (nn.ReLU(inplace=True) calls F.relu).
-_FUNCTIONAL_INPLACE = frozenset({
-    "relu", "relu6", "elu", "selu", "celu", "leaky_relu", "hardtanh", "threshold", "rrelu", "silu",
-    "hardswish", "hardsigmoid", "mish", "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
-    "feature_alpha_dropout"})
-
-
-def _category(name: str) -> int:
-    cat = 0
-    if name in ("__get__", "__set__", "__delete__"):
-        return _ATTR | _NO_VALUES
-    if (name.endswith("_") and not name.startswith("_")) or name in _INPLACE_DUNDERS:
-        cat |= _INPLACE
-    if name in RANDOM_OPS:
-        cat |= _RANDOM
-    if name in BREAK_OPS:
-        cat |= _BREAK
-    if name in _NO_VALUE_OPS or name.startswith(("is_", "_foreach", "__")):
-        cat |= _NO_VALUES
-    if name == "backward":
-        cat |= _BACKWARD
-    if name in _FUNCTIONAL_INPLACE:
-        cat |= _MAYBE_INPLACE
-    if name in ADD_OPS:
-        cat |= _ADD
-    return cat
-
-
-def _inplace_flag(func: Any, args: tuple, kwargs: dict, positions: dict[Any, int | None]) -> bool:
-    """Whether a functional call like F.relu(x, inplace=True) / F.dropout(x, p, training, True) is in place."""
-    if "inplace" in kwargs:
-        return bool(kwargs["inplace"])
-    try:
-        index = positions[func]
-    except KeyError:
-        index = None
-        try:
-            params = list(inspect.signature(func).parameters)
-            index = params.index("inplace") if "inplace" in params else None
-        except (TypeError, ValueError):
-            pass
-        positions[func] = index
-    return index is not None and len(args) > index and bool(args[index])
-
+_UNKNOWN = object()  # Session._op_where before anyone asked
 
 class _DoctorMode(TorchFunctionMode):
     """Sees every call of the torch API made while it is active, and hands the interesting ones on."""
@@ -136,55 +72,60 @@ class _DoctorMode(TorchFunctionMode):
             cat = self.categories[func]
         except (KeyError, TypeError):
             name = getattr(func, "__name__", "") or ""
-            cat = _category(name)
+            cat = category(name)
             if name in session._named_callbacks:
-                cat |= _NAMED
-            if cat & _ATTR:
+                cat |= NAMED
+            if cat & ATTR:
                 owner = getattr(func, "__self__", None)
                 if getattr(owner, "__name__", None) == "data":
-                    cat |= _BREAK
+                    cat |= BREAK
             try:
                 self.categories[func] = cat
             except TypeError:
                 pass
-        if cat & _ATTR and not cat & _BREAK:
+        if cat & ATTR and not cat & BREAK:
             return func(*args, **kwargs)
-        if cat & _BACKWARD:
+        if cat & BACKWARD:
             return session._backward(func, args, kwargs)
+        session._op_where = _UNKNOWN  # the user's line, found once for this op if a hook inside asks for it
         try:
             out = func(*args, **kwargs)
         except Exception as error:
+            session._op_where = None
             for callback in session._op_error_callbacks:
                 session.safely(callback, func, args, kwargs, error)
             raise
+        session._op_where = None
         if session._derive_callbacks:  # every result, views and copies included (armed on demand)
             for callback in session._derive_callbacks:
                 session.safely(callback, args, out)
-        if cat & _NAMED:
+        if cat & NAMED:
             for callback in session._named_callbacks.get(getattr(func, "__name__", ""), ()):
                 session.safely(callback, func, args, kwargs, out)
         if cat:
-            if cat & _MAYBE_INPLACE and _inplace_flag(func, args, kwargs, self.inplace_positions):
-                cat |= _INPLACE
-            if cat & _INPLACE and args and isinstance(args[0], Tensor):
+            if cat & MAYBE_INPLACE and inplace_flag(func, args, kwargs, self.inplace_positions):
+                cat |= INPLACE
+            if cat & INPLACE and args and isinstance(args[0], Tensor):
                 for callback in session._inplace_callbacks:
                     session.safely(callback, func, args[0])
-            if cat & _ADD and session._add_callbacks:
+            if cat & ADD and session._add_callbacks:
                 for callback in session._add_callbacks:
                     session.safely(callback, func, args, out)
-            if cat & _RANDOM:
+            if cat & RANDOM:
                 for callback in session._random_callbacks:
                     session.safely(callback, func, args, kwargs)
-            if cat & _BREAK and session._break_callbacks and args:
+            if cat & BREAK and session._break_callbacks and args:
                 source = args[0] if isinstance(args[0], Tensor) else first_tensor(args[0])
                 if source is not None:
                     for callback in session._break_callbacks:
                         session.safely(callback, func, source, out)
-            if cat & _NO_VALUES:
+            if cat & NO_VALUES:
                 return out
-        if session._value_callbacks:
-            for callback in session._value_callbacks:
-                session.safely(callback, func, args, out)
+        for callback in session._value_callbacks:  # the hottest loop: safely() inlined
+            try:
+                callback(func, args, out)
+            except Exception as error:  # a bug in a check must not break the user's script
+                session._internal_error(callback, error)
         return out
 
 
@@ -206,6 +147,8 @@ class Session:
         self._active = False
         self._forked = False
         self._mode: _DoctorMode | None = None
+        self._op_where: Any = None  # op_where's cache: None outside an op, _UNKNOWN until asked
+        self._op_thread = threading.get_ident()  # the thread the mode runs in (modes are per thread)
         self._handles: list[Any] = []
         self._patches: list[tuple[Any, str, Any]] = []
         self._depth = threading.local()
@@ -244,6 +187,16 @@ class Session:
     def where(self, skip: int = 1) -> tuple[str, int] | None:
         """The user's innermost frame above the caller."""
         return self.locator.here(skip + 1)
+
+    def op_where(self) -> tuple[str, int] | None:
+        """:meth:`where`, found once per torch operation for the hooks that run inside it (autograd's
+        saved-tensor hooks fire once per saved input: two or three times for one ``F.linear``)."""
+        cached = self._op_where
+        if cached is None or self._op_thread != threading.get_ident():  # outside an op, or another thread
+            return self.locator.here(2)
+        if cached is _UNKNOWN:
+            cached = self._op_where = self.locator.here(2)
+        return cached
 
     def check(self, check_id: str) -> Check | None:
         for item in self.checks:
@@ -397,8 +350,11 @@ class Session:
         with torch._C.DisableTorchFunction():
             if top:
                 self._learn_names(module)
-            for callback in self._module_pre_callbacks:
-                self.safely(callback, module, args, kwargs, top)
+            for callback in self._module_pre_callbacks:  # safely() inlined: once per layer call
+                try:
+                    callback(module, args, kwargs, top)
+                except Exception as error:
+                    self._internal_error(callback, error)
 
     def _module_post(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
         if self._forked or torch.compiler.is_compiling():
@@ -413,7 +369,10 @@ class Session:
         top = depth <= 0
         with torch._C.DisableTorchFunction():
             for callback in self._module_post_callbacks:
-                self.safely(callback, module, args, output, top)
+                try:
+                    callback(module, args, output, top)
+                except Exception as error:
+                    self._internal_error(callback, error)
 
     def _step_pre(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         mode = self._mode
@@ -477,6 +436,7 @@ class Session:
         self._handles.append(register_optimizer_step_pre_hook(self._step_pre))
         self._handles.append(register_optimizer_step_post_hook(self._step_post))
         self._mode = _DoctorMode(self)
+        self._op_thread = threading.get_ident()
         self._mode.__enter__()
         _watch_forks(self)
         return self

@@ -28,6 +28,8 @@ def first_tensor(value: Any) -> Tensor | None:
 
 def tensors_in(value: Any, limit: int = 16) -> list[Tensor]:
     """The tensors in a forward output: a tensor, or tensors one or two levels inside tuples/lists/dicts."""
+    if isinstance(value, Tensor):  # the common case, without the walk
+        return [value]
     found: list[Tensor] = []
 
     def visit(item: Any, depth: int) -> None:

@@ -60,7 +60,8 @@ class ForwardInfo:
 
 
 class _Usage:
-    """Hook object hung on the output's grad_fn: called when backward reaches it; freed with the graph."""
+    """Hook object hung on the output's grad_fn: called when backward reaches it; freed with the graph (its
+    ``__del__``: a tenth of what a ``weakref.finalize`` per forward costs)."""
 
     __slots__ = ("info", "used", "tracker", "__weakref__")
 
@@ -71,6 +72,9 @@ class _Usage:
         if not self.used:
             self.used = True
             self.tracker._used(self.info)
+
+    def __del__(self) -> None:  # safely(): a bug in a check must not print from the garbage collector
+        self.tracker.session.safely(self.tracker._freed, self.info)
 
 
 class ForwardTracker(Check, ops=FUNCTIONAL_DROPOUT):
@@ -93,13 +97,18 @@ class ForwardTracker(Check, ops=FUNCTIONAL_DROPOUT):
         if cached is not None and cached[0]() is model:
             return cached[1]
         label = type(model).__name__
-        layers = [(f"{label}.{name}" if name else label, m) for name, m in model.named_modules()
-                  if isinstance(m, _STOCHASTIC)]
+        layers = [(f"{label}.{name} ({type(m).__name__})" if name else f"{label} ({type(m).__name__})", m)
+                  for name, m in model.named_modules() if isinstance(m, _STOCHASTIC)]
         self._layers[id(model)] = (weakref.ref(model), layers)
         return layers
 
     @staticmethod
     def _trainable(model: nn.Module) -> bool:
+        # the model's own parameters and its children's first: usually decided there, without the generator
+        # machinery of parameters() (5 us on every call of a small model)
+        for module in (model, *model._modules.values()):
+            if module is not None and any(p is not None and p.requires_grad for p in module._parameters.values()):
+                return True
         return next((True for p in model.parameters() if p.requires_grad), False)
 
     # ----------------------------------------------------------------- events
@@ -107,12 +116,12 @@ class ForwardTracker(Check, ops=FUNCTIONAL_DROPOUT):
         if not top or not self._trainable(module):
             return
         layers = self._stochastic_layers(module)
-        active = [f"{name} ({type(m).__name__})" for name, m in layers if m.training]
+        active = [label for label, m in layers if m.training]
         grad = torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+        where, info_call = self._calling_function()
         info = ForwardInfo(weakref.ref(module), id(module), self.session.module_name(module),
-                           self.session.where(), module.training, active, len(layers), grad,
-                           self.session.optimizer_steps)
-        info.call, info.function, info.caller = self._calling_function()
+                           where, module.training, active, len(layers), grad, self.session.optimizer_steps)
+        info.call, info.function, info.caller = info_call
         info.continues = self._continues(id(module), args) or self._fed_back(id(module), args)
         self._pending.setdefault(id(module), []).append(info)
 
@@ -137,17 +146,19 @@ class ForwardTracker(Check, ops=FUNCTIONAL_DROPOUT):
                                                  f"({type(module).__name__})", module.training,
                                                  self._dropout_sites[site], id(module)))
 
-    def _calling_function(self) -> tuple[int, str, tuple[str, int] | None]:
-        """(id of the user's innermost frame, its function, the user's line that called it), or (0, '', None)
-        at module level."""
+    def _calling_function(self) -> tuple[tuple[str, int] | None, tuple[int, str, tuple[str, int] | None]]:
+        """One walk up the stack: (the user's line, i.e. ``session.where()``; (id of the user's innermost frame,
+        its function, the user's line that called it), or (0, '', None) at module level)."""
         locator = self.session.locator
         frame: types.FrameType | None = sys._getframe(1)
         while frame is not None and not locator.is_user_file(frame.f_code.co_filename):
             frame = frame.f_back
-        if frame is None or frame.f_code.co_name == "<module>":
-            return 0, "", None
-        caller = locator.from_frame(frame.f_back)
-        return id(frame), frame.f_code.co_name, caller
+        if frame is None:
+            return None, (0, "", None)
+        where = (frame.f_code.co_filename, frame.f_lineno)
+        if frame.f_code.co_name == "<module>":
+            return where, (0, "", None)
+        return where, (id(frame), frame.f_code.co_name, locator.from_frame(frame.f_back))
 
     def _fed_back(self, model_id: int, args: tuple) -> bool:
         """One step of one sequence (a token, a one-hot row) with a tensor the model's previous call returned."""
@@ -192,7 +203,6 @@ class ForwardTracker(Check, ops=FUNCTIONAL_DROPOUT):
         for node in nodes:
             node.register_prehook(usage)
         self._alive.add(usage)
-        weakref.finalize(usage, self._freed, info)
 
     def _used(self, info: ForwardInfo) -> None:
         info.kind = "used"

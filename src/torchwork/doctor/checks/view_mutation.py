@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from torchwork.doctor.checks import Check
-from torchwork.doctor.session import RANDOM_OPS
+from torchwork.doctor.op_categories import RANDOM_OPS
 
 _OVERWRITES = RANDOM_OPS | {"fill_", "zero_", "copy_", "set_", "index_fill_", "masked_fill_", "fill_diagonal_",
                             "__setitem__", "constant_", "ones_", "zeros_", "eye_", "dirac_"}
