@@ -1,6 +1,6 @@
 """recipes/cli.py: the recipes' commands turn the parsed arguments into the work function's call, and refuse bad
 ones before any work: ``fit``'s settings for the sentiment recipe, an image folder's config and the text
-options it refuses, ``--time-budget`` read (and needing ``--quick``) first, ``train`` validating its recipe
+options it refuses, ``--time-budget`` read first, ``train`` validating its recipe
 before launching anything, ``data check``'s report and exit code. The trainings themselves run in
 tests/recipes/test_recipes_fit*.py and the quickstart's tests."""
 
@@ -36,7 +36,7 @@ def test_an_image_folder_takes_the_quick_settings_and_refuses_a_tables_options()
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--time-budget", "soon", "--quick"], "--time-budget 'soon'"),
-    (["--time-budget", "15m"], "add --quick"),
+    (["--time-budget", "nan"], "--time-budget 'nan'"),  # without --quick too: the encoder's budget
 ])
 def test_a_time_budget_is_read_before_any_work(tmp_path, argv, message) -> None:
     missing = tmp_path / "nothing-here.csv"  # never read: the budget is refused first

@@ -67,10 +67,17 @@ def test_a_bad_budget_fails_before_any_work(tmp_path, capsys, budget) -> None:
     assert captured.out == "" and not runs.exists()  # nothing read, nothing written
 
 
-def test_a_budget_without_quick_says_what_to_add(tmp_path, capsys) -> None:
-    data = _reviews(tmp_path / "reviews.csv", 300)
-    code = main(["fit", str(data), "--set", f"run_dir={tmp_path / 'runs'}", "--time-budget", "10m"])
-    assert code == 2 and "add --quick" in capsys.readouterr().err and not (tmp_path / "runs").exists()
+def test_the_encoders_space_holds_its_settings_and_its_stages_grow_with_the_rows() -> None:
+    from torchwork.recipes.transformer_settings import TransformerSettings
+    from torchwork.tune.budget_transformer import final_stages_seconds as encoder_stages
+    from torchwork.tune.budget_transformer import transformer_space
+
+    settings = TransformerSettings.of(SentimentConfig(transformer_lr=2e-4, transformer_epochs=4,
+                                                      transformer_max_length=40))
+    space = transformer_space(settings)
+    assert space["lr"]["low"] < 2e-4 < space["lr"]["high"] and space["lr"]["log"]
+    assert space["epochs"] == {"low": 2, "high": 8} and space["max_length"] == {"choices": [20, 30, 40]}
+    assert encoder_stages(6000) - encoder_stages(0) == pytest.approx(48.0)
 
 
 class Clock:
@@ -140,6 +147,16 @@ def test_a_running_trial_is_stopped_when_its_next_epoch_would_not_fit() -> None:
     assert not plan.should_stop(long, epoch=29)  # its last epoch is trained: stopping saves nothing
     plan.best = None
     assert not plan.should_stop(long, epoch=5)  # the default trial (no best yet) always runs whole
+
+
+def test_a_served_best_trial_reserves_no_final_training() -> None:
+    plan, clock = _measured_plan()
+    plan.reuse_best = True
+    plan.best = {"epochs": 8, "max_length": 64}
+    assert plan.final_training({"epochs": 16, "max_length": 128}) == 0.0
+    clock.now += 60  # at 82 s a 10 s trial ends after 75 s, the last moment that leaves the 20 s of stages after it
+    go, why = plan.may_start({"epochs": 8, "max_length": 64})
+    assert not go and "final training" not in why and "the stages after it (about 20.0 s)" in why
 
 
 def test_the_verification_rounds_shrink_to_what_the_budget_left_holds() -> None:

@@ -6,6 +6,7 @@ served artifact's answers; plus the whole `fit` command once, with every socket 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import socket
 from pathlib import Path
@@ -120,7 +121,7 @@ def test_each_architecture_trains_exports_verifies_and_serves(folders, architect
 
 
 @pytest.mark.slow(reason="the whole fit command (data report, baselines, n-gram, the encoder, two exports)")
-def test_fit_with_a_model_folder_runs_offline(folders, tmp_path, monkeypatch, capsys) -> None:
+def test_fit_with_a_model_folder_runs_offline_inside_a_time_budget(folders, tmp_path, monkeypatch, capsys) -> None:
     from torchwork.cli import main
 
     def refused(*args: object, **kwargs: object) -> None:
@@ -130,11 +131,28 @@ def test_fit_with_a_model_folder_runs_offline(folders, tmp_path, monkeypatch, ca
     monkeypatch.setattr(socket.socket, "connect_ex", refused)
     data = write_csv(tmp_path / "reviews.csv", ROWS)
     code = main(["fit", str(data), "--model", str(folders["electra"]), "--set", f"run_dir={tmp_path / 'runs'}",
-                 *[part for s in ("epochs=1", "transformer_epochs=1", "verify_rounds=5", "export_formats=onnx",
+                 "--time-budget", "60s", *[part for s in ("epochs=1", "transformer_epochs=1", "verify_rounds=5", "export_formats=onnx",
                                   "threads=1", "precision=32", "transformer_strategy=cached") for part in ("--set", s)]])
     out = capsys.readouterr().out
     assert code == 0, out[-3000:]
     assert f"ELECTRA from {folders['electra']}" in out and "of 41 model tensors loaded" in out
     assert "max_length: " in out and "th percentile of the" in out and "estimated epoch: " in out
     (run,) = (tmp_path / "runs").iterdir()
-    assert set(json.loads((run / "summary.json").read_text())["models"]) == {"baseline", "ngram", "transformer"}
+    summary = json.loads((run / "summary.json").read_text())
+    assert set(summary["models"]) == {"baseline", "ngram", "transformer"}
+    # the budget tunes the encoder: trial 0 is its own settings (the max length chosen from the data), the
+    # served encoder is the best trial's model as trained (not trained again), compared with trial 0's (the
+    # choice among several trials is the n-gram budget test's and the plan's clock tests', on the same study)
+    plan = summary["time_budget"]
+    first = plan["trials"][0]
+    assert first["state"] == "COMPLETE" and first["params"]["epochs"] == 1 and 16 <= first["params"]["max_length"] <= 128
+    best = max((t for t in plan["trials"] if t["state"] == "COMPLETE"), key=lambda t: (t["value"], -t["trial"]))
+    assert plan["best_params"] == best["params"] and f"the served encoder is trial {best['trial']}'s model" in " ".join(
+        plan["decisions"])
+    assert set(plan["stages"]) == {"data report, baselines and the n-gram model", "tuning"}
+    # 60 s cannot hold the export's planned 58 s besides the first trial: the defaults alone, and it says so
+    assert [t["state"] for t in plan["trials"]] == ["COMPLETE", "NOT STARTED"]
+    assert any(d.startswith("the budget is too small for this data") for d in plan["decisions"])
+    assert math.isclose(plan["tuned_against_default"]["a"]["macro_f1"], summary["models"]["transformer"]["macro_f1"],
+                        abs_tol=1e-6)
+    assert json.loads((Path(plan["study"]) / "trials" / "0" / "trial.json").read_text())["state"] == "COMPLETE"

@@ -114,12 +114,11 @@ def _budget_plan(args: argparse.Namespace) -> Any:
     from torchwork.recipes.fit_budget import BudgetPlan, command_age, parse_budget
 
     budget = parse_budget(text)
-    if not args.quick:
-        raise ConfigError("--time-budget tunes the n-gram model for now: add --quick (tuning the fine-tuned "
-                          "transformer inside a budget is not built yet).")
     from torchwork.tune.budget import study_trials
+    from torchwork.tune.budget_transformer import tuned_transformer
 
-    return BudgetPlan(budget, trials=study_trials, spent_s=command_age(sys.argv))
+    # study_trials tunes the n-gram model (--quick); without --quick the recipe tunes the encoder instead
+    return BudgetPlan(budget, trials=study_trials, spent_s=command_age(sys.argv), encoder_trials=tuned_transformer)
 
 
 def image_fit_config(args: argparse.Namespace) -> ImageFitConfig:

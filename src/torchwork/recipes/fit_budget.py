@@ -132,17 +132,23 @@ class TrialCost:
 class BudgetPlan:
     """The budget of one ``torchwork fit`` command (see the module docstring). ``final_s``: the seconds of the
     stages after the final training; ``trials``: the tuner (``tune.budget.study_trials``), a function of the
-    plan, the config, the space and the splits that runs the trials; None: no tuning, only the plan."""
+    plan, the config, the space and the splits that runs the trials; None: no tuning, only the plan.
+    ``encoder_trials``: the same for the fine-tuned encoder (``tune.budget_transformer.tuned_transformer``),
+    which returns the best trial's result and settings."""
 
     def __init__(self, budget_s: float, clock: Callable[[], float] = time.monotonic, final_s: float = 0.0,
-                 trials: Callable[..., dict[str, Any]] | None = None, spent_s: float = 0.0) -> None:
+                 trials: Callable[..., dict[str, Any]] | None = None, spent_s: float = 0.0,
+                 encoder_trials: Callable[..., Any] | None = None) -> None:
         self.budget_s, self.clock, self.final_s, self.trials = budget_s, clock, final_s, trials
+        self.encoder_trials = encoder_trials  # the fine-tuned encoder's tuner (tune.budget_transformer)
         self.started = clock() - spent_s  # spent_s: what the command spent before the plan (see command_age)
         self.stages: dict[str, float] = {}
         self.decisions: list[str] = []
         self.cost: TrialCost | None = None
         self.best: dict[str, Any] | None = None  # the best complete trial's params so far
         self.tuning: dict[str, Any] = {}
+        # True when the best trial's model is the one served (the transformer's trials): no final training
+        self.reuse_best = False
 
     @property
     def aim(self) -> float:
@@ -152,8 +158,9 @@ class BudgetPlan:
     def elapsed(self) -> float:
         return self.clock() - self.started
 
-    def start_tuning(self) -> None:
-        self.stages["data report and baselines"] = round(self.elapsed(), 2)
+    def start_tuning(self, stage: str = "data report and baselines") -> None:
+        """The stages before tuning are done: their time is recorded under ``stage``."""
+        self.stages[stage] = round(self.elapsed(), 2)
 
     def estimate(self, params: dict[str, Any]) -> float:
         return self.cost.seconds(params) if self.cost else math.inf
@@ -170,7 +177,10 @@ class BudgetPlan:
                                   self.cost.max_length)
 
     def final_training(self, params: dict[str, Any] | None = None) -> float:
-        """The final training's estimate: the best settings so far (or ``params``, should they win)."""
+        """The final training's estimate: the best settings so far (or ``params``, should they win); 0 when the
+        best trial's model is served as it is."""
+        if self.reuse_best:
+            return 0.0
         candidates = [p for p in (self.best, params) if p is not None]
         return max((self.estimate(p) for p in candidates), default=0.0)
 
@@ -186,10 +196,10 @@ class BudgetPlan:
         last = self.last_start(params) - self.started
         if now + need <= last:
             return True, f"started: about {need:.1f} s, ends by {now + need:.1f} s of {last:.1f} s"
+        final = "" if self.reuse_best else f"the final training (about {self.final_training(params):.1f} s) and "
         return False, (f"not started: it would take about {need:.1f} s and end at {now + need:.1f} s, after "
-                       f"{last:.1f} s, the last moment that leaves the final training (about "
-                       f"{self.final_training(params):.1f} s) and the stages after it (about {self.final_s:.1f} s) "
-                       f"inside the budget ({100 * AIM:.0f}% of {self.budget_s:.1f} s)")
+                       f"{last:.1f} s, the last moment that leaves {final}the stages after it (about "
+                       f"{self.final_s:.1f} s) inside the budget ({100 * AIM:.0f}% of {self.budget_s:.1f} s)")
 
     def should_stop(self, params: dict[str, Any], epoch: int) -> bool:
         """At the end of epoch ``epoch`` (0-based) of a running trial: stop it when its next epoch would end
@@ -241,7 +251,9 @@ class BudgetPlan:
     def finish(self, tuned_probabilities: Any, labels: Sequence[int], classes: Sequence[str], seed: int,
                say: Callable[[str], Any] = print) -> dict[str, Any]:
         """``summary.json``'s ``time_budget``: the plan, its trials and the tuned model against the default
-        settings' on the test split (a paired bootstrap interval); printed in one line."""
+        settings' on the test split (a paired bootstrap interval); printed in one line. The tuned model's
+        probabilities are the tuner's own when it kept them (the served model may be another: the baseline)."""
+        tuned_probabilities = self.tuning.pop("tuned_probabilities", tuned_probabilities)
         record: dict[str, Any] = {
             "budget_s": self.budget_s, "aim_s": round(AIM * self.budget_s, 2),
             "elapsed_s": round(self.elapsed(), 2), "stages": dict(self.stages),

@@ -293,7 +293,7 @@ def run(config: SentimentConfig, serve: bool = False, budget: Any = None) -> dic
     say(f"baseline test accuracy {baseline['accuracy']:.4f}, macro-F1 {baseline['macro_f1']:.4f}"
         + (" (recorded by the run being resumed)" if recorded else ""))
 
-    if budget is not None:  # the trials that fit, then the final training with the best settings
+    if budget is not None and config.model != "transformer":  # the trials that fit, then the final training
         config = budget.tune(config, train, validation, test, classes)
     say("\n== 3. Model: TF-IDF-weighted word and character n-grams, trained from scratch")
     data_record = {"data_source": data_report.source, "data_report_counts": data_report.counts()}
@@ -334,7 +334,8 @@ def run(config: SentimentConfig, serve: bool = False, budget: Any = None) -> dic
     if config.model == "transformer":
         from torchwork.recipes.sentiment_transformer import transformer_sections
         settings = TransformerSettings.of(config)  # what the transformer reads of the config, read once here
-        served = transformer_sections(settings, train, validation, test, classes, run_path, models, decisions)
+        served = transformer_sections(settings, train, validation, test, classes, run_path, models, decisions,
+                                      budget)  # a budget tunes the encoder, the n-gram model keeps its defaults
     else:
         served = served_ngram()
     if own_data is not None:  # a user's data: served only if it beats the baseline beyond the noise

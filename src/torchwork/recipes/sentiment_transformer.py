@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -120,10 +121,11 @@ class _Prepared:
 
 
 def train_transformer(settings: TransformerSettings, train: Any, validation: Any, test: Any, classes: list[str],
-                      run_dir: Path, decisions: Any = None) -> TransformerResult:
+                      run_dir: Path, decisions: Any = None, callbacks: Sequence[Any] = ()) -> TransformerResult:
     """Fine-tune MiniLM on the splits (see the module docstring); the run folder is under ``run_dir``.
     ``decisions`` (:class:`~torchwork.recipes.recorded.Decisions`): where the measured strategy and precision
-    are recorded, and read back from when the run is resumed."""
+    are recorded, and read back from when the run is resumed (or by the next trial of a time budget);
+    ``callbacks``: the Trainer's extra callbacks (a budget's trial: pruning, the plan's stop)."""
     from torch import nn
 
     from torchwork.data import class_weights
@@ -142,7 +144,7 @@ def train_transformer(settings: TransformerSettings, train: Any, validation: Any
         prepared = _prepare_cached(settings, model, data, probe, loss_fn, device, decisions)
     else:
         prepared = _prepare_full(settings, model, data, loss_fn, device, decisions)
-    trainer, factor = _trainer(settings, prepared, loss_fn, device, run_dir, strategy, timing)
+    trainer, factor = _trainer(settings, prepared, loss_fn, device, run_dir, strategy, timing, callbacks)
     estimate = epoch_estimate(prepared.trained, prepared.train_loader, prepared.val_loader, loss_fn, device,
                               prepared.precision, settings.transformer_epochs)
     say(f"estimated epoch: {estimate['epoch_s']:.1f} s ({len(prepared.train_loader)} steps of "
@@ -307,7 +309,7 @@ def _prepare_full(settings: TransformerSettings, model: Any, data: dict[str, Tok
 
 
 def _trainer(settings: TransformerSettings, prepared: _Prepared, loss_fn: Any, device: Any, run_dir: Path,
-             strategy: str, timing: dict[str, Any]) -> tuple[Any, Any]:
+             strategy: str, timing: dict[str, Any], callbacks: Sequence[Any] = ()) -> tuple[Any, Any]:
     """The Trainer of ``prepared`` (layer-wise AdamW, warm-up then decay, early stopping on validation
     macro-F1), and the lr multiplier of each step."""
     import torch
@@ -326,6 +328,7 @@ def _trainer(settings: TransformerSettings, prepared: _Prepared, loss_fn: Any, d
     trainer = Trainer(prepared.trained, optimizer, loss_fn, scheduler, device=device, precision=prepared.precision,
                       threads=settings.threads or "auto", compile=compile_choice(settings.compile),
                       clip_grad_norm=settings.clip_grad_norm, epoch_metrics={"macro_f1": macro_f1},
+                      callbacks=callbacks,
                       early_stopping=EarlyStopping("val_macro_f1", mode="max", patience=settings.transformer_patience),
                       run_dir=run_dir, config={**settings.recorded, "strategy": strategy, "strategy_timing": timing,
                                                "precision_chosen": prepared.precision,
@@ -397,9 +400,10 @@ def _training_precision(settings: TransformerSettings, decisions: Any, device: A
 
 
 def transformer_sections(settings: TransformerSettings, train: Any, validation: Any, test: Any, classes: list[str], run_path: Path,
-                         models: dict[str, Any], decisions: Any = None) -> dict[str, Any]:
+                         models: dict[str, Any], decisions: Any = None, budget: Any = None) -> dict[str, Any]:
     """The quickstart's transformer steps (printed as sections 5 and 6); returns what the summary and the
-    report need about the served model, and adds it to ``models``."""
+    report need about the served model, and adds it to ``models``. ``budget``: ``fit --time-budget``'s plan,
+    whose ``encoder_trials`` tune the fine-tuning inside it (:func:`torchwork.tune.budget_transformer.tuned_transformer`)."""
     from torchwork.data import format_metrics
     from torchwork.deploy import format_report
     from torchwork.recipes.sentiment_shared import export_threads
@@ -407,7 +411,11 @@ def transformer_sections(settings: TransformerSettings, train: Any, validation: 
     say("\n== 5. Transformer: " + (f"{settings.model_dir} fine-tuned on your data" if settings.model_dir
                                     else "all-MiniLM-L6-v2 fine-tuned on the tweets"))
     settings = with_max_length(settings, train)
-    result = train_transformer(settings, train, validation, test, classes, run_path / "transformer", decisions)
+    if budget is None or budget.encoder_trials is None:
+        result = train_transformer(settings, train, validation, test, classes, run_path / "transformer", decisions)
+    else:  # the trials that fit (the plan's tuner: tune.budget_transformer); the best model is exported as it is
+        result, settings = budget.encoder_trials(budget, settings, train, validation, test, classes, run_path,
+                                                 decisions)
     release_memory()  # the feature cache and the training's tensors are freed: their pages go back before export
     metrics = result.splits["test"]
     say(format_metrics(metrics))

@@ -53,10 +53,18 @@ class NgramTrials:
     objective = {"name": "val_macro_f1", "direction": "maximize",
                  "description": "the n-gram model's best validation macro-F1 (early stopping's checkpoint)"}
 
+    integer_settings = frozenset({"epochs", "max_length"})
+
     def __init__(self, plan: Any, config: Any, splits: dict[str, Any], classes: list[str]) -> None:
         self.plan, self.config, self.splits, self.classes = plan, config, splits, classes
         self.training_seconds = 0.0
         self.default_predictions: list[int] | None = None
+        self.study_root, self.seed = Path(config.run_dir) / "tune", config.seed
+        self.base = {"recipe": "sentiment", "config": "fit --time-budget", "settings": [f"data={config.data}"]}
+
+    def defaults(self, names: list[str]) -> dict[str, Any]:
+        """Trial 0's params: the recipe's own settings."""
+        return {name: getattr(self.config, name) for name in names}
 
     def config_for(self, params: dict[str, Any], folder: str | Path, threads: int) -> Any:
         from torchwork.recipes.config import apply_overrides
@@ -97,51 +105,55 @@ def _test_predictions(fitted: dict[str, Any], run_path: Path, test: Any) -> list
     return [int(i) for i in fitted["trainer"].predict(test_loader).argmax(dim=-1).tolist()]
 
 
-def _open(config: Any, space: Any) -> tuple[Any, Path]:
-    """A new study under ``<run_dir>/tune/``, its storage the embedded SQLite file."""
+def _open(target: Any, space: Any) -> tuple[Any, Path]:
+    """A new study under the target's ``tune/`` folder, its storage the embedded SQLite file."""
     from torchwork.tune.storage import default_url, open_storage
     from torchwork.tune.study import open_study
 
     name = "fit-budget-" + time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    folder = Path(config.run_dir) / "tune" / name
+    folder = Path(target.study_root) / name
     folder.mkdir(parents=True, exist_ok=True)
-    record = {"objective": NgramTrials.objective["name"], "direction": "maximize", "space": space.describe(),
-              "seed": config.seed, "base": {"recipe": "sentiment", "config": "fit --time-budget",
-                                            "settings": [f"data={config.data}"]}}
+    record = {"objective": target.objective["name"], "direction": "maximize", "space": space.describe(),
+              "seed": target.seed, "base": target.base}
     study = open_study(open_storage(default_url(folder)), name, record)
     return study, folder
 
 
-def _queue(study: Any, space: Any, number: int, config: Any) -> dict[str, Any]:
+def _queue(study: Any, space: Any, number: int, target: Any) -> dict[str, Any]:
     """Queue trial ``number``: the default settings for 0, the space's point ``number`` after."""
-    params = ({s.name: getattr(config, s.name) for s in space.settings} if number == 0
-              else space.params_for(number, config.seed))
+    params = target.defaults(space.names) if number == 0 else space.params_for(number, target.seed)
     study.enqueue_trial(params, user_attrs={"trial": number, "attempt": 0})
     return params
 
 
 def study_trials(plan: Any, config: Any, space_mapping: dict[str, Any], train: Any, validation: Any, test: Any,
                  classes: list[str]) -> dict[str, Any]:
-    """Run the trials the plan lets start; returns the trials, the best params and trial 0's test predictions."""
+    """The n-gram model's trials (``fit --time-budget --quick``): :func:`run_study` of :class:`NgramTrials`."""
+    target = NgramTrials(plan, config, {"train": train, "validation": validation, "test": test}, classes)
+    return run_study(plan, target, space_mapping)
+
+
+def run_study(plan: Any, target: Any, space_mapping: dict[str, Any]) -> dict[str, Any]:
+    """Run the trials of ``target`` the plan lets start; returns the trials, the best params and trial 0's test
+    predictions (``default_predictions``)."""
     import torch
 
     from torchwork.tune.space import Space
     from torchwork.tune.trial import claim, run_trial
 
-    space = Space.from_mapping(space_mapping, {"epochs", "max_length"})
-    study, folder = _open(config, space)
-    target = NgramTrials(plan, config, {"train": train, "validation": validation, "test": test}, classes)
+    space = Space.from_mapping(space_mapping, set(target.integer_settings))
+    study, folder = _open(target, space)
     trials: list[dict[str, Any]] = []
-    print(f"\n== Tuning inside the time budget: lr, epochs, max_length; study {folder}", flush=True)
+    print(f"\n== Tuning inside the time budget: {', '.join(space.names)}; study {folder}", flush=True)
     for number in range(MAX_TRIALS):
-        params = space.params_for(number, config.seed) if number else _queue(study, space, 0, config)
+        params = space.params_for(number, target.seed) if number else _queue(study, space, 0, target)
         go, why = plan.may_start(params)
         if not go:
             trials.append({"trial": number, "state": "NOT STARTED", "params": params, "why": why})
             print(f"trial {number:>3} {why}", flush=True)
             break
         if number:
-            _queue(study, space, number, config)
+            _queue(study, space, number, target)
         info = run_trial(study, claim(study), target, space, folder, torch.get_num_threads(), heartbeat_s=5)
         if info["state"] == "FAIL" and number == 0:  # the default settings: the recipe itself fails
             raise ConfigError(f"the first trial (the default settings) failed: {info['error']} "
