@@ -71,6 +71,8 @@ class Decisions:
         {'chosen': 'full'}
     """
 
+    source = "recorded by the run being resumed"  # how a decision read back is said
+
     def __init__(self, run: Path) -> None:
         self.path = Path(run) / "decisions.json"
 

@@ -246,7 +246,7 @@ def _strategy(settings: TransformerSettings, model: Any, probe: Any, train_rows:
             decisions.record("transformer_strategy", {"strategy": strategy, "timing": timing})
     model.to("cpu")
     if kept:
-        say(f"strategy: {strategy} (recorded by the run being resumed)")
+        say(f"strategy: {strategy} ({decisions.source})")
     elif timing.get("reason"):
         say(f"strategy: {strategy} (as configured)")
     else:
@@ -388,7 +388,7 @@ def _training_precision(settings: TransformerSettings, decisions: Any, device: A
 
     kept = decisions.get("transformer_precision") if decisions is not None else None
     if isinstance(kept, dict) and kept.get("precision") in ("32", "bf16") and isinstance(kept.get("timing"), dict):
-        say(f"precision: {kept['precision']} (recorded by the run being resumed)")
+        say(f"precision: {kept['precision']} ({decisions.source})")
         return kept["precision"], kept["timing"]
     requested = settings.transformer_precision if settings.transformer_precision != "auto" else settings.precision
     precision, timing = choose_precision(requested if device.type == "cpu" else "32", trained, batch, loss_fn,

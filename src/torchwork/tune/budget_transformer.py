@@ -49,6 +49,21 @@ def final_stages_seconds(rows: int) -> float:
     return EXPORT_FIXED_S + EXPORT_ROW_S * rows + REPORT_S + EXIT_S
 
 
+class _TrialDecisions:
+    """The run's decisions as a trial reads them: the same record, said as the first trial's measurement."""
+
+    source = "measured by the budget's first trial"
+
+    def __init__(self, decisions: Any) -> None:
+        self.decisions = decisions
+
+    def get(self, name: str) -> Any:
+        return self.decisions.get(name)
+
+    def record(self, name: str, value: Any) -> None:
+        self.decisions.record(name, value)
+
+
 class TransformerTrials:
     """The target of the study (the interface of :class:`torchwork.tune.budget.NgramTrials`): the encoder
     fine-tuned on the command's splits. Keeps the best complete trial's model and trial 0's test predictions."""
@@ -60,7 +75,7 @@ class TransformerTrials:
     def __init__(self, plan: Any, settings: Any, splits: dict[str, Any], classes: list[str], run_path: Path,
                  decisions: Any) -> None:
         self.plan, self.settings, self.splits, self.classes = plan, settings, splits, classes
-        self.decisions = decisions
+        self.decisions = _TrialDecisions(decisions) if decisions is not None else None
         self.training_seconds = 0.0
         self.default_predictions: list[int] | None = None
         self.best: tuple[float, int, Any, Any] | None = None  # (value, trial, TransformerResult, its settings)
