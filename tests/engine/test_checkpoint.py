@@ -209,8 +209,13 @@ def test_a_mid_epoch_checkpoint_written_before_the_split_resumes_exactly() -> No
     resumed, loader = _shuffled_run()
     history = resumed.fit(loader, epochs=3, resume=BEFORE_THE_SPLIT)
     assert resumed.global_step == 12 and [h["epoch"] for h in history] == [1, 2, 3]
-    # epoch 2's figures add the file's epoch_totals (its first two batches) to the two batches trained here
-    for name in ("train_loss", "train_mse", "train_l1", "grad_norm", "samples", "steps"):
+    # epoch 2's figures add the file's epoch_totals (its first two batches) to the two batches trained here;
+    # epoch 1's come from the file: written on another CPU, a float32 figure may differ in its last bit there
+    # (an AMD EPYC, 6 Dec: train_mse 0.62469858 against 0.62469864), so the floats are compared to 1e-6
+    for name in ("samples", "steps"):
         assert [h[name] for h in history] == [h[name] for h in whole], name
+    for name in ("train_loss", "train_mse", "train_l1", "grad_norm"):
+        assert [h[name] for h in history] == pytest.approx([h[name] for h in whole], rel=1e-6, abs=1e-7), name
     assert [h["train_loss"] for h in history] == pytest.approx(BEFORE_THE_SPLIT_LOSSES, rel=1e-6)
-    assert all(torch.equal(a, b) for a, b in zip(trainer.model.parameters(), resumed.model.parameters()))
+    for a, b in zip(trainer.model.parameters(), resumed.model.parameters()):  # the same last-bit allowance
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

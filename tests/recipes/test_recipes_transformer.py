@@ -183,7 +183,10 @@ def test_the_fused_adamw_trains_the_top_as_the_default_one_does():
         optimizer = adamw(groups, torch.device("cpu")) if fused else torch.optim.AdamW(groups)
         assert optimizer.defaults["fused"] is (True if fused else None)
         generator = torch.Generator().manual_seed(1)
-        for _ in range(4):
+        # two steps: from the third on, the attention key biases (their gradient is zero by construction, so Adam
+        # steps them by the sign of rounding noise) and bf16 rounding make the two trajectories part on some CPUs
+        # (an AMD EPYC, 6 Dec: 1.5e-8 apart after 2 steps, 1.3e-4 after 4), whichever the optimizer
+        for _ in range(2):
             hidden = torch.randn(8, 12, 384, generator=generator)
             mask = torch.ones(8, 12, dtype=torch.long)
             mask[4:, 9:] = 0
