@@ -47,7 +47,11 @@ def attempts(runs: Path, study: str) -> dict[int, int]:
 
 
 def check_equal_to_reference(runs: Path, study: str, reference: dict, killed: int) -> None:
-    assert outcome(runs, study) == reference  # states, params, scores and every epoch's score, bit for bit
+    got = outcome(runs, study)
+    # a failed trial's own error (its trial.json) is in the message: a fresh-clone run on 6 Dec saw trial 0 FAIL
+    # once after the kill and resume, and passed 5 times of 5 rerun alone or three at a time
+    failed = {n: trial_json(runs, study, n).get("error") for n, o in got.items() if o["state"] == "FAIL"}
+    assert got == reference, failed  # states, params, scores and every epoch's score, bit for bit
     states = {t.state.name for t in trials_of(runs, study)}
     assert "RUNNING" not in states and "WAITING" not in states
     counts = attempts(runs, study)
