@@ -147,6 +147,7 @@ class BudgetPlan:
         self.cost: TrialCost | None = None
         self.best: dict[str, Any] | None = None  # the best complete trial's params so far
         self.tuning: dict[str, Any] = {}
+        self.before_tuning = ""  # the stage recorded by start_tuning
         # True when the best trial's model is the one served (the transformer's trials): no final training
         self.reuse_best = False
 
@@ -161,6 +162,18 @@ class BudgetPlan:
     def start_tuning(self, stage: str = "data report and baselines") -> None:
         """The stages before tuning are done: their time is recorded under ``stage``."""
         self.stages[stage] = round(self.elapsed(), 2)
+        self.before_tuning = stage
+
+    def end_tuning(self, untuned: str) -> None:
+        """The trials are done: the tuning stage's time is recorded, and a budget too small for ``untuned``
+        (what runs without tuning, with its verb: "the untuned pipeline alone ends") is said, with the budget
+        that would do."""
+        self.stages["tuning"] = round(self.elapsed() - self.stages[self.before_tuning], 2)
+        expected = self.elapsed() + self.final_training() + self.final_s
+        if expected > self.budget_s:
+            self.decisions.append(f"the budget is too small for this data on this machine: {untuned} at about "
+                                  f"{expected:.0f} s; give --time-budget {expected * 1.2:.0f}s or more to tune")
+            print(f"torchwork: {self.decisions[-1]}", flush=True)
 
     def estimate(self, params: dict[str, Any]) -> float:
         return self.cost.seconds(params) if self.cost else math.inf
@@ -232,13 +245,7 @@ class BudgetPlan:
         else:
             self.tuning = self.trials(self, config, space, train, validation, test, list(classes))
         best = self.tuning["best_params"]
-        self.stages["tuning"] = round(self.elapsed() - self.stages["data report and baselines"], 2)
-        expected = self.elapsed() + self.final_training() + self.final_s
-        if expected > self.budget_s:
-            self.decisions.append(f"the budget is too small for this data on this machine: the untuned pipeline "
-                                  f"alone ends at about {expected:.0f} s; give --time-budget {expected * 1.2:.0f}s "
-                                  "or more to tune")
-            print(f"torchwork: {self.decisions[-1]}", flush=True)
+        self.end_tuning("the untuned pipeline alone ends")
         rounds = self.verify_rounds(apply_overrides(config, best))
         if rounds < config.verify_rounds:
             self.decisions.append(f"verification: {rounds} timing rounds instead of {config.verify_rounds}, "

@@ -139,13 +139,7 @@ def tuned_transformer(plan: Any, settings: Any, train: Any, validation: Any, tes
                            f"({target.best[1] if target.best else None})")
     _, number, result, best_settings = target.best
     plan.tuning = {**tuning, "tuned_probabilities": result.test_probabilities.tolist()}
-    plan.stages["tuning"] = round(plan.elapsed() - plan.stages[BEFORE_TUNING], 2)
-    expected = plan.elapsed() + plan.final_s
-    if expected > plan.budget_s:
-        plan.decisions.append(f"the budget is too small for this data on this machine: the default settings' "
-                              f"trial and the stages after it end at about {expected:.0f} s; give --time-budget "
-                              f"{expected * 1.2:.0f}s or more to tune")
-        print(f"torchwork: {plan.decisions[-1]}", flush=True)
+    plan.end_tuning("the default settings' trial and the stages after it end")
     plan.decisions.append(f"the served encoder is trial {number}'s model, not trained again")
     print(f"the encoder served: trial {number}'s model (lr {best_settings.transformer_lr:.3g}, "
           f"{best_settings.transformer_epochs} epochs, max_length {best_settings.transformer_max_length})", flush=True)
