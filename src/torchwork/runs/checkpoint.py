@@ -1,8 +1,9 @@
 """Checkpoints: written atomically with a SHA-256 checksum, loaded with ``weights_only=True``.
 
 A checkpoint ``step-000120.pt`` is a plain ``torch.save`` file; beside it, ``step-000120.pt.sha256`` holds
-its checksum and is written last, so a checkpoint without a matching checksum was never finished (or was
-damaged later) and is skipped on resume.
+its checksum and is written just before the checkpoint takes its name: a ``step-*.pt`` that is visible has
+its checksum already, so a kill at any moment leaves either no new checkpoint or a whole one. A checkpoint
+whose checksum does not match was damaged later and is skipped on resume.
 
 Example:
     >>> import tempfile, pathlib, torch
@@ -133,7 +134,12 @@ def save_checkpoint(state: Mapping[str, Any], path: str | os.PathLike[str]) -> N
     with atomic_write(path, size=tensor_bytes(state)) as handle:
         writer = _HashingWriter(handle)
         torch.save(dict(state), writer)
-    digest = writer.digest.hexdigest()
+        # The checksum goes first: killed after it, before the rename, only a checksum without its checkpoint
+        # is left (removed on resume), never a checkpoint that looks unfinished.
+        _write_checksum(path, writer.digest.hexdigest())
+
+
+def _write_checksum(path: Path, digest: str) -> None:
     with atomic_write(_checksum_path(path), "w", size=len(digest) + len(path.name) + 3) as handle:
         handle.write(f"{digest}  {path.name}\n")
 
@@ -199,6 +205,7 @@ def link_checkpoint(source: Path, target: Path) -> None:
     new one."""
     import tempfile
 
+    digest = read_regular(_checksum_path(source), MAX_CHECKSUM_BYTES).decode("ascii").split()[0]
     handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(handle)
     os.unlink(temporary)
@@ -208,10 +215,12 @@ def link_checkpoint(source: Path, target: Path) -> None:
         import shutil
 
         shutil.copyfile(source, temporary)
-    os.replace(temporary, target)
-    digest = read_regular(_checksum_path(source), MAX_CHECKSUM_BYTES).decode("ascii").split()[0]
-    with atomic_write(_checksum_path(target), "w", size=len(digest) + len(target.name) + 3) as out:
-        out.write(f"{digest}  {target.name}\n")
+    try:
+        _write_checksum(target, digest)  # before the rename, as in save_checkpoint
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def disk_use(folder: str | Path) -> int:
