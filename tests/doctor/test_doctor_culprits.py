@@ -11,17 +11,14 @@
 from __future__ import annotations
 
 import torch
+from marked_lines import lbfgs_steps, marked_line
 from torch import nn
 
 from torchwork.doctor.session import diagnose
 
 
 def _lineno(marker: str) -> int:
-    with open(__file__, encoding="utf-8") as source:
-        for number, line in enumerate(source, start=1):
-            if line.rstrip().endswith(f"# line: {marker}"):
-                return number
-    raise AssertionError(marker)
+    return marked_line(__file__, marker)
 
 
 class _Deep(nn.Module):
@@ -103,18 +100,7 @@ def test_accumulation_done_right_an_lbfgs_closure_and_a_gan_are_not_found() -> N
     torch.manual_seed(0)
     with diagnose() as session:
         _accumulate(nn.Linear(4, 2), zero_inside=False)
-        model = nn.Linear(4, 1)
-        lbfgs = torch.optim.LBFGS(model.parameters(), max_iter=4)
-        x = torch.randn(8, 4)
-
-        def closure() -> torch.Tensor:
-            lbfgs.zero_grad()
-            loss = model(x).pow(2).mean()
-            loss.backward()
-            return loss
-
-        for _ in range(3):
-            lbfgs.step(closure)
+        lbfgs_steps()
         gen, disc = nn.Linear(2, 2), nn.Linear(2, 1)
         opt_g, opt_d = torch.optim.SGD(gen.parameters(), lr=0.01), torch.optim.SGD(disc.parameters(), lr=0.01)
         for _ in range(3):  # the generator's loss reaches D too; D clears those gradients before its own step

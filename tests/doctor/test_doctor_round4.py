@@ -17,17 +17,14 @@ import io
 import pytest
 import torch
 import torch.nn.functional as F
+from marked_lines import marked_line
 from torch import nn
 
 from torchwork.doctor.session import diagnose
 
 
 def _lineno(marker: str) -> int:
-    with open(__file__, encoding="utf-8") as source:
-        for number, line in enumerate(source, start=1):
-            if line.rstrip().endswith(f"# line: {marker}"):
-                return number
-    raise AssertionError(marker)
+    return marked_line(__file__, marker)
 
 
 def _found(session) -> list[tuple[str, int | None]]:

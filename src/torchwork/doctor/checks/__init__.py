@@ -62,6 +62,7 @@ REGISTRY: dict[str, str] = {
     "dropout-in-eval": "dropout_in_eval:DropoutInEval",
     "anomaly-mode": "anomaly_mode:AnomalyMode",
     "loss-on-probabilities": "loss_on_probabilities:LossOnProbabilities",
+    "accumulation-not-averaged": "accumulation_not_averaged:AccumulationNotAveraged",
 }
 CHECK_IDS: tuple[str, ...] = tuple(REGISTRY)
 HELPERS: dict[str, str] = {"forwards": "_forwards:ForwardTracker", "grads": "_grads:GradTracker"}

@@ -8,12 +8,24 @@ at some point when one arrived. The hooks are installed the first time an optimi
 
 from __future__ import annotations
 
+import types
 import weakref
 from typing import Any
 
 import torch
 
 from torchwork.doctor.checks import Check
+
+
+def user_call_chain(locator: Any, frame: types.FrameType | None) -> tuple[tuple[str, int], ...]:
+    """The user's frames from ``frame`` outwards, innermost first (at most 8): where a backward pass ran from.
+    One helper `step(loss, optimizer)` used by a GAN for both of its losses is two call chains, not one."""
+    chain: list[tuple[str, int]] = []
+    while frame is not None and len(chain) < 8:
+        if locator.is_user_file(frame.f_code.co_filename):
+            chain.append((frame.f_code.co_filename, frame.f_lineno))
+        frame = frame.f_back
+    return tuple(chain)
 
 
 class ParamRecord:

@@ -12,12 +12,12 @@ another call site, even through one shared helper. Calls made inside
 from __future__ import annotations
 
 import sys
-import types
 from typing import Any
 
 import torch
 
 from torchwork.doctor.checks import Check
+from torchwork.doctor.checks._grads import user_call_chain
 from torchwork.doctor.findings import format_where
 
 Wipe = tuple[tuple[str, int] | None, int]  # (where zero_grad ran, the backward pass whose gradients it cleared)
@@ -63,20 +63,8 @@ class ZeroGradInAccumulation(Check, id="zero-grad-in-accumulation", severity="er
     def on_backward_pre(self, tensor: Any) -> None:
         if not self.done:
             number = self.session.backward_calls + 1
-            self.backward_at[number] = self._call_chain()
+            self.backward_at[number] = user_call_chain(self.session.locator, sys._getframe(1))
             self.backward_at.pop(number - 256, None)  # a window longer than 256 backward passes is not judged
-
-    def _call_chain(self) -> tuple[tuple[str, int], ...]:
-        """The user's frames of this backward call, innermost first: one helper `step(loss, optimizer)` used by
-        a GAN for both of its losses is two call sites, not one."""
-        chain: list[tuple[str, int]] = []
-        frame: types.FrameType | None = sys._getframe(1)
-        locator = self.session.locator
-        while frame is not None and len(chain) < 8:
-            if locator.is_user_file(frame.f_code.co_filename):
-                chain.append((frame.f_code.co_filename, frame.f_lineno))
-            frame = frame.f_back
-        return tuple(chain)
 
     def before_zero(self, params: list[torch.Tensor]) -> None:
         ids = {id(p) for p in params if p.grad is not None}
