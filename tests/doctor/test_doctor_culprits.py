@@ -14,6 +14,7 @@ import torch
 from marked_lines import lbfgs_steps, marked_line
 from torch import nn
 
+from torchwork.doctor.findings import format_where
 from torchwork.doctor.session import diagnose
 
 
@@ -319,3 +320,55 @@ def test_the_new_bookkeeping_survives_meta_sparse_and_integer_models() -> None:
             meta(torch.empty(2, 4, device="meta"))
             nn.Embedding(5, 2)(torch.tensor([[1, 2]]))
     assert session.internal_errors == [], session.internal_errors
+
+
+# ------------------------------------------------------------------------------ training in eval mode
+def _epochs(model: nn.Module, evaluate: bool) -> None:
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(2):
+        for _ in range(2):
+            optimizer.zero_grad()
+            model(torch.randn(4, 4)).pow(2).mean().backward()  # line: training forward
+            optimizer.step()
+        if evaluate:
+            model.eval()  # line: evaluation
+            with torch.no_grad():
+                model(torch.randn(4, 4))
+
+
+def test_training_in_eval_mode_names_the_eval_call_that_was_never_undone() -> None:
+    torch.manual_seed(0)
+    with diagnose() as session:
+        _epochs(nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.2), nn.Linear(4, 1)), evaluate=True)
+    (finding,) = session.find("train-mode")
+    assert finding.line == _lineno("training forward")
+    assert f"since the call at {format_where((__file__, _lineno('evaluation')))} switched it to eval mode" in finding.message
+
+
+def test_a_model_loaded_by_from_pretrained_names_that_call(tmp_path) -> None:
+    from transformers import BertConfig, BertForSequenceClassification
+
+    config = BertConfig(vocab_size=40, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8)
+    BertForSequenceClassification(config).save_pretrained(tmp_path)
+    torch.manual_seed(0)
+    with diagnose() as session:
+        model = BertForSequenceClassification.from_pretrained(tmp_path)  # line: loaded
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        for _ in range(2):
+            model(input_ids=torch.randint(0, 40, (2, 6)), labels=torch.tensor([0, 1])).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    (finding,) = session.find("train-mode")
+    assert f"since the call at {format_where((__file__, _lineno('loaded')))} switched it to eval mode" in finding.message
+    assert "from_pretrained" in finding.fix
+
+
+def test_eval_then_train_again_is_silent() -> None:
+    torch.manual_seed(0)
+    with diagnose() as session:
+        model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.2), nn.Linear(4, 1))
+        model.eval()
+        model.train()
+        _epochs(model, evaluate=False)
+    assert session.find("train-mode") == [], session.findings
+
