@@ -124,3 +124,31 @@ def test_a_single_no_grad_test_after_the_last_step_is_still_an_evaluation(tmp_pa
             test_loss = torch.nn.functional.mse_loss(model(x), y)
     """
     assert _run(tmp_path, text) == [("eval-mode", _line(text, "test_loss ="))]
+
+
+_FITTED_LINE = """
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(1, 8), {middle}nn.Linear(8, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn({rows}, 1)
+y = 2 * x + 1
+for epoch in range(3):
+    optimizer.zero_grad()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+predicted = model(x).detach()
+"""
+
+
+@pytest.mark.parametrize(("rows", "middle", "expected"), [
+    (15, "nn.ReLU(), ", []),  # a fitted line for a plot: a graph of 15 rows for a moment
+    (64, "nn.ReLU(), ", ["inference-grad"]),  # a final test on a batch's worth of rows
+    (15, "nn.Dropout(0.5), ", ["eval-mode"]),  # dropout still on when it predicts: its mode matters
+])
+def test_one_forward_after_training_is_a_finding_from_a_batch_of_rows_or_in_training_mode(
+        tmp_path: Path, rows: int, middle: str, expected: list[str]) -> None:
+    text = _FITTED_LINE.format(rows=rows, middle=middle)
+    assert _run(tmp_path, text) == [(check, _line(text, "predicted =")) for check in expected]

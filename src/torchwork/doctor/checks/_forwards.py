@@ -53,6 +53,7 @@ class ForwardInfo:
     steps_at: int
     kind: str = ""  # "no-grad" | "unused" | "used"
     continues: bool = False  # the input extends the previous input of this model by one step
+    rows: int = 0  # the first dimension of the first input tensor (0: none)
     call: int = 0  # id of the frame of the user function that ran this forward (0: module level)
     function: str = ""  # that function's name
     caller: tuple[str, int] | None = None  # the user's line that called that function
@@ -75,6 +76,9 @@ class _Usage:
 
     def __del__(self) -> None:  # safely(): a bug in a check must not print from the garbage collector
         self.tracker.session.safely(self.tracker._freed, self.info)
+
+
+ONE_OFF_ROWS = 64  # a single forward after the last step is a final test from this many rows (a batch's worth)
 
 
 class ForwardTracker(Check, ops=FUNCTIONAL_DROPOUT):
@@ -123,6 +127,9 @@ class ForwardTracker(Check, ops=FUNCTIONAL_DROPOUT):
                            where, module.training, active, len(layers), grad, self.session.optimizer_steps)
         info.call, info.function, info.caller = info_call
         info.continues = self._continues(id(module), args) or self._fed_back(id(module), args)
+        if args and isinstance(args[0], torch.Tensor):
+            with torch._C.DisableTorchFunction():  # the doctor's own look, not the user's operation
+                info.rows = args[0].shape[0] if args[0].dim() else 1
         self._pending.setdefault(id(module), []).append(info)
 
     def on_op(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
@@ -233,7 +240,15 @@ class ForwardTracker(Check, ops=FUNCTIONAL_DROPOUT):
 
     def _is_evaluation(self, group: list[ForwardInfo], no_step_after: bool) -> bool:
         if no_step_after:  # a final test, unless each forward's line ran once inside the training steps before
-            return len(group) >= 2 or group[0].where not in self._one_off_lines
+            if len(group) >= 2:
+                return True
+            # one forward on a few rows after training (plotting a fitted line: `model(x).detach()`) keeps a
+            # graph of a few rows for a moment: not worth a finding, unless it ran in training mode with
+            # dropout or BatchNorm active, or under no_grad (then it is a test, and its mode matters)
+            last = group[0]
+            small = (last.kind == "unused" and last.rows < ONE_OFF_ROWS and not last.active_layers
+                     and not last.functional)
+            return last.where not in self._one_off_lines and not small
         if len(group) < 2:
             return False
         if any(info.kind == "no-grad" for info in group):
