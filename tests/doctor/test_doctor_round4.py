@@ -258,6 +258,22 @@ def test_unseeded_is_silent_on_a_run_that_is_neither_resumed_nor_compared() -> N
     assert session.findings == []
 
 
+def test_unseeded_is_silent_on_two_models_trained_in_turn_as_a_gan_trains() -> None:
+    torch.seed()
+    with diagnose(["unseeded"]) as session:
+        generator, discriminator = nn.Sequential(nn.Linear(2, 2)), nn.Sequential(nn.Linear(2, 1))
+        opt_g = torch.optim.SGD(generator.parameters(), lr=0.01)
+        opt_d = torch.optim.SGD(discriminator.parameters(), lr=0.01)
+        for _ in range(3):  # both nn.Sequential, both trained, one run: their steps interleave
+            opt_d.zero_grad()
+            discriminator(generator(torch.randn(4, 2)).detach()).mean().backward()
+            opt_d.step()
+            opt_g.zero_grad()
+            (-discriminator(generator(torch.randn(4, 2)))).mean().backward()
+            opt_g.step()
+    assert session.findings == []
+
+
 @pytest.mark.parametrize("signal", ["resume", "compare"])
 def test_unseeded_is_a_note_when_runs_are_resumed_or_compared(signal: str) -> None:
     torch.seed()

@@ -7,7 +7,9 @@ when the script shows that its runs are resumed or compared:
 
 * it saves a training checkpoint (``torch.save`` of a dict holding an optimizer's ``state_dict()``) or
   loads one into an optimizer (``optimizer.load_state_dict``): a resumed run;
-* it trains two or more models of the same class one after the other (a sweep): runs compared.
+* it trains two or more models of the same class one after the other (a sweep): runs compared. Models
+  trained in turn inside one loop (a GAN's generator and discriminator, both ``nn.Sequential``) are one run,
+  not a comparison: their optimizers' steps interleave.
 
 A seed counts as set when ``torch.manual_seed`` is called during the session, or when the seed in force
 at the start is one a person chose: PyTorch's own default seed is a random 64-bit number, chosen seeds (0,
@@ -37,7 +39,8 @@ class Unseeded(Check, id="unseeded", severity="info"):
         self.seeded = False
         self.first_draw: tuple[str, tuple[str, int] | None] | None = None  # (operation, line)
         self.signal: str | None = None
-        self.trained: dict[int, tuple[int, str]] = {}  # optimizer id -> (model id, model class)
+        # optimizer id -> [model id, model class, the session's step count at its first and at its last step]
+        self.trained: dict[int, list[Any]] = {}
 
     def install(self) -> None:
         self.seeded = self.session.initial_seed < 2**32
@@ -78,18 +81,31 @@ class Unseeded(Check, id="unseeded", severity="info"):
         self.first_draw = (getattr(func, "__name__", "a random operation"), self.session.where())
 
     def on_step_post(self, optimizer: Any) -> None:
-        if self.first_draw is None or id(optimizer) in self.trained or len(self.trained) > 64:
+        if self.first_draw is None:
+            return
+        steps = self.session.optimizer_steps
+        known = self.trained.get(id(optimizer))
+        if known is not None:
+            known[3] = steps
+            return
+        if len(self.trained) > 64:
             return
         model = next((m for m in self.session.models_seen() if optimizer_holds(optimizer, m)), None)
         if model is not None:
-            self.trained[id(optimizer)] = (id(model), type(model).__name__)
+            self.trained[id(optimizer)] = [id(model), type(model).__name__, steps, steps]
 
     def _compared(self) -> str | None:
-        models: dict[str, set[int]] = {}
-        for model_id, label in self.trained.values():
-            models.setdefault(label, set()).add(model_id)
-        name = next((label for label, ids in models.items() if len(ids) >= 2), None)
-        return f"trains {len(models[name])} {name} models to compare" if name else None
+        """'trains 3 Net models to compare' when models of one class were trained one after the other."""
+        spans: dict[str, dict[int, tuple[int, int]]] = {}
+        for model_id, label, first, last in self.trained.values():
+            known = spans.setdefault(label, {}).get(model_id, (first, last))
+            spans[label][model_id] = (min(first, known[0]), max(last, known[1]))
+        for label, models in spans.items():
+            ordered = sorted(models.values())
+            in_turn = all(later[0] > earlier[1] for earlier, later in zip(ordered, ordered[1:]))
+            if len(ordered) >= 2 and in_turn:
+                return f"trains {len(ordered)} {label} models to compare"
+        return None
 
     def finish(self) -> None:
         signal = self.signal or self._compared()
