@@ -23,7 +23,12 @@ def torchrun(*args: str, nproc: int = 2, extra: tuple[str, ...] = ("--standalone
                str(SCRIPT), *args]
     # ranks that hang print their stacks and exit 20 s before the timeout (ddp_script.py), so the failure says where
     environment = dict(os.environ, OMP_NUM_THREADS="1", DDP_SCRIPT_DUMP_AFTER_S=str(max(30, timeout - 20)), **(env or {}))
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environment)
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environment)
+    except subprocess.TimeoutExpired as expired:  # the ranks' stacks, in full: the exception's repr cuts them
+        stderr = expired.stderr.decode(errors="replace") if isinstance(expired.stderr, bytes) else expired.stderr or ""
+        start = stderr.find("Timeout (")
+        pytest.fail(f"torchrun did not end within {timeout} s; where its ranks were:\n{stderr[max(0, start):][:8000]}")
 
 
 def single(*args: str) -> subprocess.CompletedProcess:
