@@ -128,9 +128,7 @@ class AccumulationNotAveraged(Check, id="accumulation-not-averaged", severity="w
         self.done = True
         k = len(passes)
         name = type(optimizer).__name__
-        effect = (f"{name} divides most of that scale out, but gradient clipping's threshold is {k}x tighter and "
-                  f"eps and weight decay weigh {k}x less against the gradient" if name in _ADAPTIVE else
-                  f"{name} moved {k}x as far as its learning rate says")
+        effect = _effect(optimizer, k)
         self.report(
             f"{name}.step() used the gradients of {k} backward passes from this line, each on a batch-mean loss "
             f"({first.mean}) not divided by {k}: the gradients add up, so the step got {k}x the gradient of the "
@@ -144,6 +142,17 @@ class AccumulationNotAveraged(Check, id="accumulation-not-averaged", severity="w
     def on_step_post(self, optimizer: Any) -> None:
         self.in_step = max(0, self.in_step - 1)
         self.runs[id(optimizer)] = []  # passes inside step() (a closure) belong to no window
+
+
+def _effect(optimizer: Any, k: int) -> str:
+    """What k times the gradient does to this optimizer's step."""
+    name = type(optimizer).__name__
+    if name not in _ADAPTIVE:
+        return f"{name} moved {k}x as far as its learning rate says"
+    coupled = name != "AdamW" and any(group.get("weight_decay", 0) for group in optimizer.param_groups)
+    decay = f", and its weight decay, added to the gradient, weighs {k}x less" if coupled else ""
+    return (f"{name} divides most of that scale out (all but eps), but a gradient clipping threshold is {k}x "
+            f"tighter{decay}")
 
 
 def _has_gradients(rec: Any) -> bool:
