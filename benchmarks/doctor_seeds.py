@@ -6,9 +6,9 @@ those edits only. ``culprit`` is text that occurs exactly once in the planted sc
 must name (the contract of each check, in docs/doctor.md): the ``step()`` that used uncleared gradients, the
 evaluation loop's forward call, the ``.detach()`` that starved the generator, the ``requires_grad``
 assignment, the in-place write, the ``zero_grad()`` inside the window, the dropout call, the per-batch
-``scheduler.step()``, the ``load_state_dict``, the DataLoader that makes the batch of one (the cause), and
-the loss call. The planted scripts are written to a temporary folder when the benchmark runs: no copies
-are kept. ``tests/doctor/test_doctor_seeds.py`` checks that every edit applies and every culprit is found.
+``scheduler.step()``, the ``load_state_dict``, the DataLoader that makes the batch of one (the cause), the
+loss call, and the backward of an undivided micro-batch mean. The planted scripts are written to a temporary
+folder when the benchmark runs: no copies are kept. ``tests/doctor/test_doctor_seeds.py`` checks that every edit applies and every culprit is found.
 
 Example:
     >>> seed = Seed("digits_train_test_loops", "softmax-before-cross-entropy",
@@ -39,6 +39,7 @@ KINDS: dict[str, str] = {
     "prefix-mismatch-strict-false": "state-dict-mismatch",
     "batchnorm-batch-of-one": "batchnorm-single-sample",
     "softmax-before-cross-entropy": "loss-on-probabilities",
+    "loss-not-averaged-in-accumulation": "accumulation-not-averaged",
 }
 
 
@@ -178,6 +179,22 @@ SEEDS: tuple[Seed, ...] = (
     Seed("char_gpt_accumulation", "zero-grad-inside-accumulation",
          (_after("    for _ in range(micro_steps):\n", "        optimizer.zero_grad(set_to_none=True)\n"),),
          "        optimizer.zero_grad(set_to_none=True)"),
+    # -- gradient accumulation of undivided batch means: the backward call
+    Seed("char_gpt_accumulation", "loss-not-averaged-in-accumulation",
+         (("scaler.scale(loss / micro_steps).backward()", "scaler.scale(loss).backward()"),),
+         "scaler.scale(loss).backward()"),
+    Seed("digits_train_test_loops", "loss-not-averaged-in-accumulation",
+         (("        optimizer.step()\n        optimizer.zero_grad()\n",
+           "        if i % 4 == 3:  # four batches per step\n            optimizer.step()\n"
+           "            optimizer.zero_grad()\n"),),
+         "        loss.backward()"),
+    Seed("mnist_style_cnn", "loss-not-averaged-in-accumulation",
+         (("        optimizer.zero_grad()\n        loss = F.nll_loss(model(x), y)\n        loss.backward()\n"
+           "        optimizer.step()\n",
+           "        loss = F.nll_loss(model(x), y)\n        loss.backward()\n"
+           "        if i % 2 == 1:  # two batches per step\n            optimizer.step()\n"
+           "            optimizer.zero_grad()\n"),),
+         "        loss.backward()"),
     # -- dropout left on in eval: the functional dropout (or attention) call
     Seed("mnist_style_cnn", "dropout-on-in-eval",
          (("F.log_softmax(self.classify(self.features(x)), dim=1)",
