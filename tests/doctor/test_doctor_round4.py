@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from marked_lines import marked_line
 from torch import nn
 
+from torchwork.doctor.findings import format_where
 from torchwork.doctor.session import diagnose
 
 
@@ -167,6 +168,21 @@ def test_softmax_fed_to_cross_entropy_is_found_at_the_loss_line() -> None:
         loss_fn(probs, torch.randint(0, 3, (8,))).backward()  # line: ce
     assert _found(session) == [("loss-on-probabilities", _lineno("ce"))]
     assert f":{_lineno('softmax')}" in session.findings[0].message and session.findings[0].severity == "warning"
+
+
+def test_one_softmax_reaching_several_loss_calls_is_one_finding_naming_them() -> None:
+    torch.manual_seed(0)
+    head = nn.Sequential(nn.Linear(4, 3), nn.Softmax(dim=1))  # an ACGAN's auxiliary classifier
+    with diagnose(["loss-on-probabilities"]) as session:
+        for _ in range(2):
+            real, fake = head(torch.randn(8, 4)), head(torch.randn(8, 4))  # line: head
+            labels = torch.randint(0, 3, (8,))
+            F.cross_entropy(real, labels).backward()  # line: real
+            F.cross_entropy(fake, labels).backward()  # line: fake
+    assert _found(session) == [("loss-on-probabilities", _lineno("real"))]
+    finding = session.findings[0]
+    assert f":{_lineno('head')}" in finding.message and finding.count == 4
+    assert finding.message.endswith(f"reaches cross_entropy at {format_where((__file__, _lineno('fake')))} too.")
 
 
 def test_sigmoid_fed_to_bce_with_logits_is_found_and_log_softmax_is_a_note() -> None:

@@ -210,6 +210,7 @@ TRIGGERED: dict[str, Callable[[], object]] = {
     "dtype-mismatch": lambda: nn.Linear(3, 2)(torch.randn(4, 3, dtype=torch.float64)),
     "dtype-not-implemented": lambda: torch.tensor([1, 2]).mean(),
     "scalar-conversion": lambda: torch.randn(3).item(),
+    "zero-dim-index": lambda: F.mse_loss(torch.randn(4), torch.randn(4)).data[0],  # PyTorch < 0.4 code
     "bool-ambiguous": lambda: bool(torch.randn(3)),
     "numpy-device": lambda: torch.randn(3, device="meta").numpy(),
     "state-dict-size": lambda: nn.Linear(3, 2).load_state_dict(nn.Linear(3, 5).state_dict()),

@@ -350,6 +350,26 @@ def test_graph_kept_alive_across_steps_but_not_within_one() -> None:
     assert finding.severity == "warning" and "4 steps" in finding.message and "autograd nodes" in finding.message
 
 
+def test_a_shared_term_used_once_more_after_another_models_step_is_not_a_running_total() -> None:
+    """eriklindernoren/PyTorch-GAN's softmax_gan: D steps between its loss and G's, both built on one log(Z)."""
+    torch.manual_seed(0)
+    generator, discriminator = nn.Linear(2, 2), nn.Linear(2, 1)
+    opt_g = torch.optim.SGD(generator.parameters(), lr=0.01)
+    opt_d = torch.optim.SGD(discriminator.parameters(), lr=0.01)
+    with diagnose(["graph-kept-alive"]) as session:
+        for _ in range(4):
+            opt_g.zero_grad()
+            opt_d.zero_grad()
+            d_real, d_fake = discriminator(torch.randn(4, 2)), discriminator(generator(torch.randn(4, 2)))
+            z = torch.exp(-d_real).sum() + torch.exp(-d_fake).sum()
+            (d_real.sum() + torch.log(z + 1e-8)).backward(retain_graph=True)
+            opt_d.step()
+            g_loss = d_fake.sum() + torch.log(z + 1e-8)  # its backward would fail: D changed under the graph
+            del g_loss
+            opt_g.step()
+    assert session.findings == [], session.findings
+
+
 def test_int_targets_are_read_from_the_frames() -> None:
     """Issue 21 item 5: 'expected scalar type Long but found Int' inside nll_loss is a class target: .long()."""
     from torchwork.doctor.explain import explain_exception

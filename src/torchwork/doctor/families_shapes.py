@@ -235,6 +235,13 @@ SHAPE_FAMILIES: tuple[Family, ...] = (
         ".item(), float() or int() need exactly one element; the tensor still has a batch dimension.",
         "Reduce first (t.mean().item()), or use t.tolist() for all values.", check=None),
     Family(
+        "zero-dim-index", "indexing a 0-dim tensor, as code written for PyTorch before 0.4 reads a loss",
+        (r"invalid index of a 0-dim tensor",),
+        "Since PyTorch 0.4 a reduced loss (and any sum, mean or .max() of a whole tensor) is a 0-dimensional "
+        "tensor with no index; `loss.data[0]` and `loss[0]` are the old way to read its value.",
+        "Read the number with loss.item() (loss.data[0] -> loss.item()); keep loss.detach() where a tensor "
+        "without history is wanted.", check=None),
+    Family(
         "bool-ambiguous", "if/and/or on a tensor with several values",
         (r"Boolean value of Tensor with more than one value is ambiguous",),
         "Python needs one True/False but the tensor has several elements.",

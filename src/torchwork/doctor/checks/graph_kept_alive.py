@@ -3,8 +3,8 @@
 ``total_loss += loss`` (instead of ``loss.item()``) makes ``total_loss`` a tensor whose history reaches
 back through every step's loss: the graph of each step stays referenced, memory grows with the number of
 steps, and on a GPU the run ends in "CUDA out of memory". The check marks each one-element sum that has
-autograd history with the optimizer step it started in; when such a sum is carried into a later step and
-added to again, it reports the line, how many steps its history spans, and the graph it holds (autograd
+autograd history with the optimizer step it started in; when such a sum is carried two steps on and added to
+again, it reports the line, how many steps its history spans, and the graph it holds (autograd
 nodes, and the bytes of tensors still saved for backward).
 """
 
@@ -18,6 +18,9 @@ import torch
 from torchwork.doctor.checks import Check
 
 Tensor = torch.Tensor
+# a sum carried over one step is not yet a running total: a GAN that steps D between its two losses carries
+# a shared term (log Z) into G's step once, and a running total shows itself by its second step anyway
+MIN_SPAN = 2
 _MARK = "_torchwork_total_since"  # attribute set on the running total: (optimizer step, line)
 _SAVED_NAMES: dict[type, tuple[str, ...]] = {}
 
@@ -83,6 +86,8 @@ class GraphKeptAlive(Check, id="graph-kept-alive", severity="warning"):
         where = self.session.where()
         self.totals[where] = (weakref.ref(total), since[0])
         span = step - since[0]
+        if span < MIN_SPAN:
+            return
         last = self.measured.get(where)
         if last is not None and span < 2 * last:  # measure again only when the history doubled
             return

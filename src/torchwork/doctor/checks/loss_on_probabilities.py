@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from torchwork.doctor.checks import Check
-from torchwork.doctor.findings import format_where
+from torchwork.doctor.findings import Finding, format_where
 
 SQUASH = frozenset({"softmax", "log_softmax", "sigmoid"})
 LOSSES = {"cross_entropy": ("softmax", "log_softmax"), "binary_cross_entropy_with_logits": ("sigmoid",)}
@@ -34,6 +34,8 @@ class LossOnProbabilities(Check, id="loss-on-probabilities", severity="warning",
         # id(output) -> (a weak reference to it, the squashing function, the user's line)
         self.recent: collections.OrderedDict[int, tuple[weakref.ReferenceType[torch.Tensor], str,
                                                         tuple[str, int] | None]] = collections.OrderedDict()
+        # one finding per squashing line: (loss, squash, its line) -> (the finding, its message, other loss lines)
+        self.by_cause: dict[tuple[str, str, tuple[str, int]], tuple[Finding, str, list[str]]] = {}
 
     def on_op(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
         name = getattr(func, "__name__", "")
@@ -66,24 +68,39 @@ class LossOnProbabilities(Check, id="loss-on-probabilities", severity="warning",
         return None
 
     def _report(self, loss: str, squash: str, squashed_at: tuple[str, int] | None) -> None:
+        """One finding per squashing line, at the first loss call it reached; the other loss calls it reaches
+        (a GAN's generator and discriminator losses on one classifier head) are named in it."""
+        cause = (loss, squash, squashed_at) if squashed_at else None
+        known = self.by_cause.get(cause) if cause else None
+        if known is not None:
+            finding, message, others = known
+            here = format_where(self.session.where())
+            finding.count += 1
+            if here not in others and f"{finding.file}:{finding.line}" != here and len(others) < 5:
+                others.append(here)
+                finding.message = f"{message} The same {squash} output reaches {loss} at {', '.join(others)} too."
+            return
+        finding = self._first_report(loss, squash, squashed_at)
+        if cause:
+            self.by_cause[cause] = (finding, finding.message, [])
+
+    def _first_report(self, loss: str, squash: str, squashed_at: tuple[str, int] | None) -> Finding:
         at = f" at {format_where(squashed_at)}" if squashed_at else ""
         if loss == "binary_cross_entropy_with_logits":
-            self.report(
+            return self.report(
                 f"binary_cross_entropy_with_logits (BCEWithLogitsLoss) was given the output of sigmoid{at} as "
                 "its input: it applies sigmoid itself, so the predictions were squashed twice (into "
                 "0.5-0.73): the loss cannot approach zero and the gradients shrink; training stalls.",
                 "Pass the raw scores (logits): drop the sigmoid before the loss and apply torch.sigmoid only "
                 "to make predictions; or keep the sigmoid and use nn.BCELoss.")
-            return
         if squash == "log_softmax":
-            self.report(
+            return self.report(
                 f"cross_entropy (CrossEntropyLoss) was given the output of log_softmax{at}: it applies "
                 "log_softmax itself. The loss is the same (log_softmax of log-probabilities changes nothing), "
                 "but it is computed twice.",
                 "Pass the logits to CrossEntropyLoss, or keep log_softmax and use nn.NLLLoss.",
                 severity="info")
-            return
-        self.report(
+        return self.report(
             f"cross_entropy (CrossEntropyLoss) was given the output of softmax{at} as its input: it applies "
             "log_softmax itself, so it computed log(softmax(softmax(x))): the probabilities are squashed "
             "twice, the loss cannot approach zero and the gradients shrink; training stalls at poor accuracy.",
