@@ -40,11 +40,10 @@ _ADAPTIVE = frozenset({"Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "
 class Pass:
     """One backward pass: where it ran from, whether its loss is an undivided mean, what it reached."""
 
-    __slots__ = ("chain", "mean", "before", "reached")
+    __slots__ = ("chain", "mean", "reached")
 
     def __init__(self, chain: tuple[tuple[str, int], ...], mean: str | None) -> None:
         self.chain, self.mean = chain, mean
-        self.before: dict[int, list[int]] = {}  # id(optimizer) -> its parameters' arrival counts
         self.reached: dict[int, tuple[int, ...]] = {}  # id(optimizer) -> indexes of parameters reached
 
 
@@ -88,31 +87,24 @@ class AccumulationNotAveraged(Check, id="accumulation-not-averaged", severity="w
         self.current = None
         if self.done or self.in_step:
             return
-        records = self.helper("grads").optimizers
-        mean = self.mean_loss(tensor)
-        run = Pass(user_call_chain(self.session.locator, sys._getframe(1)), mean)
         with torch._C.DisableTorchFunction():  # the doctor's own look, not the user's operation
-            for key, rec in records.items():
+            for key, rec in self.helper("grads").optimizers.items():
                 if not _has_gradients(rec):
                     self.runs[key] = []  # cleared since the last pass: a new window starts here
-                run.before[key] = [p.arrivals for p in rec.params]
-        self.current = run
+        self.current = Pass(user_call_chain(self.session.locator, sys._getframe(1)), self.mean_loss(tensor))
 
     def on_backward_post(self, tensor: Any) -> None:
         run, self.current = self.current, None
         if run is None:
             return
+        number = self.session.backward_calls  # this pass's: the grads helper marks each gradient with it
         for key, rec in self.helper("grads").optimizers.items():
-            before = run.before.get(key)
-            if before is None or len(before) != len(rec.params):
-                continue
-            reached = tuple(i for i, p in enumerate(rec.params) if p.arrivals != before[i])
+            reached = tuple(i for i, p in enumerate(rec.params) if p.arrived_in == number)
             if reached:
                 run.reached[key] = reached
                 passes = self.runs.setdefault(key, [])
                 if len(passes) < 256:
                     passes.append(run)
-        run.before.clear()
 
     def on_step_pre(self, optimizer: Any) -> None:
         self.helper("grads").record(optimizer)

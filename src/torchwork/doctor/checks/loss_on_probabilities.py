@@ -34,7 +34,8 @@ class LossOnProbabilities(Check, id="loss-on-probabilities", severity="warning",
         # id(output) -> (a weak reference to it, the squashing function, the user's line)
         self.recent: collections.OrderedDict[int, tuple[weakref.ReferenceType[torch.Tensor], str,
                                                         tuple[str, int] | None]] = collections.OrderedDict()
-        # one finding per squashing line: (loss, squash, its line) -> (the finding, its message, other loss lines)
+        # one finding per squashing line: (loss, squash, its line) -> (the finding, its message, the loss lines
+        # it reached, the finding's own first)
         self.by_cause: dict[tuple[str, str, tuple[str, int]], tuple[Finding, str, list[str]]] = {}
 
     def on_op(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
@@ -72,17 +73,17 @@ class LossOnProbabilities(Check, id="loss-on-probabilities", severity="warning",
         (a GAN's generator and discriminator losses on one classifier head) are named in it."""
         cause = (loss, squash, squashed_at) if squashed_at else None
         known = self.by_cause.get(cause) if cause else None
+        here = format_where(self.session.where())
         if known is not None:
-            finding, message, others = known
-            here = format_where(self.session.where())
+            finding, message, lines = known
             finding.count += 1
-            if here not in others and f"{finding.file}:{finding.line}" != here and len(others) < 5:
-                others.append(here)
-                finding.message = f"{message} The same {squash} output reaches {loss} at {', '.join(others)} too."
+            if here not in lines and len(lines) < 6:
+                lines.append(here)
+                finding.message = f"{message} The same {squash} output reaches {loss} at {', '.join(lines[1:])} too."
             return
         finding = self._first_report(loss, squash, squashed_at)
         if cause:
-            self.by_cause[cause] = (finding, finding.message, [])
+            self.by_cause[cause] = (finding, finding.message, [here])
 
     def _first_report(self, loss: str, squash: str, squashed_at: tuple[str, int] | None) -> Finding:
         at = f" at {format_where(squashed_at)}" if squashed_at else ""
