@@ -137,19 +137,35 @@ def test_a_test_over_the_slow_limit_needs_a_reason(pytester: pytest.Pytester) ->
     source = """
         import time, pytest
         import suite_budget
-        suite_budget.SLOW_S = 0.5
+        suite_budget.SLOW_S = 1.0
 
-        def test_unexplained():
-            time.sleep(0.8)
+        def work(seconds):  # CPU time, whatever the neighbours do
+            end = time.process_time() + seconds
+            while time.process_time() < end:
+                pass
 
-        @pytest.mark.slow(reason="sleeps to show the rule")
+        def test_works_unexplained():
+            work(1.3)
+
+        def test_waits_unexplained():
+            time.sleep(2.5)
+
+        def test_waits_a_little():
+            time.sleep(1.3)
+
+        @pytest.mark.slow(reason="works to show the rule")
         def test_explained():
-            time.sleep(0.8)
+            work(1.3)
     """
     result = _run(pytester, source)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     text = result.stdout.str()
-    assert "SLOW WITHOUT A REASON: test_case.py::test_unexplained" in text
+    result.stdout.fnmatch_lines_random([
+        "*SLOW WITHOUT A REASON: test_case.py::test_works_unexplained took * s (1 s of CPU; the limit is 1 s of CPU"
+        " or 2 s of waiting)*",
+        "*SLOW WITHOUT A REASON: test_case.py::test_waits_unexplained took * s (0 s of CPU;*",
+    ])
+    assert "test_waits_a_little took" not in text  # over SLOW_S on the wall clock, not in CPU or in waiting
     assert "test_explained took" not in text
 
 
