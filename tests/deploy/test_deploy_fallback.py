@@ -94,6 +94,15 @@ def test_a_damaged_fallback_is_refused_when_read(artifact, tmp_path):
     (copy / "manifest.json").write_text(json.dumps(data))
     with pytest.raises(ExportError, match="falls back to 'pt2', which the artifact does not hold"):
         load_artifact(copy, "onnx-int8")
+    data["variants"]["onnx-int8"]["fallback"].update(variant="onnx", padding_mask=7)
+    (copy / "manifest.json").write_text(json.dumps(data))
+    with pytest.raises(ExportError, match="fallback padding mask is 7, not a str"):
+        read_manifest(copy)
+    data["variants"]["onnx-int8"]["fallback"]["padding_mask"] = "attention_mask"
+    (copy / "manifest.json").write_text(json.dumps(data))
+    with pytest.raises(ExportError, match=r"padding mask 'attention_mask' is not a 2-D input of the model \(its "
+                                          r"inputs: \['x'\]\)"):
+        load_artifact(copy, "onnx-int8")
 
 
 @pytest.mark.parametrize("settings, message", [

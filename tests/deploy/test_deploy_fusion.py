@@ -1,6 +1,7 @@
 """Attention fusion before INT8 (torchwork.deploy.fusion): a real transformers BERT, exported by the dynamo
 exporter, fused into ONNX Runtime's Attention, computing what the exported graph does with any padding, and
-quantized as QAttention; graphs it does not fit fall back to plain INT8 and say why."""
+quantized as QAttention; graphs it does not fit fall back to plain INT8 and say why. The float fallback runs
+the rows INT8 is unsure of cut to their own longest."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import torch
 from onnx import TensorProto, helper
 from torch import nn
 
-from torchwork.deploy import export, read_manifest
+import torchwork.deploy.fallback as fallback
+from torchwork.deploy import export, load_artifact, read_manifest
 from torchwork.deploy.fusion import fuse_attention, fused_matches, split_skip_layer_norms
 from torchwork.deploy.runtime import onnx_session
 from torchwork.errors import ConfigError, ExportError
@@ -55,7 +57,9 @@ def _feeds(ids: torch.Tensor, mask: torch.Tensor) -> dict[str, np.ndarray]:
 def artifact(tmp_path_factory):
     out = tmp_path_factory.mktemp("bert") / "artifact"
     export(TinyBert().eval(), _batch(4, 12, 0), out, formats=("onnx",), input_names=("input_ids", "attention_mask"),
-           quantize="int8", quantize_per_channel=True, quantize_attention_mask="attention_mask")
+           quantize="int8", quantize_per_channel=True, quantize_attention_mask="attention_mask",
+           labels=["a", "b", "c"], quantize_fallback_agreement=1.0, quantize_fallback_margin=1.0,
+           calibration=_batch(64, 12, 5))  # every row runs again in float: what the fallback test watches
     return out
 
 
@@ -149,3 +153,24 @@ def test_split_skip_layer_norm_computes_what_onnx_runtime_s_kernel_does():
     assert [n.op_type for n in model.graph.node] == ["Add", "Add", "LayerNormalization"]
     for want, got in zip(expected, onnx_session(model.SerializeToString()).run(None, feeds)):
         np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_the_float_fallback_runs_the_unsure_rows_cut_to_their_own_longest(artifact, monkeypatch):
+    entry = read_manifest(artifact).variants["onnx-int8"].fallback
+    assert entry["padding_mask"] == "attention_mask" and entry["rows_rerun"] > 0
+    widths = []
+    cut = fallback.trimmed_to_longest
+
+    def watched(inputs, mask, padded):
+        rows = cut(inputs, mask, padded)
+        widths.append((int(inputs[mask].sum(1).max()), inputs[0].shape[1], rows[0].shape[1], rows[1].shape[1]))
+        return rows
+
+    monkeypatch.setattr(fallback, "trimmed_to_longest", watched)
+    ids, mask = _batch(48, 20, 6)
+    mask[:, 15:] = 0  # a batch padded past its longest row, as one padded to a fixed width is
+    ids = ids * mask
+    int8, exact = load_artifact(artifact, "onnx-int8"), load_artifact(artifact, "onnx")
+    answers, expected = int8((ids, mask)), exact((ids, mask))
+    assert widths == [(15, 20, 15, 15)]  # both inputs cut to the rows' longest, no shorter
+    torch.testing.assert_close(answers, expected, atol=1e-5, rtol=1e-5)  # the cut padding changed nothing

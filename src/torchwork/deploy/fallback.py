@@ -11,6 +11,13 @@ artifact records it on the INT8 variant (``fallback: {"variant": "onnx", "margin
 :func:`fallback_runner` applies it wherever the artifact runs (``verify``, ``load_artifact``, ``torchwork
 serve``), so what was verified is what is served.
 
+A transformer's rows are padded to the longest of their batch. When the export names the padding mask
+(``quantize_attention_mask``), the fallback records it (``"padding_mask": index``) and the unsure rows run
+again cut to the longest of *them*: the trailing columns where every one of them is padding are dropped from
+each input that shares the mask's length axis (``"padded_inputs"``). With right padding and a mask the model
+honours, those columns change nothing in the rows' answers; only trailing columns are cut, so positions do
+not move.
+
 Example:
     >>> import numpy as np
     >>> exact = np.array([[2.0, 0.0], [0.1, 0.0], [0.0, 3.0]])
@@ -77,22 +84,46 @@ def choose_margin(exact: Any, quantized: Any, agreement: float, fixed: float | N
             "rows_rerun": round(float(rerun.mean()), 6)}
 
 
-def fallback_runner(quantized: Runner, exact: Runner, margin: float) -> Runner:
+def fallback_runner(quantized: Runner, exact: Runner, margin: float, padding_mask: int | None = None,
+                    padded_inputs: Sequence[int] = ()) -> Runner:
     """A runner that answers with ``quantized``, and again with ``exact`` the rows whose top-2 margin (on
-    the first output's softmax) is ``<= margin``; every output of those rows is replaced."""
+    the first output's softmax) is ``<= margin``; every output of those rows is replaced. ``padding_mask``:
+    the index of the inputs' 2-D padding mask (1 on real tokens, right-padded); the unsure rows then run cut
+    to their own longest, on the inputs ``padded_inputs`` (the mask's among them)."""
     import torch
 
     def run(inputs: Sequence[Any]) -> list[Any]:
         outputs = list(quantized(inputs))
         unsure = torch.from_numpy(margins(outputs[0].float().numpy()) <= margin).nonzero().flatten()
         if len(unsure):
-            again = exact([t[unsure] for t in inputs])
+            rows = [t[unsure] for t in inputs]
+            if padding_mask is not None:
+                rows = trimmed_to_longest(rows, padding_mask, padded_inputs)
+            again = exact(rows)
             outputs = [o.clone() for o in outputs]
             for out, replacement in zip(outputs, again):
                 out[unsure] = replacement.to(out.dtype)
         return outputs
 
     return run
+
+
+def trimmed_to_longest(inputs: Sequence[Any], padding_mask: int, padded_inputs: Sequence[int]) -> list[Any]:
+    """``inputs`` with the trailing columns on which every row's ``padding_mask`` is 0 dropped from the inputs
+    ``padded_inputs`` (their axis 1), keeping at least one column.
+
+    Example:
+        >>> import torch
+        >>> ids, mask = torch.tensor([[5, 6, 0, 0], [7, 0, 0, 0]]), torch.tensor([[1, 1, 0, 0], [1, 0, 0, 0]])
+        >>> [t.tolist() for t in trimmed_to_longest([ids, mask], 1, (0, 1))]
+        [[[5, 6], [7, 0]], [[1, 1], [1, 0]]]
+    """
+    mask = inputs[padding_mask]
+    used = mask.ne(0).any(dim=0).nonzero()
+    width = max(int(used[-1]) + 1 if len(used) else 1, 1)
+    if width == mask.shape[1]:
+        return list(inputs)
+    return [t[:, :width] if i in padded_inputs else t for i, t in enumerate(inputs)]
 
 
 def measure_margin(exact_path: Any, quantized_path: Any, feeds: Sequence[dict[str, Any]], agreement: float,

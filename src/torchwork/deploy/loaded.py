@@ -129,6 +129,13 @@ def load_artifact(directory: str | os.PathLike[str], variant: str | None = None,
     return LoadedArtifact(root, manifest, variant, runner, preprocess)
 
 
+# The float fallback runs a few rows of a batch, right after the INT8 graph's call, whose ONNX Runtime threads
+# are still spinning. With threads of its own it competes with them: on the fine-tuned MiniLM (2 threads, batch
+# 64, 2 cores) the fallback's rows took 1.7x as long as alone and the INT8 calls after them 1.1x; with one
+# thread, neither (benchmarks/deploy_fallback.py). Its rows are too few to gain from more.
+FALLBACK_THREADS = 1
+
+
 def variant_runner(root: Path, manifest: Manifest, variant: str, threads: int | None = None,
                    trust_native: bool = False, preprocess: Any = None) -> Runner:
     """The runner of one variant of an artifact: its model file, and the float fallback it records
@@ -148,13 +155,30 @@ def variant_runner(root: Path, manifest: Manifest, variant: str, threads: int | 
         raise ExportError(f"artifact {root}: variant {variant!r} falls back to {other!r}, which {problem}; "
                           "export it again.")
     exact = open_runner(safe_member(root, manifest.variants[other].file, f"variant {other!r}"),
-                        variant_format(other), threads)
+                        variant_format(other), FALLBACK_THREADS)
     exact_shapes = probe(root, manifest, other, exact, probes)
     if exact_shapes != shapes:
         raise ExportError(f"artifact {root}: variant {variant!r} falls back to {other!r} "
                           f"({manifest.variants[other].file}), whose outputs per item {exact_shapes} differ from "
                           f"its own {shapes}; the two files are not one model: export the artifact again.")
-    return fallback_runner(runner, exact, float(entry.fallback["margin"]))
+    mask, padded = padded_inputs(root, manifest, entry.fallback.get("padding_mask"))
+    return fallback_runner(runner, exact, float(entry.fallback["margin"]), mask, padded)
+
+
+def padded_inputs(root: Path, manifest: Manifest, mask_name: str | None) -> tuple[int | None, tuple[int, ...]]:
+    """The index of the fallback's padding mask among the inputs and of the inputs that share its length axis
+    (a dynamic axis 1); ``(None, ())`` when there is nothing to cut (no mask named, or a fixed length)."""
+    if mask_name is None:
+        return None, ()
+    names = [spec.name for spec in manifest.inputs]
+    if mask_name not in names or len(manifest.inputs[names.index(mask_name)].shape) != 2:
+        raise ExportError(f"artifact {root}: the float fallback's padding mask {mask_name!r} is not a 2-D input "
+                          f"of the model (its inputs: {names}); export the artifact again.")
+    index = names.index(mask_name)
+    length = manifest.inputs[index].shape[1]
+    if not isinstance(length, str):
+        return None, ()
+    return index, tuple(i for i, spec in enumerate(manifest.inputs) if len(spec.shape) >= 2 and spec.shape[1] == length)
 
 
 # ----------------------------------------------------------------------------------------- checked at load

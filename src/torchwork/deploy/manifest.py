@@ -189,7 +189,7 @@ class Variant(_Record):
     method: str | None = field(default=None, metadata={"omit_none": True})
     quantization: dict[str, Any] | None = field(default=None, metadata={"omit_none": True})
     # {"variant": "onnx", "margin": m, ...}: rows whose top-2 probability margin is <= m are answered by that
-    # variant instead (torchwork.deploy.fallback)
+    # variant instead (torchwork.deploy.fallback); "padding_mask": the input they are cut to their longest by
     fallback: dict[str, Any] | None = field(default=None, metadata={"omit_none": True})
     _where = "a variant"
 
@@ -207,6 +207,8 @@ class Variant(_Record):
             if isinstance(margin, bool) or not 0 <= margin <= 1:  # also refuses NaN
                 raise ExportError(f"{MANIFEST}: {where}'s fallback margin {margin!r} must be a probability "
                                   "margin in [0, 1]; export the artifact again.")
+            if "padding_mask" in value:
+                _expect(value["padding_mask"], str, f"{where}'s fallback padding mask")
         return value
 
     @property

@@ -146,6 +146,8 @@ def quantize_variant(tmp: Path, variants: dict[str, Variant], refused: dict[str,
                                                         plan.quantize_fallback_agreement, plan.threads,
                                                         plan.quantize_fallback_margin, exact_outputs=float_outputs),
                     "agreement_asked": plan.quantize_fallback_agreement}
+        if plan.quantize_attention_mask is not None:  # the unsure rows run again cut to their own longest
+            fallback["padding_mask"] = plan.quantize_attention_mask
         parity["formats"]["onnx-int8"]["fallback"] = fallback
     variants["onnx-int8"] = Variant(target.name, "onnx", [], quantization={
         k: info[k] for k in ("method", "weight_type", "per_channel", "op_types", "nodes_quantized",
