@@ -77,7 +77,35 @@ def test_verify_goes_through_the_bundled_preprocessing(artifact):
     predicted = eager(model, *preprocess(data["test"])).argmax(dim=1)  # one batch, in the given order
     expected = float((predicted == torch.as_tensor(data["y_test"])).double().mean())
     assert report["variants"]["pt2"]["accuracy"] == pytest.approx(expected, abs=1 / 500)
-    assert report["inputs"]["timing_inputs"].startswith("the held-out row of median size alone")
+    assert report["inputs"]["timing_inputs"].startswith("10 held-out rows of about median size, each alone in turn")
+
+
+def test_batch_one_is_timed_on_ten_rows_around_the_median_size_each_in_turn(artifact, monkeypatch):
+    """One row timed alone stood for every row: when INT8's fallback re-ran it, every timed call paid for it."""
+    from torchwork.deploy import verification
+
+    out, _ = artifact
+    seen: list[tuple[int, ...]] = []
+    timed = verification.interleaved_samples
+
+    def watched(calls, rounds, repeat=1, **kwargs):
+        if repeat == 10:  # the batch-1 blocks: record which row each call of the reference runs
+            hook = model.register_forward_pre_hook(lambda module, args: seen.append(tuple(args[0][0].tolist())))
+            try:
+                return timed(calls, rounds, repeat, **kwargs)
+            finally:
+                hook.remove()
+        return timed(calls, rounds, repeat, **kwargs)
+
+    model, preprocess = text_classifier()
+    monkeypatch.setattr(verification, "interleaved_samples", watched)
+    verify(out, model=model, rounds=1, threads=1)
+    texts = list(tweets()["test"])
+    sizes = sorted(int(n) for n in preprocess(texts)[1])
+    assert len(seen) == 2 + 10 and len(set(seen)) == 10  # two warm-up calls, then a block: each row once
+    lengths = sorted(len(row) for row in set(seen))  # alone, a row is not padded
+    middle = len(sizes) // 2
+    assert sizes[middle - 5] <= lengths[0] and lengths[-1] <= sizes[middle + 5]  # the 10 around the median
 
 
 def test_verify_takes_reference_outputs_already_computed_after_checking_them(artifact):
@@ -108,8 +136,8 @@ def test_verify_takes_reference_outputs_already_computed_after_checking_them(art
 
 
 def test_text_rows_are_timed_as_a_server_pads_them(artifact):
-    """Batch 1: the median-length tweet alone; batch 64: the first 64 tweets padded to their own longest,
-    not every row padded to the longest of the whole split."""
+    """Batch 1: the 10 tweets around the median length, each alone; batch 64: the first 64 tweets padded to
+    their own longest, not every row padded to the longest of the whole split."""
     from torchwork.deploy.parity_inputs import length_ordered
     from torchwork.deploy.verification import _timing_inputs
 
@@ -117,9 +145,11 @@ def test_text_rows_are_timed_as_a_server_pads_them(artifact):
     _, preprocess = text_classifier()
     texts = list(tweets()["test"])
     schema = read_manifest(out).inputs
-    one, many = _timing_inputs(texts, preprocess, schema, length_ordered(texts, preprocess, schema, 256))
+    ones, many = _timing_inputs(texts, preprocess, schema, length_ordered(texts, preprocess, schema, 256))
     lengths = sorted(int(preprocess([text])[0].shape[1]) for text in texts)
-    assert tuple(one[0].shape) == (1, lengths[len(lengths) // 2])
+    middle = len(lengths) // 2
+    assert len(ones) == 10 and all(one[0].shape[0] == 1 for one in ones)
+    assert sorted(int(one[0].shape[1]) for one in ones) == lengths[middle - 5:middle + 5]
     first = [int(preprocess([text])[0].shape[1]) for text in texts[:64]]
     assert tuple(many[0].shape) == (64, max(first)) and max(first) < int(preprocess(texts)[0].shape[1])
 

@@ -132,7 +132,8 @@ def load_artifact(directory: str | os.PathLike[str], variant: str | None = None,
 # The float fallback runs a few rows of a batch, right after the INT8 graph's call, whose ONNX Runtime threads
 # are still spinning. With threads of its own it competes with them: on the fine-tuned MiniLM (2 threads, batch
 # 64, 2 cores) the fallback's rows took 1.7x as long as alone and the INT8 calls after them 1.1x; with one
-# thread, neither (benchmarks/deploy_fallback.py). Its rows are too few to gain from more.
+# thread, neither (benchmarks/deploy_fallback.py); a lone unsure row took 14.5 ms instead of 19.9 ms. Its rows
+# are too few to gain from more.
 FALLBACK_THREADS = 1
 
 

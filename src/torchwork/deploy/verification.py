@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import itertools
 import os
 import statistics
 import time
@@ -349,21 +350,39 @@ def _cpp_row(root: Path, manifest: Manifest, reference: Runner, report: dict[str
 
 
 TIMING_BATCH = 64
+# Rows of varied sizes are timed at batch 1 on this many held-out rows around the median size, one call each in
+# turn. One row, as before, stood for all: if INT8 is unsure of it, every timed call runs the float fallback
+# too. A fine-tuned MiniLM's INT8 measured 0.45x float ONNX's speed at batch 1 that way, 11.9 ms a call where
+# a sure row takes about 3 ms and a re-run one 14.5 ms, though 3.5% of its rows fall back
+# (benchmarks/fit_scale.py, 30,000 tweets, 6 Dec 2026; docs/export.md).
+LATENCY_ROWS = 10
 
 
-def _timing_inputs(rows: Any, preprocess: Any, schema: Any, ordered: OrderedRows) -> tuple[tuple[Any, ...], ...]:
+def _timing_inputs(rows: Any, preprocess: Any, schema: Any, ordered: OrderedRows
+                   ) -> tuple[list[tuple[Any, ...]], tuple[Any, ...]]:
     """Rows of varied sizes (more than :data:`CHUNK` of them, or they would not be ordered) timed as a server
-    pads them: at batch 1 the held-out row of median size alone, at batch 64 the first 64 held-out rows
-    padded together (not to the longest row of the whole split, which made a batch-1 tweet 64 tokens long
-    where the median one has 29)."""
-    median = rows[ordered.order[len(ordered.order) // 2]]
-    return tuple(check_inputs(as_input_tuple(preprocess(batch), "inputs"), schema, any_batch=True)
-                 for batch in ([median], list(rows[:TIMING_BATCH])))
+    pads them: at batch 1 the :data:`LATENCY_ROWS` held-out rows around the median size, each alone, in turn;
+    at batch 64 the first 64 held-out rows padded together (not to the longest row of the whole split, which
+    made a batch-1 tweet 64 tokens long where the median one has 29)."""
+    middle = len(ordered.order) // 2
+    around = ordered.order[max(0, middle - LATENCY_ROWS // 2):][:LATENCY_ROWS]
+
+    def model_inputs(batch: list[Any]) -> tuple[Any, ...]:
+        return check_inputs(as_input_tuple(preprocess(batch), "inputs"), schema, any_batch=True)
+
+    return [model_inputs([rows[i]]) for i in around], model_inputs(list(rows[:TIMING_BATCH]))
+
+
+def _in_turn(run: Runner, inputs: Sequence[tuple[Any, ...]]) -> Callable[[], Any]:
+    """A call that runs ``run`` on the next of ``inputs`` each time, starting again after the last."""
+    position = itertools.cycle(inputs)
+    return lambda: run(next(position))
 
 
 def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[Any, ...], targets: Any,
              atol: float, rtol: float, tolerance: float, rounds: int, static_batch: int | None,
-             ordered: OrderedRows | None = None, timing: tuple[tuple[Any, ...], ...] | None = None,
+             ordered: OrderedRows | None = None,
+             timing: tuple[list[tuple[Any, ...]], tuple[Any, ...]] | None = None,
              given: list[Any] | None = None) -> dict[str, Any]:
     reference_name = next(n for n, k in kinds.items() if k == "reference")
 
@@ -414,11 +433,10 @@ def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[An
             row.update(_within_tolerance(row, rows[reference_name], found, tolerance))
         rows[name] = row
     small, large = (static_batch, static_batch) if static_batch else (1, TIMING_BATCH)
-    one, many = timing if timing is not None else (first_rows(inputs, small), first_rows(inputs, large))
+    ones, many = timing if timing is not None else ([first_rows(inputs, small)], first_rows(inputs, large))
     progress.stage(f"timing {', '.join(working)} (interleaved blocks of 10 calls)", batch=small, total=rounds,
                    unit="rounds")
-    latency_rounds = interleaved_samples({n: functools.partial(r, one) for n, r in working.items()}, rounds,
-                                         repeat=10)
+    latency_rounds = interleaved_samples({n: _in_turn(r, ones) for n, r in working.items()}, rounds, repeat=10)
     latency = {name: statistics.median(values) for name, values in latency_rounds.items()}
     progress.stage(f"timing {', '.join(working)} (interleaved blocks of up to 2 calls)", batch=large,
                    total=rounds, unit="rounds")
@@ -436,7 +454,8 @@ def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[An
             "timing_rounds": batch_rounds, "latency_rounds": latency_rounds, "timing_rule": f"{rounds} interleaved rounds of blocks (10 calls at "
             f"batch {small}, 2 at batch {large}, or 1 where a call takes {BLOCK_S} s), each block {SETTLE_S} s "
             "after the previous one",
-            "timing_inputs": ("the held-out row of median size alone, and the first rows padded together"
+            "timing_inputs": (f"{len(ones)} held-out rows of about median size, each alone in turn, and the first "
+                              "rows padded together"
                               if timing is not None else "the held-out rows as given")}
 
 
