@@ -12,11 +12,11 @@ artifact records it on the INT8 variant (``fallback: {"variant": "onnx", "margin
 serve``), so what was verified is what is served.
 
 A transformer's rows are padded to the longest of their batch. When the export names the padding mask
-(``quantize_attention_mask``), the fallback records it (``"padding_mask": index``) and the unsure rows run
-again cut to the longest of *them*: the trailing columns where every one of them is padding are dropped from
-each input that shares the mask's length axis (``"padded_inputs"``). With right padding and a mask the model
-honours, those columns change nothing in the rows' answers; only trailing columns are cut, so positions do
-not move.
+(``quantize_attention_mask``), the fallback records its name (``"padding_mask": "attention_mask"``) and the
+unsure rows run again cut to the longest of *them*: the trailing columns where every one of them is padding
+are dropped from each input that shares the mask's dynamic length axis (found in the manifest's inputs when
+the artifact loads). With right padding and a mask the model honours, those columns change nothing in the
+rows' answers; only trailing columns are cut, so positions do not move.
 
 Example:
     >>> import numpy as np
@@ -120,7 +120,7 @@ def trimmed_to_longest(inputs: Sequence[Any], padding_mask: int, padded_inputs: 
     """
     mask = inputs[padding_mask]
     used = mask.ne(0).any(dim=0).nonzero()
-    width = max(int(used[-1]) + 1 if len(used) else 1, 1)
+    width = int(used[-1]) + 1 if len(used) else 1
     if width == mask.shape[1]:
         return list(inputs)
     return [t[:, :width] if i in padded_inputs else t for i, t in enumerate(inputs)]
