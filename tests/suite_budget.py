@@ -61,8 +61,7 @@ class SuiteBudget:
         self.budget_s = budget_s
         self.started = time.monotonic()
         self.durations: dict[str, float] = defaultdict(float)
-        self.unexplained: dict[str, float] = {}
-        self.cpu_s: dict[str, float] = {}
+        self.unexplained: dict[str, tuple[float, float]] = {}  # nodeid -> (wall seconds, CPU seconds)
         self.timeline = open(timeline_path, "w", encoding="utf-8") if timeline_path else None  # noqa: SIM115
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -78,10 +77,8 @@ class SuiteBudget:
                 "cpu": dict(report.user_properties).get("cpu_s"),
             }
             self.timeline.write(json.dumps(row) + "\n")
-        if report.when == "call":
-            self.cpu_s[report.nodeid] = dict(report.user_properties).get("cpu_s") or 0.0
         if report.when == "call" and _is_slow(report) and not _has_slow_reason(report):
-            self.unexplained[report.nodeid] = report.duration
+            self.unexplained[report.nodeid] = (report.duration, dict(report.user_properties).get("cpu_s") or 0.0)
 
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
@@ -100,9 +97,9 @@ class SuiteBudget:
         if seed is not None and terminalreporter.config.pluginmanager.has_plugin("randomly"):
             # pytest -q hides pytest-randomly's header line: the order is replayed from this one
             write(f"random order: --randomly-seed={seed} (replay: -p randomly --randomly-seed={seed})")
-        for nodeid, seconds in self.unexplained.items():
+        for nodeid, (seconds, cpu_s) in self.unexplained.items():
             terminalreporter.write_line(
-                f"SLOW WITHOUT A REASON: {nodeid} took {seconds:.0f} s ({self.cpu_s.get(nodeid, 0):.0f} s of CPU;"
+                f"SLOW WITHOUT A REASON: {nodeid} took {seconds:.0f} s ({cpu_s:.0f} s of CPU;"
                 f" the limit is {SLOW_S:.0f} s of CPU or {WAIT_FACTOR * SLOW_S:.0f} s of waiting):"
                 ' mark it @pytest.mark.slow(reason="...") or make it faster',
                 red=True,

@@ -172,10 +172,10 @@ def padded_inputs(root: Path, manifest: Manifest, mask_name: str | None) -> tupl
     if mask_name is None:
         return None, ()
     names = [spec.name for spec in manifest.inputs]
-    if mask_name not in names or len(manifest.inputs[names.index(mask_name)].shape) != 2:
+    index = names.index(mask_name) if mask_name in names else None
+    if index is None or len(manifest.inputs[index].shape) != 2:
         raise ExportError(f"artifact {root}: the float fallback's padding mask {mask_name!r} is not a 2-D input "
                           f"of the model (its inputs: {names}); export the artifact again.")
-    index = names.index(mask_name)
     length = manifest.inputs[index].shape[1]
     if not isinstance(length, str):
         return None, ()

@@ -34,8 +34,8 @@ class LossOnProbabilities(Check, id="loss-on-probabilities", severity="warning",
         # id(output) -> (a weak reference to it, the squashing function, the user's line)
         self.recent: collections.OrderedDict[int, tuple[weakref.ReferenceType[torch.Tensor], str,
                                                         tuple[str, int] | None]] = collections.OrderedDict()
-        # one finding per squashing line: (loss, squash, its line) -> (the finding, its message, the loss lines
-        # it reached, the finding's own first)
+        # one finding per squashing line: (loss, squash, its line) -> (the finding, its first message, the loss
+        # lines it reached, the finding's own first)
         self.by_cause: dict[tuple[str, str, tuple[str, int]], tuple[Finding, str, list[str]]] = {}
 
     def on_op(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
