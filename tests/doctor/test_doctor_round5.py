@@ -6,11 +6,11 @@ Each case is a small script written to the test's folder and run as ``torchwork 
 from __future__ import annotations
 
 import textwrap
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
-from torchwork.doctor.runner import run_script
+DoctorRun = Callable[[str], list[tuple[str, int | None]]]  # the doctor_findings fixture (conftest.py)
 
 _SCHEDULE = """
 import torch
@@ -31,31 +31,24 @@ for epoch in range(2):
 """
 
 
-def _run(tmp_path: Path, text: str) -> list[tuple[str, int | None]]:
-    script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent(text), encoding="utf-8")
-    result = run_script(script)
-    assert result.script_exit == 0 and not result.internal_errors
-    return [(f.id, f.line) for f in result.findings]
-
-
 def _line(text: str, needle: str) -> int:
     return next(n for n, line in enumerate(textwrap.dedent(text).splitlines(), start=1) if needle in line)
 
 
-def test_step_lr_stepped_per_batch_on_four_batch_epochs_is_found(tmp_path: Path) -> None:
+def test_step_lr_stepped_per_batch_on_four_batch_epochs_is_found(doctor_findings: DoctorRun) -> None:
     # 8 calls of StepLR(1, 0.7): the rate falls 17x, never 100x within the first (4-batch) epoch
     text = _SCHEDULE.replace("STEP_SIZE", "1").replace("PER_BATCH", "scheduler.step()").replace("PER_EPOCH", "pass")
-    assert _run(tmp_path, text) == [("scheduler-per-batch", _line(text, "        scheduler.step()"))]
+    assert doctor_findings(text) == [("scheduler-per-batch", _line(text, "        scheduler.step()"))]
 
 
 @pytest.mark.parametrize(("step_size", "per_batch", "per_epoch"), [
     ("1", "pass", "scheduler.step()"),  # the schedule as meant: once an epoch
     ("3", "scheduler.step()", "pass"),  # a unit of most of an epoch, stepped per batch: sized in steps, 2 falls
 ])
-def test_step_lr_as_meant_is_silent(tmp_path: Path, step_size: str, per_batch: str, per_epoch: str) -> None:
+def test_step_lr_as_meant_is_silent(doctor_findings: DoctorRun, step_size: str, per_batch: str,
+                                    per_epoch: str) -> None:
     text = _SCHEDULE.replace("STEP_SIZE", step_size).replace("PER_BATCH", per_batch).replace("PER_EPOCH", per_epoch)
-    assert _run(tmp_path, text) == []
+    assert doctor_findings(text) == []
 
 
 _GAN = """
@@ -90,24 +83,24 @@ for epoch in range(2):
 """
 
 
-def test_a_detached_generator_step_is_broken_graph_not_eval_mode(tmp_path: Path) -> None:
+def test_a_detached_generator_step_is_broken_graph_not_eval_mode(doctor_findings: DoctorRun) -> None:
     # the generator's training forward (never backpropagated: detached) beside its preview, between the same
     # two optimizer steps: two lines once each, not an evaluation loop
     text = _GAN.replace("ROWS", "16").replace("GENERATED", "fakes.detach()")
-    found = _run(tmp_path, text)
+    found = doctor_findings(text)
     assert ("broken-graph", _line(text, "loss_g = bce(")) in found
     assert [check for check, _ in found if check == "eval-mode"] == []
 
 
-def test_a_preview_after_the_last_step_is_not_an_evaluation(tmp_path: Path) -> None:
+def test_a_preview_after_the_last_step_is_not_an_evaluation(doctor_findings: DoctorRun) -> None:
     # 20 rows in batches of 4: five iterations an epoch, so the preview (every other iteration) runs after
     # the last optimizer step; its line ran once inside the training steps before (with 33 images in
     # batches of 8, the seeded GAN's batch of one, the same happens)
     text = _GAN.replace("ROWS", "20").replace("GENERATED", "fakes")
-    assert _run(tmp_path, text) == []
+    assert doctor_findings(text) == []
 
 
-def test_a_single_no_grad_test_after_the_last_step_is_still_an_evaluation(tmp_path: Path) -> None:
+def test_a_single_no_grad_test_after_the_last_step_is_still_an_evaluation(doctor_findings: DoctorRun) -> None:
     text = """
     import torch
     from torch import nn
@@ -123,7 +116,7 @@ def test_a_single_no_grad_test_after_the_last_step_is_still_an_evaluation(tmp_pa
         with torch.no_grad():
             test_loss = torch.nn.functional.mse_loss(model(x), y)
     """
-    assert _run(tmp_path, text) == [("eval-mode", _line(text, "test_loss ="))]
+    assert doctor_findings(text) == [("eval-mode", _line(text, "test_loss ="))]
 
 
 _FITTED_LINE = """
@@ -149,6 +142,6 @@ predicted = model(x).detach()
     (15, "nn.Dropout(0.5), ", ["eval-mode"]),  # dropout still on when it predicts: its mode matters
 ])
 def test_one_forward_after_training_is_a_finding_from_a_batch_of_rows_or_in_training_mode(
-        tmp_path: Path, rows: int, middle: str, expected: list[str]) -> None:
+        doctor_findings: DoctorRun, rows: int, middle: str, expected: list[str]) -> None:
     text = _FITTED_LINE.format(rows=rows, middle=middle)
-    assert _run(tmp_path, text) == [(check, _line(text, "predicted =")) for check in expected]
+    assert doctor_findings(text) == [(check, _line(text, "predicted =")) for check in expected]

@@ -143,6 +143,8 @@ class Session:
         self.internal_errors: list[str] = []
         self.optimizer_steps = 0
         self.backward_calls = 0
+        # > 0 while backward() runs: the forwards inside it are activation checkpointing's recomputation
+        self.backward_running = 0
         self.script_failed = False
         self._active = False
         self._forked = False
@@ -324,9 +326,11 @@ class Session:
         for callback in self._backward_pre_callbacks:
             self.safely(callback, tensor)
         self.backward_calls += 1
+        self.backward_running += 1
         try:
             return func(*args, **kwargs)
         finally:
+            self.backward_running -= 1
             for callback in self._backward_post_callbacks:
                 self.safely(callback, tensor)
 

@@ -117,7 +117,7 @@ class ForwardTracker(Check, ops=FUNCTIONAL_DROPOUT):
 
     # ----------------------------------------------------------------- events
     def on_module_pre(self, module: nn.Module, args: tuple, kwargs: dict, top: bool) -> None:
-        if not top or not self._trainable(module):
+        if not top or self.session.backward_running or not self._trainable(module):
             return
         layers = self._stochastic_layers(module)
         active = [label for label, m in layers if m.training]
@@ -192,7 +192,7 @@ class ForwardTracker(Check, ops=FUNCTIONAL_DROPOUT):
             return previous is not None and continues_by_one(previous, current)
 
     def on_module_post(self, module: nn.Module, args: tuple, output: Any, top: bool) -> None:
-        if not top:
+        if not top or self.session.backward_running:
             return
         stack = self._pending.get(id(module))
         if not stack:

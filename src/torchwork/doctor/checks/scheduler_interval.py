@@ -11,6 +11,10 @@ Short epochs (a loader of 4 batches) never reach 100x in the first epoch: there,
 most a quarter of an epoch (``StepLR(step_size=1)`` on 4 batches), still stepped with every optimizer step
 after a whole epoch, is found once its rate has fallen 10x. A schedule sized in steps with a longer unit
 (``StepLR(step_size=500)`` on 1,000 batches) is left to the first rule.
+
+A schedule that ends (a cosine, a linear or polynomial decay) and a run that ends with it is a schedule sized
+to the run, even inside one epoch: litgpt's ``finetune_full --train.max_steps 6`` builds a cosine over its 6
+steps. Such a schedule is reported at the end, only when the run went on past 1.5 times its length.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ from torchwork.doctor.checks import Check
 FALL = 100.0
 FALL_AFTER_EPOCH = 10.0  # the short-epoch rule: a unit of at most a quarter epoch, per batch for a whole epoch
 _NO_LENGTH = ("ExponentialLR",)
+# schedules that end (the rate then stays at its floor): sized to the run when the run ends with them
+_ENDING = ("CosineAnnealingLR", "LinearLR", "PolynomialLR")
+OUTLIVED = 1.5  # the run went on this many times the schedule's length: it was not sized to the run
 
 
 def _length(scheduler: Any) -> tuple[str, int] | None:
@@ -37,6 +44,9 @@ class SchedulerPerBatch(Check, id="scheduler-per-batch", severity="error"):
     def setup(self) -> None:
         self.optimizer_steps: dict[int, int] = {}
         self.reported: set[int] = set()
+        # schedules with an end, found falling too fast: (optimizer id, their length, message, fix, line),
+        # reported at the end unless the run stopped within their length (a schedule sized to a short run)
+        self.held: list[tuple[int, int, str, str, tuple[str, int] | None]] = []
 
     def install(self) -> None:
         check = self
@@ -44,7 +54,7 @@ class SchedulerPerBatch(Check, id="scheduler-per-batch", severity="error"):
         def make(original: Any) -> Any:
             def step(scheduler: Any, *args: Any, **kwargs: Any) -> Any:
                 result = original(scheduler, *args, **kwargs)
-                check.after_scheduler_step(scheduler)
+                check.session.safely(check.after_scheduler_step, scheduler)
                 return result
             return step
 
@@ -79,10 +89,19 @@ class SchedulerPerBatch(Check, id="scheduler-per-batch", severity="error"):
         self.reported.add(id(scheduler))
         name = type(scheduler).__name__
         sized = f"{name}({horizon[0]}={horizon[1]})" if horizon is not None else name
-        self.report(
-            f"{sized} is stepped after every batch: after {steps} batches ({batches} an epoch) the "
-            f"learning rate is {now:.3g}, {start / now:.0f}x below its start ({start:.3g}). Its counts are "
-            "epochs: the whole schedule runs in the first batches and training stalls.",
-            "Call scheduler.step() once per epoch, after the loop over the batches (or size the schedule in "
-            "steps: OneCycleLR(total_steps=epochs * len(loader))). torchwork's Trainer chooses the interval "
-            "from the scheduler: scheduler_interval='auto'.")
+        fallen = f"{start / now:.0f}x below its start" if now > 0 else "down to 0 from its start"
+        message = (f"{sized} is stepped after every batch: after {steps} batches ({batches} an epoch) the "
+                   f"learning rate is {now:.3g}, {fallen} ({start:.3g}). Its counts are epochs: the whole "
+                   "schedule runs in the first batches and training stalls.")
+        fix = ("Call scheduler.step() once per epoch, after the loop over the batches (or size the schedule in "
+               "steps: OneCycleLR(total_steps=epochs * len(loader))). torchwork's Trainer chooses the interval "
+               "from the scheduler: scheduler_interval='auto'.")
+        if name in _ENDING and horizon is not None:
+            self.held.append((id(optimizer), horizon[1], message, fix, self.session.where()))
+        else:
+            self.report(message, fix)
+
+    def finish(self) -> None:
+        for optimizer_id, length, message, fix, where in self.held:
+            if self.optimizer_steps.get(optimizer_id, 0) > length * OUTLIVED:
+                self.report(message, fix, where=where)

@@ -7,6 +7,9 @@ that writes (``images[k, 0, r0:r1, c0:c1] += 0.9``, ``x[:, 0].mul_(2)``) names t
 change is the intent; writes that overwrite the view whatever it held (``x[:, 0].uniform_(-1, 1)``,
 ``fill_``, ``zero_``, ``copy_``, the ``nn.init`` functions) fill part of a tensor on purpose. A view
 written after its base was saved for backward is the error ``inplace-saved`` reports (with both lines).
+A view a function received as a parameter and writes (``accumulate(totals[i:j], ...)`` doing ``total.add_(...)``,
+the online-softmax accumulators of trl's ``chunked_logprob``) is an output buffer: the caller wrote the
+slice in the call, as in the writing statement above.
 """
 
 from __future__ import annotations
@@ -26,6 +29,14 @@ _OVERWRITES = RANDOM_OPS | {"fill_", "zero_", "copy_", "set_", "index_fill_", "m
 WATCH_OPS = 100_000  # operations watched for a read of a changed base before giving up
 
 
+def _parameters(code: types.CodeType) -> set[str]:
+    """The names of a function's parameters (none at module level)."""
+    if code.co_name == "<module>":
+        return set()
+    count = code.co_argcount + code.co_kwonlyargcount
+    return set(code.co_varnames[:count])
+
+
 class ViewMutation(Check, id="view-mutation", severity="info"):
     def setup(self) -> None:
         # id(base) -> (a weak reference to it, the write's line, the note's text)
@@ -42,8 +53,11 @@ class ViewMutation(Check, id="view-mutation", severity="info"):
         if base is None or sys.getrefcount(base) <= 3 or id(base) in self.pending:
             return
         frame = self._user_frame()
-        if frame is None or not any(value is tensor for value in list(frame.f_locals.values())):
+        holders = [] if frame is None else [name for name, value in list(frame.f_locals.items()) if value is tensor]
+        if not holders:
             return  # a view made in the writing statement: the write to its base is what the code says
+        if set(holders) <= _parameters(frame.f_code):
+            return  # a slice the caller passed in to be written (an output buffer, an accumulator)
         name = getattr(func, "__name__", "an in-place operation")
         text = (f"`{name}` wrote through a view {list(tensor.shape)} of a tensor {list(base.shape)}, and that tensor "
                 "was read again afterwards: it had changed too (slices, .view(), .transpose(), .T, indexing with "

@@ -1,0 +1,140 @@
+"""Issue 51, the third-party entry points (trl's SFT script, litgpt): two false alarms they showed.
+
+- Activation checkpointing (``torch.utils.checkpoint``, transformers' ``gradient_checkpointing``) runs a
+  layer's forward again inside ``backward()`` to rebuild what it did not keep. That forward's graph is
+  never backpropagated by a ``backward()`` call of its own: it is not an evaluation.
+- A slice passed to a function that accumulates into it (an output buffer, as in an online softmax) is
+  written on purpose: the caller wrote the slice in the call.
+
+Each case is a small script written to the test's folder and run as ``torchwork doctor`` runs it.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+
+import pytest
+
+DoctorRun = Callable[[str], list[tuple[str, int | None]]]  # the doctor_findings fixture (conftest.py)
+
+_CHECKPOINTED = """
+import torch
+from torch.utils.checkpoint import checkpoint
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(), torch.nn.Dropout(0.1))
+
+    def forward(self, x):
+        return x + checkpoint(self.inner, x, use_reentrant=REENTRANT)
+
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 8), Block(), Block(), torch.nn.Linear(8, 2))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(4):
+    optimizer.zero_grad()
+    for micro in range(2):  # two micro-batches a step: two recomputations of each block per step
+        x, y = torch.randn(16, 8), torch.randint(0, 2, (16,))
+        (torch.nn.functional.cross_entropy(model(x), y) / 2).backward()
+    optimizer.step()
+"""
+
+_LLAMA_CHECKPOINTED = """
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+torch.manual_seed(0)
+config = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64, use_cache=False)
+model = LlamaForCausalLM(config)
+model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+model.train()
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for step in range(4):
+    optimizer.zero_grad()
+    for micro in range(2):
+        ids = torch.randint(0, 50, (4, 16))
+        (model(input_ids=ids, labels=ids).loss / 2).backward()
+    optimizer.step()
+"""
+
+_OUT_SLICES = """
+import torch
+
+
+def accumulate(total, count, values):
+    total.mul_(0.5).add_(values.sum(-1))
+    count.add_(values.shape[-1])
+
+
+torch.manual_seed(0)
+values = torch.randn(12, 5)
+totals, counts = torch.zeros(12), torch.zeros(12)
+for start in range(0, 12, 4):
+    accumulate(totals[start:start + 4], counts[start:start + 4], values[start:start + 4])
+print(totals / counts)
+"""
+
+_VIEW_WRITTEN_HERE = """
+import torch
+
+torch.manual_seed(0)
+scores = torch.randn(6, 3)
+first = scores[:, 0]
+first.clamp_(min=0)  # also changes scores
+print(scores.sum())
+"""
+
+
+@pytest.mark.parametrize("reentrant", ["False", "True"])
+def test_activation_checkpointing_recomputation_is_not_an_evaluation(doctor_findings: DoctorRun,
+                                                                     reentrant: str) -> None:
+    assert doctor_findings(_CHECKPOINTED.replace("REENTRANT", reentrant)) == []
+
+
+def test_a_transformers_model_with_gradient_checkpointing_trains_without_a_finding(doctor_findings: DoctorRun) -> None:
+    # its decoder layers are recomputed through their forward (not __call__): the attention runs at top level
+    assert doctor_findings(_LLAMA_CHECKPOINTED) == []
+
+
+def test_slices_passed_to_a_function_that_accumulates_into_them_are_not_noted(doctor_findings: DoctorRun) -> None:
+    assert doctor_findings(_OUT_SLICES) == []
+
+
+def test_a_view_held_and_written_where_it_was_made_is_still_noted(doctor_findings: DoctorRun) -> None:
+    line = next(n for n, text in enumerate(textwrap.dedent(_VIEW_WRITTEN_HERE).splitlines(), 1) if "clamp_" in text)
+    assert doctor_findings(_VIEW_WRITTEN_HERE) == [("view-mutation", line)]
+
+
+_COSINE = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+loader = DataLoader(TensorDataset(torch.randn(256, 4), torch.randn(256, 1)), batch_size=8)  # 32 batches an epoch
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=LENGTH)
+for step, (x, y) in enumerate(loader):
+    if step == STOP:
+        break
+    optimizer.zero_grad()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+    scheduler.step()
+"""
+
+
+def test_a_cosine_sized_to_a_run_shorter_than_an_epoch_is_silent(doctor_findings: DoctorRun) -> None:
+    # max_steps=10 of a 32-batch epoch, the cosine over those 10 steps: its rate reaches 0, as meant
+    assert doctor_findings(_COSINE.replace("LENGTH", "10").replace("STOP", "10")) == []
+
+
+def test_a_cosine_that_ends_long_before_the_run_is_still_found(doctor_findings: DoctorRun) -> None:
+    text = _COSINE.replace("LENGTH", "10").replace("STOP", "32")  # T_max=10 (epochs) stepped per batch
+    line = next(n for n, t in enumerate(textwrap.dedent(text).splitlines(), 1) if "scheduler.step()" in t)
+    assert doctor_findings(text) == [("scheduler-per-batch", line)]
