@@ -1,21 +1,30 @@
-"""Issue 51, the third-party entry points (trl's SFT script, litgpt): two false alarms they showed.
+"""Issue 51, the third-party entry points (trl's SFT script, litgpt, pytorch/examples): what they showed.
 
 - Activation checkpointing (``torch.utils.checkpoint``, transformers' ``gradient_checkpointing``) runs a
   layer's forward again inside ``backward()`` to rebuild what it did not keep. That forward's graph is
   never backpropagated by a ``backward()`` call of its own: it is not an evaluation.
 - A slice passed to a function that accumulates into it (an output buffer, as in an online softmax) is
   written on purpose: the caller wrote the slice in the call.
+- A cosine schedule litgpt sizes to a 6-step run reaches a rate of 0 inside the first epoch: sized to the
+  run, not per-batch misuse (and a rate of 0 once stopped the script inside ``scheduler.step()``).
+- The parameters of tensor parallelism are DTensors, with no storage of their own to read an address from.
 
 Each case is a small script written to the test's folder and run as ``torchwork doctor`` runs it.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import textwrap
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
+SRC = Path(__file__).resolve().parents[2] / "src"  # this checkout's torchwork, in the subprocess too
 DoctorRun = Callable[[str], list[tuple[str, int | None]]]  # the doctor_findings fixture (conftest.py)
 
 _CHECKPOINTED = """
@@ -138,3 +147,37 @@ def test_a_cosine_that_ends_long_before_the_run_is_still_found(doctor_findings: 
     text = _COSINE.replace("LENGTH", "10").replace("STOP", "32")  # T_max=10 (epochs) stepped per batch
     line = next(n for n, t in enumerate(textwrap.dedent(text).splitlines(), 1) if "scheduler.step()" in t)
     assert doctor_findings(text) == [("scheduler-per-batch", line)]
+
+
+_DTENSOR = """
+import tempfile
+
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DeviceMesh, Replicate, distribute_tensor
+
+store = tempfile.mktemp(prefix="doctor-store-")
+dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+mesh = DeviceMesh("cpu", [0])
+torch.manual_seed(0)
+weight = torch.nn.Parameter(distribute_tensor(torch.randn(4, 1), mesh, [Replicate()]))
+optimizer = torch.optim.SGD([weight], lr=0.1)
+for step in range(3):
+    x = distribute_tensor(torch.randn(8, 4), mesh, [Replicate()])
+    optimizer.zero_grad()
+    (x @ weight).pow(2).mean().backward()
+    optimizer.step()
+dist.destroy_process_group()
+"""
+
+
+def test_dtensor_parameters_as_tensor_parallelism_makes_them_are_watched_without_an_error(tmp_path: Path) -> None:
+    # pytorch/examples' tensor-parallel scripts: a DTensor has no storage of its own to read an address from.
+    # A process of its own: a process group (and gloo's listening socket) is not for the test process to keep
+    script = tmp_path / "tensor_parallel.py"
+    script.write_text(textwrap.dedent(_DTENSOR), encoding="utf-8")
+    run = subprocess.run([sys.executable, "-m", "torchwork.cli", "doctor", "--json", str(script)],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"})
+    assert run.returncode == 0, run.stderr[-2000:]  # 2 would be an error of the doctor's own
+    assert json.loads(run.stdout)["findings"] == []

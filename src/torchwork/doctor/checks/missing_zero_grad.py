@@ -58,6 +58,15 @@ def _leaf_parameters(tensor: Any) -> list[torch.Tensor]:
     return found
 
 
+def _storage_key(tensor: torch.Tensor) -> int | None:
+    """The address of the tensor's memory (shared by ``p`` and ``p.data``), or None for a tensor without
+    storage of its own (a DTensor of tensor parallelism, another wrapper subclass, a fake tensor)."""
+    try:
+        return int(tensor.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
 class MissingZeroGrad(Check, id="missing-zero-grad", severity="error", requires=("grads",)):
     def setup(self) -> None:
         self.started: dict[int, tuple[int, list[int]]] = {}  # optimizer -> (its steps, arrivals) at step()
@@ -70,17 +79,15 @@ class MissingZeroGrad(Check, id="missing-zero-grad", severity="error", requires=
             return
         self.watched += 1
         for param in _leaf_parameters(tensor):
-            key = param.untyped_storage().data_ptr()
-            if key not in self.by_hand:
+            key = _storage_key(param)
+            if key is not None and key not in self.by_hand:
                 self.by_hand[key] = _HandUpdated(param)
 
     def on_inplace(self, func: Any, tensor: Any) -> None:
         if not self.by_hand:
             return
-        try:
-            record = self.by_hand.get(tensor.untyped_storage().data_ptr())
-        except (RuntimeError, NotImplementedError):  # a tensor without storage (a subclass, a fake one)
-            return
+        key = _storage_key(tensor)
+        record = self.by_hand.get(key) if key is not None else None
         if record is None:
             return
         if record.stale and self.reported_in != self.session.backward_calls:
