@@ -18,8 +18,9 @@ one against its source: ``true``, or ``false`` for a false alarm, with a reason)
 script), in this process, interleaved (the order rotated each round), ``--repeats`` rounds after a warm-up;
 wall and CPU time, medians of the rounds, as ratios to plain. The machine is shared: the load is logged.
 
-Run: ``python benchmarks/doctor_precision.py [examples=/path/to/pytorch-examples] [--repeats 3]
-[--site DIR]`` (``--site``: a folder added to sys.path, e.g. one holding torchvision for the examples).
+Run: ``python benchmarks/doctor_precision.py [examples=/path/to/pytorch-examples] [trl=DIR] [litgpt=DIR]
+[--repeats 3] [--site DIR]`` (``--site``: a folder added to sys.path, e.g. one holding torchvision for the
+examples, or the ``pip install --target DIR`` of trl and litgpt, which is also their checkout).
 """
 
 from __future__ import annotations
@@ -277,6 +278,8 @@ def main() -> None:
     args = parser.parse_args()
     sys.path[1:1] = args.site
     os.environ.setdefault("MPLBACKEND", "Agg")
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):  # trl's and litgpt's entries read local folders only
+        os.environ.setdefault(name, "1")
     torch.set_num_threads(1)
     load_before = os.getloadavg()[0]
     review = Review()

@@ -11,10 +11,16 @@ its device mesh is made on the CPU (gloo); the script itself is unchanged.
 The repositories are the 7 torch-preflight scanned (its spike 0002): pytorch/examples, pytorch/tutorials,
 torchtune, litgpt, trl, LLaMA-Factory, transformers' ``examples/pytorch``. :data:`NOT_RUN` says, for each
 entry point that is not run, why. Nothing here fetches anything: the benchmark is given local checkouts.
+trl's and litgpt's are their packages as pip installs them, which hold the repositories' files at those tags
+(``pip install --target DIR --no-deps trl==1.16.0 litgpt==0.5.13 datasets accelerate lightning
+pytorch-lightning lightning-utilities torchmetrics jsonargparse docstring-parser typeshed-client dill
+multiprocess xxhash fsspec``: no torch pulled in; the benchmark is given ``--site DIR``); litgpt is run
+through the console script pip writes (``bin/litgpt``), as its README runs it. Their tiny models and data:
+``doctor_repos_llm.py``.
 
 Example:
     >>> sorted({entry.repo for entry in ENTRIES})
-    ['examples']
+    ['examples', 'litgpt', 'trl']
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from doctor_repos_llm import tiny_litgpt, tiny_llama
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +103,13 @@ def _nothing(base: Path, checkout: Path) -> None:
 
 
 _SMALL = ("--epochs", "1", "--batch-size", "32", "--log-interval", "1000")
+# litgpt's CLI (the console script pip writes, bin/litgpt, is the entry: `litgpt finetune_full ...`):
+# 6 optimizer steps of 2 micro-batches of 2 rows, a validation every 3 steps
+_LITGPT = ("../checkpoint", "--data", "JSON", "--data.json_path", "../instructions.json",
+           "--data.val_split_fraction", "0.1", "--train.max_steps", "6", "--train.global_batch_size", "4",
+           "--train.micro_batch_size", "2", "--train.lr_warmup_steps", "1", "--train.max_seq_length", "64",
+           "--eval.interval", "3", "--eval.max_iters", "2", "--eval.max_new_tokens", "4", "--out_dir", "out",
+           "--precision", "32-true", "--devices", "1", "--logger_name", "csv")
 ENTRIES: tuple[Entry, ...] = (
     Entry("examples", "mnist", "mnist/main.py", (*_SMALL, "--test-batch-size", "128", "--no-accel"), _mnist_above,
           "torchvision"),
@@ -119,6 +134,13 @@ ENTRIES: tuple[Entry, ...] = (
           _nothing, ranks=2),
     Entry("examples", "time_sequence_prediction", "time_sequence_prediction/train.py", ("--steps", "1"),
           _sine_waves, "matplotlib"),
+    Entry("trl", "sft", "trl/scripts/sft.py",
+          ("--model_name_or_path", "../model", "--dataset_name", "../sft-data", "--output_dir", "out",
+           "--max_steps", "8", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2",
+           "--max_length", "64", "--report_to", "none", "--save_strategy", "no", "--logging_steps", "4",
+           "--seed", "0", "--use_cpu", "--bf16", "false"), tiny_llama, "trl"),
+    *(Entry("litgpt", command, "bin/litgpt", (command, *_LITGPT), tiny_litgpt, "litgpt")
+      for command in ("finetune_full", "finetune_lora")),
 )
 
 # entry points of the 7 repositories not run here, and why (the report's table lists them)
@@ -133,9 +155,10 @@ NOT_RUN: dict[str, str] = {
                                                                   "CPU attention has no DTensor sharding strategy",
     "examples/distributed (ddp, rpc, FSDP2, ...)": "not tried: multi-process on GPUs",
     "pytorch/tutorials, transformers": "not fetched: their snapshots are over the fetch tool's size limit",
-    "torchtune, litgpt, trl, LLaMA-Factory": "their recipes need packages not installed here (omegaconf/torchao, "
-                                             "lightning/jsonargparse, accelerate/datasets) and a pretrained "
-                                             "checkpoint and tokenizer from a hub",
+    "torchtune, LLaMA-Factory": "not tried: their recipes need a tokenizer model of their own formats "
+                                "(tiktoken, sentencepiece) and configurations written for hub checkpoints",
+    "litgpt pretrain": "its data modules stream through litdata's optimize step (worker processes); the two "
+                       "fine-tuning entries run",
 }
 
 

@@ -29,7 +29,7 @@ _OVERWRITES = RANDOM_OPS | {"fill_", "zero_", "copy_", "set_", "index_fill_", "m
 WATCH_OPS = 100_000  # operations watched for a read of a changed base before giving up
 
 
-def _parameters(code: types.CodeType) -> set[str]:
+def _parameter_names(code: types.CodeType) -> set[str]:
     """The names of a function's parameters (none at module level)."""
     if code.co_name == "<module>":
         return set()
@@ -56,7 +56,7 @@ class ViewMutation(Check, id="view-mutation", severity="info"):
         holders = [] if frame is None else [name for name, value in list(frame.f_locals.items()) if value is tensor]
         if not holders:
             return  # a view made in the writing statement: the write to its base is what the code says
-        if set(holders) <= _parameters(frame.f_code):
+        if set(holders) <= _parameter_names(frame.f_code):
             return  # a slice the caller passed in to be written (an output buffer, an accumulator)
         name = getattr(func, "__name__", "an in-place operation")
         text = (f"`{name}` wrote through a view {list(tensor.shape)} of a tensor {list(base.shape)}, and that tensor "
