@@ -181,3 +181,11 @@ def test_dtensor_parameters_as_tensor_parallelism_makes_them_are_watched_without
                          env={**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"})
     assert run.returncode == 0, run.stderr[-2000:]  # 2 would be an error of the doctor's own
     assert json.loads(run.stdout)["findings"] == []
+
+
+def test_a_reentrant_checkpoint_on_inputs_without_grad_is_named_as_the_cut(doctor_findings: DoctorRun) -> None:
+    # the first block's input is the data itself: its checkpoint is never replayed, its layers never learn
+    text = _CHECKPOINTED.replace("REENTRANT", "True").replace("model = torch.nn.Sequential(torch.nn.Linear(8, 8), ",
+                                                              "model = torch.nn.Sequential(")
+    line = next(n for n, t in enumerate(textwrap.dedent(text).splitlines(), 1) if "checkpoint(self.inner" in t)
+    assert doctor_findings(text) == [("broken-graph", line)]

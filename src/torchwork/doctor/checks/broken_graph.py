@@ -7,7 +7,9 @@ when the graph behind it reaches the missing parameters and the loss's graph doe
 breaks (a GAN detaches its fakes for the discriminator's step, rightly, and again for the generator's loss,
 wrongly), the one made just before the last backward pass ahead of the starved optimizer's step is blamed:
 that loss term is the one that should have reached it. A loss that is a leaf (``loss.requires_grad = True``
-hiding a break) is reported at the backward call.
+hiding a break) is reported at the backward call. A block under ``torch.utils.checkpoint(...,
+use_reentrant=True)`` whose inputs do not require grad is run under no_grad and never replayed: its
+parameters get nothing, and the finding says so (an error: PyTorch only warns).
 
 A term can be cut while other terms still reach the parameters (a generator loss of an adversarial term on
 ``D(G(z).detach())`` plus an L1 term on ``G(z)``): every ``.detach()`` of a tensor computed from an
@@ -22,6 +24,8 @@ and names every unreached parameter with its reason.
 
 from __future__ import annotations
 
+import os
+import sys
 import weakref
 from typing import Any
 
@@ -45,7 +49,8 @@ class BrokenGraph(Check, id="broken-graph", severity="error", requires=("grads",
         # id(param) -> (optimizer class, where it stepped, backward passes before that step)
         self.starved: dict[int, tuple[str, tuple[str, int] | None, int]] = {}
         self.starved_steps: set[int] = set()  # backward passes before each step of a starved optimizer
-        self.no_grad_modules: list[tuple[str, tuple[str, int] | None, set[int]]] = []
+        # (module name, where it ran, its missing parameters, inside a reentrant checkpoint's no-grad forward)
+        self.no_grad_modules: list[tuple[str, tuple[str, int] | None, set[int], bool]] = []
         self.loss_reached: set[int] = set()
         self.first_step_where: tuple[str, int] | None = None
         self.armed = False
@@ -232,7 +237,8 @@ class BrokenGraph(Check, id="broken-graph", severity="error", requires=("grads",
             return
         own = {id(p) for p in module.parameters(recurse=False)} & set(self.missing)
         if own:
-            self.no_grad_modules.append((self.session.module_name(module), self.session.where(), own))
+            self.no_grad_modules.append((self.session.module_name(module), self.session.where(), own,
+                                         _in_reentrant_checkpoint()))
 
     def on_backward_pre(self, tensor: Any) -> None:
         if not isinstance(tensor, torch.Tensor):
@@ -261,9 +267,15 @@ class BrokenGraph(Check, id="broken-graph", severity="error", requires=("grads",
                             f"result is a constant for autograd.{self._starved_text(cut, term)}",
                             f"Keep tensors in the graph: drop {label} on the path from the model to the loss "
                             "(use it only for logging/metrics, after the loss is computed). " + _SEE_GRAPH, where=where)
-        for name, where, reached in self.no_grad_modules:
+        for name, where, reached, checkpointed in self.no_grad_modules:
             cut = {pid: missing.pop(pid) for pid in reached & set(missing)}
-            if cut:
+            if cut and checkpointed:
+                self.report(f"{_head(cut)}: {name} ran inside torch.utils.checkpoint with use_reentrant=True, "
+                            "whose forward runs under no_grad and is replayed in backward only when one of its "
+                            "inputs requires grad; none did, so backward never reached these parameters.",
+                            "Pass use_reentrant=False to checkpoint() (PyTorch recommends it), or give the "
+                            "checkpointed block an input that requires grad. " + _SEE_GRAPH, where=where)
+            elif cut:
                 self.report(f"{_head(cut)}: {name} ran under torch.no_grad()/inference_mode, so autograd "
                             "recorded nothing for it.",
                             "Run the trainable part of the forward pass with autograd on; if the layer is "
@@ -292,6 +304,18 @@ class BrokenGraph(Check, id="broken-graph", severity="error", requires=("grads",
         loss = f"The loss term backpropagated at {format_where(term)}" if term else "The next loss"
         return (f" {loss} was computed from that result, so it sent nothing to these parameters, and "
                 f"{optimizer}.step() at {format_where(step_at)}, which holds them, stepped on no gradient.")
+
+
+def _in_reentrant_checkpoint() -> bool:
+    """Whether the running code is inside the forward of torch.utils.checkpoint's reentrant function (it runs
+    the block under no_grad; the block is replayed with autograd on in backward, if backward reaches it)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "forward" and code.co_filename.replace(os.sep, "/").endswith("torch/utils/checkpoint.py"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _head(params: dict[int, str]) -> str:
