@@ -165,41 +165,52 @@ def test_token_texts_tokenized_in_chunks_equal_one_encode_batch_of_all(monkeypat
 
 
 def test_the_fused_adamw_trains_the_top_as_the_default_one_does():
-    """The quickstart's optimizer is fused AdamW on the CPU: its weights after real bf16 steps on the MiniLM
-    top, with layer-wise groups and weight decay, agree with the default (per-tensor loop) AdamW's."""
+    """The quickstart's optimizer is fused AdamW on the CPU: given the same gradients (real bf16 backward passes
+    on the MiniLM top, with layer-wise groups and weight decay), its weights after three steps agree with the
+    default (per-tensor loop) AdamW's.
+
+    Both optimizers take the gradients of one model. Each computing its own would compare bf16 chaos, not the
+    optimizers: the two differ by float rounding after one step (1.5e-8), a bf16 forward rounds that into
+    gradients up to 5e-4 apart, and Adam's normalised step carries it into the weights (2.6e-4 after two steps
+    on an AMD EPYC, 7 Dec; other CPUs round the same way by luck)."""
+    import copy
+
     from torchwork.finetune import freeze, param_groups
     from torchwork.finetune.minilm import MiniLMClassifier, MiniLMTop
     from torchwork.recipes.sentiment_transformer import adamw
 
     torch.set_num_threads(1)  # two threads beside a busy neighbour made each tiny bf16 step 1.5 s, not 0.05 s
-    results = []
-    for fused in (True, False):
-        torch.manual_seed(0)
-        model = MiniLMClassifier(classes=3)
-        freeze(model, "encoder.embeddings", *[f"encoder.encoder.layer.{i}" for i in range(4)])
-        top = MiniLMTop(model, 4).train()
-        start = {name: p.detach().clone() for name, p in top.named_parameters() if p.requires_grad}
+    torch.manual_seed(0)
+    model = MiniLMClassifier(classes=3)
+    freeze(model, "encoder.embeddings", *[f"encoder.encoder.layer.{i}" for i in range(4)])
+    fused_top = MiniLMTop(model, 4).train()
+    loop_top = copy.deepcopy(fused_top)
+    start = {name: p.detach().clone() for name, p in fused_top.named_parameters() if p.requires_grad}
+
+    def optimizer(top: torch.nn.Module, fused: bool) -> torch.optim.Optimizer:
         groups = param_groups(top, lr=2e-4, layer_decay=0.8, head="model.classifier", weight_decay=0.01)
-        optimizer = adamw(groups, torch.device("cpu")) if fused else torch.optim.AdamW(groups)
-        assert optimizer.defaults["fused"] is (True if fused else None)
-        generator = torch.Generator().manual_seed(1)
-        # two steps: from the third on, the attention key biases (their gradient is zero by construction, so Adam
-        # steps them by the sign of rounding noise) and bf16 rounding make the two trajectories part on some CPUs
-        # (an AMD EPYC, 6 Dec: 1.5e-8 apart after 2 steps, 1.3e-4 after 4), whichever the optimizer
-        for _ in range(2):
-            hidden = torch.randn(8, 12, 384, generator=generator)
-            mask = torch.ones(8, 12, dtype=torch.long)
-            mask[4:, 9:] = 0
-            target = torch.randint(0, 3, (8,), generator=generator)
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                loss = torch.nn.functional.cross_entropy(top(hidden, mask).float(), target)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-        results.append({name: p.detach().clone() for name, p in top.named_parameters() if p.requires_grad})
-        assert all(not torch.equal(start[name], weight) for name, weight in results[-1].items())  # every one moved
-    fused_weights, loop_weights = results
+        return adamw(groups, torch.device("cpu")) if fused else torch.optim.AdamW(groups)
+
+    fused_optimizer, loop_optimizer = optimizer(fused_top, True), optimizer(loop_top, False)
+    assert fused_optimizer.defaults["fused"] is True and loop_optimizer.defaults["fused"] is None
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        hidden = torch.randn(8, 12, 384, generator=generator)
+        mask = torch.ones(8, 12, dtype=torch.long)
+        mask[4:, 9:] = 0
+        target = torch.randint(0, 3, (8,), generator=generator)
+        fused_optimizer.zero_grad()
+        loop_optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            torch.nn.functional.cross_entropy(fused_top(hidden, mask).float(), target).backward()
+        for mine, theirs in zip(loop_top.parameters(), fused_top.parameters()):
+            mine.grad = None if theirs.grad is None else theirs.grad.clone()
+        fused_optimizer.step()
+        loop_optimizer.step()
+    fused_weights = {name: p.detach() for name, p in fused_top.named_parameters() if p.requires_grad}
+    loop_weights = {name: p.detach() for name, p in loop_top.named_parameters() if p.requires_grad}
     assert fused_weights.keys() == loop_weights.keys() and len(fused_weights) > 30
+    assert all(not torch.equal(start[name], weight) for name, weight in fused_weights.items())  # every one moved
     for name, weight in fused_weights.items():
         torch.testing.assert_close(weight, loop_weights[name], atol=1e-6, rtol=1e-5, msg=name)
 
