@@ -75,7 +75,7 @@ demo: $(RUNTIME)
 # ends with "random order: --randomly-seed=N": PYTEST_ARGS="--randomly-seed=N" replays it), and fails when
 # it runs past SUITE_BUDGET_S seconds (tests/suite_budget.py; the measurement: docs/design/test-suite.md).
 PYTEST_WORKERS ?= 4
-SUITE_BUDGET_S ?= 1500
+SUITE_BUDGET_S ?= 2100
 PYTEST_ARGS ?=
 PYTEST := $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
 test: $(STAMP) system-deps

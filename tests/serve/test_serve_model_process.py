@@ -93,7 +93,10 @@ def test_a_killed_model_process_is_replaced_and_serving_goes_on(server, text_art
         if statuses[-1] != 200:
             time.sleep(0.1)
     assert statuses[-5:] == [200] * 5, statuses
-    assert set(statuses) <= {200, 500}
+    # 500: the batch the child died under; 504: a request that waited past the server's timeout (30 s) while the
+    # new child started, which takes longer on a busy machine (seen in CI, 7 Dec). Nothing else: a dropped
+    # connection would have raised in predict()
+    assert set(statuses) <= {200, 500, 504}, statuses
     (replacement,) = model_children(server)
     assert replacement.pid != child.pid
     assert "model process exited" in server.stderr() or "model process died" in server.stderr()
