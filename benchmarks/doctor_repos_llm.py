@@ -12,8 +12,8 @@ tokenizer over a 200-word vocabulary, and a few dozen synthetic rows:
   instruction rows in ``<base>/instructions.json`` (``--data JSON``).
 
 Example:
-    >>> _words(3)[:2]
-    ['w0', 'w1']
+    >>> WORDS[:2], len(WORDS)
+    (('w0', 'w1'), 200)
 """
 
 from __future__ import annotations
@@ -23,20 +23,17 @@ import random
 from pathlib import Path
 
 SPECIAL = ("<pad>", "<unk>", "<s>", "</s>")  # ids 0-3: padding, unknown, start and end of text
-
-
-def _words(count: int = 200) -> list[str]:
-    return [f"w{i}" for i in range(count)]
+WORDS = tuple(f"w{i}" for i in range(200))  # the rest of the vocabulary
 
 
 def _sentence(rng: random.Random, low: int, high: int) -> str:
-    return " ".join(rng.choice(_words()) for _ in range(rng.randint(low, high)))
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(low, high)))
 
 
 def _word_tokenizer() -> object:
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    vocabulary = {token: index for index, token in enumerate([*SPECIAL, *_words()])}
+    vocabulary = {token: index for index, token in enumerate([*SPECIAL, *WORDS])}
     tokenizer = Tokenizer(models.WordLevel(vocabulary, unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
     return tokenizer
@@ -51,7 +48,7 @@ def tiny_llama(base: Path, checkout: Path) -> None:
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=_word_tokenizer(), bos_token="<s>", eos_token="</s>",
                                         pad_token="<pad>", unk_token="<unk>")
     tokenizer.save_pretrained(folder)
-    config = LlamaConfig(vocab_size=len(SPECIAL) + len(_words()), hidden_size=64, intermediate_size=128,
+    config = LlamaConfig(vocab_size=len(SPECIAL) + len(WORDS), hidden_size=64, intermediate_size=128,
                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
                          max_position_embeddings=128, bos_token_id=2, eos_token_id=3, pad_token_id=0)
     torch.manual_seed(0)
