@@ -15,12 +15,15 @@ trl's and litgpt's are their packages as pip installs them, which hold the repos
 (``pip install --target DIR --no-deps trl==1.16.0 litgpt==0.5.13 datasets accelerate lightning
 pytorch-lightning lightning-utilities torchmetrics jsonargparse docstring-parser typeshed-client dill
 multiprocess xxhash fsspec``: no torch pulled in; the benchmark is given ``--site DIR``); litgpt is run
-through the console script pip writes (``bin/litgpt``), as its README runs it. Their tiny models and data:
-``doctor_repos_llm.py``.
+through the console script pip writes (``bin/litgpt``), as its README runs it. torchtune's is its wheel too,
+whose ``recipes/`` folder is the repository's (``pip install --target DIR --no-deps torchtune==0.6.1
+torchdata==0.11.0 torchao==0.10.0 omegaconf antlr4-python3-runtime==4.9.3 sentencepiece tiktoken blobfile``;
+torchtune 0.6.1 imports ``torchao.dtypes.nf4tensor``, which torchao 0.11 and later no longer have); each recipe
+is run as ``tune run`` runs it, the file with ``--config``. Their tiny models and data: ``doctor_repos_llm.py``.
 
 Example:
     >>> sorted({entry.repo for entry in ENTRIES})
-    ['examples', 'litgpt', 'trl']
+    ['examples', 'litgpt', 'torchtune', 'trl']
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from doctor_repos_llm import tiny_litgpt, tiny_llama
+from doctor_repos_llm import tiny_litgpt, tiny_llama, tiny_torchtune
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +144,10 @@ ENTRIES: tuple[Entry, ...] = (
            "--seed", "0", "--use_cpu", "--bf16", "false"), tiny_llama, "trl"),
     *(Entry("litgpt", command, "bin/litgpt", (command, *_LITGPT), tiny_litgpt, "litgpt")
       for command in ("finetune_full", "finetune_lora")),
+    *(Entry("torchtune", recipe, f"recipes/{recipe}.py", ("--config", f"../{settings}.yaml"), tiny_torchtune,
+            "torchtune")
+      for recipe, settings in (("full_finetune_single_device", "full"), ("lora_finetune_single_device", "lora"),
+                               ("knowledge_distillation_single_device", "kd"))),
 )
 
 # entry points of the 7 repositories not run here, and why (the report's table lists them)
@@ -155,8 +162,9 @@ NOT_RUN: dict[str, str] = {
                                                                   "CPU attention has no DTensor sharding strategy",
     "examples/distributed (ddp, rpc, FSDP2, ...)": "not tried: multi-process on GPUs",
     "pytorch/tutorials, transformers": "not fetched: their snapshots are over the fetch tool's size limit",
-    "torchtune, LLaMA-Factory": "not tried: their recipes need a tokenizer model of their own formats "
-                                "(tiktoken, sentencepiece) and configurations written for hub checkpoints",
+    "LLaMA-Factory": "not tried: its trainers are configured for hub checkpoints and its templates by model name",
+    "torchtune distributed recipes, DPO, PPO, QAT": "not tried: multi-process on GPUs, reward models, torchao's "
+                                                     "quantised training; the three single-device recipes run",
     "litgpt pretrain": "its data modules stream through litdata's optimize step (worker processes); the two "
                        "fine-tuning entries run",
 }

@@ -9,7 +9,11 @@ tokenizer over a 200-word vocabulary, and a few dozen synthetic rows:
   (``<base>/sft-data``, read by ``--dataset_name ../sft-data``);
 * litgpt's ``finetune_full`` / ``finetune_lora``: litgpt's own ``pythia-14m`` configuration cut to 2 layers,
   ``lit_model.pth``, ``model_config.yaml`` and the tokenizer files in ``<base>/checkpoint``, and Alpaca-style
-  instruction rows in ``<base>/instructions.json`` (``--data JSON``).
+  instruction rows in ``<base>/instructions.json`` (``--data JSON``);
+* torchtune's single-device recipes (full, LoRA, knowledge distillation): a 2-layer ``llama2`` saved in Meta's
+  format (``<base>/checkpoint/model.pth``, read by ``FullModelMetaCheckpointer``), a SentencePiece word model
+  trained on the vocabulary (``<base>/tokenizer.model``), the same Alpaca-style rows, and one configuration per
+  recipe (``<base>/full.yaml``, ``lora.yaml``, ``kd.yaml``), written in the keys the recipes read.
 
 Example:
     >>> WORDS[:2], len(WORDS)
@@ -79,3 +83,81 @@ def tiny_litgpt(base: Path, checkout: Path) -> None:
     rng = random.Random(3)
     rows = [{"instruction": _sentence(rng, 3, 10), "input": "", "output": _sentence(rng, 2, 8)} for _ in range(48)]
     (base / "instructions.json").write_text(json.dumps(rows), encoding="utf-8")
+
+
+_TUNE_LAYERS = {"num_layers": 2, "num_heads": 4, "num_kv_heads": 4, "embed_dim": 64, "max_seq_len": 128,
+                "intermediate_dim": 128}
+
+
+def _tune_tokenizer(base: Path) -> int:
+    """``<base>/tokenizer.model``: a SentencePiece word model (ids 0-2: unknown, start, end); its vocabulary size."""
+    import sentencepiece
+
+    rng = random.Random(4)
+    corpus = base / "corpus.txt"
+    lines = [" ".join(WORDS)] * 3 + [_sentence(rng, 4, 20) for _ in range(200)]
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    size = len(WORDS) + 3
+    sentencepiece.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(base / "tokenizer"),
+                                             vocab_size=size, model_type="word", unk_id=0, bos_id=1, eos_id=2,
+                                             pad_id=-1, minloglevel=2)
+    return size
+
+
+def _tune_checkpointer(base: Path, out: str) -> dict[str, object]:
+    return {"_component_": "torchtune.training.FullModelMetaCheckpointer", "checkpoint_dir": str(base / "checkpoint"),
+            "checkpoint_files": ["model.pth"], "recipe_checkpoint": None, "output_dir": out, "model_type": "LLAMA2"}
+
+
+def _tune_settings(base: Path, vocabulary: int) -> dict[str, object]:
+    """full_finetune_single_device's settings: 6 steps of 2 micro-batches of 2 rows, fp32 on the CPU, with
+    activation checkpointing (the recipes' default for large models)."""
+    out = str(base / "run" / "out")
+    return {
+        "output_dir": out, "seed": 0, "shuffle": True, "resume_from_checkpoint": False,
+        "tokenizer": {"_component_": "torchtune.models.llama2.llama2_tokenizer", "path": str(base / "tokenizer.model"),
+                      "max_seq_len": 64},
+        "dataset": {"_component_": "torchtune.datasets.alpaca_dataset", "source": "json", "split": "train",
+                    "data_files": str(base / "instructions.json"), "packed": False},
+        "model": {"_component_": "torchtune.models.llama2.llama2", "vocab_size": vocabulary, **_TUNE_LAYERS},
+        "checkpointer": _tune_checkpointer(base, out),
+        "batch_size": 2, "epochs": 1, "max_steps_per_epoch": 6, "gradient_accumulation_steps": 2,
+        "optimizer": {"_component_": "torch.optim.AdamW", "lr": 1e-4, "fused": False},
+        "lr_scheduler": {"_component_": "torchtune.training.lr_schedulers.get_cosine_schedule_with_warmup",
+                         "num_warmup_steps": 1},
+        "optimizer_in_bwd": False, "clip_grad_norm": None, "compile": False,
+        "loss": {"_component_": "torchtune.modules.loss.CEWithChunkedOutputLoss"},
+        "device": "cpu", "dtype": "fp32", "enable_activation_checkpointing": True,
+        "enable_activation_offloading": False,
+        "metric_logger": {"_component_": "torchtune.training.metric_logging.DiskLogger", "log_dir": f"{out}/logs"},
+        "log_every_n_steps": 1, "log_peak_memory_stats": False,
+        "profiler": {"_component_": "torchtune.training.setup_torch_profiler", "enabled": False},
+    }
+
+
+def tiny_torchtune(base: Path, checkout: Path) -> None:
+    """torchtune's recipes: ``<base>/checkpoint``, ``<base>/tokenizer.model``, ``<base>/instructions.json`` and
+    ``<base>/{full,lora,kd}.yaml`` (JSON, which is YAML; the recipes take ``--config ../full.yaml``)."""
+    import torch
+    from torchtune.models.convert_weights import tune_to_meta
+    from torchtune.models.llama2 import llama2
+
+    base = base.resolve()
+    vocabulary = _tune_tokenizer(base)
+    (base / "checkpoint").mkdir()
+    torch.manual_seed(0)
+    model = llama2(vocab_size=vocabulary, **_TUNE_LAYERS)
+    torch.save(tune_to_meta(model.state_dict()), base / "checkpoint" / "model.pth")
+    rng = random.Random(5)
+    rows = [{"instruction": _sentence(rng, 3, 10), "input": "", "output": _sentence(rng, 2, 8)} for _ in range(48)]
+    (base / "instructions.json").write_text(json.dumps(rows), encoding="utf-8")
+    full = _tune_settings(base, vocabulary)
+    lora = {**full, "model": {**full["model"], "_component_": "torchtune.models.llama2.lora_llama2",  # type: ignore[dict-item]
+                              "lora_attn_modules": ["q_proj", "v_proj"], "apply_lora_to_mlp": True,
+                              "apply_lora_to_output": False, "lora_rank": 4, "lora_alpha": 8, "lora_dropout": 0.1},
+            "save_adapter_weights_only": False}
+    distil = {**lora, "teacher_model": full["model"], "kd_ratio": 0.5,
+              "teacher_checkpointer": _tune_checkpointer(base, f"{full['output_dir']}/teacher"),
+              "kd_loss": {"_component_": "torchtune.modules.loss.ForwardKLWithChunkedOutputLoss"}}
+    for name, settings in (("full", full), ("lora", lora), ("kd", distil)):
+        (base / f"{name}.yaml").write_text(json.dumps(settings, indent=1), encoding="utf-8")
