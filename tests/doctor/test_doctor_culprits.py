@@ -64,6 +64,23 @@ def test_a_log_of_zero_is_still_the_operations_fault() -> None:
     assert "torch.log on this line, with finite inputs" in finding.message and "clamp before log" in finding.fix
 
 
+def test_one_element_results_are_read_directly_and_still_blamed() -> None:
+    """A one-element result (a loss, a sum) is read with item(), not reduced: NaN from 0/0 of two sums and
+    -inf from a log of a one-element slice are each the first non-finite value, at their lines."""
+    weight = torch.ones(3, requires_grad=True)
+    with diagnose() as session:
+        nothing = (weight * 0.0).sum()
+        loss = nothing / nothing  # line: zero over zero
+        loss.backward()
+    (finding,) = session.find("non-finite-loss")
+    assert finding.line == _lineno("zero over zero") and "nan" in finding.message.lower()
+    with diagnose() as session:
+        loss = torch.log(weight[:1] * 0.0).sum()  # line: log of a slice
+        loss.backward()
+    (finding,) = session.find("non-finite-loss")
+    assert finding.line == _lineno("log of a slice") and "torch.log on this line" in finding.message
+
+
 def test_huge_data_that_no_layer_grew_is_called_data() -> None:
     weight = torch.ones(2, requires_grad=True)
     with diagnose() as session:
