@@ -162,7 +162,8 @@ NOT_RUN: dict[str, str] = {
                                                                   "CPU attention has no DTensor sharding strategy",
     "examples/distributed (ddp, rpc, FSDP2, ...)": "not tried: multi-process on GPUs",
     "pytorch/tutorials, transformers": "not fetched: their snapshots are over the fetch tool's size limit",
-    "LLaMA-Factory": "not tried: its trainers are configured for hub checkpoints and its templates by model name",
+    "LLaMA-Factory": "not run: its release (0.9.5) pins transformers <= 5.6, trl <= 0.24, datasets <= 4.0 and "
+                     "accelerate <= 1.11, older than those trl's and litgpt's entries import in the same process",
     "torchtune distributed recipes, DPO, PPO, QAT": "not tried: multi-process on GPUs, reward models, torchao's "
                                                      "quantised training; the three single-device recipes run",
     "litgpt pretrain": "its data modules stream through litdata's optimize step (worker processes); the two "
