@@ -8,6 +8,11 @@
 - A cosine schedule litgpt sizes to a 6-step run reaches a rate of 0 inside the first epoch: sized to the
   run, not per-batch misuse (and a rate of 0 once stopped the script inside ``scheduler.step()``).
 - The parameters of tensor parallelism are DTensors, with no storage of their own to read an address from.
+- litgpt's ``finetune_adapter`` on a 2-layer model (adapters start at layer 2) freezes every parameter and
+  stops in ``backward()``: the finding says that every parameter is frozen, not the whole list of causes.
+- litgpt's adapters cache their prefix's keys and values on every forward, so after the no_grad sanity check
+  the prefix never gets a gradient again (Lightning-AI/litgpt#1287): found, but blamed on the ``detach()``
+  that ``state_dict()`` makes of every parameter at the checkpoint save, which cuts nothing.
 
 Each case is a small script written to the test's folder and run as ``torchwork doctor`` runs it.
 """
@@ -23,6 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from torchwork.doctor.runner import run_script
 
 SRC = Path(__file__).resolve().parents[2] / "src"  # this checkout's torchwork, in the subprocess too
 DoctorRun = Callable[[str], list[tuple[str, int | None]]]  # the doctor_findings fixture (conftest.py)
@@ -189,3 +196,76 @@ def test_a_reentrant_checkpoint_on_inputs_without_grad_is_named_as_the_cut(docto
                                                               "model = torch.nn.Sequential(")
     line = next(n for n, t in enumerate(textwrap.dedent(text).splitlines(), 1) if "checkpoint(self.inner" in t)
     assert doctor_findings(text) == [("broken-graph", line)]
+
+
+_FROZEN = """
+import torch
+
+model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+for parameter in model.parameters():
+    parameter.requires_grad = SETTING
+loss = model(torch.randn(3, 4)).DETACH.pow(2).mean()
+loss.backward()
+"""
+
+
+def _stopped_run(tmp_path: Path, text: str) -> list[tuple[str, int | None, str]]:
+    script = tmp_path / "train.py"
+    script.write_text(text, encoding="utf-8")
+    result = run_script(script)
+    assert result.script_exit == 1 and not result.internal_errors
+    return [(f.id, f.line, f.message) for f in result.findings]
+
+
+def test_backward_with_every_parameter_frozen_says_so_at_the_backward_line(tmp_path: Path) -> None:
+    ((check, line, message),) = _stopped_run(tmp_path, _FROZEN.replace("SETTING", "False").replace(".DETACH", ""))
+    assert (check, line) == ("broken-graph", 8)
+    assert "no parameter of Sequential requires grad (all 4 parameter tensors are frozen)" in message
+
+
+def test_a_detached_loss_of_a_trainable_model_keeps_the_general_explanation(tmp_path: Path) -> None:
+    ((check, line, message),) = _stopped_run(tmp_path, _FROZEN.replace("SETTING", "True").replace("DETACH", "detach()"))
+    assert (check, line) == ("broken-graph", 8)
+    assert "frozen" not in message and "The loss has no autograd history" in message
+
+
+_CACHED_PREFIX = """
+import io
+
+import torch
+
+
+class Prefixed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.prefix = torch.nn.Parameter(torch.randn(2, 4))
+        self.body = torch.nn.Linear(4, 4)
+        self.cache = None  # the prefix's projection, computed once and kept
+
+    def forward(self, x):
+        if self.cache is None:
+            self.cache = self.prefix.tanh()
+        return self.body(x) + self.cache.sum(0)
+
+
+model = Prefixed()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+with torch.no_grad():
+    model(torch.randn(3, 4))  # a sanity check before training fills the cache with no graph
+for step in range(3):
+    optimizer.zero_grad()
+    model(torch.randn(3, 4)).pow(2).mean().backward()
+    optimizer.step()  # line: step
+    torch.save(model.state_dict(), io.BytesIO())
+"""
+
+
+def test_a_prefix_reused_from_a_no_grad_cache_is_not_blamed_on_state_dict(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(_CACHED_PREFIX, encoding="utf-8")
+    result = run_script(script)
+    assert result.script_exit == 0 and not result.internal_errors
+    ((check, line, message),) = [(f.id, f.line, f.message) for f in result.findings]
+    step_line = next(n for n, t in enumerate(_CACHED_PREFIX.splitlines(), 1) if "# line: step" in t)
+    assert (check, line) == ("broken-graph", step_line)  # not the torch.save line below it
+    assert "Prefixed.prefix" in message and "reused from a cache" in message

@@ -251,7 +251,7 @@ def test_broken_graph_names_each_cause_for_its_own_parameters() -> None:
     messages = sorted(f.message for f in session.findings)
     assert len(messages) == 2 and all(f.severity == "warning" for f in session.findings)
     assert "Model.backbone ran under torch.no_grad()" in messages[0] and "Model.unused" not in messages[0]
-    assert "Model.unused.bias, Model.unused.weight" in messages[1] and "never took part in a loss" in messages[1]
+    assert "Model.unused.bias, Model.unused.weight" in messages[1] and "no loss was built on them" in messages[1]
 
 
 def test_state_dict_diagnosis_names_prefixes_wrappers_and_heads() -> None:

@@ -116,7 +116,9 @@ class BrokenGraph(Check, id="broken-graph", severity="error", requires=("grads",
             name = getattr(getattr(func, "__self__", None), "__name__", name)
         if name in ("detach", "data") and isinstance(out, torch.Tensor) and tensor.grad_fn is not None:
             self._mark_detached(tensor, out)
-        if not self.missing or len(self.breaks) >= 16:
+        # a parameter detached itself (state_dict() at every checkpoint save, an EMA, a logged norm) cuts no
+        # graph a loss was built on; a loss computed on such a copy is left to the "never took part" finding
+        if not self.missing or len(self.breaks) >= 16 or tensor.grad_fn is None:
             return
         reached = reached_leaves(tensor, set(self.missing), _MAX_NODES) & set(self.missing)
         if reached:
@@ -250,11 +252,30 @@ class BrokenGraph(Check, id="broken-graph", severity="error", requires=("grads",
                 "or loss.requires_grad = True), so no gradient reaches the model.",
                 "Compute the loss from the model's output with tensor operations only; remove the "
                 "requires_grad=True workaround and the .item()/.detach()/torch.tensor(...) that broke the chain.")
+        elif not tensor.requires_grad and tensor.grad_fn is None:
+            self._frozen_models()  # PyTorch raises next ("element 0 of tensors does not require grad")
         self._terms_in(tensor)
         if self.armed and self.missing:
             self.loss_reached |= reached_leaves(tensor, set(self.missing), _MAX_NODES)
             if len(self.backward_at) < 64:
                 self.backward_at[self.session.backward_calls + 1] = self.session.where()
+
+    def _frozen_models(self) -> None:
+        """A loss without history because every parameter of every model that ran is frozen: say so, not the
+        list of everything else that can cut a graph (an adapter or LoRA that matched no layer does this)."""
+        models = self.session.models_seen()
+        params = [p for model in models for p in model.parameters()]
+        if not params or any(p.requires_grad for p in params):
+            return
+        # a wrapper's name says little (DDP, DataParallel, Fabric's _FabricModule): the model it wraps
+        inner = [model.module if isinstance(getattr(model, "module", None), torch.nn.Module) else model
+                 for model in models]
+        names = " and ".join(sorted({type(model).__name__ for model in inner})[:3])
+        self.report(f"backward() on a loss with no autograd history: no parameter of {names} requires grad (all "
+                    f"{len(params)} parameter tensors are frozen), so autograd recorded nothing the loss came from.",
+                    "Make the layers that should learn trainable (requires_grad_(True)) and give them to the "
+                    "optimizer. If a fine-tuning method marks the trainable ones (adapters, LoRA), check that it "
+                    "found any: one whose layers or names match nothing in this model leaves all of it frozen.")
 
     # ----------------------------------------------------------------- conclusion
     def finish(self) -> None:
@@ -282,10 +303,13 @@ class BrokenGraph(Check, id="broken-graph", severity="error", requires=("grads",
                             "meant to be frozen, set requires_grad_(False) on it and leave it out of the "
                             "optimizer. " + _SEE_GRAPH, where=where, severity="warning")
         if missing:
-            self.report(f"{_head(missing)}: they are in the optimizer but never took part in a loss (an unused "
-                        "layer or output head, or a branch never executed).",
-                        "Use the layer in forward(), or freeze it (requires_grad_(False)) and leave it out of "
-                        "the optimizer; under DDP unused parameters also stall training. " + _SEE_GRAPH,
+            self.report(f"{_head(missing)}: they are in the optimizer but no loss was built on them (an unused "
+                        "layer or output head, a branch never executed, or a value computed from them once, under "
+                        "no_grad or in an earlier step, and reused from a cache).",
+                        "Use the layer in forward(), and recompute what is cached from it in every training step "
+                        "(a cache filled under no_grad or by an earlier step carries no graph back to it), or "
+                        "freeze it (requires_grad_(False)) and leave it out of the optimizer; under DDP unused "
+                        "parameters also stall training. " + _SEE_GRAPH,
                         where=self.first_step_where, severity="warning")
 
 
