@@ -106,6 +106,10 @@ def _nothing(base: Path, checkout: Path) -> None:
 
 
 _SMALL = ("--epochs", "1", "--batch-size", "32", "--log-interval", "1000")
+# trl's scripts: steps of 2 micro-batches of 4 rows, fp32 on the CPU, nothing saved or reported
+_TRL = ("--model_name_or_path", "../model", "--output_dir", "out", "--per_device_train_batch_size", "4",
+        "--gradient_accumulation_steps", "2", "--report_to", "none", "--save_strategy", "no", "--seed", "0",
+        "--use_cpu", "--bf16", "false")
 # litgpt's CLI (the console script pip writes, bin/litgpt, is the entry: `litgpt finetune_full ...`):
 # 6 optimizer steps of 2 micro-batches of 2 rows, a validation every 3 steps
 _LITGPT = ("../checkpoint", "--data", "JSON", "--data.json_path", "../instructions.json",
@@ -138,12 +142,17 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("examples", "time_sequence_prediction", "time_sequence_prediction/train.py", ("--steps", "1"),
           _sine_waves, "matplotlib"),
     Entry("trl", "sft", "trl/scripts/sft.py",
-          ("--model_name_or_path", "../model", "--dataset_name", "../sft-data", "--output_dir", "out",
-           "--max_steps", "8", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2",
-           "--max_length", "64", "--report_to", "none", "--save_strategy", "no", "--logging_steps", "4",
-           "--seed", "0", "--use_cpu", "--bf16", "false"), tiny_llama, "trl"),
+          ("--dataset_name", "../sft-data", "--max_steps", "8", "--max_length", "64", "--logging_steps", "4", *_TRL),
+          tiny_llama, "trl"),
+    *(Entry("trl", name, f"trl/scripts/{name}.py",
+            ("--dataset_name", "../preferences", "--max_steps", "6", "--max_length", "64", "--logging_steps", "3",
+             *_TRL), tiny_llama, "trl")
+      for name in ("dpo", "reward", "kto")),
+    Entry("trl", "grpo", "trl/scripts/grpo.py",  # the same tiny model scores the completions as a reward model
+          ("--dataset_name", "../prompts", "--max_steps", "4", "--num_generations", "2", "--max_completion_length",
+           "8", "--logging_steps", "2", "--reward_model_name_or_path", "../model", *_TRL), tiny_llama, "trl"),
     *(Entry("litgpt", command, "bin/litgpt", (command, *_LITGPT), tiny_litgpt, "litgpt")
-      for command in ("finetune_full", "finetune_lora")),
+      for command in ("finetune_full", "finetune_lora", "finetune_adapter", "finetune_adapter_v2")),
     *(Entry("torchtune", recipe, f"recipes/{recipe}.py", ("--config", f"../{settings}.yaml"), tiny_torchtune,
             "torchtune")
       for recipe, settings in (("full_finetune_single_device", "full"), ("lora_finetune_single_device", "lora"),

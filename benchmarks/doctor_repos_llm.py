@@ -1,13 +1,15 @@
-"""Tiny language-model checkpoints and data for the trl and litgpt entry points ``doctor_repos.py`` runs.
+"""Tiny language-model checkpoints and data for the trl, litgpt and torchtune entry points ``doctor_repos.py`` runs.
 
-Both repositories fine-tune a pretrained causal language model from a local folder; nothing is downloaded,
+Each repository fine-tunes a pretrained causal language model from a local folder; nothing is downloaded,
 so each entry gets a small model with random weights, saved the way that repository loads it, a word-level
 tokenizer over a 200-word vocabulary, and a few dozen synthetic rows:
 
-* trl's ``trl/scripts/sft.py``: a 2-layer Llama saved with ``save_pretrained`` (``<base>/model``, read by
-  ``--model_name_or_path ../model``) and a folder of JSON Lines rows with a ``text`` column
-  (``<base>/sft-data``, read by ``--dataset_name ../sft-data``);
-* litgpt's ``finetune_full`` / ``finetune_lora``: litgpt's own ``pythia-14m`` configuration cut to 2 layers,
+* trl's ``trl/scripts/{sft,dpo,reward,kto,grpo}.py``: a 2-layer Llama saved with ``save_pretrained``
+  (``<base>/model``, read by ``--model_name_or_path ../model``) and folders of JSON Lines rows: ``text``
+  (``<base>/sft-data``), ``prompt``/``chosen``/``rejected`` (``<base>/preferences``, for DPO, the reward
+  model and KTO) and ``prompt`` (``<base>/prompts``, for GRPO);
+* litgpt's ``finetune_full``, ``finetune_lora``, ``finetune_adapter`` and ``finetune_adapter_v2``: litgpt's own
+  ``pythia-14m`` configuration cut to 3 layers (its adapters start at layer 2: with 2, nothing would train),
   ``lit_model.pth``, ``model_config.yaml`` and the tokenizer files in ``<base>/checkpoint``, and Alpaca-style
   instruction rows in ``<base>/instructions.json`` (``--data JSON``);
 * torchtune's single-device recipes (full, LoRA, knowledge distillation): a 2-layer ``llama2`` saved in Meta's
@@ -44,7 +46,7 @@ def _word_tokenizer() -> object:
 
 
 def tiny_llama(base: Path, checkout: Path) -> None:
-    """trl's SFT entry: ``<base>/model`` (a 2-layer Llama and its tokenizer) and ``<base>/sft-data``."""
+    """trl's entries: ``<base>/model`` (a 2-layer Llama and its tokenizer) and their data set folders."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -58,10 +60,17 @@ def tiny_llama(base: Path, checkout: Path) -> None:
     torch.manual_seed(0)
     LlamaForCausalLM(config).save_pretrained(folder)
     rng = random.Random(2)
-    data = base / "sft-data"
-    data.mkdir()
-    rows = (json.dumps({"text": _sentence(rng, 8, 40)}) for _ in range(64))
-    (data / "train.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    _json_lines(base / "sft-data", [{"text": _sentence(rng, 8, 40)} for _ in range(64)])
+    pairs = [{"prompt": _sentence(rng, 3, 8), "chosen": _sentence(rng, 2, 6), "rejected": _sentence(rng, 2, 6)}
+             for _ in range(32)]
+    _json_lines(base / "preferences", pairs)
+    _json_lines(base / "prompts", [{"prompt": _sentence(rng, 3, 8)} for _ in range(32)])
+
+
+def _json_lines(folder: Path, rows: list[dict[str, str]]) -> None:
+    """``folder/train.jsonl``: a data set folder as ``datasets.load_dataset(folder)`` reads it."""
+    folder.mkdir(exist_ok=True)
+    (folder / "train.jsonl").write_text("\n".join(json.dumps(row) for row in rows) + "\n", encoding="utf-8")
 
 
 def tiny_litgpt(base: Path, checkout: Path) -> None:
@@ -76,7 +85,7 @@ def tiny_litgpt(base: Path, checkout: Path) -> None:
     settings = {"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": False,
                 "tokenizer_class": "PreTrainedTokenizerFast"}
     (folder / "tokenizer_config.json").write_text(json.dumps(settings), encoding="utf-8")
-    config = Config.from_name("pythia-14m", n_layer=2, block_size=128)
+    config = Config.from_name("pythia-14m", n_layer=3, block_size=128)  # adapters start at layer 2
     save_config(config, folder)
     torch.manual_seed(0)
     torch.save(GPT(config).state_dict(), folder / "lit_model.pth")
