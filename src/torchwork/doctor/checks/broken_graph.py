@@ -117,7 +117,8 @@ class BrokenGraph(Check, id="broken-graph", severity="error", requires=("grads",
         if name in ("detach", "data") and isinstance(out, torch.Tensor) and tensor.grad_fn is not None:
             self._mark_detached(tensor, out)
         # a parameter detached itself (state_dict() at every checkpoint save, an EMA, a logged norm) cuts no
-        # graph a loss was built on; a loss computed on such a copy is left to the "never took part" finding
+        # graph a loss was built on; a loss computed on such a copy is left to the "no loss was built on them"
+        # finding of finish()
         if not self.missing or len(self.breaks) >= 16 or tensor.grad_fn is None:
             return
         reached = reached_leaves(tensor, set(self.missing), _MAX_NODES) & set(self.missing)
