@@ -217,9 +217,12 @@ def _stopped_run(tmp_path: Path, text: str) -> list[tuple[str, int | None, str]]
     return [(f.id, f.line, f.message) for f in result.findings]
 
 
-def test_backward_with_every_parameter_frozen_says_so_at_the_backward_line(tmp_path: Path) -> None:
-    ((check, line, message),) = _stopped_run(tmp_path, _FROZEN.replace("SETTING", "False").replace(".DETACH", ""))
-    assert (check, line) == ("broken-graph", 8)
+@pytest.mark.parametrize("wrap", ["", "model = torch.nn.DataParallel(model)"])
+def test_backward_with_every_parameter_frozen_says_so_at_the_backward_line(tmp_path: Path, wrap: str) -> None:
+    # a wrapper (DataParallel here, DDP or Lightning Fabric's module elsewhere) is named by the model it wraps
+    text = _FROZEN.replace("SETTING", "False").replace(".DETACH", "").replace("\nloss =", f"\n{wrap}\nloss =")
+    ((check, line, message),) = [f for f in _stopped_run(tmp_path, text) if f[0] != "data-parallel"]
+    assert (check, line) == ("broken-graph", 9)
     assert "no parameter of Sequential requires grad (all 4 parameter tensors are frozen)" in message
 
 
