@@ -209,11 +209,13 @@ loss.backward()
 """
 
 
-def _stopped_run(tmp_path: Path, text: str) -> list[tuple[str, int | None, str]]:
+def _findings(tmp_path: Path, text: str, exit: int = 1) -> list[tuple[str, int | None, str]]:
+    """(check, line, message) of each finding of ``text`` run as ``torchwork doctor`` runs it, which ends
+    with ``exit`` and no error of the doctor's own."""
     script = tmp_path / "train.py"
     script.write_text(text, encoding="utf-8")
     result = run_script(script)
-    assert result.script_exit == 1 and not result.internal_errors
+    assert result.script_exit == exit and not result.internal_errors
     return [(f.id, f.line, f.message) for f in result.findings]
 
 
@@ -221,13 +223,13 @@ def _stopped_run(tmp_path: Path, text: str) -> list[tuple[str, int | None, str]]
 def test_backward_with_every_parameter_frozen_says_so_at_the_backward_line(tmp_path: Path, wrap: str) -> None:
     # a wrapper (DataParallel here, DDP or Lightning Fabric's module elsewhere) is named by the model it wraps
     text = _FROZEN.replace("SETTING", "False").replace(".DETACH", "").replace("\nloss =", f"\n{wrap}\nloss =")
-    ((check, line, message),) = [f for f in _stopped_run(tmp_path, text) if f[0] != "data-parallel"]
+    ((check, line, message),) = [f for f in _findings(tmp_path, text) if f[0] != "data-parallel"]
     assert (check, line) == ("broken-graph", 9)
     assert "no parameter of Sequential requires grad (all 4 parameter tensors are frozen)" in message
 
 
 def test_a_detached_loss_of_a_trainable_model_keeps_the_general_explanation(tmp_path: Path) -> None:
-    ((check, line, message),) = _stopped_run(tmp_path, _FROZEN.replace("SETTING", "True").replace("DETACH", "detach()"))
+    ((check, line, message),) = _findings(tmp_path, _FROZEN.replace("SETTING", "True").replace("DETACH", "detach()"))
     assert (check, line) == ("broken-graph", 8)
     assert "frozen" not in message and "The loss has no autograd history" in message
 
@@ -264,11 +266,7 @@ for step in range(3):
 
 
 def test_a_prefix_reused_from_a_no_grad_cache_is_not_blamed_on_state_dict(tmp_path: Path) -> None:
-    script = tmp_path / "train.py"
-    script.write_text(_CACHED_PREFIX, encoding="utf-8")
-    result = run_script(script)
-    assert result.script_exit == 0 and not result.internal_errors
-    ((check, line, message),) = [(f.id, f.line, f.message) for f in result.findings]
+    ((check, line, message),) = _findings(tmp_path, _CACHED_PREFIX, exit=0)
     step_line = next(n for n, t in enumerate(_CACHED_PREFIX.splitlines(), 1) if "# line: step" in t)
     assert (check, line) == ("broken-graph", step_line)  # not the torch.save line below it
     assert "Prefixed.prefix" in message and "reused from a cache" in message

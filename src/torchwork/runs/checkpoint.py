@@ -39,12 +39,15 @@ _WRAPPER_PREFIXES = ("module.", "_orig_mod.")
 
 
 def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
-    """The user's module inside DDP / DataParallel (``.module``) and ``torch.compile`` (``._orig_mod``)."""
+    """The user's module inside DDP / DataParallel (``.module``), ``torch.compile`` (``._orig_mod``) and
+    Lightning Fabric's ``_FabricModule`` (``._original_module``)."""
     while True:
         if isinstance(model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
             model = model.module
         elif hasattr(model, "_orig_mod") and isinstance(model._orig_mod, torch.nn.Module):
             model = model._orig_mod
+        elif isinstance(getattr(model, "_original_module", None), torch.nn.Module) and model._original_module is not model:
+            model = model._original_module
         else:
             return model
 

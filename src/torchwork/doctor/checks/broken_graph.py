@@ -268,10 +268,9 @@ class BrokenGraph(Check, id="broken-graph", severity="error", requires=("grads",
         params = [p for model in models for p in model.parameters()]
         if not params or any(p.requires_grad for p in params):
             return
-        # a wrapper's name says little (DDP, DataParallel, Fabric's _FabricModule): the model it wraps
-        inner = [model.module if isinstance(getattr(model, "module", None), torch.nn.Module) else model
-                 for model in models]
-        names = " and ".join(sorted({type(model).__name__ for model in inner})[:3])
+        from torchwork.runs.checkpoint import unwrap_model  # a wrapper is named by the model it wraps
+
+        names = " and ".join(sorted({type(unwrap_model(model)).__name__ for model in models})[:3])
         self.report(f"backward() on a loss with no autograd history: no parameter of {names} requires grad (all "
                     f"{len(params)} parameter tensors are frozen), so autograd recorded nothing the loss came from.",
                     "Make the layers that should learn trainable (requires_grad_(True)) and give them to the "
