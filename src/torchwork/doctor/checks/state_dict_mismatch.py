@@ -38,6 +38,33 @@ def _strip_hint(ckpt_prefix: str, model_prefix: str) -> str:
     return "{" + f"{model_prefix!r} + k.removeprefix({ckpt_prefix!r}): v for k, v in checkpoint.items()" + "}"
 
 
+def _prefix_renaming(missing: list[str], unexpected: list[str]) -> tuple[str, str, int] | None:
+    """(checkpoint prefix, model prefix, keys matched) when one renaming explains most of the mismatched keys."""
+    if not (missing and unexpected):
+        return None
+    ckpt_prefix, model_prefix, count = match_prefixes(missing, unexpected)
+    return (ckpt_prefix, model_prefix, count) if count and count >= 0.8 * min(len(missing), len(unexpected)) else None
+
+
+def _wrapper_keys(given: Mapping[str, Any]) -> list[str]:
+    """The keys of ``given`` that hold a state dict inside a checkpoint dictionary ('model', 'state_dict', ...)."""
+    return [k for k in _WRAPPER_KEYS if k in given and isinstance(given[k], Mapping)]
+
+
+def _renamed_copy(model_state: Mapping[str, Any], given: Mapping[str, Any]) -> bool:
+    """Whether ``given`` holds the model's tensors under another prefix: one renaming matches most keys, and the
+    tensors it pairs have the model's shapes (two layer names that share only "weight" and "bias" do not count)."""
+    mine, theirs = set(model_state), set(given)
+    renaming = _prefix_renaming(sorted(mine - theirs), sorted(theirs - mine))
+    if renaming is None:
+        return False
+    ckpt_prefix, model_prefix, _ = renaming
+    paired = [(given.get(ckpt_prefix + key.removeprefix(model_prefix)), model_state[key])
+              for key in mine - theirs if key.startswith(model_prefix)]
+    agreeing = sum(1 for saved, own in paired if saved is not None and _shape(saved) == _shape(own))
+    return agreeing >= 0.8 * min(len(mine - theirs), len(theirs - mine))
+
+
 def diagnose_state_dict(model_state: Mapping[str, Any], given: Mapping[str, Any]) -> tuple[str, str]:
     """(what is wrong, how to fix it) for loading ``given`` into a model whose state dict is ``model_state``.
 
@@ -49,24 +76,24 @@ def diagnose_state_dict(model_state: Mapping[str, Any], given: Mapping[str, Any]
     """
     mine, theirs = set(model_state), set(given)
     missing, unexpected = sorted(mine - theirs), sorted(theirs - mine)
-    if missing and unexpected:
-        ckpt_prefix, model_prefix, count = match_prefixes(missing, unexpected)
-        if count and count >= 0.8 * min(len(missing), len(unexpected)):
-            if ckpt_prefix and not model_prefix:
-                inner = ".".join(["model"] + [p for p in ckpt_prefix.split(".") if p])
-                return (f"Every checkpoint key has the prefix '{ckpt_prefix}' (saved from {describe_prefix(ckpt_prefix)}); "
-                        "without it the keys match the model.",
-                        f"Strip it before loading: {_strip_hint(ckpt_prefix, model_prefix)}, and save the unwrapped "
-                        f"model next time ({inner}.state_dict()).")
-            if model_prefix and not ckpt_prefix:
-                inner = ".".join(["model"] + [p for p in model_prefix.split(".") if p])
-                return (f"The model's keys have the prefix '{model_prefix}' ({describe_prefix(model_prefix)}) but the "
-                        "checkpoint's do not.",
-                        f"Load into the inner model ({inner}.load_state_dict(...)), or load before wrapping.")
-            return (f"The checkpoint's keys start with '{ckpt_prefix}' where the model's start with '{model_prefix}'; "
-                    f"with that renaming {count} keys match.",
-                    f"Rename before loading: {_strip_hint(ckpt_prefix, model_prefix)}.")
-    wrapped = [k for k in _WRAPPER_KEYS if k in given and isinstance(given[k], Mapping)]
+    renaming = _prefix_renaming(missing, unexpected)
+    if renaming is not None:
+        ckpt_prefix, model_prefix, count = renaming
+        if ckpt_prefix and not model_prefix:
+            inner = ".".join(["model"] + [p for p in ckpt_prefix.split(".") if p])
+            return (f"Every checkpoint key has the prefix '{ckpt_prefix}' (saved from {describe_prefix(ckpt_prefix)}); "
+                    "without it the keys match the model.",
+                    f"Strip it before loading: {_strip_hint(ckpt_prefix, model_prefix)}, and save the unwrapped "
+                    f"model next time ({inner}.state_dict()).")
+        if model_prefix and not ckpt_prefix:
+            inner = ".".join(["model"] + [p for p in model_prefix.split(".") if p])
+            return (f"The model's keys have the prefix '{model_prefix}' ({describe_prefix(model_prefix)}) but the "
+                    "checkpoint's do not.",
+                    f"Load into the inner model ({inner}.load_state_dict(...)), or load before wrapping.")
+        return (f"The checkpoint's keys start with '{ckpt_prefix}' where the model's start with '{model_prefix}'; "
+                f"with that renaming {count} keys match.",
+                f"Rename before loading: {_strip_hint(ckpt_prefix, model_prefix)}.")
+    wrapped = _wrapper_keys(given)
     if wrapped and not (mine & theirs):
         return (f"The file holds a checkpoint dictionary (keys {sorted(given)[:5]}), not a state dict.",
                 f"Load the weights inside it: model.load_state_dict(checkpoint[{wrapped[0]!r}]).")
@@ -125,6 +152,7 @@ class StateDictMismatch(Check, id="state-dict-mismatch", severity="error"):
     def setup(self) -> None:
         self.depth = 0
         self.read: list[tuple[tuple[str, int] | None, list[str]]] = []  # checkpoints read: (where, keys)
+        self.disk_keys: list[frozenset[str]] = []  # the keys of the last checkpoints read, kept across loads
 
     def install(self) -> None:
         check = self
@@ -149,7 +177,7 @@ class StateDictMismatch(Check, id="state-dict-mismatch", severity="error"):
                     if before is None:
                         check.read = []
                     if not strict:
-                        check.session.safely(check._partial, module, state_dict, result)
+                        check.session.safely(check._partial, module, state_dict)
                     if before is not None:
                         check.session.safely(check._after, module, before)
                 return result
@@ -175,6 +203,7 @@ class StateDictMismatch(Check, id="state-dict-mismatch", severity="error"):
         mapping = _tensor_mapping(value)
         if mapping is not None:
             self.read = (self.read + [(self.session.where(), [str(k) for k in mapping])])[-4:]
+            self.disk_keys = (self.disk_keys + [frozenset(str(k) for k in mapping)])[-8:]
 
     # ----------------------------------------------------------------- a load judged by its effect
     def _before(self, module: torch.nn.Module, state_dict: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -226,11 +255,17 @@ class StateDictMismatch(Check, id="state-dict-mismatch", severity="error"):
         what, fix = diagnose_state_dict(module.state_dict(), state_dict)
         self.report(f"{type(module).__name__}.load_state_dict failed. {what}", fix)
 
-    def _partial(self, module: torch.nn.Module, state_dict: Mapping[str, Any], result: Any) -> None:
+    def _partial(self, module: torch.nn.Module, state_dict: Mapping[str, Any]) -> None:
         model_keys = list(module.state_dict())
         # "Nothing loaded" is judged from the keys, not from result.missing_keys: BatchNorm leaves a missing
         # num_batches_tracked out of that list, so a model with BatchNorm never had every key reported missing.
-        if model_keys and isinstance(state_dict, Mapping) and not set(model_keys) & set(state_dict):
-            what, fix = diagnose_state_dict(module.state_dict(), state_dict)
+        if not model_keys or not isinstance(state_dict, Mapping) or set(model_keys) & set(state_dict):
+            return
+        read_from_disk = any(set(state_dict) <= keys for keys in self.disk_keys)
+        model_state = module.state_dict()
+        # An unrelated state dict built in this process (trl's value head offered its whole language model's
+        # state_dict(), to pick up 'v_head.*' keys if any) is a deliberate "take what fits" that found nothing.
+        if read_from_disk or _wrapper_keys(state_dict) or _renamed_copy(model_state, state_dict):
+            what, fix = diagnose_state_dict(model_state, state_dict)
             self.report(f"load_state_dict(strict=False) loaded nothing: none of the {len(model_keys)} model keys "
                         f"was in the checkpoint, so the model keeps its random weights. {what}", fix)
