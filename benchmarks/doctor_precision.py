@@ -109,18 +109,24 @@ def _torchrun(how: str, script: Path, args: Sequence[str], cwd: Path, ranks: int
         command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={ranks}",
                    f"--master-port={_free_port()}", str(Path(__file__).with_name("doctor_rank.py")), how, out,
                    str(script), *args]
-        env = {**os.environ, "OMP_NUM_THREADS": "1",
-               "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))}
-        subprocess.run(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        subprocess.run(command, cwd=cwd, env=_child_environment(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        timeout=600, check=False)
         reports = [json.loads(path.read_text()) for path in sorted(Path(out).glob("rank*.json"))]
     if len(reports) != ranks:
         raise RuntimeError(f"{script}: {len(reports)} of {ranks} ranks reported under {how}")
     first = reports[0]["result"]
-    if how != "doctor":
-        return tuple(reports[0]["seconds"]), first["exit"]
-    findings = [Finding(**f) for f in first["findings"]]
-    return tuple(reports[0]["seconds"]), DoctorResult(findings, first["exit"], first.get("doctor_errors", []))
+    return tuple(reports[0]["seconds"]), (doctor_result(first) if how == "doctor" else first["exit"])
+
+
+def doctor_result(data: dict[str, Any]) -> DoctorResult:
+    """A DoctorResult from its ``to_json()`` (written by a child process)."""
+    return DoctorResult([Finding(**f) for f in data["findings"]], data["exit"], data.get("doctor_errors", []))
+
+
+def _child_environment(first: Path | None = None) -> dict[str, str]:
+    """This process's environment, with its sys.path (and ``first`` before it) as the child's PYTHONPATH."""
+    paths = ([str(first)] if first else []) + [p for p in sys.path if p and os.path.isdir(p)]
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(paths)}
 
 
 # ------------------------------------------------------------------------------------------ verdicts
@@ -217,7 +223,7 @@ def repositories(checkouts: dict[str, Path], review: Review, repeats: int) -> tu
     for entry in ENTRIES:
         if entry.repo not in checkouts:
             continue
-        if entry.needs and not importable(entry.needs):
+        if entry.needs and not importable(entry.needs, checkouts[entry.repo] if entry.apart else None):
             ran[entry.key] = {"ran": False, "why": f"{entry.needs} is not importable (see --site)"}
             continue
         ran[entry.key], cost = _run_entry(entry, checkouts[entry.repo], review, repeats)
@@ -231,12 +237,31 @@ def _run_entry(entry: Entry, checkout: Path, review: Review, repeats: int) -> tu
     with tempfile.TemporaryDirectory(prefix=f"doctor-{entry.name}-") as base:
         (Path(base) / "run").mkdir()
         entry.prepare(Path(base), checkout)
-        cost = overhead(checkout / entry.script, entry.args, Path(base) / "run", repeats, entry.ranks)
+        if entry.apart:
+            cost = _overhead_apart(entry, checkout, Path(base) / "run", repeats)
+        else:
+            cost = overhead(checkout / entry.script, entry.args, Path(base) / "run", repeats, entry.ranks)
     result: DoctorResult = cost.pop("result")
     findings = [review.classify("repos", entry.key, f) for f in result.findings]
     plain_exit = cost.pop("exit")
     return ({"ran": True, "exit": result.script_exit, "plain_exit": plain_exit, "findings": findings,
              "doctor_errors": result.internal_errors}, cost if plain_exit == 0 else {})
+
+
+def _overhead_apart(entry: Entry, checkout: Path, cwd: Path, repeats: int) -> dict[str, Any]:
+    """``overhead()`` of an entry whose checkout pins other packages: measured in a child process
+    (``doctor_apart.py``) with the checkout first on its path."""
+    with tempfile.TemporaryDirectory(prefix="doctor-apart-") as out:
+        figures = Path(out) / "cost.json"
+        command = [sys.executable, str(Path(__file__).with_name("doctor_apart.py")), str(figures), str(repeats),
+                   str(cwd), str(checkout / entry.script), *entry.args]
+        subprocess.run(command, cwd=cwd, env=_child_environment(checkout), stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=3600, check=False)
+        if not figures.is_file():
+            raise RuntimeError(f"{entry.key}: its child process wrote no figures")
+        cost = json.loads(figures.read_text(encoding="utf-8"))
+    cost["result"] = doctor_result(cost["result"])
+    return cost
 
 
 def clean_overhead(repeats: int) -> dict[str, Any]:

@@ -19,17 +19,28 @@ through the console script pip writes (``bin/litgpt``), as its README runs it. t
 whose ``recipes/`` folder is the repository's (``pip install --target DIR --no-deps torchtune==0.6.1
 torchdata==0.11.0 torchao==0.10.0 omegaconf antlr4-python3-runtime==4.9.3 sentencepiece tiktoken blobfile``;
 torchtune 0.6.1 imports ``torchao.dtypes.nf4tensor``, which torchao 0.11 and later no longer have); each recipe
-is run as ``tune run`` runs it, the file with ``--config``. Their tiny models and data: ``doctor_repos_llm.py``.
+is run as ``tune run`` runs it, the file with ``--config``. LLaMA-Factory 0.9.5 pins transformers <= 5.6, trl <=
+0.24, datasets <= 4.0 and accelerate <= 1.11, older than what the other entries import, so its folder is a
+``pip install --target DIR --no-deps llamafactory==0.9.5 transformers==5.6.0 trl==0.24.0 datasets==4.0.0
+accelerate==1.11.0 peft==0.18.1 huggingface-hub==1.5.0 tokenizers==0.22.2 tyro==0.8.14 torchaudio==2.11.1 fire
+omegaconf antlr4-python3-runtime==4.9.3 einops dill==0.3.8 multiprocess==0.70.16 xxhash fsspec==2025.3.0
+torchdata==0.11.0 sentencepiece tiktoken`` of its own, and its entries are measured in a child process with that
+folder first on the path (``doctor_apart.py``; never ``--site``). torchaudio 2.11.1, the newest on PyPI, has no
+build for torch 2.13: delete its compiled libraries (``DIR/torchaudio/lib/*.so``) and it imports as Python alone;
+LLaMA-Factory imports it at start and its text stages never call it. Each stage is run as its README runs it,
+``llamafactory-cli train <stage>.yaml`` (the console script, ``bin/llamafactory-cli``). Their tiny models and
+data: ``doctor_repos_llm.py``.
 
 Example:
     >>> sorted({entry.repo for entry in ENTRIES})
-    ['examples', 'litgpt', 'torchtune', 'trl']
+    ['examples', 'litgpt', 'llamafactory', 'torchtune', 'trl']
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.machinery
 import importlib.util
 import os
 import random
@@ -40,7 +51,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from doctor_repos_llm import tiny_litgpt, tiny_llama, tiny_torchtune
+from doctor_repos_llm import FACTORY_STAGES, tiny_litgpt, tiny_llama, tiny_llamafactory, tiny_torchtune
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +65,7 @@ class Entry:
     prepare: Callable[[Path, Path], None]
     needs: str = ""  # a module that must be importable (else the entry is not run, and the table says why)
     ranks: int = 0  # > 0: launched by torchrun with that many CPU ranks (doctor_rank.py), each doctored
+    apart: bool = False  # measured in a child process with the checkout first on its path (doctor_apart.py)
 
     @property
     def key(self) -> str:
@@ -157,6 +169,9 @@ ENTRIES: tuple[Entry, ...] = (
             "torchtune")
       for recipe, settings in (("full_finetune_single_device", "full"), ("lora_finetune_single_device", "lora"),
                                ("knowledge_distillation_single_device", "kd"))),
+    *(Entry("llamafactory", stage, "bin/llamafactory-cli", ("train", f"../{stage}.yaml"), tiny_llamafactory,
+            "llamafactory", apart=True)
+      for stage in FACTORY_STAGES),
 )
 
 # entry points of the 7 repositories not run here, and why (the report's table lists them)
@@ -171,8 +186,9 @@ NOT_RUN: dict[str, str] = {
                                                                   "CPU attention has no DTensor sharding strategy",
     "examples/distributed (ddp, rpc, FSDP2, ...)": "not tried: multi-process on GPUs",
     "pytorch/tutorials, transformers": "not fetched: their snapshots are over the fetch tool's size limit",
-    "LLaMA-Factory": "not run: its release (0.9.5) pins transformers <= 5.6, trl <= 0.24, datasets <= 4.0 and "
-                     "accelerate <= 1.11, older than those trl's and litgpt's entries import in the same process",
+    "LLaMA-Factory ppo, kto, multimodal stages": "not tried: PPO needs a trained reward model, KTO its own data "
+                                                  "format, the multimodal plugins images and audio; sft (LoRA, full), "
+                                                  "dpo and rm run",
     "torchtune distributed recipes, DPO, PPO, QAT": "not tried: multi-process on GPUs, reward models, torchao's "
                                                      "quantised training; the three single-device recipes run",
     "litgpt pretrain": "its data modules stream through litdata's optimize step (worker processes); the two "
@@ -201,10 +217,12 @@ def forget_modules_under(folder: Path) -> None:
 _STAND_IN: list[Any] = []  # the torch.library.Library that must outlive the import
 
 
-def importable(module: str) -> bool:
-    """Whether ``module`` imports. torchvision's wheel here is a CUDA build whose C++ operators cannot load
+def importable(module: str, apart: Path | None = None) -> bool:
+    """Whether ``module`` imports (found in the folder ``apart`` alone, when given). torchvision's wheel here is a CUDA build whose C++ operators cannot load
     against a CPU torch; its Python (datasets, transforms, models) works once the two operators it registers
     fakes for at import (``nms``, ``qnms``) are declared, so they are, and nothing calls them."""
+    if apart is not None:
+        return importlib.machinery.PathFinder.find_spec(module, [str(apart)]) is not None
     if importlib.util.find_spec(module) is None:
         return False
     if module != "torchvision":

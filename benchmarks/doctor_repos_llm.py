@@ -15,7 +15,10 @@ tokenizer over a 200-word vocabulary, and a few dozen synthetic rows:
 * torchtune's single-device recipes (full, LoRA, knowledge distillation): a 2-layer ``llama2`` saved in Meta's
   format (``<base>/checkpoint/model.pth``, read by ``FullModelMetaCheckpointer``), a SentencePiece word model
   trained on the vocabulary (``<base>/tokenizer.model``), the same Alpaca-style rows, and one configuration per
-  recipe (``<base>/full.yaml``, ``lora.yaml``, ``kd.yaml``), written in the keys the recipes read.
+  recipe (``<base>/full.yaml``, ``lora.yaml``, ``kd.yaml``), written in the keys the recipes read;
+* LLaMA-Factory's ``llamafactory-cli train`` for the stages sft (LoRA and full), dpo and rm: trl's Llama, the
+  Alpaca-style rows and preference pairs in ``<base>/data`` with its ``dataset_info.json``, and one configuration
+  per stage (``<base>/sft_lora.yaml``, ...).
 
 Example:
     >>> WORDS[:2], len(WORDS)
@@ -45,12 +48,11 @@ def _word_tokenizer() -> object:
     return tokenizer
 
 
-def tiny_llama(base: Path, checkout: Path) -> None:
-    """trl's entries: ``<base>/model`` (a 2-layer Llama and its tokenizer) and their data set folders."""
+def _save_llama(folder: Path) -> None:
+    """A 2-layer Llama with random weights and the word tokenizer, saved with ``save_pretrained`` in ``folder``."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    folder = base / "model"
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=_word_tokenizer(), bos_token="<s>", eos_token="</s>",
                                         pad_token="<pad>", unk_token="<unk>")
     tokenizer.save_pretrained(folder)
@@ -59,12 +61,53 @@ def tiny_llama(base: Path, checkout: Path) -> None:
                          max_position_embeddings=128, bos_token_id=2, eos_token_id=3, pad_token_id=0)
     torch.manual_seed(0)
     LlamaForCausalLM(config).save_pretrained(folder)
+
+
+def tiny_llama(base: Path, checkout: Path) -> None:
+    """trl's entries: ``<base>/model`` (a 2-layer Llama and its tokenizer) and their data set folders."""
+    _save_llama(base / "model")
     rng = random.Random(2)
     _json_lines(base / "sft-data", [{"text": _sentence(rng, 8, 40)} for _ in range(64)])
     pairs = [{"prompt": _sentence(rng, 3, 8), "chosen": _sentence(rng, 2, 6), "rejected": _sentence(rng, 2, 6)}
              for _ in range(32)]
     _json_lines(base / "preferences", pairs)
     _json_lines(base / "prompts", [{"prompt": _sentence(rng, 3, 8)} for _ in range(32)])
+
+
+# LLaMA-Factory's settings common to every stage: 6 steps of 2 micro-batches of 4 rows, fp32 on the CPU
+_FACTORY = {"model_name_or_path": "../model", "do_train": True, "dataset_dir": "../data", "template": "default",
+            "cutoff_len": 64, "overwrite_cache": True, "output_dir": "out", "overwrite_output_dir": True,
+            "logging_steps": 3, "save_strategy": "no", "plot_loss": False, "per_device_train_batch_size": 4,
+            "gradient_accumulation_steps": 2, "learning_rate": 1e-4, "max_steps": 6, "lr_scheduler_type": "cosine",
+            "warmup_steps": 1, "report_to": "none", "bf16": False, "use_cpu": True, "seed": 0}
+_FACTORY_LORA = {"finetuning_type": "lora", "lora_target": "all", "lora_rank": 4}
+FACTORY_STAGES = {  # the configuration file's name: its stage, method and data set
+    "sft_lora": {"stage": "sft", **_FACTORY_LORA, "dataset": "instructions"},
+    "sft_full": {"stage": "sft", "finetuning_type": "full", "dataset": "instructions"},
+    "dpo_lora": {"stage": "dpo", **_FACTORY_LORA, "dataset": "pairs"},
+    "rm_lora": {"stage": "rm", **_FACTORY_LORA, "dataset": "pairs"},
+}
+
+
+def tiny_llamafactory(base: Path, checkout: Path) -> None:
+    """LLaMA-Factory's ``llamafactory-cli train <base>/<stage>.yaml``: ``<base>/model`` (as trl's), Alpaca-style
+    instruction rows and preference pairs in ``<base>/data`` with the ``dataset_info.json`` that names them, and one
+    configuration per stage (JSON, which is YAML)."""
+    _save_llama(base / "model")
+    rng = random.Random(6)
+    rows = [{"instruction": _sentence(rng, 3, 10), "input": "", "output": _sentence(rng, 2, 8)} for _ in range(48)]
+    pairs = [{"instruction": _sentence(rng, 3, 8), "input": "", "chosen": _sentence(rng, 2, 6),
+              "rejected": _sentence(rng, 2, 6)} for _ in range(32)]
+    data = base / "data"
+    data.mkdir()
+    (data / "instructions.json").write_text(json.dumps(rows), encoding="utf-8")
+    (data / "pairs.json").write_text(json.dumps(pairs), encoding="utf-8")
+    columns = {"prompt": "instruction", "query": "input", "chosen": "chosen", "rejected": "rejected"}
+    catalogue = {"instructions": {"file_name": "instructions.json"},
+                 "pairs": {"file_name": "pairs.json", "ranking": True, "columns": columns}}
+    (data / "dataset_info.json").write_text(json.dumps(catalogue), encoding="utf-8")
+    for name, stage in FACTORY_STAGES.items():
+        (base / f"{name}.yaml").write_text(json.dumps({**_FACTORY, **stage}, indent=1), encoding="utf-8")
 
 
 def _json_lines(folder: Path, rows: list[dict[str, str]]) -> None:
