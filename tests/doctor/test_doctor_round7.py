@@ -5,6 +5,10 @@
   up ``v_head.*`` keys if there are any. With none, nothing loads and the head keeps its fresh initialisation, as
   meant. "Loaded nothing" is a mistake when a checkpoint was read for it, or when the keys are the model's
   under another prefix; an unrelated state dict built in the process is a deliberate "take what fits".
+- pytorch/tutorials' polynomial fits sum their loss over 2,000 points (``MSELoss(reduction='sum')``), so the
+  gradient norm starts near 1e5 and falls while RMSprop (or SGD at 1e-6) converges. A norm over the absolute
+  limit is exploding once it is also 10x the run's first norms: a large scale from the first step is the
+  script's own.
 """
 
 from __future__ import annotations
@@ -51,3 +55,29 @@ def test_a_live_state_dict_under_a_wrappers_prefix_is_still_found() -> None:
         model.load_state_dict(wrapped, strict=False)
     assert [f.id for f in session.findings] == ["state-dict-mismatch"]
     assert "'module.'" in session.findings[0].message
+
+
+def _fit(optimizer_of: type[torch.optim.Optimizer], lr: float, grow: bool = False) -> list[str]:
+    """A cubic fit to sin(x) with a summed loss, as the tutorials write it: the checks' findings."""
+    torch.manual_seed(0)
+    x = torch.linspace(-3.14, 3.14, 2000)
+    features, target = x.unsqueeze(-1).pow(torch.tensor([1, 2, 3])), torch.sin(x)
+    model = nn.Sequential(nn.Linear(3, 1), nn.Flatten(0, 1))
+    optimizer = optimizer_of(model.parameters(), lr=lr)
+    with diagnose(["exploding-gradients", "non-finite-loss"]) as session:
+        for step in range(60):
+            scale = 10.0 ** (step // 10) if grow else 1.0  # inputs 10x larger every 10 steps
+            loss = nn.functional.mse_loss(model(features * scale), target, reduction="sum")
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return [f.id for f in session.findings]
+
+
+def test_a_summed_loss_whose_large_norm_falls_is_no_explosion() -> None:
+    assert _fit(torch.optim.RMSprop, 1e-3) == []
+    assert _fit(torch.optim.SGD, 1e-7) == []
+
+
+def test_a_norm_that_climbs_far_over_its_start_is_still_found() -> None:
+    assert _fit(torch.optim.RMSprop, 1e-3, grow=True) == ["exploding-gradients"]

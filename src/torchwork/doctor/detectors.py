@@ -37,10 +37,13 @@ def total_grad_norm(params: list[torch.Tensor]) -> torch.Tensor | None:
 
 class GradNormWatch:
     """Exploding gradients: a non-finite total norm, one above ``absolute``, or ``growth`` times the
-    median of the first finite norms."""
+    median of the first finite norms. With ``absolute_over_start`` > 0, a norm above ``absolute`` counts only
+    once it is also that many times the start's median: a loss summed over many elements (``reduction='sum'``)
+    starts and stays at a large norm, which a small learning rate or an adaptive optimizer expects."""
 
-    def __init__(self, absolute: float = MAX_GRAD_NORM, growth: float = GROWTH) -> None:
-        self.absolute, self.growth = absolute, growth
+    def __init__(self, absolute: float = MAX_GRAD_NORM, growth: float = GROWTH,
+                 absolute_over_start: float = 0.0) -> None:
+        self.absolute, self.growth, self.absolute_over_start = absolute, growth, absolute_over_start
         self.early: list[float] = []
 
     def verdict(self, norm: float, step: int, unit: str = "step") -> str | None:
@@ -50,7 +53,9 @@ class GradNormWatch:
         baseline = statistics.median(self.early) if len(self.early) >= 3 else None
         if not math.isfinite(norm):
             return f"The gradient norm was {norm} at {unit} {step}: some gradients are NaN/Inf."
-        if norm > self.absolute:
+        above_start = not self.absolute_over_start or (baseline is not None
+                                                       and norm > self.absolute_over_start * baseline)
+        if norm > self.absolute and above_start:
             return (f"The gradient norm reached {norm:.3g} at {unit} {step}"
                     + (f" (typical at the start: {baseline:.3g})." if baseline else "."))
         if baseline and norm > self.growth * baseline and norm > 10:

@@ -10,6 +10,8 @@ import torch
 from torchwork.doctor.checks import Check
 from torchwork.doctor.detectors import GradNormWatch, total_grad_norm
 
+ABOVE_START = 10.0  # a norm over the absolute limit is exploding once it is 10x the run's first norms too
+
 
 def grad_norm(optimizer: torch.optim.Optimizer) -> float:
     """Total L2 norm of the optimizer's gradients (one fused norm per tensor, one sync)."""
@@ -21,7 +23,8 @@ class ExplodingGradients(Check, id="exploding-gradients", severity="warning"):
     """One cause, one finding: NaN gradients right after a NaN loss are that loss's doing, not a second problem."""
 
     def setup(self) -> None:
-        self.watch = GradNormWatch()  # the guard's detector and thresholds
+        # the guard's detector and thresholds; the script's own scale (its first norms) sets what is large
+        self.watch = GradNormWatch(absolute_over_start=ABOVE_START)
         self.done = False
 
     def on_step_pre(self, optimizer: Any) -> None:
