@@ -33,7 +33,7 @@ data: ``doctor_repos_llm.py``.
 
 Example:
     >>> sorted({entry.repo for entry in ENTRIES})
-    ['examples', 'litgpt', 'llamafactory', 'torchtune', 'trl']
+    ['examples', 'litgpt', 'llamafactory', 'torchtune', 'trl', 'tutorials']
 """
 
 from __future__ import annotations
@@ -72,9 +72,10 @@ class Entry:
         return f"{self.repo}/{self.name}"
 
 
-def _mnist(folder: Path, train: int = 320, test: int = 128) -> None:
-    """MNIST's four idx files as torchvision's ``datasets.MNIST`` reads them (random pixels and labels)."""
-    raw = folder / "MNIST" / "raw"
+def _mnist(folder: Path, train: int = 320, test: int = 128, name: str = "MNIST") -> None:
+    """MNIST's four idx files as torchvision's ``datasets.MNIST`` reads them (random pixels and labels); with
+    ``name="FashionMNIST"``, where ``datasets.FashionMNIST`` reads the same four files."""
+    raw = folder / name / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     rng = random.Random(0)
     for prefix, count in (("train", train), ("t10k", test)):
@@ -90,6 +91,10 @@ def _mnist_above(base: Path, checkout: Path) -> None:  # datasets.MNIST('../data
 
 def _mnist_here(base: Path, checkout: Path) -> None:  # MNIST("./data/")
     _mnist(base / "run" / "data")
+
+
+def _fashion_here(base: Path, checkout: Path) -> None:  # datasets.FashionMNIST(root="data", download=True)
+    _mnist(base / "run" / "data", name="FashionMNIST")
 
 
 def _vae(base: Path, checkout: Path) -> None:
@@ -129,6 +134,16 @@ _LITGPT = ("../checkpoint", "--data", "JSON", "--data.json_path", "../instructio
            "--train.micro_batch_size", "2", "--train.lr_warmup_steps", "1", "--train.max_seq_length", "64",
            "--eval.interval", "3", "--eval.max_iters", "2", "--eval.max_new_tokens", "4", "--out_dir", "out",
            "--precision", "32-true", "--devices", "1", "--logger_name", "csv")
+# pytorch/tutorials (5.3 GB) is over the fetch tool's limit: its checkout here is these files, each read from the
+# search index at the commit given (the newest the index holds) and written to the same path
+TUTORIALS = {
+    "beginner_source/basics/quickstart_tutorial.py": "afcd669d56554c2ef46f2da92edbfaf8c54043ec",
+    "beginner_source/basics/optimization_tutorial.py": "802d68671f544c32347a2f1e780b80fcc2d8c9e7",
+    "beginner_source/examples_nn/polynomial_nn.py": "90fb0068a1941e996b100fd9b4e05dbaa497076e",
+    "beginner_source/examples_nn/polynomial_optim.py": "96efa19f4e1be1b64c5474c1f3ae18a47d98aa90",
+    "beginner_source/examples_nn/polynomial_module.py": "c53e7d4efc0e39e455c531d21ec7db28ba220214",
+}
+_FASHION = {"quickstart_tutorial", "optimization_tutorial"}  # datasets.FashionMNIST(root="data", download=True)
 ENTRIES: tuple[Entry, ...] = (
     Entry("examples", "mnist", "mnist/main.py", (*_SMALL, "--test-batch-size", "128", "--no-accel"), _mnist_above,
           "torchvision"),
@@ -169,6 +184,9 @@ ENTRIES: tuple[Entry, ...] = (
             "torchtune")
       for recipe, settings in (("full_finetune_single_device", "full"), ("lora_finetune_single_device", "lora"),
                                ("knowledge_distillation_single_device", "kd"))),
+    *(Entry("tutorials", Path(path).stem, path, (), _fashion_here if Path(path).stem in _FASHION else _nothing,
+            "torchvision" if Path(path).stem in _FASHION else "")
+      for path in TUTORIALS),
     *(Entry("llamafactory", stage, "bin/llamafactory-cli", ("train", f"../{stage}.yaml"), tiny_llamafactory,
             "llamafactory", apart=True)
       for stage in FACTORY_STAGES),
@@ -185,7 +203,17 @@ NOT_RUN: dict[str, str] = {
     "examples/distributed/tensor_parallelism/fsdp_tp_example.py": "fails on the CPU without the doctor too: "
                                                                   "CPU attention has no DTensor sharding strategy",
     "examples/distributed (ddp, rpc, FSDP2, ...)": "not tried: multi-process on GPUs",
-    "pytorch/tutorials, transformers": "not fetched: their snapshots are over the fetch tool's size limit",
+    "pytorch/tutorials, the rest": "not run: those that download data or weights at run time (cifar10, transfer "
+                                   "learning, fgsm, dcgan_faces, seq2seq, char_rnn's names; char_rnn also runs "
+                                   "100,000 steps), GPU recipes, and those whose index copies are old versions: "
+                                   "nlp/*.py of 2017-18 (autograd.Variable, test loops without no_grad that the "
+                                   "repository has since fixed; advanced_tutorial's torch.cat of 0-d tensors fails "
+                                   "on torch 2.13), examples_nn/dynamic_net (loss.data[0])",
+    "transformers' examples/pytorch": "not run: the repository is over the fetch tool's size limit and its wheel has "
+                                      "no examples; the search index holds 2021-22 copies (run_clm_no_trainer "
+                                      "imports transformers.AdamW and huggingface_hub.Repository, both removed; "
+                                      "run_glue loads its metric from the Hub), and that era's pins (tokenizers < "
+                                      "0.13) have no wheel for Python 3.11",
     "LLaMA-Factory ppo, kto, multimodal stages": "not tried: PPO needs a trained reward model, KTO its own data "
                                                   "format, the multimodal plugins images and audio; sft (LoRA, full), "
                                                   "dpo and rm run",
