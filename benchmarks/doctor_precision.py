@@ -19,8 +19,9 @@ script), in this process, interleaved (the order rotated each round), ``--repeat
 wall and CPU time, medians of the rounds, as ratios to plain. The machine is shared: the load is logged.
 
 Run: ``python benchmarks/doctor_precision.py [examples=/path/to/pytorch-examples] [trl=DIR] [litgpt=DIR]
-[--repeats 3] [--site DIR]`` (``--site``: a folder added to sys.path, e.g. one holding torchvision for the
-examples, or the ``pip install --target DIR`` of trl and litgpt, which is also their checkout).
+[torchtune=DIR] [tutorials=DIR] [llamafactory=DIR] [--repeats 3] [--site DIR]`` (``--site``: a folder added to
+sys.path, e.g. one holding torchvision for the examples, or the ``pip install --target DIR`` of trl and litgpt,
+which is also their checkout; LLaMA-Factory's folder is never a ``--site``: its entries run in a process apart).
 """
 
 from __future__ import annotations
@@ -123,9 +124,14 @@ def doctor_result(data: dict[str, Any]) -> DoctorResult:
     return DoctorResult([Finding(**f) for f in data["findings"]], data["exit"], data.get("doctor_errors", []))
 
 
-def _child_environment(first: Path | None = None) -> dict[str, str]:
-    """This process's environment, with its sys.path (and ``first`` before it) as the child's PYTHONPATH."""
-    paths = ([str(first)] if first else []) + [p for p in sys.path if p and os.path.isdir(p)]
+SITES: list[str] = []  # the --site folders (other entries' packages: a checkout apart does not see them)
+
+
+def _child_environment(apart: Path | None = None) -> dict[str, str]:
+    """This process's environment, with its sys.path as the child's PYTHONPATH; for a checkout ``apart``, that
+    folder first and no --site folder."""
+    paths = [str(apart)] if apart else []
+    paths += [p for p in sys.path if p and os.path.isdir(p) and not (apart and p in SITES)]
     return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(paths)}
 
 
@@ -301,7 +307,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds of each variant (the median counts)")
     parser.add_argument("--site", action="append", default=[], help="a folder added to sys.path")
     args = parser.parse_args()
-    sys.path[1:1] = args.site
+    sys.path[1:1] = SITES[:] = args.site
     os.environ.setdefault("MPLBACKEND", "Agg")
     for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):  # trl's and litgpt's entries read local folders only
         os.environ.setdefault(name, "1")
