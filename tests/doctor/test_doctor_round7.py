@@ -9,16 +9,23 @@
   gradient norm starts near 1e5 and falls while RMSprop (or SGD at 1e-6) converges. A norm over the absolute
   limit is exploding once it is also 10x the run's first norms: a large scale from the first step is the
   script's own.
+- pytorch/tutorials' NLP scripts show what a model does on a few examples, outside ``no_grad``: an LSTM fed
+  5 one-row steps, 3 sentences scored before and after training. Graphs of a handful of rows, freed at once,
+  are not worth an ``inference-grad`` finding; a test loop over a batch's worth of rows still is.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
 
 from torchwork.doctor.session import diagnose
+
+DoctorRun = Callable[[str], list[tuple[str, int | None]]]  # the doctor_findings fixture (conftest.py)
 
 
 def _language_model() -> nn.Module:
@@ -81,3 +88,36 @@ def test_a_summed_loss_whose_large_norm_falls_is_no_explosion() -> None:
 
 def test_a_norm_that_climbs_far_over_its_start_is_still_found() -> None:
     assert _fit(torch.optim.RMSprop, 1e-3, grow=True) == ["exploding-gradients"]
+
+
+_EXAMPLES = """
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3), nn.LogSoftmax(dim=1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+data = [(torch.randn(1, 6), torch.randint(0, 3, (1,))) for _ in range(8)]
+for example, _ in data[:EXAMPLES]:
+    print(model(example))  # what the untrained model says
+for epoch in range(5):
+    for x, y in data:
+        optimizer.zero_grad()
+        nn.functional.nll_loss(model(x), y).backward()
+        optimizer.step()
+"""
+
+
+@pytest.mark.parametrize("examples", [3, 8])
+def test_a_few_example_predictions_outside_no_grad_are_no_finding(doctor_findings: DoctorRun, examples: int) -> None:
+    assert doctor_findings(_EXAMPLES.replace("EXAMPLES", str(examples))) == []
+
+
+def test_a_test_loop_over_a_batchs_worth_of_rows_outside_no_grad_is_still_found(doctor_findings: DoctorRun) -> None:
+    text = _EXAMPLES.replace("EXAMPLES", "8") + """
+test = [torch.randn(1, 6) for _ in range(80)]
+predictions = [model(x).argmax(1) for x in test]  # 80 one-row forwards, each graph kept for nothing
+"""
+    line = text.splitlines().index("predictions = [model(x).argmax(1) for x in test]  # 80 one-row forwards, "
+                                   "each graph kept for nothing") + 1
+    assert doctor_findings(text) == [("inference-grad", line)]
