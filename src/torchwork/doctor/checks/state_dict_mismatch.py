@@ -5,7 +5,9 @@ Three ways a checkpoint fails to reach the model, each reported at the ``load_st
 * the load raises (missing/unexpected keys, other shapes): the keys are matched against the model's to
   name the wrapper prefixes a loader would have stripped (``module.``, ``_orig_mod.``, ``model.``, nested,
   found by matching, not from a fixed list), a checkpoint dictionary around the weights, or a new head;
-* ``strict=False`` and none of the model's keys is in the dict;
+* ``strict=False`` and none of the model's keys is in the dict, when the dict was read from a checkpoint
+  file, wraps the weights in a checkpoint dictionary, or holds the model's tensors under another prefix (an
+  unrelated state dict built in the process, offered to take what fits, is left alone);
 * the load succeeds but changed none of the model's values because every tensor passed in is the model's
   own: the common idiom ``model_dict.update({k: v for k, v in ckpt.items() if k in model_dict})`` with a
   checkpoint whose keys carry a prefix keeps nothing. The check compares a fingerprint of each tensor
@@ -256,13 +258,13 @@ class StateDictMismatch(Check, id="state-dict-mismatch", severity="error"):
         self.report(f"{type(module).__name__}.load_state_dict failed. {what}", fix)
 
     def _partial(self, module: torch.nn.Module, state_dict: Mapping[str, Any]) -> None:
-        model_keys = list(module.state_dict())
+        model_state = module.state_dict()
+        model_keys = list(model_state)
         # "Nothing loaded" is judged from the keys, not from result.missing_keys: BatchNorm leaves a missing
         # num_batches_tracked out of that list, so a model with BatchNorm never had every key reported missing.
         if not model_keys or not isinstance(state_dict, Mapping) or set(model_keys) & set(state_dict):
             return
         read_from_disk = any(set(state_dict) <= keys for keys in self.disk_keys)
-        model_state = module.state_dict()
         # An unrelated state dict built in this process (trl's value head offered its whole language model's
         # state_dict(), to pick up 'v_head.*' keys if any) is a deliberate "take what fits" that found nothing.
         if read_from_disk or _wrapper_keys(state_dict) or _renamed_copy(model_state, state_dict):
