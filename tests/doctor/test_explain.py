@@ -174,7 +174,15 @@ def _split_view_changed_in_place() -> None:
     first.mul_(2)
 
 
+def _download_from_an_unreachable_host() -> object:
+    import urllib.request
+
+    # .invalid never resolves (RFC 2606): the same error as any download on a machine without the network
+    return urllib.request.urlopen("http://weights.example.invalid/model.pt", timeout=10)
+
+
 TRIGGERED: dict[str, Callable[[], object]] = {
+    "download-unreachable": _download_from_an_unreachable_host,
     "amp-fp16-parameters": _fp16_parameters_under_a_scaler,
     "inference-tensor": _inference_tensor_in_training,
     "multi-output-view-inplace": _split_view_changed_in_place,
@@ -333,6 +341,15 @@ DOCUMENTED: dict[str, list[str]] = {
         "This error indicates that your module has parameters that were not used in producing loss. You can "
         "enable unused parameter detection by (1) passing the keyword argument `find_unused_parameters=True` to "
         "`torch.nn.parallel.DistributedDataParallel`;",
+    ],
+    "download-unreachable": [
+        # https://github.com/CASIA-LMC-Lab/FiLo/issues/10
+        "OSError: We couldn't connect to 'https://huggingface.co' to load this file, couldn't find it in the cached "
+        "files and it looks like bert-base-uncased is not the path to a directory containing a file named "
+        "config.json.",
+        # https://github.com/baichuan-inc/Baichuan-7B/issues/83
+        "huggingface_hub.utils._errors.LocalEntryNotFoundError: Connection error, and we cannot find the requested "
+        "files in the disk cache. Please try again or make sure your Internet connection is on.",
     ],
     "omp-duplicate": [
         # https://github.com/harry0703/MoneyPrinterTurbo/issues/90

@@ -1,4 +1,5 @@
-"""Error families of state dicts and checkpoints, data loading, distributed training, installation and export.
+"""Error families of state dicts and checkpoints, data loading, distributed training, downloads, installation and
+export.
 
 Part of the table :data:`torchwork.doctor.explain.FAMILIES` reads in order (after the shapes').
 """
@@ -243,6 +244,21 @@ LOADING_FAMILIES: tuple[Family, ...] = (
         "A collective or DDP was used in a process that never called torch.distributed.init_process_group.",
         "Launch with torchrun and call init_process_group(backend='nccl' or 'gloo') first; guard "
         "distributed-only code with torch.distributed.is_initialized().", check=None),
+    # --------------------------------------------------------------- network
+    Family(
+        "download-unreachable", "a file downloaded at run time from a host this machine cannot reach",
+        (r"We couldn't connect to '?https?://huggingface\.co", r"outgoing traffic has been disabled",
+         r"cannot find the requested files in the (?:local|disk) cache", r"Failed to resolve '[^']+'",
+         r"Name or service not known", r"Temporary failure in name resolution", r"Max retries exceeded with url",
+         r"<urlopen error", r"Error downloading \S+"),
+        "The script, or a library it calls (from_pretrained, load_dataset, torch.hub, a torchvision data set "
+        "with download=True), downloads a file while it runs, and this machine cannot reach the host: no "
+        "network, a firewall or proxy, or offline mode (HF_HUB_OFFLINE=1) with the file not in the cache.",
+        "Download once on a machine with a network and point the script at the local copy: "
+        "from_pretrained('/path/to/folder') with the folder `hf download NAME --local-dir FOLDER` wrote (a "
+        "folder copied by hand under ~/.cache/huggingface is not found there), load_dataset on local files, "
+        "a torchvision data set with its files under root= and download=False. Behind a proxy, set HTTPS_PROXY.",
+        check=None),
     # --------------------------------------------------------------- installation
     Family(
         "omp-duplicate", "two OpenMP runtimes loaded in one process",
