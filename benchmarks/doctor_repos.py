@@ -135,7 +135,7 @@ _LITGPT = ("../checkpoint", "--data", "JSON", "--data.json_path", "../instructio
            "--eval.interval", "3", "--eval.max_iters", "2", "--eval.max_new_tokens", "4", "--out_dir", "out",
            "--precision", "32-true", "--devices", "1", "--logger_name", "csv")
 # pytorch/tutorials (5.3 GB) is over the fetch tool's limit: its checkout here is these files, each read from the
-# search index at the commit given (the newest the index holds) and written to the same path
+# search index at the commit given (the one find_files lists for it) and written to the same path
 TUTORIALS = {
     "beginner_source/basics/quickstart_tutorial.py": "afcd669d56554c2ef46f2da92edbfaf8c54043ec",
     "beginner_source/basics/optimization_tutorial.py": "802d68671f544c32347a2f1e780b80fcc2d8c9e7",
