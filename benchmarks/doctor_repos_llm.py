@@ -39,6 +39,11 @@ def _sentence(rng: random.Random, low: int, high: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(rng.randint(low, high)))
 
 
+def _instruction_rows(rng: random.Random, count: int = 48) -> list[dict[str, str]]:
+    """Alpaca-style rows (instruction, empty input, output) of random words."""
+    return [{"instruction": _sentence(rng, 3, 10), "input": "", "output": _sentence(rng, 2, 8)} for _ in range(count)]
+
+
 def _word_tokenizer() -> object:
     from tokenizers import Tokenizer, models, pre_tokenizers
 
@@ -95,7 +100,7 @@ def tiny_llamafactory(base: Path, checkout: Path) -> None:
     configuration per stage (JSON, which is YAML)."""
     _save_llama(base / "model")
     rng = random.Random(6)
-    rows = [{"instruction": _sentence(rng, 3, 10), "input": "", "output": _sentence(rng, 2, 8)} for _ in range(48)]
+    rows = _instruction_rows(rng)
     pairs = [{"instruction": _sentence(rng, 3, 8), "input": "", "chosen": _sentence(rng, 2, 6),
               "rejected": _sentence(rng, 2, 6)} for _ in range(32)]
     data = base / "data"
@@ -133,7 +138,7 @@ def tiny_litgpt(base: Path, checkout: Path) -> None:
     torch.manual_seed(0)
     torch.save(GPT(config).state_dict(), folder / "lit_model.pth")
     rng = random.Random(3)
-    rows = [{"instruction": _sentence(rng, 3, 10), "input": "", "output": _sentence(rng, 2, 8)} for _ in range(48)]
+    rows = _instruction_rows(rng)
     (base / "instructions.json").write_text(json.dumps(rows), encoding="utf-8")
 
 
@@ -201,7 +206,7 @@ def tiny_torchtune(base: Path, checkout: Path) -> None:
     model = llama2(vocab_size=vocabulary, **_TUNE_LAYERS)
     torch.save(tune_to_meta(model.state_dict()), base / "checkpoint" / "model.pth")
     rng = random.Random(5)
-    rows = [{"instruction": _sentence(rng, 3, 10), "input": "", "output": _sentence(rng, 2, 8)} for _ in range(48)]
+    rows = _instruction_rows(rng)
     (base / "instructions.json").write_text(json.dumps(rows), encoding="utf-8")
     full = _tune_settings(base, vocabulary)
     lora = {**full, "model": {**full["model"], "_component_": "torchtune.models.llama2.lora_llama2",  # type: ignore[dict-item]
