@@ -4,6 +4,7 @@ planted fault is found, with its rows; the clean copy raises nothing of error se
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -174,6 +175,8 @@ def test_label_noise_ranks_planted_flips_first(reviews) -> None:
     # (the word TF-IDF baseline at C=1); a random ranking scores 0.05.
     assert precision > 0.2, precision  # 0.28 measured on these 3,000
     assert found.examples[0]["given"] != found.examples[0]["suggested"]
+    agreement = re.search(r"agrees with (\d+)% of the labels", found.summary)
+    assert agreement and 60 <= int(agreement.group(1)) <= 90, found.summary  # a 76% baseline, 5% flipped
 
 
 def test_the_printed_report_shows_rows_only_for_findings_that_have_them() -> None:

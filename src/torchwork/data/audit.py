@@ -209,11 +209,20 @@ def _truncated(texts: Sequence[str], rows: Sequence[int | str], token_lengths: S
 
 
 def _label_noise(texts: Sequence[str], labels: Sequence[str], rows: Sequence[int | str], seed: int) -> Finding | None:
-    from torchwork.data.label_noise import label_noise_candidates
+    from torchwork.data.label_noise import (
+        baseline_agreement,
+        candidates_from_probabilities,
+        cross_validatable,
+        out_of_fold_probabilities,
+    )
 
-    candidates = label_noise_candidates(texts, labels, seed=seed)
+    if not cross_validatable(labels):
+        return None  # a class of one row cannot be cross-validated (rare-class says so)
+    probabilities, classes = out_of_fold_probabilities(texts, labels, seed=seed)
+    candidates = candidates_from_probabilities(probabilities, classes, labels)
     if not candidates:
         return None
+    agreement = baseline_agreement(probabilities, classes, labels)
     return finding(
         "label-noise", "info", len(candidates),
         [example(rows[c.index], texts[c.index], given=c.given, suggested=c.suggested,
@@ -221,9 +230,11 @@ def _label_noise(texts: Sequence[str], labels: Sequence[str], rows: Sequence[int
                  note=f"labelled {c.given}, the baseline says {c.suggested} ({c.confidence:.0%})")
          for c in candidates],
         "read the listed rows (most suspicious first; every one under \"rows\" in the JSON report) and correct the "
-        "labels that are wrong; the model learns from whatever the labels say",
+        "labels that are wrong; the model learns from whatever the labels say. The first rows are the likeliest "
+        "mistakes; further down, more are texts the baseline misreads, the more so the less it agrees with the "
+        "labels",
         f"{len(candidates):,} rows ({len(candidates) / len(texts):.1%}) look mislabelled to a cross-validated "
-        "TF-IDF baseline", [rows[c.index] for c in candidates])
+        f"TF-IDF baseline (it agrees with {agreement:.0%} of the labels)", [rows[c.index] for c in candidates])
 
 
 def audit_texts(texts: Sequence[str], labels: Sequence[str], *, rows: Sequence[int | str] | None = None,

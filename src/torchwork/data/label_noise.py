@@ -82,14 +82,34 @@ def label_noise_candidates(texts: Sequence[str], labels: Sequence[str], *, folds
 
     Classes with fewer than 2 rows cannot be cross-validated; with them, or with one class, it returns [].
     """
+    if not cross_validatable(labels):
+        return []
+    probabilities, classes = out_of_fold_probabilities(texts, labels, folds=folds, seed=seed)
+    return candidates_from_probabilities(probabilities, classes, labels)
+
+
+def cross_validatable(labels: Sequence[str]) -> bool:
+    """Two classes or more, each of two rows or more: what the out-of-fold baseline needs."""
     counts: dict[str, int] = {}
     for label in labels:
         counts[label] = counts.get(label, 0) + 1
-    if len(counts) < 2 or min(counts.values()) < 2:
-        return []
-    probabilities, classes = out_of_fold_probabilities(texts, labels, folds=folds, seed=seed)
-    given = np.array([classes.index(label) for label in labels])
-    thresholds = np.array([probabilities[given == k, k].mean() for k in range(len(classes))])
+    return len(counts) >= 2 and min(counts.values()) >= 2
+
+
+def candidates_from_probabilities(probabilities: np.ndarray, classes: Sequence[str],
+                                  labels: Sequence[str]) -> list[NoiseCandidate]:
+    """The candidates among rows scored by ``probabilities`` (one row of class probabilities per label, never
+    from a model that saw the row), the least probable given label first (the rule: see the module).
+
+    Example:
+        >>> import numpy as np
+        >>> scores = np.array([[0.9, 0.1], [0.2, 0.8], [0.95, 0.05]])
+        >>> [(c.index, c.suggested) for c in candidates_from_probabilities(scores, ["neg", "pos"], ["neg", "neg", "neg"])]
+        [(1, 'pos')]
+    """
+    given = np.array([list(classes).index(label) for label in labels])
+    thresholds = np.array([probabilities[given == k, k].mean() if np.any(given == k) else 1.0
+                           for k in range(len(classes))])
     index = np.arange(len(given))
     own = probabilities[index, given]
     others = probabilities.copy()
@@ -101,3 +121,17 @@ def label_noise_candidates(texts: Sequence[str], labels: Sequence[str], *, folds
     order = rows[np.argsort(own[rows], kind="stable")]
     return [NoiseCandidate(int(i), classes[given[i]], classes[best[i]], float(probabilities[i, best[i]]),
                            float(own[i])) for i in order]
+
+
+def baseline_agreement(probabilities: np.ndarray, classes: Sequence[str], labels: Sequence[str]) -> float:
+    """The share of rows whose label is the out-of-fold baseline's most probable class: how far its doubts
+    can be trusted (the top of the candidate list is about as precise as the baseline is right on the texts
+    it is surest of: docs/design/label-noise.md).
+
+    Example:
+        >>> import numpy as np
+        >>> baseline_agreement(np.array([[0.9, 0.1], [0.3, 0.7], [0.6, 0.4]]), ["a", "b"], ["a", "b", "b"])
+        0.6666666666666666
+    """
+    given = np.array([list(classes).index(label) for label in labels])
+    return float(np.mean(probabilities.argmax(axis=1) == given))
