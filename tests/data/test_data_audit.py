@@ -144,6 +144,19 @@ def test_grouped_split_never_puts_one_text_in_two_splits(reviews) -> None:
     assert max(shares.values()) - min(shares.values()) < 0.02  # stratified
 
 
+def test_a_class_spelled_two_ways_is_an_error_listing_every_respelled_row(reviews) -> None:
+    texts, labels = reviews
+    respelled = {i for i in range(0, ROWS, 37)}
+    spelled = [(label.upper() if i % 2 else f" {label.title()}_") if i in respelled else label
+               for i, label in enumerate(labels)]
+    found = audit_texts(texts, spelled, label_noise=False).of_kind("label-variants")
+    assert found is not None and found.severity == "error"
+    assert found.count == len(respelled) and set(found.rows) == {i + 1 for i in respelled}
+    assert {e["merged_into"] for e in found.examples} == {"fresh", "rotten"}
+    assert "'fresh' ×" in found.summary and "'rotten' ×" in found.summary
+    assert audit_texts(texts, labels, label_noise=False).of_kind("label-variants") is None
+
+
 def test_class_findings_imbalance_and_rare_classes(reviews) -> None:
     texts, labels = reviews
     labels = ["fresh"] * 2900 + ["rotten"] * 97 + ["meh"] * 3

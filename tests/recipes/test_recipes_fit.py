@@ -16,6 +16,7 @@ from torchwork.data.datasets import package_file
 
 QUICK = ["--quick", "--set", "subset=200", "--set", "epochs=2", "--set", "verify_rounds=5",
          "--set", "export_formats=onnx", "--set", "threads=1"]
+MERGE = ["--set", "merge_label_variants=true"]
 
 
 def _reviews(count: int) -> list[tuple[str, str]]:
@@ -23,6 +24,11 @@ def _reviews(count: int) -> list[tuple[str, str]]:
     with bz2.open(path, "rt", encoding="utf-8", newline="") as handle:
         rows = [(r["text"], r["category"]) for r in csv.DictReader(handle) if r["category"] != "plot"]
     return rows[:count]
+
+
+def _respelled(rows: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Every 40th label in capitals, as a second export merged into the file would have it."""
+    return [(text, label.upper() if i % 40 == 39 else label) for i, (text, label) in enumerate(rows)]
 
 
 def _write(path: Path, rows: list[tuple[str, str]]) -> Path:
@@ -36,18 +42,19 @@ def _write(path: Path, rows: list[tuple[str, str]]) -> Path:
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory) -> tuple[Path, int]:
     folder = tmp_path_factory.mktemp("fit")
-    data = _write(folder / "reviews.csv", _reviews(2400))
-    code = main(["fit", str(data), *QUICK, "--set", f"run_dir={folder / 'runs'}"])
+    data = _write(folder / "reviews.csv", _respelled(_reviews(2400)))
+    code = main(["fit", str(data), *QUICK, *MERGE, "--set", f"run_dir={folder / 'runs'}"])
     (run,) = (folder / "runs").iterdir()
     return run, code
 
 
 def test_a_changed_data_file_shows_in_runs_diff_as_a_data_change(fitted, capsys) -> None:
     run, _ = fitted
-    rows = _reviews(2400)
+    rows = _respelled(_reviews(2400))
     rows[7] = (rows[7][0], "fresh" if rows[7][1] == "rotten" else "rotten")  # one label corrected
     _write(run.parent.parent / "reviews.csv", rows)  # the same file, edited in place
-    assert main(["fit", str(run.parent.parent / "reviews.csv"), *QUICK, "--set", f"run_dir={run.parent}"]) == 0
+    assert main(["fit", str(run.parent.parent / "reviews.csv"), *QUICK, *MERGE,
+                 "--set", f"run_dir={run.parent}"]) == 0
     (again,) = [r for r in run.parent.iterdir() if r != run]
     capsys.readouterr()
     main(["runs", "diff", str(run), str(again), "--json"])
@@ -84,6 +91,32 @@ def test_the_data_report_and_the_data_file_are_in_the_run_folder(fitted) -> None
     config = manifest["config"]
     assert config["data_source"]["data"]["fingerprint"] == report["source"]["data"]["fingerprint"]
     assert config["data_report_counts"] == {f["kind"]: f["count"] for f in report["findings"]}
+
+
+def test_one_class_spelled_two_ways_is_merged_when_asked(fitted) -> None:
+    run, _ = fitted
+    report = json.loads((run / "data_report.json").read_text())
+    assert report["source"]["merged_labels"] == {"FRESH": "fresh", "ROTTEN": "rotten"}
+    assert "label-variants" not in {f["kind"] for f in report["findings"]}
+    assert all(set(split["classes"]) == {"fresh", "rotten"} for split in report["splits"].values())
+
+
+def test_one_class_spelled_two_ways_stops_fit_unless_merged(tmp_path, capsys) -> None:
+    train = _write(tmp_path / "train.csv", _respelled(_reviews(600)))
+    runs = tmp_path / "runs"
+    code = main(["fit", str(train), *QUICK, "--set", f"run_dir={runs}"])
+    err = capsys.readouterr().err
+    assert code == 2 and "label-variants" in err and "'fresh' ×" in err and "merge_label_variants=true" in err
+    assert not runs.exists()  # nothing half-written
+
+
+def test_a_test_file_spelling_a_class_differently_is_named_with_the_fix(tmp_path, capsys) -> None:
+    rows = _reviews(600)
+    train = _write(tmp_path / "train.csv", rows[:500])
+    test = _write(tmp_path / "test.csv", [(text, label.capitalize()) for text, label in rows[500:]])
+    code = main(["fit", str(train), "--test", str(test), *QUICK, "--set", f"run_dir={tmp_path / 'runs'}"])
+    err = capsys.readouterr().err
+    assert code == 2 and "'Fresh' is 'fresh' there" in err and "merge_label_variants=true" in err
 
 
 def test_a_leaky_test_file_stops_fit_before_any_training(tmp_path, capsys) -> None:

@@ -7,6 +7,8 @@ Kinds (each a :class:`~torchwork.data.findings.Finding` with a severity, a count
 - ``cross-split-duplicate``: the same normalised text in two of the splits the user gave (a split column, or a
   test file): leakage that inflates every score. An error;
 - ``conflicting-labels``: the same normalised text with different labels;
+- ``label-variants``: one class spelled more than one way (``positive`` and ``Positive``:
+  :mod:`torchwork.data.label_variants`). An error: each spelling would be a class of its own;
 - ``empty-text``: empty, whitespace only, no letter or digit, one character;
 - ``garbled-text``: undecodable bytes, control characters, undecoded HTML entities, mojibake;
 - ``imbalance`` (the largest class over the smallest) and ``rare-class`` (fewer than 5 rows; fewer than 2 is an
@@ -129,6 +131,31 @@ def _conflicts(texts: Sequence[str], labels: Sequence[str], rows: Sequence[int |
         "text and drops a text whose labels tie",
         f"{texts_hit:,} texts ({rows_hit:,} rows) carry more than one label",
         [row for e in examples for row in e["rows"]])
+
+
+def _label_variants(texts: Sequence[str], labels: Sequence[str], rows: Sequence[int | str]) -> Finding | None:
+    from torchwork.data.label_variants import label_variants
+
+    variants = label_variants(labels)
+    if not variants:
+        return None
+    counts = Counter(labels)
+    first = {label: i for i, label in reversed(list(enumerate(labels)))}
+    examples, groups = [], []
+    for spellings in variants.values():
+        usual = spellings[0]
+        groups.append(" / ".join(f"{s!r} ×{counts[s]:,}" for s in spellings))
+        examples += [example(rows[first[s]], texts[first[s]], label=s, merged_into=usual,
+                             note=f"labelled {s!r} ({counts[s]:,} rows), {usual!r} spelled another way")
+                     for s in spellings[1:]]
+    minority = {s for spellings in variants.values() for s in spellings[1:]}
+    hit = [rows[i] for i, label in enumerate(labels) if label in minority]
+    return finding(
+        "label-variants", "error", len(hit), examples,
+        "correct the spellings in the file, or let torchwork fit train each class under its most frequent "
+        "spelling: --set merge_label_variants=true",
+        f"{len(variants)} class(es) spelled more than one way ({'; '.join(groups)}): read as they are, each "
+        "spelling is a class of its own", hit)
 
 
 def _empty(texts: Sequence[str], rows: Sequence[int | str]) -> Finding | None:
@@ -259,6 +286,7 @@ def audit_texts(texts: Sequence[str], labels: Sequence[str], *, rows: Sequence[i
         _duplicates(texts, rows, groups),
         _cross_split(texts, rows, splits, groups) if splits is not None else None,
         _conflicts(texts, labels, rows, groups),
+        _label_variants(texts, labels, rows),
         _empty(texts, rows),
         _garbled(texts, rows),
         *class_findings(labels),

@@ -48,18 +48,26 @@ class FitData:
         return sorted(set(self.labels))
 
 
-def _combined(table: TextTable, test_table: TextTable | None) -> tuple[list[str], list[str], list[int | str],
-                                                                         list[str] | None]:
-    texts, labels, rows = list(table.texts), list(table.labels), list[int | str](table.rows)
+def _combined(table: TextTable, test_table: TextTable | None, merged: dict[str, str]
+              ) -> tuple[list[str], list[str], list[int | str], list[str] | None]:
+    """The rows of both files, labels respelled as ``merged`` says, and each row's split (None: to be made)."""
+    texts, labels, rows = list(table.texts), [merged.get(y, y) for y in table.labels], list[int | str](table.rows)
     splits = list(table.splits) if table.splits is not None else None
     if test_table is not None:
-        unknown = sorted(set(test_table.labels) - set(table.labels))
+        test_labels = [merged.get(y, y) for y in test_table.labels]
+        unknown = sorted(set(test_labels) - set(labels))
         if unknown:
+            from torchwork.data.label_variants import label_key
+
+            keys = {label_key(y): y for y in labels}
+            alike = [f"{y!r} is {keys[label_key(y)]!r} there" for y in unknown if label_key(y) in keys]
+            hint = (f" ({', '.join(alike[:5])}: --set merge_label_variants=true reads them as one class)"
+                    if alike else "")
             raise DataError(f"{test_table.path} has classes the training file {table.path} has none of: "
-                            f"{unknown[:5]}. A model cannot learn them: add rows of them to the training "
+                            f"{unknown[:5]}{hint}. A model cannot learn them: add rows of them to the training "
                             "file, or remove them from the test file.")
         texts += test_table.texts
-        labels += test_table.labels
+        labels += test_labels
         rows += [f"{test_table.path.name}:{r}" for r in test_table.rows]
         splits = (splits or ["train"] * len(table.texts)) + ["test"] * len(test_table.texts)
     return texts, labels, rows, splits
@@ -97,19 +105,28 @@ def _model_lengths(texts: Sequence[str], model_folder: Any, say: Callable[[str],
 
 def load_fit_data(data: str | os.PathLike[str], *, text: str | None = None, label: str | None = None,
                   test: str | os.PathLike[str] | None = None, seed: int = 0, drop_leaked: bool = False,
-                  model_folder: str | os.PathLike[str] | None = None, max_length: int | None = None,
-                  label_noise: bool = True, say: Callable[[str], Any] = print) -> FitData:
+                  merge_label_variants: bool = False, model_folder: str | os.PathLike[str] | None = None,
+                  max_length: int | None = None, label_noise: bool = True,
+                  say: Callable[[str], Any] = print) -> FitData:
     """Read ``data`` (and ``test``), print what was read, audit the rows and plan the splits.
 
     ``drop_leaked`` removes the rows of a later split whose text is in an earlier one (the report still
-    counts them); ``model_folder`` gives the tokenizer that counts tokens (default: MiniLM's) and
-    ``max_length`` the tokens the model will read (None: no ``truncated`` check).
+    counts them); ``merge_label_variants`` reads the spellings of one class (``Positive``, ``positive``) as
+    its most frequent one (else they are a ``label-variants`` error); ``model_folder`` gives the tokenizer
+    that counts tokens (default: MiniLM's) and ``max_length`` the tokens the model will read (None: no
+    ``truncated`` check).
     """
+    from torchwork.data.label_variants import merged_spellings
+
     table = read_text_table(data, text=text, label=label)
     test_table = read_text_table(test, text=table.text_column, label=table.label_column) if test else None
     for line in describe_table(table) + (describe_table(test_table) if test_table else []):
         say(line)
-    texts, labels, rows, splits = _combined(table, test_table)
+    merged = merged_spellings(list(table.labels) + list(test_table.labels if test_table else [])) if (
+        merge_label_variants) else {}
+    if merged:
+        say("label spellings merged: " + ", ".join(f"{old!r} -> {new!r}" for old, new in merged.items()))
+    texts, labels, rows, splits = _combined(table, test_table, merged)
     check_classes(labels, data)
     lengths, suggested = _model_lengths(texts, model_folder, say)
     from torchwork.data.audit import audit_texts
@@ -121,6 +138,7 @@ def load_fit_data(data: str | os.PathLike[str], *, text: str | None = None, labe
     report.splits = plan.counts()
     report.source = _source(table, test_table, plan, max_length)
     report.source["suggested_max_length"] = suggested
+    report.source["merged_labels"] = merged
     return FitData(table, test_table, texts, labels, rows, report, plan, max_length, seed)
 
 
@@ -183,6 +201,7 @@ def load_text_splits(config: Any, *, label_noise: bool = True, audit_bundled_row
         return dataset, None, report
     data = load_fit_data(config.data, text=config.text or None, label=config.label or None,
                          test=config.test_data or None, seed=config.seed, drop_leaked=config.drop_leaked,
+                         merge_label_variants=config.merge_label_variants,
                          model_folder=getattr(config, "model_dir", "") or None,
                          max_length=config.transformer_max_length or None, label_noise=label_noise, say=say)
     for line in data.report.lines():

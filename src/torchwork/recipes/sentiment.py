@@ -44,6 +44,7 @@ class SentimentConfig:
     label: str = ""  # the label column of `data` (empty: guessed, and printed)
     test_data: str = ""  # your own test file: audited, not trusted (empty: a test split is made from `data`)
     drop_leaked: bool = False  # drop the rows of a later split whose text is in an earlier one (else: an error)
+    merge_label_variants: bool = False  # read one class's spellings (Positive, positive) as its most frequent one
     subset: int = 0  # keep only this many rows per split (0: all); for quick checks
     epochs: int = 12
     batch_size: int = 256

@@ -1,0 +1,50 @@
+"""Class names spelled more than one way: ``positive`` and ``Positive``, ``very_good`` and ``very good``.
+
+A label column typed by hand, or merged from two exports, often holds one class under several spellings.
+Read as they are, each spelling is a class of its own: the model is asked to tell ``positive`` from
+``Positive``, the smaller spelling shows up as a rare class, and scores are split between them. Two names
+are the same class here when they are equal after Unicode compatibility normalisation (NFKC), case folding,
+and runs of spaces, ``_`` and ``-`` read as one space. A merge maps every spelling to its group's most
+frequent one (the first in sorted order on a tie), so a file whose labels are all spelled one way keeps them.
+
+Example:
+    >>> labels = ["positive"] * 5 + ["Positive", "negative", "negative", "very_good", "Very Good"]
+    >>> label_variants(labels)
+    {'positive': ['positive', 'Positive'], 'very good': ['Very Good', 'very_good']}
+    >>> merged_spellings(labels)
+    {'Positive': 'positive', 'very_good': 'Very Good'}
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Sequence
+
+_SEPARATORS = re.compile(r"[\s_\-]+")
+
+
+def label_key(label: str) -> str:
+    """What two spellings of one class share (see the module).
+
+    Example:
+        >>> label_key("  Very_GOOD ") == label_key("very-good") == label_key("very good")
+        True
+    """
+    return _SEPARATORS.sub(" ", unicodedata.normalize("NFKC", label).casefold()).strip()
+
+
+def label_variants(labels: Sequence[str]) -> dict[str, list[str]]:
+    """``{key: spellings}`` for each class spelled more than one way, its spellings most frequent first."""
+    counts = Counter(labels)
+    groups: dict[str, list[str]] = {}
+    for spelling in sorted(counts):
+        groups.setdefault(label_key(spelling), []).append(spelling)
+    return {key: sorted(spellings, key=lambda s: (-counts[s], s))
+            for key, spellings in sorted(groups.items()) if len(spellings) > 1}
+
+
+def merged_spellings(labels: Sequence[str]) -> dict[str, str]:
+    """``{spelling: the group's most frequent spelling}`` for every spelling a merge changes."""
+    return {spelling: spellings[0] for spellings in label_variants(labels).values() for spelling in spellings[1:]}
