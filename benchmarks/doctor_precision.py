@@ -76,8 +76,11 @@ def _anomaly(script: Path, args: Sequence[str]) -> int:
         return _plain(script, args)
 
 
+USER_CODE: list[Path] = []  # the running entry's own packages (Entry.user_code), counted as the user's
+
+
 def _doctor(script: Path, args: Sequence[str]) -> DoctorResult:
-    return run_script(script, args)
+    return run_script(script, args, user_code=USER_CODE)
 
 
 _CLOCKS = ("doctor_x", "anomaly_x", "doctor_cpu_x", "anomaly_cpu_x")
@@ -243,10 +246,14 @@ def _run_entry(entry: Entry, checkout: Path, review: Review, repeats: int) -> tu
     with tempfile.TemporaryDirectory(prefix=f"doctor-{entry.name}-") as base:
         (Path(base) / "run").mkdir()
         entry.prepare(Path(base), checkout)
-        if entry.apart:
-            cost = _overhead_apart(entry, checkout, Path(base) / "run", repeats)
-        else:
-            cost = overhead(checkout / entry.script, entry.args, Path(base) / "run", repeats, entry.ranks)
+        USER_CODE[:] = [checkout / place for place in entry.user_code]
+        try:
+            if entry.apart:
+                cost = _overhead_apart(entry, checkout, Path(base) / "run", repeats)
+            else:
+                cost = overhead(checkout / entry.script, entry.args, Path(base) / "run", repeats, entry.ranks)
+        finally:
+            USER_CODE.clear()
     result: DoctorResult = cost.pop("result")
     findings = [review.classify("repos", entry.key, f) for f in result.findings]
     plain_exit = cost.pop("exit")
@@ -261,7 +268,8 @@ def _overhead_apart(entry: Entry, checkout: Path, cwd: Path, repeats: int) -> di
         figures = Path(out) / "cost.json"
         command = [sys.executable, str(Path(__file__).with_name("doctor_apart.py")), str(figures), str(repeats),
                    str(cwd), str(checkout / entry.script), *entry.args]
-        subprocess.run(command, cwd=cwd, env=_child_environment(checkout), stdout=subprocess.DEVNULL,
+        environment = {**_child_environment(checkout), "DOCTOR_USER_CODE": os.pathsep.join(map(str, USER_CODE))}
+        subprocess.run(command, cwd=cwd, env=environment, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, timeout=3600, check=False)
         if not figures.is_file():
             raise RuntimeError(f"{entry.key}: its child process wrote no figures")

@@ -66,6 +66,10 @@ class Entry:
     needs: str = ""  # a module that must be importable (else the entry is not run, and the table says why)
     ranks: int = 0  # > 0: launched by torchrun with that many CPU ranks (doctor_rank.py), each doctored
     apart: bool = False  # measured in a child process with the checkout first on its path (doctor_apart.py)
+    # the repository's own packages, relative to the checkout: installed with pip --target, they would be library
+    # code to the doctor (torchwork doctor --user-code), as a package in site-packages is; here they are the code
+    # under diagnosis, as in the repository's own checkout
+    user_code: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -170,25 +174,26 @@ ENTRIES: tuple[Entry, ...] = (
           _sine_waves, "matplotlib"),
     Entry("trl", "sft", "trl/scripts/sft.py",
           ("--dataset_name", "../sft-data", "--max_steps", "8", "--max_length", "64", "--logging_steps", "4", *_TRL),
-          tiny_llama, "trl"),
+          tiny_llama, "trl", user_code=("trl",)),
     *(Entry("trl", name, f"trl/scripts/{name}.py",
             ("--dataset_name", "../preferences", "--max_steps", "6", "--max_length", "64", "--logging_steps", "3",
-             *_TRL), tiny_llama, "trl")
+             *_TRL), tiny_llama, "trl", user_code=("trl",))
       for name in ("dpo", "reward", "kto")),
     Entry("trl", "grpo", "trl/scripts/grpo.py",  # the same tiny model scores the completions as a reward model
           ("--dataset_name", "../prompts", "--max_steps", "4", "--num_generations", "2", "--max_completion_length",
-           "8", "--logging_steps", "2", "--reward_model_name_or_path", "../model", *_TRL), tiny_llama, "trl"),
-    *(Entry("litgpt", command, "bin/litgpt", (command, *_LITGPT), tiny_litgpt, "litgpt")
+           "8", "--logging_steps", "2", "--reward_model_name_or_path", "../model", *_TRL), tiny_llama, "trl",
+          user_code=("trl",)),
+    *(Entry("litgpt", command, "bin/litgpt", (command, *_LITGPT), tiny_litgpt, "litgpt", user_code=("litgpt",))
       for command in ("finetune_full", "finetune_lora", "finetune_adapter", "finetune_adapter_v2")),
     *(Entry("torchtune", recipe, f"recipes/{recipe}.py", ("--config", f"../{settings}.yaml"), tiny_torchtune,
-            "torchtune")
+            "torchtune", user_code=("torchtune", "recipes"))
       for recipe, settings in (("full_finetune_single_device", "full"), ("lora_finetune_single_device", "lora"),
                                ("knowledge_distillation_single_device", "kd"))),
     *(Entry("tutorials", Path(path).stem, path, (), _fashion_here if Path(path).stem in _FASHION else _nothing,
             "torchvision" if Path(path).stem in _FASHION else "")
       for path in TUTORIALS),
     *(Entry("llamafactory", stage, "bin/llamafactory-cli", ("train", f"../{stage}.yaml"), tiny_llamafactory,
-            "llamafactory", apart=True)
+            "llamafactory", apart=True, user_code=("llamafactory",))
       for stage in FACTORY_STAGES),
 )
 

@@ -155,6 +155,9 @@ def _doctor_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run only this check (repeatable); default: every check")
     parser.add_argument("--debug", action="store_true",
                         help="keep torchwork's own frames in the script's traceback (hidden by default)")
+    parser.add_argument("--user-code", action="append", metavar="PATH",
+                        help="a folder, file or package name whose lines count as yours even where installed "
+                             "(repeatable; default: what lies outside site-packages and pip's install folders)")
     parser.add_argument("--static", action="store_true",
                         help="do not run anything: scan the source of the files and folders given (the checks "
                              "the source decides; exit 1 on an error finding; `# torchwork: ignore[ID]` on a line)")

@@ -60,7 +60,7 @@ def cli_doctor(args: argparse.Namespace) -> int:
 
         raise ConfigError("doctor: --format is for --static scans; a run's findings come as text or --json.")
     result = run_script(args.script, args.args, checks=args.check or None, quiet_stdout=args.json,
-                        debug=getattr(args, "debug", False))
+                        debug=getattr(args, "debug", False), user_code=getattr(args, "user_code", None) or ())
     args.script_exit = result.script_exit  # the command line's hint about options after the script reads it
     if args.json:
         print(json.dumps(result.to_json(), indent=2))

@@ -74,14 +74,30 @@ class Locator:
     """Decides which source files are the user's and finds the user's innermost frame.
 
     A file is library code when it lies under the interpreter's library folders, site-packages,
-    torch or torchwork, or has no real path (``<frozen ...>``, ``<string>``).
+    torch or torchwork, in a folder of ``sys.path`` that pip installed into (``pip install --target DIR``:
+    it holds ``*.dist-info`` folders), or has no real path (``<frozen ...>``, ``<string>``).
     """
 
     def __init__(self, extra_library_roots: Iterable[str] = ()) -> None:
         self._roots = _library_roots() + tuple(os.path.realpath(r) + os.sep for r in extra_library_roots)
         self._cache: dict[str, bool] = {}
+        self._install_targets: dict[str, tuple[str, bool]] = {}  # sys.path entry -> (its real path, pip's?)
+        self._user_files: set[str] = set()
+        self._user_roots: tuple[str, ...] = ()
         self._torch_cache: dict[str, bool] = {}
         self._torch_roots = tuple(r for r in self._roots if r.rstrip(os.sep).endswith(("torch", "torchwork")))
+
+    def count_as_user(self, path: str | os.PathLike[str]) -> None:
+        """Count the file ``path``, or every file under the folder ``path``, as the user's wherever it lies:
+        the script ``torchwork doctor`` runs, even one shipped inside an installed package
+        (``litgpt/finetune/lora.py``), or a library of the user's own installed into site-packages
+        (``torchwork doctor --user-code``) is the code being diagnosed."""
+        real = os.path.realpath(path)
+        if os.path.isdir(real):
+            self._user_roots += (real.rstrip(os.sep) + os.sep,)
+        else:
+            self._user_files.add(real)
+        self._cache.clear()
 
     def is_user_file(self, filename: str) -> bool:
         known = self._cache.get(filename)
@@ -91,9 +107,31 @@ class Locator:
             user = filename == "<stdin>"
         else:
             real = os.path.realpath(filename)
-            user = not (real.startswith(self._roots) or "site-packages" in real or "dist-packages" in real)
+            library = (real.startswith(self._roots) or "site-packages" in real or "dist-packages" in real
+                       or self._in_install_target(real))
+            user = real in self._user_files or real.startswith(self._user_roots) or not library
         self._cache[filename] = user
         return user
+
+    def _in_install_target(self, real: str) -> bool:
+        """Whether ``real`` lies under a ``sys.path`` folder holding installed distributions' metadata.
+
+        Only ``*.dist-info``: a project installed with ``pip install -e`` by setuptools keeps its
+        ``*.egg-info`` beside its own sources, which stay the user's.
+        """
+        for entry in sys.path:
+            known = self._install_targets.get(entry)
+            if known is None:
+                folder = os.path.realpath(entry or os.curdir)
+                try:
+                    target = any(name.endswith(".dist-info") for name in os.listdir(folder))
+                except OSError:
+                    target = False
+                known = self._install_targets[entry] = (folder.rstrip(os.sep) + os.sep, target)
+            prefix, target = known
+            if target and real.startswith(prefix):
+                return True
+        return False
 
     def from_frame(self, frame: types.FrameType | None) -> tuple[str, int] | None:
         """The innermost user frame at or above ``frame``, as (filename, line)."""

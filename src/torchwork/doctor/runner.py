@@ -129,12 +129,41 @@ def user_traceback(error: BaseException, script: Path, *, debug: bool = False) -
     return "".join(summary.format())
 
 
+def user_code_path(place: str | os.PathLike[str]) -> Path:
+    """The file or folder ``place`` names: a path, or else the name of an importable package or module
+    (found, not imported). A ConfigError when it is neither.
+
+    Example:
+        >>> user_code_path("json").name, user_code_path(".").is_dir()
+        ('json', True)
+    """
+    import importlib.util
+
+    from torchwork.errors import ConfigError
+
+    path = Path(place)
+    if path.exists():
+        return path
+    try:
+        spec = importlib.util.find_spec(str(place)) if str(place).isidentifier() else None
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    if spec is not None and spec.origin and Path(spec.origin).is_file():
+        return Path(spec.origin)
+    raise ConfigError(f"doctor: --user-code {str(place)!r} is neither a file or folder nor an importable package; "
+                      "give the folder of your code (src/mylib) or its top-level package's name (mylib).")
+
+
 def run_script(script: str | os.PathLike[str], args: Sequence[str] = (), *,
                checks: Sequence[str] | None = None, quiet_stdout: bool = False,
-               debug: bool = False) -> DoctorResult:
+               debug: bool = False, user_code: Sequence[str | os.PathLike[str]] = ()) -> DoctorResult:
     """Run ``script`` with ``args`` under every check (or ``checks``) and return what was found.
 
-    ``debug`` keeps torchwork's own frames in the printed traceback (they are hidden by default).
+    ``debug`` keeps torchwork's own frames in the printed traceback (they are hidden by default);
+    ``user_code``: files, folders or package names whose lines count as the user's even where installed
+    (a library of your own in site-packages: its lines are where findings are placed).
     """
     from torchwork.doctor.session import diagnose
     from torchwork.errors import ConfigError
@@ -143,10 +172,13 @@ def run_script(script: str | os.PathLike[str], args: Sequence[str] = (), *,
     if not path.is_file():
         raise ConfigError(f"doctor: no script {str(script)!r}. Pass the path of a Python file: "
                           "torchwork doctor train.py [ARGS...].")
+    yours = [user_code_path(place) for place in user_code]
     import torch
 
     torch.seed()  # a fresh random state, as a new process would have: the script's own seeding shows
     session = diagnose(checks)
+    for place in (path, *yours):
+        session.locator.count_as_user(place)
     script_exit = 0
     error: BaseException | None = None
     redirect = _stdout_to_stderr() if quiet_stdout else contextlib.nullcontext()
