@@ -147,7 +147,7 @@ def test_grouped_split_never_puts_one_text_in_two_splits(reviews) -> None:
 def test_a_class_spelled_two_ways_is_an_error_listing_every_respelled_row(reviews) -> None:
     texts, labels = reviews
     respelled = {i for i in range(0, ROWS, 37)}
-    spelled = [(label.upper() if i % 2 else f" {label.title()}_") if i in respelled else label
+    spelled = [(label.upper() if i % 2 else f" {label.title()} ") if i in respelled else label
                for i, label in enumerate(labels)]
     found = audit_texts(texts, spelled, label_noise=False).of_kind("label-variants")
     assert found is not None and found.severity == "error"

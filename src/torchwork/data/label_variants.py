@@ -4,8 +4,9 @@ A label column typed by hand, or merged from two exports, often holds one class 
 Read as they are, each spelling is a class of its own: the model is asked to tell ``positive`` from
 ``Positive``, the smaller spelling shows up as a rare class, and scores are split between them. Two names
 are the same class here when they are equal after Unicode compatibility normalisation (NFKC), case folding,
-and runs of spaces, ``_`` and ``-`` read as one space. A merge maps every spelling to its group's most
-frequent one (the first in sorted order on a tie), so a file whose labels are all spelled one way keeps them.
+and runs of spaces, ``_`` and ``-`` between letters or digits read as one space (a sign stays: ``-1`` is not
+``1``, ``A-`` is not ``A``). A merge maps every spelling to its group's most frequent one (the first in sorted
+order on a tie), so a file whose labels are all spelled one way keeps them.
 
 Example:
     >>> labels = ["positive"] * 5 + ["Positive", "negative", "negative", "very_good", "Very Good"]
@@ -22,7 +23,8 @@ import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 
-_SEPARATORS = re.compile(r"[\s_\-]+")
+# Only between letters or digits: "-1" and "1", "A-" and "A" are different classes
+_SEPARATORS = re.compile(r"(?<=\w)[\s_\-]+(?=\w)")
 
 
 def label_key(label: str) -> str:
@@ -31,8 +33,10 @@ def label_key(label: str) -> str:
     Example:
         >>> label_key("  Very_GOOD ") == label_key("very-good") == label_key("very good")
         True
+        >>> label_key("-1") == label_key("1"), label_key("A-") == label_key("A")
+        (False, False)
     """
-    return _SEPARATORS.sub(" ", unicodedata.normalize("NFKC", label).casefold()).strip()
+    return _SEPARATORS.sub(" ", unicodedata.normalize("NFKC", label).casefold().strip())
 
 
 def label_variants(labels: Sequence[str]) -> dict[str, list[str]]:
