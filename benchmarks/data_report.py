@@ -213,12 +213,12 @@ def label_noise(texts: list[str], labels: list[str], seed: int, seeds: int) -> d
     not_planted = [i for i in top if i not in flipped]
     natural = {"candidates": len(suspects), "top_not_planted": len(not_planted),
                "of_them_suspect_before": round(sum(i in suspects for i in not_planted) / max(1, len(not_planted)), 4)}
-    return {"rows": len(texts), "flipped": len(flipped), "candidates": len(candidates),
-            **precisions(candidates, flipped, len(texts)),
+    first = precisions(candidates, flipped, len(texts))
+    return {"rows": len(texts), "flipped": len(flipped), "candidates": len(candidates), **first,
             "recall": round(sum(c.index in flipped for c in candidates) / len(flipped), 4),
             "precision_all": round(sum(c.index in flipped for c in candidates) / max(1, len(candidates)), 4),
             "seconds": round(seconds, 2), "natural": natural,
-            "over_seeds": _over_seeds(texts, labels, range(seed, seed + seeds)),
+            "over_seeds": _over_seeds(texts, labels, first, range(seed + 1, seed + seeds)),
             "bound": precision_bound(probabilities, [classes.index(y) for y in labels])}
 
 
@@ -233,17 +233,20 @@ def precisions(candidates: list[Any], flipped: set[int], rows: int) -> dict[str,
             "precision_top_5pct_of_candidates": precision(round(0.05 * len(candidates)))}
 
 
-def _over_seeds(texts: list[str], labels: list[str], seeds: range) -> dict[str, Any]:
-    """Mean and standard deviation of the precisions over flip draws (each its own folds)."""
+def _over_seeds(texts: list[str], labels: list[str], first: dict[str, Any], more: range) -> dict[str, Any]:
+    """Mean and standard deviation of the precisions over flip draws (each its own folds): ``first``, the
+    figures of the draw already measured, and one draw for each seed of ``more``."""
     measured: dict[str, list[float]] = {"precision_top_5pct": [], "precision_top_5pct_of_candidates": [],
                                         "precision_first_1pct": []}
-    for seed in seeds:
+    draws = [first]
+    for seed in more:
         noisy, flipped = flip_labels(labels, seed)
-        figures = precisions(label_noise_candidates(texts, noisy, seed=seed), flipped, len(texts))
+        draws.append(precisions(label_noise_candidates(texts, noisy, seed=seed), flipped, len(texts)))
+    for figures in draws:
         measured["precision_top_5pct"].append(figures["precision_top_5pct"])
         measured["precision_top_5pct_of_candidates"].append(figures["precision_top_5pct_of_candidates"])
         measured["precision_first_1pct"].append(figures["precision_at_share"]["0.01"])
-    return {"seeds": len(seeds), **{name: {"mean": round(statistics.mean(v), 4), "stdev": round(statistics.pstdev(v), 4)}
+    return {"seeds": len(draws), **{name: {"mean": round(statistics.mean(v), 4), "stdev": round(statistics.pstdev(v), 4)}
                                     for name, v in measured.items()}}
 
 

@@ -236,20 +236,11 @@ def _truncated(texts: Sequence[str], rows: Sequence[int | str], token_lengths: S
 
 
 def _label_noise(texts: Sequence[str], labels: Sequence[str], rows: Sequence[int | str], seed: int) -> Finding | None:
-    from torchwork.data.label_noise import (
-        baseline_agreement,
-        candidates_from_probabilities,
-        cross_validatable,
-        out_of_fold_probabilities,
-    )
+    from torchwork.data.label_noise import label_noise_scan
 
-    if not cross_validatable(labels):
-        return None  # a class of one row cannot be cross-validated (rare-class says so)
-    probabilities, classes = out_of_fold_probabilities(texts, labels, seed=seed)
-    candidates = candidates_from_probabilities(probabilities, classes, labels)
-    if not candidates:
+    candidates, agreement = label_noise_scan(texts, labels, seed=seed)
+    if not candidates or agreement is None:  # None: a class of one row cannot be cross-validated (rare-class)
         return None
-    agreement = baseline_agreement(probabilities, classes, labels)
     return finding(
         "label-noise", "info", len(candidates),
         [example(rows[c.index], texts[c.index], given=c.given, suggested=c.suggested,

@@ -82,10 +82,19 @@ def label_noise_candidates(texts: Sequence[str], labels: Sequence[str], *, folds
 
     Classes with fewer than 2 rows cannot be cross-validated; with them, or with one class, it returns [].
     """
+    return label_noise_scan(texts, labels, folds=folds, seed=seed)[0]
+
+
+def label_noise_scan(texts: Sequence[str], labels: Sequence[str], *, folds: int = 5,
+                     seed: int = 0) -> tuple[list[NoiseCandidate], float | None]:
+    """The candidates (see :func:`label_noise_candidates`) and how often the out-of-fold baseline agrees with
+    the labels (:func:`baseline_agreement`; None, with no candidates, when the labels cannot be
+    cross-validated)."""
     if not cross_validatable(labels):
-        return []
+        return [], None
     probabilities, classes = out_of_fold_probabilities(texts, labels, folds=folds, seed=seed)
-    return candidates_from_probabilities(probabilities, classes, labels)
+    return (candidates_from_probabilities(probabilities, classes, labels),
+            baseline_agreement(probabilities, classes, labels))
 
 
 def cross_validatable(labels: Sequence[str]) -> bool:
