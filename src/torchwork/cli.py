@@ -93,9 +93,12 @@ def _data_arguments(parser: argparse.ArgumentParser) -> None:
         "check", help="the data report of your own labelled text file, before any training",
         description="Read a CSV, TSV, JSON Lines or Parquet file of texts and labels and report what is wrong "
                     "with it: duplicates, leakage across splits, conflicting labels, empty and garbled rows, "
-                    "class imbalance, truncation, likely label errors. Exit code 1 when a finding is an error.")
+                    "class imbalance, truncation, likely label errors. Exit code 1 when a finding is an error that fit would stop on.")
     _own_data_arguments(check)
     check.add_argument("--seed", type=int, default=0, help="split and baseline seed (default: 0)")
+    check.add_argument("--set", action="append", metavar="KEY=VALUE",
+                       help="a setting of fit that changes the report, as fit would read it: drop_leaked, "
+                            "merge_label_variants, transformer_max_length (e.g. merge_label_variants=true)")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
 
 def _export_arguments(parser: argparse.ArgumentParser) -> None:

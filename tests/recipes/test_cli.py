@@ -1,7 +1,8 @@
 """recipes/cli.py: the recipes' commands turn the parsed arguments into the work function's call, and refuse bad
 ones before any work: ``fit``'s settings for the sentiment recipe, an image folder's config and the text
 options it refuses, ``--time-budget`` read first, ``train`` validating its recipe
-before launching anything, ``data check``'s report and exit code. The trainings themselves run in
+before launching anything, ``data check``'s report, its exit code (what ``fit`` would stop on) and the
+settings it reads. The trainings themselves run in
 tests/recipes/test_recipes_fit*.py and the quickstart's tests."""
 
 from __future__ import annotations
@@ -68,3 +69,45 @@ def test_data_check_prints_the_report_as_json_and_exits_1_when_the_test_file_lea
     assert cli_data(leaky, label_noise=False, say=said.append) == 1
     errors = [f["kind"] for f in json.loads(said[-1])["findings"] if f["severity"] == "error"]
     assert errors == ["cross-split-duplicate"]
+
+
+def test_data_check_reads_fits_settings_of_the_report_and_exits_as_fit_would_go_on(tmp_path) -> None:
+    rows = "note,mood\n" + "".join(f"day {i} was fine,up\nday {i} was bad,{'DOWN' if i < 3 else 'down'}\n"
+                                    for i in range(12))
+    (tmp_path / "notes.csv").write_text(rows)
+    (tmp_path / "held.csv").write_text("note,mood\nday 5 was fine,up\nday 40 was bad,down\nday 41 was ok,up\n")
+    said: list[str] = []
+    check = ["data", "check", str(tmp_path / "notes.csv"), "--json"]
+    assert cli_data(_parsed(*check), label_noise=False, say=said.append) == 1
+    assert [f["kind"] for f in json.loads(said[-1])["findings"] if f["severity"] == "error"] == ["label-variants"]
+    assert cli_data(_parsed(*check, "--set", "merge_label_variants=true"), label_noise=False, say=said.append) == 0
+    merged = json.loads(said[-1])
+    assert merged["source"]["merged_labels"] == {"DOWN": "down"}
+    assert sum(merged["splits"]["train"]["classes"].values()) == merged["splits"]["train"]["rows"]
+
+    leaky = [*check, "--test", str(tmp_path / "held.csv"), "--set", "merge_label_variants=true"]
+    assert cli_data(_parsed(*leaky), label_noise=False, say=said.append) == 1
+    said.clear()
+    assert cli_data(_parsed(*leaky, "--set", "drop_leaked=true"), label_noise=False, say=said.append) == 0
+    report = json.loads(said[-1])  # the leak is still reported, and left out of the test split
+    assert [f["kind"] for f in report["findings"] if f["severity"] == "error"] == ["cross-split-duplicate"]
+    assert report["splits"]["test"]["rows"] == 2
+
+
+@pytest.mark.parametrize(("setting", "message"), [
+    ("epochs=3", r"--set epochs: data check reads only the settings that change the data report \(drop_leaked, "
+                 r"merge_label_variants, transformer_max_length\); epochs is not one of them"),
+    ("drop_leakd=true", "did you mean drop_leaked"),
+    ("transformer_max_length=4", "transformer_max_length"),
+    ("merge_label_variants=maybe", "merge_label_variants"),
+])
+def test_data_check_refuses_a_setting_it_does_not_read_or_a_bad_value_before_reading(tmp_path, setting,
+                                                                                   message) -> None:
+    with pytest.raises(ConfigError, match=message):  # the file does not exist: never read
+        cli_data(_parsed("data", "check", str(tmp_path / "absent.csv"), "--set", setting), label_noise=False)
+
+
+def test_an_image_folder_refuses_a_text_files_settings(tmp_path) -> None:
+    (tmp_path / "cats").mkdir()
+    with pytest.raises(ConfigError, match="is an image folder: --set apply to a text table only"):
+        cli_data(_parsed("data", "check", str(tmp_path), "--set", "drop_leaked=true"), label_noise=False)

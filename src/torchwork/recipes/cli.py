@@ -161,31 +161,64 @@ def cli_data(args: argparse.Namespace, *, label_noise: bool = True, say: Callabl
         return dataset_main(args)
     import orjson
 
+    from torchwork.recipes.fit_data import blocking_errors, load_fit_data
+
     quiet = args.json
     if os.path.isdir(args.data):
-        report = _image_report(args, (lambda line: None) if quiet else say)
+        report, config = _image_report(args, (lambda line: None) if quiet else say), None
     else:
-        from torchwork.recipes.fit_data import load_fit_data
-        from torchwork.recipes.sentiment import SentimentConfig
-
+        config = data_check_config(args)
         report = load_fit_data(args.data, text=args.text, label=args.label, test=args.test, seed=args.seed,
-                               max_length=SentimentConfig().transformer_max_length,  # what fit's MiniLM reads
-                               label_noise=label_noise, say=(lambda line: None) if quiet else say).report
+                               drop_leaked=config.drop_leaked, merge_label_variants=config.merge_label_variants,
+                               max_length=config.transformer_max_length or None, label_noise=label_noise,
+                               say=(lambda line: None) if quiet else say).report
     if quiet:
         say(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode())
     else:
         for line in report.lines():
             say(line)
-    return 1 if report.errors else 0
+    leaked = any(f.kind == "cross-split-duplicate" for f in report.errors)
+    if config is not None and config.drop_leaked and leaked and not quiet:
+        say("drop_leaked=true: fit leaves those rows out of the later split and goes on")
+    return 1 if blocking_errors(report, config is not None and config.drop_leaked) else 0
+
+
+DATA_CHECK_SETTINGS = ("drop_leaked", "merge_label_variants", "transformer_max_length")
+
+
+def data_check_config(args: argparse.Namespace) -> Any:
+    """The sentiment recipe's settings ``data check`` reads (:data:`DATA_CHECK_SETTINGS`, given with ``--set``,
+    validated as ``fit`` validates them): the report is the one ``fit`` would write and stop on. A setting
+    that changes the training, not the report, is refused with the list.
+
+    Example:
+        >>> data_check_config(argparse.Namespace(set=["merge_label_variants=yes"])).merge_label_variants
+        True
+        >>> data_check_config(argparse.Namespace(set=["epochs=3"]))
+        Traceback (most recent call last):
+        ...
+        torchwork.errors.ConfigError: --set epochs: data check reads only the settings that change the data report (drop_leaked, merge_label_variants, transformer_max_length); epochs is not one of them
+    """
+    from torchwork.recipes.config import apply_overrides, parse_assignments, suggest_setting
+    from torchwork.recipes.sentiment import SentimentConfig
+
+    values = parse_assignments(getattr(args, "set", None) or [])
+    for key in values:
+        if key not in DATA_CHECK_SETTINGS:
+            close = suggest_setting(key, list(DATA_CHECK_SETTINGS))
+            why = f"did you mean {close}?" if close else f"{key} is not one of them"
+            raise ConfigError(f"--set {key}: data check reads only the settings that change the data report "
+                              f"({', '.join(DATA_CHECK_SETTINGS)}); {why}")
+    return apply_overrides(SentimentConfig(), values)  # transformer_max_length: what fit's MiniLM reads
 
 
 def _image_report(args: argparse.Namespace, say: Callable[[str], Any]) -> DataReport:
-    """The data report of the image folder ``args.data``; --text, --label and --test name a table's columns
-    and a test file, and are refused."""
+    """The data report of the image folder ``args.data``; --text, --label, --test and --set name a table's
+    columns, a test file and the settings of a text file's report, and are refused."""
     from torchwork.data.image_audit import audit_images
     from torchwork.data.image_folder import read_image_folder
 
-    given = [f"--{name}" for name in ("text", "label", "test") if getattr(args, name, None)]
+    given = [f"--{name}" for name in ("text", "label", "test", "set") if getattr(args, name, None)]
     if given:
         raise ConfigError(f"{args.data} is an image folder: {', '.join(given)} apply to a text table only. The "
                           "classes are the folder's sub-folders and the test split its test/ folder; drop "
