@@ -1,5 +1,5 @@
-"""`torchwork data check PHOTOS/` on an image folder: the same report as for a text file, exit 1 on leakage,
-and the text table's options refused in one line."""
+"""`torchwork data check PHOTOS/` on an image folder: the same report as for a text file, exit 1 on leakage
+and on a class folder spelled two ways, and the text table's options refused in one line."""
 
 from __future__ import annotations
 
@@ -45,3 +45,18 @@ def test_data_check_reports_an_image_folder(tmp_path, capsys: pytest.CaptureFixt
     err = capsys.readouterr().err
     assert "is an image folder: --label, --test apply to a text table only" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_class_folder_spelled_two_ways_is_an_error_naming_its_images(tmp_path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    photos = _photos(tmp_path / "photos")
+    (photos / "test" / "Dog").mkdir()  # the test split's dogs partly in a folder spelled otherwise
+    for name in ("1.png", "2.png"):
+        (photos / "test" / "dog" / name).rename(photos / "test" / "Dog" / name)
+    assert main(["data", "check", str(photos), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    variants = next(f for f in report["findings"] if f["kind"] == "label-variants")
+    assert variants["severity"] == "error" and variants["count"] == 2
+    assert variants["rows"] == ["test/Dog/1.png", "test/Dog/2.png"]
+    assert variants["examples"][0]["label"] == "Dog" and variants["examples"][0]["merged_into"] == "dog"
+    assert "'dog' ×9 / 'Dog' ×2" in variants["summary"]

@@ -134,27 +134,20 @@ def _conflicts(texts: Sequence[str], labels: Sequence[str], rows: Sequence[int |
 
 
 def _label_variants(texts: Sequence[str], labels: Sequence[str], rows: Sequence[int | str]) -> Finding | None:
-    from torchwork.data.label_variants import label_variants
+    from torchwork.data.label_variants import SpellingFacts
 
-    variants = label_variants(labels)
-    if not variants:
+    facts = SpellingFacts.of(labels)
+    if not facts.groups:
         return None
-    counts = Counter(labels)
-    first = {label: i for i, label in reversed(list(enumerate(labels)))}
-    examples, groups = [], []
-    for spellings in variants.values():
-        usual = spellings[0]
-        groups.append(" / ".join(f"{s!r} ×{counts[s]:,}" for s in spellings))
-        examples += [example(rows[first[s]], texts[first[s]], label=s, merged_into=usual,
-                             note=f"labelled {s!r} ({counts[s]:,} rows), {usual!r} spelled another way")
-                     for s in spellings[1:]]
-    minority = {s for spellings in variants.values() for s in spellings[1:]}
-    hit = [rows[i] for i, label in enumerate(labels) if label in minority]
+    examples = [example(rows[facts.first[s]], texts[facts.first[s]], label=s, merged_into=usual,
+                        note=f"labelled {s!r} ({facts.counts[s]:,} rows), {usual!r} spelled another way")
+                for s, usual in facts.respelled()]
+    hit = [rows[i] for i in facts.respelled_rows()]
     return finding(
         "label-variants", "error", len(hit), examples,
         "correct the spellings in the file, or let torchwork fit train each class under its most frequent "
         "spelling: --set merge_label_variants=true",
-        f"{len(variants)} class(es) spelled more than one way ({'; '.join(groups)}): read as they are, each "
+        f"{len(facts.groups)} class(es) spelled more than one way ({facts.summary()}): read as they are, each "
         "spelling is a class of its own", hit)
 
 

@@ -15,6 +15,9 @@ Kinds:
 - ``odd-size`` (warning): a side more than 4x from the median's, or an aspect ratio beyond 4:1;
   ``grayscale`` (info): grayscale images among colour ones, or the reverse;
 - ``class-not-in-train`` (error): a class with images in val/ or test/ and none in train/;
+- ``label-variants`` (error): class folders whose names spell one class two ways (``Cat/`` and ``cat/``,
+  ``golden_retriever/`` and ``Golden Retriever/``: :mod:`torchwork.data.label_variants`), each read as a class
+  of its own otherwise (and one folder on a case-insensitive file system);
 - ``imbalance`` and ``rare-class``: as in the text report (:func:`torchwork.data.audit.class_findings`).
 
 Near copies: each image's 64-bit difference hash (:func:`dhash`) puts it in 8 buckets (one per byte), so two
@@ -303,6 +306,24 @@ def _listing_findings(data: ImageFolderData, unreadable_classes: Sequence[str]) 
     ]
 
 
+def _class_variants(data: ImageFolderData) -> Finding | None:
+    """``label-variants``: the images of each class folder whose name is another's spelled another way."""
+    from torchwork.data.label_variants import SpellingFacts
+
+    facts = SpellingFacts.of(data.labels)
+    if not facts.groups:
+        return None
+    examples = [example(data.rows[facts.first[s]], f"class folder {s!r}", label=s, merged_into=usual,
+                        note=f"{facts.counts[s]:,} images in {s!r}, {usual!r} spelled another way")
+                for s, usual in facts.respelled()]
+    return finding(
+        "label-variants", "error", len(facts.respelled_rows()), examples,
+        "move the images of each such folder into the folder its class is usually spelled as (in every split "
+        "folder), and remove the empty one: one folder per class",
+        f"{len(facts.groups)} class(es) spelled more than one way as folders ({facts.summary()}): each folder "
+        "would be a class of its own", [data.rows[i] for i in facts.respelled_rows()])
+
+
 def _corrupt(audit: _Audit) -> Finding | None:
     bad = [i for i, f in enumerate(audit.facts) if f.problem is not None]
     if not bad:
@@ -504,7 +525,7 @@ def audit_and_plan(data: ImageFolderData, *, seed: int = 0, max_bytes: int = MAX
                         "files, " + f"{len(labels):,} can be decoded). Replace the damaged files.")
     found: list[Finding | None] = [
         _corrupt(audit), *_listing_findings(data, _unreadable_classes(audit)), *_duplicates(audit),
-        _untrained_classes(audit), _odd_sizes(audit), _grayscale(audit), *class_findings(labels, unit="images"),
+        _untrained_classes(audit), _class_variants(data), _odd_sizes(audit), _grayscale(audit), *class_findings(labels, unit="images"),
     ]
     plan = _plan(audit, seed)
     return AuditedImages(DataReport([f for f in found if f is not None], plan.counts(), _source(audit, plan)), plan,

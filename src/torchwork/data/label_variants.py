@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import unicodedata
 from collections import Counter
@@ -52,3 +53,39 @@ def label_variants(labels: Sequence[str]) -> dict[str, list[str]]:
 def merged_spellings(labels: Sequence[str]) -> dict[str, str]:
     """``{spelling: the group's most frequent spelling}`` for every spelling a merge changes."""
     return {spelling: spellings[0] for spellings in label_variants(labels).values() for spelling in spellings[1:]}
+
+
+@dataclasses.dataclass(frozen=True)
+class SpellingFacts:
+    """What a ``label-variants`` finding says of ``labels`` (a text file's label column, or each image's class
+    folder): the groups, how many rows each spelling has, and the rows a merge would respell.
+
+    Example:
+        >>> facts = SpellingFacts.of(["cat", "cat", "Cat", "dog"])
+        >>> facts.summary(), facts.respelled(), facts.first["Cat"], facts.respelled_rows()
+        ("'cat' ×2 / 'Cat' ×1", [('Cat', 'cat')], 2, [2])
+    """
+
+    labels: Sequence[str]
+    groups: dict[str, list[str]]
+    counts: Counter[str]
+    first: dict[str, int]  # each spelling's first row index
+
+    @classmethod
+    def of(cls, labels: Sequence[str]) -> SpellingFacts:
+        first: dict[str, int] = {}
+        for i, label in enumerate(labels):
+            first.setdefault(label, i)
+        return cls(labels, label_variants(labels), Counter(labels), first)
+
+    def summary(self) -> str:
+        return "; ".join(" / ".join(f"{s!r} ×{self.counts[s]:,}" for s in spellings)
+                         for spellings in self.groups.values())
+
+    def respelled(self) -> list[tuple[str, str]]:
+        """``(spelling, the group's most frequent spelling)`` for each spelling a merge changes."""
+        return [(s, spellings[0]) for spellings in self.groups.values() for s in spellings[1:]]
+
+    def respelled_rows(self) -> list[int]:
+        minority = {s for s, _ in self.respelled()}
+        return [i for i, label in enumerate(self.labels) if label in minority]
