@@ -39,6 +39,18 @@ def test_a_pip_target_folder_is_library_code_and_a_project_folder_is_not(tmp_pat
     assert locator.is_user_file(str(plain))
 
 
+def test_a_relative_path_entry_is_read_in_the_folder_the_process_is_in_now(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    vendored = _package(tmp_path / "vendor" / "lib", "tinylib", "tinylib-1.0.dist-info")
+    own = _package(tmp_path / "project" / "lib", "mine", None)
+    monkeypatch.syspath_prepend("lib")  # relative: the working folder's lib/
+    locator = Locator()
+    monkeypatch.chdir(tmp_path / "project")
+    assert locator.is_user_file(str(own))
+    monkeypatch.chdir(tmp_path / "vendor")  # a script that changes folder: lib/ is now pip's target
+    assert not locator.is_user_file(str(vendored))
+
+
 def test_an_exception_raised_in_a_pip_target_package_is_placed_at_the_users_call(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _package(tmp_path / "vendor", "tinylib", "tinylib-1.0.dist-info")

@@ -120,9 +120,11 @@ class Locator:
         ``*.egg-info`` beside its own sources, which stay the user's.
         """
         for entry in sys.path:
+            # a relative entry ('' is the working folder) is another folder after the script's os.chdir
+            entry = entry if os.path.isabs(entry) else os.path.abspath(entry or os.curdir)
             known = self._install_targets.get(entry)
             if known is None:
-                folder = os.path.realpath(entry or os.curdir)
+                folder = os.path.realpath(entry)
                 try:
                     target = any(name.endswith(".dist-info") for name in os.listdir(folder))
                 except OSError:
