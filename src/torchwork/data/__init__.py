@@ -22,13 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from torchwork.data.audit import audit_texts  # noqa: F401
     from torchwork.data.balance import balanced_sampler, class_weights  # noqa: F401
     from torchwork.data.cleaning import CleaningConfig, CleaningReport, clean_text, clean_texts  # noqa: F401
-    from torchwork.data.datasets import (  # noqa: F401
-        DatasetSplits,
-        ImageDataset,
-        TextDataset,
-        load_dataset,
-        stratified_split,
-    )
+    from torchwork.data.datasets import DatasetSplits, ImageDataset, TextDataset, load_dataset  # noqa: F401
     from torchwork.data.findings import DataReport, Finding  # noqa: F401
     from torchwork.data.image_audit import audit_images  # noqa: F401
     from torchwork.data.image_folder import ImageFolderData, read_image_folder  # noqa: F401
@@ -37,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from torchwork.data.loaders import default_num_workers, loader, seed_worker  # noqa: F401
     from torchwork.data.metrics import classification_metrics, format_metrics  # noqa: F401
     from torchwork.data.profile import ProfileReport, profile_loader  # noqa: F401
-    from torchwork.data.splits import SplitPlan, grouped_split  # noqa: F401
+    from torchwork.data.splits import SplitPlan, grouped_split, stratified_split  # noqa: F401
     from torchwork.data.tables import TextTable, describe_table, read_text_table  # noqa: F401
     from torchwork.data.text import TextCollate, TextPreprocessor  # noqa: F401
     from torchwork.data.text_checks import match_key  # noqa: F401

