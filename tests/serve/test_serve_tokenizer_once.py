@@ -1,6 +1,7 @@
 """A text artifact whose preprocessor carries a ``tokenizer.json`` (MiniLM's real WordPiece vocabulary) is
-loaded once: in the model process, where every request runs; the server reads only its manifest. Without a
-model process the server loads it, once. Answers equal ``load_artifact(dir)(texts)`` either way."""
+loaded once: in the model process, where every request runs; the server reads only its manifest, and imports
+no torch (220 MB resident). Without a model process the server loads it, once. Answers equal
+``load_artifact(dir)(texts)`` either way."""
 
 from __future__ import annotations
 
@@ -27,6 +28,11 @@ def subword_artifact(tmp_path_factory: pytest.TempPathFactory) -> TextArtifact:
 def loaded_tokenizers(pid: int) -> bool:
     """Whether the process mapped the ``tokenizers`` extension (imported it, so it could parse a vocabulary)."""
     return "tokenizers" in Path(f"/proc/{pid}/maps").read_text()
+
+
+def loaded_torch(pid: int) -> bool:
+    """Whether the process mapped libtorch (imported torch)."""
+    return "libtorch_cpu" in Path(f"/proc/{pid}/maps").read_text()
 
 
 def model_processes(server: ServerProcess) -> list[psutil.Process]:
@@ -72,6 +78,7 @@ def test_the_tokenizer_is_loaded_in_the_model_process_only(subword_artifact, tmp
         assert len(children) == 1
         assert not loaded_tokenizers(server.process.pid)  # the server read the manifest alone
         assert loaded_tokenizers(children[0].pid)
+        assert not loaded_torch(server.process.pid) and loaded_torch(children[0].pid)
         metadata = server.request("GET", f"/v2/models/{model_name(server)}")[2]
         assert metadata["outputs"][1]["shape"] == [-1, len(subword_artifact.classes)], metadata
     finally:
@@ -83,7 +90,7 @@ def test_without_a_model_process_the_server_loads_it_once_itself(subword_artifac
     try:
         check_answers(server, subword_artifact)
         assert model_processes(server) == []
-        assert loaded_tokenizers(server.process.pid)
+        assert loaded_tokenizers(server.process.pid) and loaded_torch(server.process.pid)
     finally:
         server.stop()
 

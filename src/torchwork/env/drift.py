@@ -48,11 +48,11 @@ def _text(value: Any) -> str | None:
 
 
 def this_machine() -> dict[str, Any]:
+    """``{torch, build, onnxruntime}`` here, torch's read from its files (see
+    :func:`~torchwork.env.versions.torch_version_facts`): serving an ONNX artifact loads no torch for it."""
     import importlib.metadata as metadata
 
-    import torch
-
-    from torchwork.env.versions import build_of_torch
+    from torchwork.env.versions import build_of_torch, torch_version_facts
 
     ort = None
     for name in ("onnxruntime", "onnxruntime-gpu"):
@@ -61,7 +61,9 @@ def this_machine() -> dict[str, Any]:
             break
         except metadata.PackageNotFoundError:
             continue
-    return {"torch": torch.__version__, "build": build_of_torch(torch), "onnxruntime": ort}
+    torch = torch_version_facts()
+    return {"torch": torch.__version__ if torch else None, "build": build_of_torch(torch) if torch else None,
+            "onnxruntime": ort}
 
 
 def differences(exporter: dict[str, Any], here: dict[str, Any], onnx: bool) -> list[str]:

@@ -10,8 +10,13 @@ Example:
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import re
+import sys
 from collections.abc import Mapping
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 _NUMBERS = re.compile(r"^\s*v?(\d+)(?:\.(\d+))?")
@@ -59,13 +64,68 @@ def build_from_version(torch_version: str | None, packages: Mapping[str, str] | 
 
 
 def build_of_torch(torch: Any) -> str:
-    """The build kind of an imported torch: ``cpu``, ``cuda X.Y`` or ``rocm X.Y``."""
-    if getattr(torch.version, "hip", None):
-        found = major_minor(torch.version.hip)
+    """The build kind of an imported torch (or of its ``torch.version``, or of :func:`torch_version_facts`):
+    ``cpu``, ``cuda X.Y`` or ``rocm X.Y``."""
+    version = getattr(torch, "version", torch)
+    if getattr(version, "hip", None):
+        found = major_minor(version.hip)
         return f"rocm {found[0]}.{found[1]}" if found else "rocm"
-    if torch.version.cuda:
-        return f"cuda {torch.version.cuda}"
+    if getattr(version, "cuda", None):
+        return f"cuda {version.cuda}"
     return "cpu"
+
+
+def torch_version_facts() -> Any:
+    """torch's ``__version__``, ``cuda`` and ``hip`` (as ``torch.version`` has them) without importing torch:
+    read as data from the ``torch/version.py`` the wheel ships (:func:`read_torch_version_file`; a torch
+    already imported is asked instead, and a file that does not read so falls back to importing it). A
+    server of an ONNX artifact thus never loads torch's 220 MB to name its version. None when torch is not
+    installed.
+
+    Example:
+        >>> facts = torch_version_facts()  # before torch is imported: read from its version.py
+        >>> import torch
+        >>> facts.__version__ == torch.__version__, build_of_torch(facts) == build_of_torch(torch)
+        (True, True)
+    """
+    if "torch" in sys.modules:
+        return sys.modules["torch"].version
+    spec = importlib.util.find_spec("torch")  # finds the package, does not import it
+    if spec is None or not spec.origin:
+        return None
+    facts = read_torch_version_file(Path(spec.origin).parent / "version.py")
+    if facts is None:
+        import torch
+
+        return torch.version
+    return facts
+
+
+def read_torch_version_file(path: Path) -> Any:
+    """``__version__``, ``cuda`` and ``hip`` of a ``torch/version.py``, parsed, never run (literal values
+    only); None when the file does not read so or names no version.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "version.py"
+        >>> _ = path.write_text("__version__ = '2.4.1+cu121'\\ncuda = '12.1'\\n")
+        >>> facts = read_torch_version_file(path)
+        >>> facts.__version__, build_of_torch(facts)
+        ('2.4.1+cu121', 'cuda 12.1')
+    """
+    found: dict[str, Any] = {"cuda": None, "hip": None}
+    try:
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else getattr(
+                node, "target", None)
+            value = getattr(node, "value", None)
+            if isinstance(target, ast.Name) and target.id in ("__version__", "cuda", "hip") and value is not None:
+                found[target.id] = ast.literal_eval(value)
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(found.get("__version__"), str):
+        return None
+    return SimpleNamespace(**found)
 
 
 def build_family(build: str | None) -> str | None:

@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
@@ -75,19 +76,29 @@ def default_threads() -> int:
 
 
 def configure_threads(threads: int | None = None) -> int:
-    """Set torch's intra-op threads (default :func:`default_threads`) and one inter-op thread, and make it
-    the default of :class:`OnnxPredictor`; return the number."""
+    """Make ``threads`` (default :func:`default_threads`) the compute threads of this process's models, the
+    default of :class:`OnnxPredictor`, and return the number. torch gets them (and one inter-op thread) at
+    once when it is imported, else when a model is loaded (:func:`threads_to_torch`): a server whose models
+    run in model processes never imports torch's 220 MB for them.
+    """
     global _configured_threads
-    import torch
-
     threads = threads or default_threads()
     _configured_threads = threads
-    torch.set_num_threads(threads)
+    if "torch" in sys.modules:
+        threads_to_torch()
+    return threads
+
+
+def threads_to_torch() -> None:
+    """Give torch the configured compute threads (:func:`configure_threads`), importing it: called before a
+    model is loaded in this process."""
+    import torch
+
+    torch.set_num_threads(default_threads())
     try:
         torch.set_num_interop_threads(1)
     except RuntimeError:
         pass  # already set, or parallel work already ran in this process: keep what it is
-    return threads
 
 
 class ModelPredictor:

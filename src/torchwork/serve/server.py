@@ -193,6 +193,9 @@ def load_predictor(artifact: str, factory: str | None = None, variant: str | Non
     """``factory`` ("module:function") called with ``artifact``, or the artifact's own predictor (running
     ``variant``, default the one its manifest marks to deploy; its pt2 program compiled as ``compile``,
     ``"auto" | "on" | "off"``, says: :mod:`torchwork.deploy.compiled`)."""
+    from torchwork.serve.predictor import threads_to_torch
+
+    threads_to_torch()  # before anything torch runs in this process (configure_threads may have waited)
     if factory is None:
         from torchwork.serve.artifact import predictor_from_artifact
 
