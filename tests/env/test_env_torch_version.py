@@ -51,5 +51,8 @@ def test_a_version_file_that_does_not_read_so_imports_torch_instead(tmp_path) ->
         (tmp_path / "broken.py").write_bytes(broken if isinstance(broken, bytes) else broken.encode())
         assert read_torch_version_file(tmp_path / "broken.py") is None, broken
     assert read_torch_version_file(tmp_path / "absent.py") is None
+    assert read_torch_version_file(tmp_path) is None  # a folder
+    (tmp_path / "huge.py").write_text("__version__ = '2.13.0'\n" + "#" * 70_000 + "\n")
+    assert read_torch_version_file(tmp_path / "huge.py") is None
     done = _this_machine(str(tmp_path))
     assert "imported the torch package" in done.stderr

@@ -21,6 +21,7 @@ from typing import Any
 
 _NUMBERS = re.compile(r"^\s*v?(\d+)(?:\.(\d+))?")
 MAX_PART_DIGITS = 18  # a version number's part; longer ones are not versions (and int() of 4300+ digits raises)
+VERSION_FILE_MAX_BYTES = 64 * 1024  # torch/version.py: 300 bytes in 2.13
 
 
 def canonical_name(name: str) -> str:
@@ -115,7 +116,13 @@ def read_torch_version_file(path: Path) -> Any:
     """
     found: dict[str, Any] = {"cuda": None, "hip": None}
     try:
-        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if not path.is_file():  # a regular file (torch's is a few hundred bytes), never a FIFO or a device
+            return None
+        with path.open("rb") as handle:
+            raw = handle.read(VERSION_FILE_MAX_BYTES + 1)
+        if len(raw) > VERSION_FILE_MAX_BYTES:
+            return None
+        for node in ast.parse(raw.decode("utf-8")).body:
             target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else getattr(
                 node, "target", None)
             value = getattr(node, "value", None)
