@@ -525,7 +525,8 @@ def audit_and_plan(data: ImageFolderData, *, seed: int = 0, max_bytes: int = MAX
                         "files, " + f"{len(labels):,} can be decoded). Replace the damaged files.")
     found: list[Finding | None] = [
         _corrupt(audit), *_listing_findings(data, _unreadable_classes(audit)), *_duplicates(audit),
-        _untrained_classes(audit), _class_variants(data), _odd_sizes(audit), _grayscale(audit), *class_findings(labels, unit="images"),
+        _untrained_classes(audit), _class_variants(data), _odd_sizes(audit), _grayscale(audit),
+        *class_findings(labels, unit="images"),
     ]
     plan = _plan(audit, seed)
     return AuditedImages(DataReport([f for f in found if f is not None], plan.counts(), _source(audit, plan)), plan,

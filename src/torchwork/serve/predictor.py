@@ -90,11 +90,13 @@ def configure_threads(threads: int | None = None) -> int:
 
 
 def threads_to_torch() -> None:
-    """Give torch the configured compute threads (:func:`configure_threads`), importing it: called before a
-    model is loaded in this process."""
+    """Give torch the compute threads :func:`configure_threads` set, importing it: called before a model is
+    loaded in this process. Nothing when none were configured (torch keeps its own)."""
+    if _configured_threads is None:
+        return
     import torch
 
-    torch.set_num_threads(default_threads())
+    torch.set_num_threads(_configured_threads)
     try:
         torch.set_num_interop_threads(1)
     except RuntimeError:
