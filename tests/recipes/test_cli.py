@@ -91,7 +91,8 @@ def test_data_check_reads_fits_settings_of_the_report_and_exits_as_fit_would_go_
     assert cli_data(_parsed(*leaky, "--set", "drop_leaked=true"), label_noise=False, say=said.append) == 0
     report = json.loads(said[-1])  # the leak is still reported, and left out of the test split
     assert [f["kind"] for f in report["findings"] if f["severity"] == "error"] == ["cross-split-duplicate"]
-    assert report["splits"]["test"]["rows"] == 2
+    assert report["splits"]["test"]["rows"] == 2 and report["source"]["drop_leaked"] is True
+    assert merged["source"]["drop_leaked"] is False
 
 
 @pytest.mark.parametrize(("setting", "message"), [

@@ -139,6 +139,7 @@ def load_fit_data(data: str | os.PathLike[str], *, text: str | None = None, labe
     report.source = _source(table, test_table, plan, max_length)
     report.source["suggested_max_length"] = suggested
     report.source["merged_labels"] = merged
+    report.source["drop_leaked"] = drop_leaked  # the leaked rows are then out of the later split's counts
     return FitData(table, test_table, texts, labels, rows, report, plan, max_length, seed)
 
 
