@@ -52,7 +52,12 @@ def label_variants(labels: Sequence[str]) -> dict[str, list[str]]:
 
 def merged_spellings(labels: Sequence[str]) -> dict[str, str]:
     """``{spelling: the group's most frequent spelling}`` for every spelling a merge changes."""
-    return {spelling: spellings[0] for spellings in label_variants(labels).values() for spelling in spellings[1:]}
+    return dict(_respelled(label_variants(labels)))
+
+
+def _respelled(groups: dict[str, list[str]]) -> list[tuple[str, str]]:
+    """``(spelling, its group's most frequent spelling)`` for each spelling of ``groups`` a merge changes."""
+    return [(spelling, spellings[0]) for spellings in groups.values() for spelling in spellings[1:]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +89,7 @@ class SpellingFacts:
 
     def respelled(self) -> list[tuple[str, str]]:
         """``(spelling, the group's most frequent spelling)`` for each spelling a merge changes."""
-        return [(s, spellings[0]) for spellings in self.groups.values() for s in spellings[1:]]
+        return _respelled(self.groups)
 
     def respelled_rows(self) -> list[int]:
         minority = {s for s, _ in self.respelled()}

@@ -177,10 +177,10 @@ def cli_data(args: argparse.Namespace, *, label_noise: bool = True, say: Callabl
     else:
         for line in report.lines():
             say(line)
-    leaked = any(f.kind == "cross-split-duplicate" for f in report.errors)
-    if config is not None and config.drop_leaked and leaked and not quiet:
+    drop_leaked = config is not None and config.drop_leaked
+    if drop_leaked and not quiet and any(f.kind == "cross-split-duplicate" for f in report.errors):
         say("drop_leaked=true: fit leaves those rows out of the later split and goes on")
-    return 1 if blocking_errors(report, config is not None and config.drop_leaked) else 0
+    return 1 if blocking_errors(report, drop_leaked) else 0
 
 
 DATA_CHECK_SETTINGS = ("drop_leaked", "merge_label_variants", "transformer_max_length")
