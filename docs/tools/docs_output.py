@@ -16,7 +16,7 @@ The marker's lines, each ``key: value``:
 - ``head: N`` keeps the first N lines of each command's output (then ``...``); ``grep: TEXT`` keeps only
   the lines containing TEXT; ``after: TEXT`` drops the lines before the first one containing TEXT.
 - ``exact: yes``: the output does not depend on the machine or the moment, so the test suite reruns it and
-  fails when the excerpt is stale (``tests/docs/test_docs.py``).
+  fails when the excerpt is stale (``tests/docs/test_docs_pages.py``).
 - ``on-request: DATE``: a long command (the full quickstart), rerun only by ``docs_output.py --all``, which
   writes the date of the run here.
 - ``removes: FILE``: a file the command writes into the repository, deleted afterwards.

@@ -56,8 +56,9 @@ def _digits_arguments(parser: argparse.ArgumentParser) -> None:
 def _resume_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_folder", help="a run folder: RUN_DIR/<timestamp>-<id>")
     parser.add_argument("--yes", action="store_true",
-                        help="the run was started by a Python script: run that script again without asking "
-                             "(it is printed first; resume never runs any other program the folder names)")
+                        help="the run was started by a Python script, or its command connects to another "
+                             "machine: run it again without asking (it is printed first; resume never runs any "
+                             "other program the folder names)")
 
 
 def _launch_arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,7 +99,8 @@ def _data_arguments(parser: argparse.ArgumentParser) -> None:
     check.add_argument("--seed", type=int, default=0, help="split and baseline seed (default: 0)")
     check.add_argument("--set", action="append", metavar="KEY=VALUE",
                        help="a setting of fit that changes the report, as fit would read it: drop_leaked, "
-                            "merge_label_variants, transformer_max_length (e.g. merge_label_variants=true)")
+                            "merge_label_variants, transformer_max_length (default, as in fit: the texts' 95th "
+                            "percentile of tokens) (e.g. merge_label_variants=true)")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
 
 def _export_arguments(parser: argparse.ArgumentParser) -> None:

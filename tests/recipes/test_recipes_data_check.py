@@ -49,8 +49,12 @@ def test_a_clean_file_reports_no_error_and_its_splits(tmp_path, reviews, capsys)
     assert report["source"]["data"]["columns"] == {"text": "review", "label": "verdict", "split": None}
     assert report["source"]["data"]["fingerprint"].startswith("sha256:")
     assert "label-noise" in {f["kind"] for f in report["findings"]}
-    assert report["source"]["max_length"] == 64  # what fit's MiniLM reads, by default
     assert 16 <= report["source"]["suggested_max_length"] <= 64  # the reviews' 95th percentile, rounded up to 8
+    # what fit's MiniLM reads by default: that percentile, so the texts over it are about 5% at most
+    assert report["source"]["max_length"] == report["source"]["suggested_max_length"]
+    assert report["source"]["max_length_from"] == "the texts' 95th percentile"
+    truncated = next(f for f in report["findings"] if f["kind"] == "truncated")
+    assert 0 < truncated["count"] <= 0.05 * ROWS and "fit's default" in truncated["fix"]
 
 
 def test_planted_faults_are_reported_with_rows_and_fixes(tmp_path, reviews, capsys) -> None:

@@ -1,12 +1,18 @@
 """`torchwork fit` on a user's own file: real movie reviews (Rotten Tomatoes) as a CSV, to an exported,
 verified artifact, with the data report in the run folder and the data file in the manifest; a leaky test
-file is refused before any training and leaves nothing behind."""
+file is refused before any training and leaves nothing behind; a killed fit is continued by `torchwork
+resume` to the same scores, and only on the file it started on."""
 
 from __future__ import annotations
 
 import bz2
 import csv
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -153,3 +159,62 @@ def test_a_transformer_is_served_only_beyond_the_baseline_noise(transformer_righ
         assert any("the transformer is not served" in line for line in said)
     else:
         assert chosen["against_baseline"]["beats"] and "instead_of" not in chosen["against_baseline"]
+
+
+def _edited(rows: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``rows`` with one label corrected: the same size and vocabulary, other data."""
+    text, label = rows[7]
+    return [*rows[:7], (text, "fresh" if label == "rotten" else "rotten"), *rows[8:]]
+
+
+def test_resuming_a_fit_run_on_an_edited_file_stops_before_any_work(fitted, capsys, monkeypatch) -> None:
+    run, _ = fitted
+    recorded = json.loads((run / "manifest.json").read_text())["config"]["data_source"]["data"]["fingerprint"]
+    edited = _write(run.parent.parent / "reviews.csv", _edited(_respelled(_reviews(2400))))  # edited in place
+    monkeypatch.setenv("TORCHWORK_RESUME", str(run))  # what torchwork resume sets
+    before = sorted(str(p) for p in run.parent.rglob("*"))
+    code = main(["fit", str(edited), *QUICK, *MERGE, "--set", f"run_dir={run.parent}"])
+    captured = capsys.readouterr()
+    assert code == 2
+    (line,) = captured.err.strip().splitlines()
+    assert f"{edited} is not the data file the resumed run {run} was started on ({recorded} recorded" in line
+    assert "Restore the file to continue the run, or start a new run" in line
+    assert "== 2." not in captured.out and "data report" not in captured.out  # before the report and the baseline
+    assert sorted(str(p) for p in run.parent.rglob("*")) == before  # no new run, nothing written
+
+
+def _killed_in_export(command: list[str], runs: Path, env: dict[str, str]) -> Path:
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    deadline = time.monotonic() + 900
+    while process.poll() is None and time.monotonic() < deadline:
+        if list(runs.glob("*/.artifact.export-*")):
+            process.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.05)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL, "the fit ended before its export could be killed"
+    (run,) = runs.iterdir()
+    return run
+
+
+@pytest.mark.slow(reason="a real fit killed with SIGKILL in its export, then `torchwork resume` twice: about 1 min")
+def test_torchwork_resume_continues_a_killed_fit_to_the_same_scores(fitted, tmp_path) -> None:
+    reference, _ = fitted
+    data, runs = tmp_path / "reviews.csv", tmp_path / "runs"
+    rows = _respelled(_reviews(2400))
+    _write(data, rows)  # the fixture's file, as it was fitted
+    env = {key: value for key, value in os.environ.items() if key != "TORCHWORK_RESUME"}
+    cli = [sys.executable, "-m", "torchwork.cli"]
+    run = _killed_in_export([*cli, "fit", str(data), *QUICK, *MERGE, "--set", f"run_dir={runs}"], runs, env)
+    _write(data, _edited(rows))
+    refused = subprocess.run([*cli, "resume", str(run)], capture_output=True, text=True, timeout=600, env=env)
+    assert refused.returncode == 2 and "is not the data file the resumed run" in refused.stderr
+    _write(data, rows)  # restored: the run continues
+    resumed = subprocess.run([*cli, "resume", str(run)], capture_output=True, text=True, timeout=600, env=env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "(recorded by the run being resumed)" in resumed.stdout and list(runs.iterdir()) == [run]
+    got, expected = (json.loads((r / "summary.json").read_text()) for r in (run, reference))
+    for key in ("test", "baseline", "against_baseline", "epochs_run"):
+        assert got[key] == expected[key], key
+    assert {name: {k: v[k] for k in ("accuracy", "macro_f1")} for name, v in got["models"].items()} == \
+        {name: {k: v[k] for k in ("accuracy", "macro_f1")} for name, v in expected["models"].items()}

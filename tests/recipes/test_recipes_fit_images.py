@@ -200,3 +200,31 @@ def test_corrupt_files_and_a_bomb_are_listed_and_left_out_of_the_splits(tmp_path
     assert len(rows) == 20 and not {"cat/bomb.png", "dog/half.png"} & set(rows)
     assert data.splits["train"].images.shape[1:] == (32, 32, 3)
     assert any("corrupt-file" in line for line in lines)
+
+
+def test_the_run_records_the_folder_as_a_text_fit_records_its_file(fitted) -> None:
+    run, summary = fitted["run"], fitted["summary"]
+    report = json.loads((run / "data_report.json").read_text())
+    assert report["source"]["fingerprint"] == summary["data"]["fingerprint"]
+    for manifest in (run / "manifest.json", next((run / "pretrained").iterdir()) / "manifest.json"):
+        config = json.loads(manifest.read_text())["config"]
+        assert config["data_source"]["fingerprint"] == summary["data"]["fingerprint"]
+        assert config["data_report_counts"] == summary["data"]["report_counts"]
+
+
+def test_resuming_on_a_changed_image_folder_stops_before_training(fitted, tmp_path, capsys, monkeypatch) -> None:
+    import shutil
+
+    photos = shutil.copytree(fitted["photos"], tmp_path / "photos")
+    bag, boot = (next((photos / "train" / name).glob("*.png")) for name in ("bag", "boot"))
+    bag.write_bytes(boot.read_bytes())  # one image replaced by another: the same names, other data
+    run = fitted["run"]
+    before = sorted(str(p) for p in run.rglob("*"))
+    monkeypatch.setenv("TORCHWORK_RESUME", str(run))  # what torchwork resume sets
+    code = main(["fit", str(photos), "--quick", "--set", f"run_dir={fitted['root'] / 'runs'}", "--set",
+                 "image_size=32", "--set", "quantize=false", "--set", "worst=6"])
+    captured = capsys.readouterr()
+    assert code == 2
+    (line,) = captured.err.strip().splitlines()
+    assert f"is not the image folder the resumed run {run} was started on" in line
+    assert "== 2." not in captured.out and sorted(str(p) for p in run.rglob("*")) == before

@@ -88,6 +88,32 @@ def test_a_python_script_runs_only_when_confirmed_and_with_this_interpreter(tmp_
     assert json.loads(ran.read_text()) == [sys.executable, str(run.resolve())]
 
 
+@pytest.mark.parametrize(("options", "said"), [
+    (["--nnodes", "2", "--node-rank", "1", "--master-addr", "10.9.8.7"], "node 0 at 10.9.8.7 (--master-addr)"),
+    (["--storage=postgresql://me:secret@db.example:5432/tw"], "the study storage db.example:5432/tw (--storage)"),
+], ids=["other-master", "database-storage"])
+def test_a_command_that_connects_to_another_machine_runs_only_when_confirmed(tmp_path, options, said):
+    run = run_folder(tmp_path, {"executable": sys.executable, "cwd": str(tmp_path),
+                                "argv": ["/usr/bin/torchwork", "train", "no-such-recipe", *options]})
+    refused = resume(run)
+    assert refused.returncode == 2 and "pass --yes" in refused.stderr
+    assert f"this command connects to {said}" in refused.stderr and "secret" not in refused.stderr
+    assert "unknown recipe" not in refused.stderr  # nothing was run
+    confirmed = resume(run, "--yes")  # the recorded arguments then run: their own error, no recipe of that name
+    ran = confirmed.stderr.split("run it only if")[-1]
+    assert confirmed.returncode == 2 and ("unknown recipe" in ran or "torchwork train: error" in ran), ran
+
+
+def test_a_fit_run_is_resumed_as_recorded_and_a_local_master_needs_no_confirmation(tmp_path):
+    python = {"executable": "/usr/bin/python3", "cwd": str(tmp_path)}
+    plan = plan_command({**python, "argv": ["torchwork", "fit", "reviews.csv", "--quick"]})
+    assert (plan.kind, plan.argv, plan.reaches) == ("torchwork", [sys.executable, "-m", "torchwork.cli", "fit",
+                                                                  "reviews.csv", "--quick"], None)
+    plan = plan_command({**python, "argv": ["torchwork", "train", "sentiment", "--master-addr", "127.0.0.1",
+                                            "--storage", "sqlite:///runs/study.db"]})
+    assert plan.reaches is None
+
+
 @pytest.mark.skipif(os.name != "posix", reason="exec keeps the process id on POSIX only")
 def test_the_resumed_command_runs_in_the_resume_process_itself_so_a_kill_reaches_it(tmp_path):
     """A resume that started a child would leave it training on when the resume is killed (SIGKILL, or a

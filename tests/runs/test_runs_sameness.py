@@ -140,3 +140,30 @@ def test_torchwork_resume_of_the_killed_second_trainer_s_run_resumes_each_its_ow
     assert result["runs"][1] == str(second)
     for key, value in uninterrupted_two["model"].items():
         assert torch.equal(result["model"][key], value), key
+
+
+def fit_on(runs: Path, labels: torch.Tensor, resume: str | Path | None = "latest") -> Trainer:
+    torch.manual_seed(0)
+    features = torch.randn(24, 4, generator=torch.Generator().manual_seed(1))
+    train = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(features, labels), batch_size=8)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    trainer = Trainer(model, torch.optim.AdamW(model.parameters(), lr=3e-3), nn.CrossEntropyLoss(), device="cpu",
+                      threads=1, run_dir=runs, progress=False, tensorboard=False, guard=False)
+    trainer.fit(train, epochs=1, resume=resume)
+    return trainer
+
+
+def test_data_changed_since_the_run_was_recorded_is_named_and_not_resumed(tmp_path, capsys):
+    labels = torch.arange(24) % 2
+    first = fit_on(tmp_path, labels)
+    same = fit_on(tmp_path, labels.clone())  # the same rows: the run, finished, resumed as it is
+    assert same.run_path == first.run_path
+    relabelled = labels.clone()
+    relabelled[5] = 1 - relabelled[5]  # one row's label corrected, the sizes unchanged
+    capsys.readouterr()
+    with pytest.raises(CheckpointError, match=r"data: the train split changed since the run was recorded "
+                                              r"\(24 -> 24 rows: 1 relabelled\).*a run resumes only itself"):
+        fit_on(tmp_path, relabelled, resume=first.run_path)
+    again = fit_on(tmp_path, relabelled)  # resume="latest": a new run, and why
+    assert again.run_path != first.run_path and len(list_runs(tmp_path)) == 2
+    assert "not resuming" in capsys.readouterr().err

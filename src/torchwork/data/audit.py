@@ -220,10 +220,11 @@ def _truncated(texts: Sequence[str], rows: Sequence[int | str], token_lengths: S
     return finding(
         "truncated", "warning" if share >= TRUNCATED_WARNING else "info", len(over),
         [example(rows[i], texts[i], tokens=int(token_lengths[i])) for i in over],
-        f"the model reads the first {max_length} tokens of each text; torchwork fit --set "
-        "transformer_max_length=N reads more (slower; up to the model's limit"
-        + (f"; the 95th percentile of these texts is {suggested}" if suggested else "") + "), or put what matters "
-        "first",
+        f"the model reads the first {max_length} tokens of each text"
+        + (" (the 95th percentile of these texts, rounded up to 8: fit's default)" if suggested == max_length else "")
+        + "; torchwork fit --set transformer_max_length=N reads more (slower; up to the model's limit"
+        + (f"; the 95th percentile of these texts is {suggested}" if suggested and suggested != max_length else "")
+        + "), or put what matters first",
         f"{share:.1%} of texts are longer than max_length={max_length} tokens (the longest: "
         f"{max(token_lengths):,})", [rows[i] for i in over])
 

@@ -209,7 +209,8 @@ def data_check_config(args: argparse.Namespace) -> Any:
             why = f"did you mean {close}?" if close else f"{key} is not one of them"
             raise ConfigError(f"--set {key}: data check reads only the settings that change the data report "
                               f"({', '.join(DATA_CHECK_SETTINGS)}); {why}")
-    return apply_overrides(SentimentConfig(), values)  # transformer_max_length: what fit's MiniLM reads
+    # as fit sets it (fit_settings): the transformer_max_length fit reads is chosen from the texts (0)
+    return apply_overrides(SentimentConfig(transformer_max_length=0), values)
 
 
 def _image_report(args: argparse.Namespace, say: Callable[[str], Any]) -> DataReport:

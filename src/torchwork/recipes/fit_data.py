@@ -113,13 +113,16 @@ def load_fit_data(data: str | os.PathLike[str], *, text: str | None = None, labe
     ``drop_leaked`` removes the rows of a later split whose text is in an earlier one (the report still
     counts them); ``merge_label_variants`` reads the spellings of one class (``Positive``, ``positive``) as
     its most frequent one (else they are a ``label-variants`` error); ``model_folder`` gives the tokenizer
-    that counts tokens (default: MiniLM's) and ``max_length`` the tokens the model will read (None: no
-    ``truncated`` check).
+    that counts tokens (default: MiniLM's) and ``max_length`` the tokens the model will read (None: fit's
+    default, the 95th percentile of the texts' token lengths, rounded up to 8: the ``truncated`` check is
+    made against that).
     """
     from torchwork.data.label_variants import merged_spellings
+    from torchwork.recipes.resumed_data import check_resumed_source
 
     table = read_text_table(data, text=text, label=label)
     test_table = read_text_table(test, text=table.text_column, label=table.label_column) if test else None
+    check_resumed_source({"data": _file_source(table), **({"test": _file_source(test_table)} if test_table else {})})
     for line in describe_table(table) + (describe_table(test_table) if test_table else []):
         say(line)
     merged = merged_spellings(list(table.labels) + list(test_table.labels if test_table else [])) if (
@@ -131,13 +134,14 @@ def load_fit_data(data: str | os.PathLike[str], *, text: str | None = None, labe
     lengths, suggested = _model_lengths(texts, model_folder, say)
     from torchwork.data.audit import audit_texts
 
-    report = audit_texts(texts, labels, rows=rows, splits=splits, token_lengths=lengths, max_length=max_length,
-                         suggested_length=suggested, label_noise=label_noise, seed=seed)
+    report = audit_texts(texts, labels, rows=rows, splits=splits, token_lengths=lengths,
+                         max_length=max_length or suggested, suggested_length=suggested, label_noise=label_noise, seed=seed)
     plan = (given_split(texts, labels, splits, drop_leaked=drop_leaked, seed=seed) if splits is not None
             else grouped_split(texts, labels, seed=seed))
     report.splits = plan.counts()
-    report.source = _source(table, test_table, plan, max_length)
+    report.source = _source(table, test_table, plan, max_length or suggested)
     report.source["suggested_max_length"] = suggested
+    report.source["max_length_from"] = "transformer_max_length" if max_length else "the texts' 95th percentile"
     report.source["merged_labels"] = merged
     report.source["drop_leaked"] = drop_leaked  # the leaked rows are then out of the later split's counts
     return FitData(table, test_table, texts, labels, rows, report, plan, max_length, seed)

@@ -74,10 +74,17 @@ def _probabilities(trainer: Any, dataset: Any) -> Any:
     return trainer.predict(loader(dataset, 512, num_workers=0)).softmax(dim=-1).numpy()
 
 
+def _data_record(data: Any) -> dict[str, Any]:
+    """What a run's manifest records of the image folder (its fingerprint, the report's counts), as a text
+    fit records its file: ``torchwork runs diff`` shows a changed folder as a data change, and a resume
+    refuses one (:mod:`torchwork.recipes.resumed_data`)."""
+    return {"data_source": data.report.source, "data_report_counts": data.report.counts()}
+
+
 def _fit(model: Any, params: Any, lr: float, train: Any, validation: Any, epochs: int, run_dir: str,
-         config: ImageFitConfig, patience: int) -> tuple[Any, list[dict[str, Any]]]:
+         config: ImageFitConfig, patience: int, record: dict[str, Any]) -> tuple[Any, list[dict[str, Any]]]:
     """Train ``model`` with the Trainer (early stopping on validation accuracy); the trainer at its best
-    checkpoint, and the history."""
+    checkpoint, and the history. ``record``: what the manifest keeps beside the settings."""
     import torch
     from torch import nn
 
@@ -89,7 +96,7 @@ def _fit(model: Any, params: Any, lr: float, train: Any, validation: Any, epochs
                       threads=config.threads or "auto", metrics={"accuracy": accuracy},
                       epoch_metrics={"macro_f1": macro_f1},
                       early_stopping=EarlyStopping("val_accuracy", mode="max", patience=patience),
-                      run_dir=run_dir, tensorboard=False, config=dataclasses.asdict(config))
+                      run_dir=run_dir, tensorboard=False, config={**dataclasses.asdict(config), **record})
     history = trainer.fit(loader(train, config.batch_size, shuffle=True, seed=config.seed, num_workers=0),
                           loader(validation, 512, num_workers=0), epochs=epochs)
     assert trainer.run_path is not None  # run_dir is given: the Trainer made a run folder
@@ -109,7 +116,7 @@ def train_baseline(config: ImageFitConfig, data: Any) -> dict[str, Any]:
     started = time.perf_counter()
     trainer, history = _fit(model, model.parameters(), config.lr, data.splits["train"].dataset(),
                             data.splits["validation"].dataset(), config.epochs, config.run_dir, config,
-                            config.patience)
+                            config.patience, _data_record(data))
     probabilities = _probabilities(trainer, data.splits["test"].dataset())
     return {"name": "cnn", "model": model.eval(), "run_path": trainer.run_path, "history": history,
             "probabilities": probabilities, "seconds": round(time.perf_counter() - started, 1)}
@@ -133,7 +140,7 @@ def train_finetuned(config: ImageFitConfig, data: Any, run_path: Path) -> dict[s
         f"images) in {cache_seconds:.1f} s")
     trainer, history = _fit(head, param_groups(head, lr=config.pretrained_lr, head="fc", weight_decay=0.01),
                             config.pretrained_lr, caches["train"], caches["validation"], config.pretrained_epochs,
-                            str(run_path / "pretrained"), config, config.patience + 1)
+                            str(run_path / "pretrained"), config, config.patience + 1, _data_record(data))
     probabilities = _probabilities(trainer, caches["test"])
     return {"name": "efficientnet-lite0", "model": FineTuned(backbone, head).eval(), "history": history,
             "probabilities": probabilities, "seconds": round(time.perf_counter() - started, 1),
@@ -212,13 +219,16 @@ def run(config: ImageFitConfig, serve: bool = False) -> dict[str, Any]:
     from torchwork.files import write_json
     from torchwork.recipes.image_data import load_image_folder
     from torchwork.recipes.image_report import summary_of, write_image_report
+    from torchwork.recipes.resumed_data import check_resumed_source
 
     config.validate()
     started = time.perf_counter()
     say(f"== 1. Data: the image folder {config.data}")
     data = load_image_folder(config.data, size=config.image_size, seed=config.seed, say=say)
+    check_resumed_source(data.report.source)
     baseline = train_baseline(config, data)
     run_path = baseline["run_path"]
+    write_json(run_path / "data_report.json", data.report.to_dict())
     evaluate("the CNN baseline", baseline, data)
     finetuned = train_finetuned(config, data, run_path) if config.pretrained else None
     if finetuned is not None:

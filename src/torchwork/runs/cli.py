@@ -106,6 +106,10 @@ def cli_resume(args: argparse.Namespace) -> int:
     if plan.kind == "script":
         print(f"torchwork: this runs the Python script {plan.script or plan.argv[1]}, named by the run folder's "
               "manifest.json: run it only if you trust that script.", file=sys.stderr)
+    if plan.reaches:
+        print(f"torchwork: this command connects to {plan.reaches}, named by the run folder's manifest.json: run "
+              "it only if you trust that machine.", file=sys.stderr)
+    if plan.kind == "script" or plan.reaches:
         if not _confirmed(getattr(args, "yes", False)):
             raise CheckpointError("not confirmed: nothing was run. Check the command above and pass --yes to "
                                   "run it.")

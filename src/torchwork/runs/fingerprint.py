@@ -131,6 +131,30 @@ def record_splits(run: Path, splits: Mapping[str, Any]) -> dict[str, Any]:
     return recorded
 
 
+def changed_splits(run: Path, recorded: Mapping[str, Any], splits: Mapping[str, Any]) -> list[str]:
+    """How the splits about to resume ``run`` differ from the fingerprints its manifest recorded: one line
+    per split whose rows changed (counts, and which rows when the run kept them); nothing for a split that
+    either side could not fingerprint."""
+    changed = []
+    for name, source in splits.items():
+        entry = recorded.get(name)
+        if source is None or not isinstance(entry, Mapping) or not isinstance(entry.get("sha256"), str):
+            continue
+        try:
+            rows = split_rows(getattr(source, "dataset", source))
+        except (ValueError, TypeError, IndexError):
+            continue
+        if rows is None or summarise(rows)["sha256"] == entry["sha256"]:
+            continue
+        before = read_rows(run, entry)
+        counts = compare_rows(before, rows) if before is not None else {}
+        what = ", ".join(f"{n} {k}" for k, n in counts.items() if n and k != "reordered")
+        what = what or ("the same rows in another order" if counts.get("reordered") else "other rows")
+        changed.append(f"data: the {name} split changed since the run was recorded ({entry.get('rows')} -> "
+                       f"{len(rows)} rows: {what})")
+    return changed
+
+
 def read_rows(run: Path, entry: Mapping[str, Any]) -> np.ndarray | None:
     """The rows a manifest's fingerprint entry names, or None when the file is missing or does not match."""
     relative, rows = entry.get("row_file"), entry.get("rows")

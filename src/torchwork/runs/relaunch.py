@@ -54,9 +54,14 @@ from torchwork.runs.readback import MAX_MANIFEST_BYTES
 # torchwork commands that start a training run from recorded settings alone (no user code): run as recorded.
 # `tune` is what a study's trial runs record: running it again continues the study, each killed trial from its
 # newest checkpoint.
-RUN_COMMANDS = ("train", "quickstart", "digits", "demo", "tune")  # demo: the old name of digits
+RUN_COMMANDS = ("train", "quickstart", "fit", "digits", "demo", "tune")  # demo: the old name of digits
 # torchwork commands that run a user's script: resumed like that script, after confirmation.
 SCRIPT_COMMANDS = ("launch",)
+# Options of a recorded command that make it connect to another machine: a rank of a multi-node run takes
+# objects from node 0 (torch.distributed's object collectives unpickle them), a study shares a database.
+# Resumed only after confirmation, as a script is: the run folder names the machine, not the user.
+REACHING_OPTIONS = ("--master-addr", "--storage")
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 @dataclasses.dataclass
@@ -69,9 +74,38 @@ class ResumePlan:
     kind: str
     script: str | None = None
     note: str | None = None
+    reaches: str | None = None  # the other machine the command connects to (confirm first), if any
 
     def shown(self) -> str:
-        return " ".join(shlex.quote(part) for part in self.argv)
+        """The command as printed: a password in it masked (a manifest torchwork wrote holds none)."""
+        from torchwork.masking import mask_argv
+
+        return " ".join(shlex.quote(part) for part in mask_argv(self.argv))
+
+
+def reaches_out(argv: list[str]) -> str | None:
+    """What a recorded torchwork command connects to beyond this machine (``--master-addr`` of another host,
+    a database ``--storage`` URL), said in words (never a password); None when it stays here.
+
+    Example:
+        >>> reaches_out(["torchwork", "train", "sentiment", "--nnodes", "2", "--master-addr=10.0.0.5"])
+        'node 0 at 10.0.0.5 (--master-addr)'
+        >>> reaches_out(["torchwork", "tune", "sentiment", "--storage", "postgresql://me:secret@db:5432/tw"])
+        'the study storage db:5432/tw (--storage)'
+        >>> reaches_out(["torchwork", "train", "sentiment", "--master-addr", "127.0.0.1"]) is None
+        True
+    """
+    found = []
+    for index, part in enumerate(argv):
+        option, equals, value = part.partition("=")
+        if option not in REACHING_OPTIONS:
+            continue
+        value = value if equals else (argv[index + 1] if index + 1 < len(argv) else "")
+        if option == "--master-addr" and value not in _LOOPBACK:
+            found.append(f"node 0 at {value} (--master-addr)")
+        elif option == "--storage" and "://" in value and not value.startswith(("sqlite:", "file:")):
+            found.append(f"the study storage {value.split('@')[-1]} (--storage)")  # never the password
+    return ", ".join(found) or None
 
 
 def _is_torchwork_entry(path: str) -> bool:
@@ -97,7 +131,8 @@ def plan_command(command: dict[str, Any]) -> ResumePlan:
     if _is_torchwork_entry(argv[0]) and len(argv) > 1:
         subcommand = argv[1]
         if subcommand in RUN_COMMANDS:
-            return ResumePlan([sys.executable, "-m", "torchwork.cli", *argv[1:]], cwd, "torchwork", note=note)
+            return ResumePlan([sys.executable, "-m", "torchwork.cli", *argv[1:]], cwd, "torchwork", note=note,
+                              reaches=reaches_out(argv))
         if subcommand in SCRIPT_COMMANDS:
             script = next((part for part in argv[2:] if part.endswith(".py")), None)
             return ResumePlan([sys.executable, "-m", "torchwork.cli", *argv[1:]], cwd, "script",

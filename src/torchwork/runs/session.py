@@ -96,11 +96,12 @@ class RunSession:
         if state is not None:
             check_contents(state, checkpoint)
         current = build_manifest(description, train_loader, val_loader, epochs, options.config)
+        splits = {"train": train_loader, "validation": val_loader, **options.data_splits}
         manifest_path = run / "manifest.json" if run is not None else None
         if state is not None and run is not None and manifest_path is not None and manifest_path.exists():
             recorded = _read_manifest(manifest_path)  # damaged: refused before anything is written
             if not _same_run(run, checkpoint, state, recorded, current, description, epochs,
-                             latest=str(resume) == "latest"):
+                             latest=str(resume) == "latest", splits=splits):
                 run, state, manifest_path = None, None, None
         if run is None:
             run = new_run_folder(options.run_dir)
@@ -113,7 +114,6 @@ class RunSession:
         record = None
         if state is None or not manifest_path.exists():
             manifest = {**current, "lineage": lineage, "started": now(), "resumes": []}
-            splits = {"train": train_loader, "validation": val_loader, **options.data_splits}
             manifest.update(record_start(run, splits, monitor, mode))
             write_json(manifest_path, manifest)
         else:
@@ -184,12 +184,16 @@ class RunSession:
 
 
 def _same_run(run: Path, checkpoint: Path | None, state: dict[str, Any], recorded: dict[str, Any],
-              current: dict[str, Any], description: RunDescription, epochs: int | None, latest: bool) -> bool:
-    """Whether ``state`` (from ``run``) may be continued by this training. With resume="latest" a different
+              current: dict[str, Any], description: RunDescription, epochs: int | None, latest: bool,
+              splits: dict[str, Any]) -> bool:
+    """Whether ``state`` (from ``run``) may be continued by this training: the same model, settings and data
+    (each split's rows against the fingerprints the run recorded). With resume="latest" a different
     training starts a new run (said in one line); a run named explicitly that differs is an error."""
     from torchwork.runs.checkpoint import clean_state_dict, unwrap_model
+    from torchwork.runs.fingerprint import changed_splits
 
-    found = []
+    fingerprints = recorded.get("fingerprints")
+    found = changed_splits(run, fingerprints, splits) if isinstance(fingerprints, dict) else []
     writer = state.get("run")
     if isinstance(writer, str) and writer != run.name:
         found.append(f"{checkpoint.name if checkpoint else 'the checkpoint'} was written by run {writer}, "
@@ -207,7 +211,8 @@ def _same_run(run: Path, checkpoint: Path | None, state: dict[str, Any], recorde
                   file=sys.stderr)
             return False
         raise CheckpointError(f"{run} is another training than this one ({shown}): a run resumes only itself. "
-                              "Undo the change to continue it, or start a new run (resume=None).")
+                              "Undo the change to continue it, or start a new run (resume=None; from the command "
+                              "line, run the command without torchwork resume).")
     return True
 
 
