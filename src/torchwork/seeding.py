@@ -17,6 +17,48 @@ import sys
 
 _seed: int | None = None
 _deterministic = False
+SEED_LIMIT = 2**32  # NumPy's legacy seeding and scikit-learn's random_state take 32-bit seeds: [0, 2**32)
+
+
+def seed_problem(seed: object, name: str = "seed") -> str | None:
+    """What is wrong with ``seed`` as a seed every generator takes (an integer in ``[0, 2**32)``, what NumPy
+    and scikit-learn accept), in words naming ``name`` (a setting, or a flag such as ``--seed``); None when
+    it is fine. The one check of the commands and the recipes' configs, made when they are parsed.
+
+    Example:
+        >>> seed_problem(7) is None, seed_problem(-1)
+        (True, 'seed=-1: must be >= 0')
+        >>> print(seed_problem(2**32, "--seed"))
+        --seed=4294967296: must be <= 4294967295 (2**32 - 1, the largest seed NumPy and scikit-learn take)
+    """
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        return f"{name}={seed!r}: use an integer in [0, {SEED_LIMIT - 1}]"
+    shown = str(seed) if abs(seed) < 10**20 else f"{seed:.3g}"  # not a 300-digit echo
+    if seed < 0:
+        return f"{name}={shown}: must be >= 0"
+    if seed >= SEED_LIMIT:
+        return (f"{name}={shown}: must be <= {SEED_LIMIT - 1} (2**32 - 1, the largest seed NumPy and "
+                "scikit-learn take)")
+    return None
+
+
+def check_seed(seed: object, name: str = "seed") -> int:
+    """``seed`` when :func:`seed_problem` finds nothing wrong with it, else a ConfigError saying what it found.
+
+    Example:
+        >>> check_seed(3)
+        3
+        >>> check_seed(-1, "--seed")
+        Traceback (most recent call last):
+        ...
+        torchwork.errors.ConfigError: --seed=-1: must be >= 0.
+    """
+    problem = seed_problem(seed, name)
+    if problem is not None:
+        from torchwork.errors import ConfigError
+
+        raise ConfigError(problem + ".")
+    return seed  # type: ignore[return-value]  # an int: seed_problem found none other
 
 
 def seed_everything(seed: int, deterministic: bool = False) -> int:

@@ -325,3 +325,65 @@ def test_public_names_are_lazy_exports() -> None:
 
     assert data.TextTable is TextTable and data.read_text_table is read_text_table
     assert "describe_table" in data.__all__
+
+
+# --------------------------------------------------------------------------- a Parquet file's decoded size
+def test_a_small_parquet_file_of_millions_of_rows_is_refused_before_pandas(tmp_path: Path, within) -> None:
+    """3 million rows of repeated values fit in 15 KB of Parquet and took 741 MB to decode (as 12 MB of CSV
+    would); the file may decode to 64 times its size, or to 8 MiB."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"text": ["a"] * 3_000_000, "label": ["b"] * 3_000_000}), path)
+    assert path.stat().st_size < 64 * 1024
+    with within(30):
+        message = refused(path, "its 3,000,000 rows of 2 columns decode to 12,000,000 bytes of text",
+                          f"the file's {path.stat().st_size:,} bytes", "may decode to 64 times its size",
+                          "Use a sample of the file")
+    assert len(message) < 500, message
+
+
+def test_a_parquet_value_repeated_on_every_row_is_refused_unexpanded(tmp_path: Path, within) -> None:
+    """A 50 KB value stored once in a dictionary and named by 2,000 rows: 100 MB of text, counted from the
+    dictionary's lengths before any row of it is expanded."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "repeated.parquet"
+    pq.write_table(pa.table({"text": ["x" * 50_000] * 2_000, "label": ["a", "b"] * 1_000}), path)
+    with within(30):
+        refused(path, "its 2,000 rows of 2 columns decode to 100,006,000 bytes of text", "64 times its size")
+
+
+def test_a_parquet_file_over_max_bytes_decoded_is_refused_from_its_metadata(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "plain.parquet"
+    texts = [f"review {i}: {'fine ' * (i % 7)}film" for i in range(20_000)]
+    pq.write_table(pa.table({"text": texts, "label": ["good", "bad"] * 10_000}), path, use_dictionary=False)
+    size = path.stat().st_size
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("decoded before the metadata was checked")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(pq, "read_table", never)
+        patched.setattr(pq.ParquetFile, "read", never)
+        refused(path, "its 20,000 rows of 2 columns decode to about", f"over max_bytes ({size + 1:,})",
+                "raise max_bytes if this machine has the memory", max_bytes=size + 1)
+    assert len(read_text_table(path).texts) == 20_000
+
+
+def test_a_200k_row_parquet_file_of_real_sized_texts_loads(tmp_path: Path, reviews: list[dict[str, str]]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    texts = [f"{reviews[i % len(reviews)]['text']} (copy {i})" for i in range(200_000)]
+    labels = [reviews[i % len(reviews)]["category"] for i in range(200_000)]
+    path = tmp_path / "big.parquet"
+    pq.write_table(pa.table({"text": texts, "label": labels}), path)
+    table = read_text_table(path)
+    assert len(table.texts) == 200_000 and table.texts[123_456] == texts[123_456] and table.labels == labels

@@ -44,9 +44,11 @@ def test_resume_mid_epoch_at_another_world_size_is_refused():
     assert own_rank_state(state, rank=0, world_size=1) == {}
 
 
-def test_torchrun_command_for_many_nodes():
-    command = torchrun_command("train.py", [], nproc=4, nnodes=2, node_rank=1, master_addr="10.0.0.1")
+def test_torchrun_command_for_many_nodes(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("print('hello')\n")
+    command = torchrun_command(str(script), [], nproc=4, nnodes=2, node_rank=1, master_addr="10.0.0.1")
     assert command[3:] == ["--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1", "--master-port",
-                           "29500", "--nproc-per-node", "4", "train.py"]
+                           "29500", "--nproc-per-node", "4", str(script)]
     with pytest.raises(ConfigError, match="master-addr"):
-        torchrun_command("train.py", [], nproc=1, nnodes=2)
+        torchrun_command(str(script), [], nproc=1, nnodes=2)

@@ -97,7 +97,10 @@ def test_yaml_overflow_and_booleans_are_config_errors(tmp_path):
     with pytest.raises(ConfigError, match=r"^subset=50: use 0 \(all rows\) or >= 100"):
         resolve(str(path))
     path.write_text("recipe: sentiment\nepochs: 12345678901234567891\nsubset: 1e3\n")
-    assert resolve(str(path))[1].epochs == 12345678901234567891 and resolve(str(path))[1].subset == 1000
+    with pytest.raises(ConfigError, match=r"^epochs: 12345678901234567891 is too large for an integer setting"):
+        resolve(str(path))  # past 64 bits: no tensor holds it (and every count has a smaller cap)
+    path.write_text("recipe: sentiment\nepochs: 2.0\nsubset: 1e3\n")
+    assert resolve(str(path))[1].epochs == 2 and resolve(str(path))[1].subset == 1000
 
 
 @pytest.mark.parametrize(("key", "meant"), [("learning_rate", "lr"), ("weight_decay", "l2"),
@@ -200,3 +203,89 @@ def test_the_quickstart_runs_the_transformer_unless_told_otherwise():
     _, mine = quickstart_config("sentiment", ["subset=500"], quick=True)
     assert (mine.model, mine.subset) == ("transformer", 500)  # the user's settings win
     assert quickstart_config("fashion")[0] == "fashion"
+
+
+# ------------------------------------------------------------------ the config file is read as data
+# nine levels of nine aliases: 9^9 (387 million) strings once expanded, from about 340 bytes of YAML
+ALIAS_BOMB = "a: &a [lol,lol,lol,lol,lol,lol,lol,lol,lol]\n" + "".join(
+    f"{b}: &{b} [{','.join(['*' + a] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi"))
+
+
+def _one_line_error(path, *words: str) -> str:
+    """The ConfigError of resolving ``path``: one short line holding each of ``words``."""
+    with pytest.raises(ConfigError) as caught:
+        resolve(str(path))
+    message = str(caught.value)
+    assert "\n" not in message and len(message) < 400, message[:1000]
+    for word in words:
+        assert word in message, message
+    return message
+
+
+def _raised_in_a_thread(call, seconds: float = 20.0) -> BaseException | None:
+    """What ``call()`` raised, run in a daemon thread: a call that blocks (on opening a FIFO) fails the test
+    after ``seconds`` instead of hanging pytest."""
+    import threading
+
+    raised: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            call()
+            raised.append(None)
+        except BaseException as error:  # noqa: BLE001 - handed to the test
+            raised.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"the call blocked for {seconds:g} s"
+    return raised[0]
+
+
+def test_a_fifo_given_as_config_is_refused_as_a_fifo(tmp_path):
+    import os
+
+    fifo = tmp_path / "exp.yaml"
+    os.mkfifo(fifo)
+    try:
+        error = _raised_in_a_thread(lambda: resolve(str(fifo)))
+    finally:  # a reader blocked on the FIFO is let go by a writer opening it
+        try:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass  # no reader waiting: nothing to release
+    assert isinstance(error, ConfigError), error
+    assert str(error) == f"config file {fifo} is not a regular file (a FIFO); give a YAML file."
+
+
+def test_a_sparse_gigabyte_config_is_refused_unread(tmp_path, within):
+    path = tmp_path / "exp.yaml"
+    with open(path, "wb") as handle:
+        handle.truncate(1 << 30)  # a hole: takes no disk, reads as a gigabyte of zeros
+    with within(10):
+        _one_line_error(path, f"config file {path} is over 1 MiB, the limit for a config file")
+
+
+def test_a_billion_laughs_config_is_refused_in_one_short_line(tmp_path, within):
+    path = tmp_path / "exp.yaml"
+    path.write_text("recipe: sentiment\n" + ALIAS_BOMB)
+    with within(30):
+        _one_line_error(path, f"config file {path}, line 3: aliases (*a) are not supported in a config file",
+                        "expand to billions", "write the values out")
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("recipe: sentiment\nepochs: [1,\n", ("is not valid YAML: line 3, column 1:", "Fix that line")),
+    ("recipe: sentiment\n\tepochs: 3\n", ("is not valid YAML: line 2, column 1: found character '\\t'",)),
+    ("recipe: sentiment\nepochs: " + "[" * 10_000 + "]" * 10_000 + "\n", ("line 2: lists and mappings nested more",)),
+    ("recipe: sentiment\nepochs: " + "9" * 5000 + "\n", ("holds a value YAML cannot convert", "quote it")),
+    (b"recipe: sentiment\nepochs: \xff\n", ("is not UTF-8 text (its byte 27 is not)",)),
+])
+def test_a_config_that_is_not_yaml_data_is_refused_in_one_line(tmp_path, text, words):
+    path = tmp_path / "exp.yaml"
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    _one_line_error(path, f"config file {path}", *words)

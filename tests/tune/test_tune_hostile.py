@@ -155,10 +155,12 @@ def test_show_of_a_tampered_study_is_one_line(study_db, tmp_path, capsys, tamper
 
 
 def test_a_study_with_no_complete_trial_fails_the_command(tmp_path) -> None:
-    (tmp_path / "space.yaml").write_text("lr: {choices: [1.0e+30]}\nepochs: {choices: [1]}\n")  # diverges
+    (tmp_path / "space.yaml").write_text("lr: {choices: [0.01]}\nepochs: {choices: [1]}\n")
+    (tmp_path / "header-only.csv").write_text("text,label\n")  # every trial fails reading it (a lr of 1e30 that
+    # diverged did before: the recipe's bounds now refuse it with the space, before any trial)
     done = subprocess.run([sys.executable, "-m", "torchwork.cli", "tune", "sentiment", "--space",
                            str(tmp_path / "space.yaml"), "--trials", "1", "--study", "s", "--no-final",
-                           "--set", f"run_dir={tmp_path / 'runs'}", "--set", "subset=300", "--set", "batch_size=64"],
+                           "--set", f"run_dir={tmp_path / 'runs'}", "--set", f"data={tmp_path / 'header-only.csv'}"],
                           env=environment(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     folder = tmp_path / "runs" / "tune" / "s"

@@ -98,3 +98,49 @@ def test_empty_or_non_mapping_space_is_refused() -> None:
     for data in ({}, [], "lr"):
         with pytest.raises(ConfigError, match="a space is a mapping"):
             Space.from_mapping(data)
+
+
+# ------------------------------------------------------------------ the space file is read as data
+def test_a_fifo_given_as_space_is_refused_as_a_fifo(tmp_path) -> None:
+    import os
+    import threading
+
+    from torchwork.tune.space import read_space
+
+    fifo = tmp_path / "space.yaml"
+    os.mkfifo(fifo)
+    raised: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            read_space(fifo)
+            raised.append(None)
+        except BaseException as error:  # noqa: BLE001 - handed to the test
+            raised.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)  # a read that blocks fails the test, not the run
+    thread.start()
+    thread.join(20)
+    if thread.is_alive():  # let the blocked reader go: a writer opening the FIFO releases it
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    assert raised and isinstance(raised[0], ConfigError), raised
+    assert str(raised[0]) == f"search space {fifo} is not a regular file (a FIFO); give a YAML file."
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("a: &a [1e-3, 1e-2]\nlr: {choices: *a}\n", ("line 2: aliases (*a) are not supported in a search space",
+                                                 "expand to billions", "write the values out")),
+    ("lr: " + "{x: " * 5000 + "1" + "}" * 5000 + "\n", ("line 1: lists and mappings nested more than 64 deep",)),
+    ("lr: {low: 1.0e-3,\n\thigh: 0.1}\n", ("is not valid YAML: line 2, column 1: found character '\\t'",)),
+])
+def test_a_space_that_is_not_yaml_data_is_refused_in_one_line(tmp_path, text, words) -> None:
+    from torchwork.tune.space import read_space
+
+    path = tmp_path / "space.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        read_space(path)
+    message = str(caught.value)
+    assert message.startswith(f"search space {path}") and "\n" not in message and len(message) < 400, message
+    for word in words:
+        assert word in message, message

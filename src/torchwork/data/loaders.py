@@ -51,6 +51,36 @@ def default_num_workers() -> int:
     return max(0, min(8, share - 1))
 
 
+MAX_BATCH_SIZE = 2**20  # a million rows a batch; torch's sampler overflows at 2**63 (the recipes cap alike)
+
+
+def most_workers() -> int:
+    """The most ``num_workers`` a loader may start: 4 per CPU this process may use, 8 at least (workers
+    waiting on disk or network can outnumber the CPUs; each is a process holding a copy of the dataset)."""
+    from torchwork.threads import usable_cpus
+
+    return max(8, 4 * usable_cpus())
+
+
+def check_loader_sizes(batch_size: int, num_workers: int | None = None) -> None:
+    """Refuse a batch size outside ``[1, 2**20]`` and a worker count outside ``[0, most_workers()]``, before
+    any loader is made or worker started.
+
+    Example:
+        >>> check_loader_sizes(10**20)
+        Traceback (most recent call last):
+        ...
+        torchwork.errors.ConfigError: batch_size=100000000000000000000 must be in [1, 1048576] (2**20).
+    """
+    if not 1 <= batch_size <= MAX_BATCH_SIZE:
+        raise ConfigError(f"batch_size={batch_size} must be in [1, {MAX_BATCH_SIZE}] (2**20).")
+    if num_workers is not None and num_workers < 0:
+        raise ConfigError(f"num_workers={num_workers} must be >= 0 (0 loads in the main process).")
+    if num_workers is not None and num_workers > most_workers():
+        raise ConfigError(f"num_workers={num_workers}: at most {most_workers()} worker processes here (4 per "
+                          "usable CPU, 8 at least); more only wait for the CPUs and each holds the dataset.")
+
+
 def _uses_gpu(device: str | torch.device | None) -> bool:
     if device is None:
         return False
@@ -71,8 +101,7 @@ def loader(dataset: Dataset, batch_size: int = 32, *, shuffle: bool = False, see
     batches will go: pinned memory is used only for CUDA. ``preprocessor`` turns ``(text, label)`` items
     into padded ``((ids, lengths), labels)`` batches (``max_length`` caps L).
     """
-    if batch_size < 1:
-        raise ConfigError(f"batch_size={batch_size} must be at least 1.")
+    check_loader_sizes(batch_size, num_workers)
     try:
         size = len(dataset)  # type: ignore[arg-type]
     except TypeError:
@@ -82,8 +111,6 @@ def loader(dataset: Dataset, batch_size: int = 32, *, shuffle: bool = False, see
     if preprocessor is not None and collate_fn is not None:
         raise ConfigError("pass either preprocessor= (padding collate for text) or collate_fn=, not both.")
     workers = default_num_workers() if num_workers is None else num_workers
-    if workers < 0:
-        raise ConfigError(f"num_workers={workers} must be >= 0 (0 loads in the main process).")
     sampler = None
     if balance:
         from torchwork.data.balance import balanced_sampler

@@ -36,6 +36,7 @@ from torchwork.errors import ConfigError
 
 CPU_FULL_PERCENT = 85.0  # a pipeline using this much of all CPUs is computing, not waiting
 WITHIN_BEST = 0.95  # recommend the fewest workers whose throughput is at least this share of the best
+MAX_BATCHES = 100_000  # timed batches, warm-up batches or rounds a setting: more than any profile needs
 
 
 @dataclasses.dataclass
@@ -184,14 +185,16 @@ def profile_loader(dataset: Any, batch_size: int = 64, *, num_workers: Sequence[
     Each setting is measured ``rounds`` times, in turn with the others, and keeps its fastest round.
     ``loader_options`` go to :func:`~torchwork.data.loader` (e.g. ``preprocessor=``).
     """
-    from torchwork.data.loaders import available_cpus, loader
+    from torchwork.data.loaders import available_cpus, check_loader_sizes, loader
 
-    if batches < 1 or warmup < 0 or rounds < 1:
-        raise ConfigError(f"batches={batches} and rounds={rounds} must be >= 1, warmup={warmup} >= 0.")
+    if not (1 <= batches <= MAX_BATCHES and 0 <= warmup <= MAX_BATCHES and 1 <= rounds <= MAX_BATCHES):
+        raise ConfigError(f"batches={batches} and rounds={rounds} must be in [1, {MAX_BATCHES}], warmup={warmup} "
+                          f"in [0, {MAX_BATCHES}].")
     cpus = available_cpus()
     counts = sorted(set(num_workers if num_workers is not None else default_worker_counts(cpus)))
     if not counts or counts[0] < 0:
         raise ConfigError(f"num_workers={list(counts)} must list worker counts >= 0, e.g. [0, 1, 2].")
+    check_loader_sizes(batch_size, counts[-1])  # every setting before the first is measured
 
     def make_loader(workers: int) -> Any:
         return loader(dataset, batch_size, shuffle=True, seed=seed, num_workers=workers, **loader_options)

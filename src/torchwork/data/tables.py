@@ -46,6 +46,12 @@ MISSING_LABELS = frozenset({"", "nan", "NaN", "NA", "N/A", "n/a", "null", "NULL"
 MAX_CLASSES = 100
 _INTEGER = r"[+-]?\d+"
 _FLOAT = r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
+# A Parquet file's decoded table, counted as the text it would be as a CSV (its values, one delimiter or line end
+# per cell), may be at most this many times the file's size, or PARQUET_SMALL_TABLE whatever its size (and never
+# over max_bytes): a CSV of max_bytes cannot decode to more than its own size, a Parquet file of kilobytes can
+# hold millions of rows of repeated values, and pandas then spends tens of bytes on each cell.
+PARQUET_MAX_EXPANSION = 64
+PARQUET_SMALL_TABLE = 8 * 2**20
 _ENCODING_NAMES = {"utf-8": "UTF-8", "utf-8-sig": "UTF-8 with BOM", "utf-16": "UTF-16",
                    "cp1252": "Windows-1252", "latin-1": "Latin-1"}
 
@@ -99,7 +105,10 @@ def read_text_table(path: str | os.PathLike[str], *, text: str | None = None, la
     distinct values, else the column with the fewest distinct values (2 to 100, at most half the rows); the
     text is the string column with the longest median length that is neither the label nor the split.
     Labels become class names (strings). A file over ``max_bytes`` or a field over ``max_field_chars``
-    characters is refused before it can exhaust memory.
+    characters is refused before it can exhaust memory, and so is a Parquet file whose table decodes to more
+    than ``max_bytes`` of text, or to more than :data:`PARQUET_MAX_EXPANSION` times the file's size (past
+    :data:`PARQUET_SMALL_TABLE`): the row count and uncompressed sizes of its metadata are checked before
+    anything is decoded.
 
     Example:
         >>> import pathlib, tempfile
@@ -117,7 +126,7 @@ def read_text_table(path: str | os.PathLike[str], *, text: str | None = None, la
     data = detect.read_regular_file(path, max_bytes)
     if not data.strip():
         raise DataError(f"{path} is empty. Give a file with a header row and one row per text.")
-    frame = _parse(path, kind, data, max_field_chars)
+    frame = _parse(path, kind, data, max_field_chars, max_bytes)
     if frame.n_rows == 0:
         raise DataError(f"{path} has a header ({', '.join(frame.columns)}) but no data rows. Add one row per "
                         "text, or check you gave the right file.")
@@ -136,9 +145,9 @@ def read_text_table(path: str | os.PathLike[str], *, text: str | None = None, la
         fingerprint="sha256:" + hashlib.sha256(data).hexdigest())
 
 
-def _parse(path: Path, kind: str, data: bytes, max_field_chars: int) -> _Frame:
+def _parse(path: Path, kind: str, data: bytes, max_field_chars: int, max_bytes: int) -> _Frame:
     if kind == "parquet":
-        return _parse_parquet(path, data)
+        return _parse_parquet(path, data, max_bytes)
     expected = {"jsonl": "a JSON Lines file", "tsv": "a TSV file", "txt": "a delimited text file"}.get(
         kind, "a CSV file")
     detect.check_not_binary(data, path, expected)
@@ -232,24 +241,92 @@ def _json_error(path: Path, utf8: bytes, error: ValueError) -> DataError:
     return DataError(f"{path} could not be read as JSON Lines ({error}). Write one JSON object per line.")
 
 
-def _parse_parquet(path: Path, data: bytes) -> _Frame:
+def _parse_parquet(path: Path, data: bytes, max_bytes: int) -> _Frame:
+    """The flat columns of a Parquet file, decoded only once its size as text is known to be within bounds:
+    from the metadata first (rows and uncompressed sizes), then exactly, with string columns read as
+    dictionaries (a value repeated on a million rows is held once) and expanded after the check."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     if not (data.startswith(b"PAR1") and data.endswith(b"PAR1")):
         raise DataError(f"{path} is not a Parquet file (no PAR1 signature at its start and end); it may be "
                         "truncated or another format under a .parquet name.")
+    limit = min(max_bytes, max(PARQUET_MAX_EXPANSION * len(data), PARQUET_SMALL_TABLE))
     try:
-        table = pq.read_table(pa.BufferReader(data))
+        file = pq.ParquetFile(pa.BufferReader(data))
+        schema, metadata = file.schema_arrow, file.metadata
+        columns = [name.strip() for name in schema.names]
+        _require_unique(path, columns)
+        nested = {name for name, field in zip(columns, schema) if pa.types.is_nested(field.type)}
+        flat = [field.name for name, field in zip(columns, schema) if name not in nested]
+        _check_parquet_size(path, len(data), max_bytes, limit, metadata.num_rows, len(flat),
+                            _uncompressed_bytes(metadata, set(flat)) + metadata.num_rows * len(flat), exact=False)
+        strings = [field.name for field in schema if field.name in flat and _is_text(field.type)]
+        table = pq.ParquetFile(pa.BufferReader(data), read_dictionary=strings).read(columns=flat)
+        _check_parquet_size(path, len(data), max_bytes, limit, table.num_rows, len(flat),
+                            _text_bytes(table) + table.num_rows * len(flat), exact=True)
+        table = pa.table([_expanded(column) for column in table.columns], names=table.column_names)
     except (pa.ArrowException, OSError) as error:
         raise DataError(f"{path} could not be read as Parquet ({error}); it may be damaged.") from None
-    columns = [name.strip() for name in table.column_names]
-    _require_unique(path, columns)
-    nested = {name for name, field in zip(columns, table.schema) if pa.types.is_nested(field.type)}
-    flat = [i for i, name in enumerate(columns) if name not in nested]
-    df = table.select(flat).to_pandas()
-    values, _ = _flat_values(df, [columns[i] for i in flat])
+    df = table.to_pandas()
+    values, _ = _flat_values(df, [name.strip() for name in flat])
     return _Frame(columns, values, nested, None, None, "parquet", [])
+
+
+def _is_text(kind: Any) -> bool:
+    import pyarrow as pa
+
+    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind)
+                or pa.types.is_large_binary(kind))
+
+
+def _uncompressed_bytes(metadata: Any, names: set[str]) -> int:
+    """What the metadata says the columns ``names`` take uncompressed: their values as stored (a dictionary
+    once, with each row's index into it), before any of them is decoded."""
+    leaves = [j for j in range(metadata.num_columns) if metadata.schema.column(j).path in names]
+    return sum(metadata.row_group(i).column(j).total_uncompressed_size
+               for i in range(metadata.num_row_groups) for j in leaves)
+
+
+def _text_bytes(table: Any) -> int:
+    """The bytes of ``table``'s values with its dictionary columns expanded, computed without expanding them:
+    each row's value length, looked up in its dictionary."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    total = 0
+    for column in table.columns:
+        for chunk in column.chunks:
+            if pa.types.is_dictionary(chunk.type) and _is_text(chunk.type.value_type):
+                lengths = pc.binary_length(chunk.dictionary)
+                total += int(pc.sum(pc.take(lengths, chunk.indices)).as_py() or 0)
+            elif pa.types.is_dictionary(chunk.type):  # numbers or dates from a categorical: about 8 bytes each
+                total += 8 * len(chunk)
+            else:
+                total += chunk.nbytes
+    return total
+
+
+def _expanded(column: Any) -> Any:
+    import pyarrow as pa
+
+    return column.cast(column.type.value_type) if pa.types.is_dictionary(column.type) else column
+
+
+def _check_parquet_size(path: Path, size: int, max_bytes: int, limit: int, rows: int, columns: int, text: int,
+                        exact: bool) -> None:
+    """Refuse a Parquet file of ``size`` bytes whose ``rows`` x ``columns`` table is ``text`` bytes as text
+    (``exact``, or as the metadata estimates it), over ``limit``."""
+    if text <= limit:
+        return
+    decoded = f"{path}: its {rows:,} rows of {columns} columns decode to {'' if exact else 'about '}{text:,} bytes"
+    if limit == max_bytes:
+        raise DataError(f"{decoded} of text, over max_bytes ({max_bytes:,}). Use a sample of the file (fewer "
+                        "rows), or raise max_bytes if this machine has the memory.")
+    raise DataError(f"{decoded} of text, {text // size:,} times the file's {size:,} bytes; a Parquet file may "
+                    f"decode to {PARQUET_MAX_EXPANSION} times its size (or to {PARQUET_SMALL_TABLE:,} bytes), so "
+                    "that a small file cannot exhaust memory. Use a sample of the file (fewer rows), or save it "
+                    "as CSV (read up to max_bytes).")
 
 
 def _flat_values(df: pd.DataFrame, columns: list[str]) -> tuple[dict[str, pd.Series], set[str]]:

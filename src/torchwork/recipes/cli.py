@@ -49,10 +49,13 @@ def cli_quickstart(args: argparse.Namespace) -> int:
 
 def cli_train(args: argparse.Namespace) -> int:
     """``torchwork train RECIPE_OR_CONFIG.yaml [--set key=value ...] [--nproc N ...]``."""
+    from torchwork.distributed.launch import check_launch
     from torchwork.recipes.registry import resolve, run_recipe
 
-    name, config = resolve(args.recipe_or_config, args.set)  # validate before launching anything
-    if args.nproc and args.nproc > 1 or args.nnodes > 1:
+    # validate before launching anything: --nproc 0 (the default) trains in this process, as 1 does
+    check_launch(args.nproc or 1, args.nnodes, args.node_rank, args.master_port)
+    name, config = resolve(args.recipe_or_config, args.set)
+    if args.nproc > 1 or args.nnodes > 1:
         import subprocess
 
         from torchwork.distributed.launch import torchrun_command
@@ -67,19 +70,43 @@ def cli_train(args: argparse.Namespace) -> int:
 
 def fit_settings(args: argparse.Namespace) -> list[str]:
     """The sentiment recipe's settings ``torchwork fit`` runs: the user's file and columns, the fine-tuned
-    transformer (the n-gram model with ``--quick``), a run folder of its own, then the user's ``--set``s.
+    transformer (the n-gram model with ``--quick``), a run folder of its own, then the user's ``--set``s; a
+    ``--set`` of a setting fit takes from its own arguments (:data:`FIT_OWNS`: ``data=``, ``model=``, ...) is
+    refused, naming the argument to use (``run_dir=`` is the user's to set).
 
     Example:
         >>> fit_settings(argparse.Namespace(data="a.csv", text=None, label="stars", test=None, quick=True,
         ...                                 set=["seed=1"]))
         ['run_dir=runs/fit', 'data=a.csv', 'model=ngram', 'transformer_max_length=0', 'label=stars', 'seed=1']
+        >>> fit_settings(argparse.Namespace(data="a.csv", set=["data=b.csv"]))
+        Traceback (most recent call last):
+        ...
+        torchwork.errors.ConfigError: --set data=...: fit sets data from its own arguments; give the file as fit's first argument: torchwork fit FILE.
     """
+    refuse_owned_settings(args.set or [], FIT_OWNS)
     settings = ["run_dir=runs/fit", f"data={args.data}", "model=ngram" if args.quick else "model=transformer",
                 "transformer_max_length=0"]  # chosen from the data's token lengths
     settings += [f"{key}={value}" for key, value in (("text", args.text), ("label", args.label),
                                                       ("test_data", args.test),
                                                       ("model_dir", getattr(args, "model", None))) if value]
     return [*settings, *(args.set or [])]
+
+
+# The settings fit takes from its own arguments (a --set of one would silently win over them): what to use.
+FIT_OWNS = {"data": "give the file as fit's first argument: torchwork fit FILE",
+            "text": "use --text COLUMN", "label": "use --label COLUMN", "test_data": "use --test FILE",
+            "model_dir": "use --model DIR (a local encoder folder)",
+            "model": "add --quick for the n-gram model, leave it out for the fine-tuned transformer"}
+
+
+def refuse_owned_settings(assignments: list[str], owned: dict[str, str]) -> None:
+    """A ConfigError for the first of ``assignments`` (``--set key=value``s) that sets one of ``owned``, the
+    settings a command takes from its own arguments, naming what to use instead."""
+    from torchwork.recipes.config import parse_assignments
+
+    for key in parse_assignments(assignments):
+        if key in owned:
+            raise ConfigError(f"--set {key}=...: fit sets {key} from its own arguments; {owned[key]}.")
 
 
 def cli_fit(args: argparse.Namespace) -> int:
@@ -137,6 +164,7 @@ def image_fit_config(args: argparse.Namespace) -> ImageFitConfig:
         raise ConfigError(f"{args.data} is an image folder: {', '.join(given)} apply to a text file only (the "
                           "classes are its sub-folders, the test split its test/ folder); drop "
                           f"{', '.join(given)}.")
+    refuse_owned_settings(getattr(args, "set", None) or [], {"data": FIT_OWNS["data"]})
     values = parse_assignments([f"data={args.data}", *(QUICK if getattr(args, "quick", False) else []),
                                 *(getattr(args, "set", None) or [])])
     return apply_overrides(ImageFitConfig(), values)
@@ -162,7 +190,9 @@ def cli_data(args: argparse.Namespace, *, label_noise: bool = True, say: Callabl
     import orjson
 
     from torchwork.recipes.fit_data import blocking_errors, load_fit_data
+    from torchwork.seeding import check_seed
 
+    check_seed(args.seed, "--seed")  # before any file is read
     quiet = args.json
     if os.path.isdir(args.data):
         report, config = _image_report(args, (lambda line: None) if quiet else say), None

@@ -27,6 +27,20 @@ from typing import Any, TypeVar
 from torchwork.errors import ConfigError
 
 C = TypeVar("C")
+FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32
+# Upper bounds of the recipes' settings (check_settings' at_most), far past any useful value and short of
+# where the arithmetic breaks: a learning rate or L2 penalty of 10 is already one no model here trains with
+# (the defaults are 3e-2 and 3.5e-5; Adam moves each weight by about lr a step), while 1e30 trains to nan
+# and 1e308 overflows float32 inside the optimizer.
+MAX_LR = 10.0
+MAX_L2 = 10.0
+MAX_CLIP_NORM = 1e6  # a gradient norm that large never clips: effectively off
+MAX_BATCH_SIZE = 2**20  # a million rows a batch; past it the loaders refuse (and islice overflows at 2**63)
+MAX_EPOCHS = 10_000  # also the cap of the patience counted in epochs
+MAX_ROWS = 10**9  # rows or words to keep or require (subset, min_freq, max_vocab, ...): more than held in memory
+MAX_TOKENS = 2**20  # tokens of one text
+MAX_THREADS = 1024  # torch threads: more than any CPU has cores
+MAX_VERIFY_ROUNDS = 1000  # each round costs about a second
 EXPORT_FORMATS = ("pt2", "onnx", "torchscript")
 COMPILE_CHOICES: dict[str, bool | str] = {"auto": "auto", "true": True, "on": True, "yes": True, "false": False, "off": False, "no": False}
 
@@ -96,23 +110,44 @@ def _convert(name: str, value: Any, annotation: Any) -> Any:
         try:
             number = float(value)
         except (TypeError, ValueError, OverflowError):
-            raise ConfigError(f"{name}: expected {annotation.__name__}, got {value!r}.") from None
+            raise ConfigError(f"{name}: expected {annotation.__name__}, got {_echo(value)}.") from None
         if not math.isfinite(number):
-            raise ConfigError(f"{name}: expected a finite number, got {value!r}.")
+            raise ConfigError(f"{name}: expected a finite number, got {_echo(value)}.")
         if annotation is float:
+            if abs(number) > FLOAT32_MAX:  # the tensors it reaches are float32: it would be inf there
+                raise ConfigError(f"{name}: {_echo(value)} is past what float32 holds (about 3.4e38); use a "
+                                  "number of a sensible size.")
             return number
-        if isinstance(value, int):
-            return value
-        with contextlib.suppress(ValueError):
-            return int(value)  # "12" exactly, even past float precision
-        if not number.is_integer():
-            raise ConfigError(f"{name}: expected an integer, got {value!r}.")
-        return int(number)
+        return _whole(name, value, number)
     if annotation is str:
         if not isinstance(value, (str, int, float)):
             raise ConfigError(f"{name}: expected text, got {value!r}.")
         return str(value)
     return value
+
+
+def _echo(value: Any) -> str:
+    """``repr(value)`` for a message, cut short when it is long (a 300-digit number is not echoed whole)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:16]}...{text[-8:]} ({len(text)} characters)"
+
+
+def _whole(name: str, value: Any, number: float) -> int:
+    """``value`` (already read as the finite float ``number``) as an integer setting: an int, a whole float
+    (2.0 is 2) or text such as "12" (exactly, even past float precision) or "1e3"; a fraction is refused,
+    not truncated (``seed: 1.5`` is not seed 1), and so is a number past 64 bits, which no tensor holds."""
+    whole: int | None = value if isinstance(value, int) else None
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            whole = int(value)
+    if whole is None:
+        if not number.is_integer():
+            raise ConfigError(f"{name}: expected an integer, got {_echo(value)}; give a whole number.")
+        whole = int(number)
+    if not -(2**63) <= whole < 2**63:
+        raise ConfigError(f"{name}: {_echo(value)} is too large for an integer setting (at most 2**63 - 1); use "
+                          "a number of a sensible size.")
+    return whole
 
 
 def apply_overrides(config: C, values: dict[str, Any]) -> C:
@@ -139,11 +174,28 @@ def apply_overrides(config: C, values: dict[str, Any]) -> C:
     return updated
 
 
+def _shown(value: Any) -> str:
+    """A setting's value in a message: its repr, a very large integer as 1e+308 rather than 309 digits."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**15:
+        return f"{value:.3g}"
+    return repr(value)
+
+
+def _bound(number: float) -> str:
+    """A bound in a message: 1048576, not 1.04858e+06."""
+    return str(int(number)) if float(number).is_integer() and abs(number) < 1e16 else f"{number:g}"
+
+
 def check_settings(config: Any, *, at_least: dict[str, float] | None = None,
-                   above: dict[str, float] | None = None, one_of: dict[str, tuple[str, ...]] | None = None,
-                   zero_or_at_least: dict[str, tuple[int, str]] | None = None,
+                   above: dict[str, float] | None = None, at_most: dict[str, float] | None = None,
+                   one_of: dict[str, tuple[str, ...]] | None = None,
+                   zero_or_at_least: dict[str, tuple[int, str] | tuple[int, str, str]] | None = None,
                    some_of: dict[str, tuple[str, ...]] | None = None) -> None:
-    """Raise one ConfigError naming each setting out of its range (and only those).
+    """Raise one ConfigError naming each setting out of its range (and only those, each once).
+
+    ``zero_or_at_least`` maps a setting to ``(low, why)`` or ``(low, what 0 means, why)`` (0 means "all
+    rows" unless told). A ``seed`` the config has is checked too, as every seed is
+    (:func:`torchwork.seeding.seed_problem`: an integer in ``[0, 2**32)``).
 
     Example:
         >>> from types import SimpleNamespace
@@ -151,30 +203,38 @@ def check_settings(config: Any, *, at_least: dict[str, float] | None = None,
         Traceback (most recent call last):
         ...
         torchwork.errors.ConfigError: epochs=0: must be >= 1.
+        >>> check_settings(SimpleNamespace(lr=1e30, seed=-1), at_least={"seed": 0}, at_most={"lr": 10})
+        Traceback (most recent call last):
+        ...
+        torchwork.errors.ConfigError: seed=-1: must be >= 0; lr=1e+30: must be <= 10.
     """
-    problems = []
-    for name, low in (at_least or {}).items():
-        value = getattr(config, name)
-        if value is not None and value < low:
-            problems.append(f"{name}={value!r}: must be >= {low:g}")
-    for name, low in (above or {}).items():
-        value = getattr(config, name)
-        if value is not None and not value > low:
-            problems.append(f"{name}={value!r}: must be > {low:g}")
-    for name, choices in (one_of or {}).items():
-        value = getattr(config, name)
-        if value not in choices:
-            problems.append(f"{name}={value!r}: use {', '.join(choices)}")
-    for name, (low, why) in (zero_or_at_least or {}).items():
+    from torchwork.seeding import seed_problem
+
+    problems: dict[str, str] = {}  # one problem a setting, in the order found
+    seed = getattr(config, "seed", None)
+    if seed is not None and seed_problem(seed) is not None:
+        problems["seed"] = str(seed_problem(seed))
+    found = [(name, f"must be >= {_bound(low)}") for name, low in (at_least or {}).items()
+             if getattr(config, name) is not None and getattr(config, name) < low]
+    found += [(name, f"must be > {_bound(low)}") for name, low in (above or {}).items()
+              if getattr(config, name) is not None and not getattr(config, name) > low]
+    found += [(name, f"must be <= {_bound(high)}") for name, high in (at_most or {}).items()
+              if getattr(config, name) is not None and getattr(config, name) > high]
+    found += [(name, f"use {', '.join(choices)}") for name, choices in (one_of or {}).items()
+              if getattr(config, name) not in choices]
+    for name, (low, *words) in (zero_or_at_least or {}).items():
+        zero, why = (words[0], words[1]) if len(words) == 2 else ("all rows", words[0])
         value = getattr(config, name)
         if value < 0 or 0 < value < low:
-            problems.append(f"{name}={value!r}: use 0 (all rows) or >= {low} ({why})")
+            found.append((name, f"use 0 ({zero}) or >= {low} ({why})"))
+    for name, what in found:
+        problems.setdefault(name, f"{name}={_shown(getattr(config, name))}: {what}")
     for name, choices in (some_of or {}).items():
         value = list(getattr(config, name))
         if not value or set(value) - set(choices):
-            problems.append(f"{name}={value}: choose one or more of {', '.join(choices)}")
+            problems.setdefault(name, f"{name}={value}: choose one or more of {', '.join(choices)}")
     if problems:
-        raise ConfigError("; ".join(problems) + ".")
+        raise ConfigError("; ".join(problems.values()) + ".")
 
 
 def compile_choice(value: Any) -> bool | str:
@@ -206,19 +266,15 @@ def parse_assignments(assignments: list[str]) -> dict[str, str]:
 
 
 def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A YAML mapping from ``path``, with a clear error for anything else."""
-    import yaml
+    """A YAML mapping from ``path``, read as data (:func:`torchwork.yaml_files.read_yaml_file`: a bounded
+    regular file, aliases refused), with a one-line error for anything else."""
+    from torchwork.yaml_files import read_yaml_file
 
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"config file {path} is a directory; give the YAML file inside it "
                           f"(e.g. {path / 'config.yaml'}).")
-    if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist.")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{path} is not valid YAML: {error}") from None
+    data = read_yaml_file(path, "config file") or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a mapping of settings (key: value), not {type(data).__name__}.")
     return data

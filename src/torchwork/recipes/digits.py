@@ -16,10 +16,11 @@ def run(epochs: int = 8, seed: int = 0, batch_size: int = 64, verbose: bool = Tr
     """Train, evaluate on the held-out test split, and return a summary dict."""
     from types import SimpleNamespace
 
-    from torchwork.recipes.config import check_settings
+    from torchwork.recipes.config import MAX_BATCH_SIZE, MAX_EPOCHS, check_settings
 
-    check_settings(SimpleNamespace(epochs=epochs, seed=seed, batch_size=batch_size),
-                   at_least={"epochs": 1, "seed": 0, "batch_size": 1})  # before any work
+    check_settings(SimpleNamespace(epochs=epochs, seed=seed, batch_size=batch_size),  # before any work
+                   at_least={"epochs": 1, "seed": 0, "batch_size": 1},
+                   at_most={"epochs": MAX_EPOCHS, "batch_size": MAX_BATCH_SIZE})  # the seed: < 2**32
     import numpy as np
     import torch
     from sklearn.datasets import load_digits

@@ -23,7 +23,17 @@ import dataclasses
 import time
 from typing import Any
 
-from torchwork.recipes.config import EXPORT_FORMATS, check_settings, compile_choice
+from torchwork.recipes.config import (
+    EXPORT_FORMATS,
+    MAX_BATCH_SIZE,
+    MAX_EPOCHS,
+    MAX_LR,
+    MAX_ROWS,
+    MAX_THREADS,
+    MAX_VERIFY_ROUNDS,
+    check_settings,
+    compile_choice,
+)
 
 
 @dataclasses.dataclass
@@ -54,7 +64,13 @@ class FashionConfig:
                                        "seed": 0, "eval_subset": 0, "pretrained_epochs": 1, "pretrained_size": 32,
                                        "verify_rounds": 5},
                        above={"lr": 0, "pretrained_lr": 0}, some_of={"export_formats": EXPORT_FORMATS},
-                       zero_or_at_least={"subset": (100, "ten images of each of the ten classes")})
+                       at_most={"lr": MAX_LR, "pretrained_lr": MAX_LR, "epochs": MAX_EPOCHS,
+                                "pretrained_epochs": MAX_EPOCHS, "patience": MAX_EPOCHS,
+                                "batch_size": MAX_BATCH_SIZE, "subset": MAX_ROWS, "eval_subset": MAX_ROWS,
+                                "threads": MAX_THREADS, "verify_rounds": MAX_VERIFY_ROUNDS,
+                                # past these the CNN's and EfficientNet's activations outgrow any memory
+                                "channels": 1024, "pretrained_size": 1024},
+                       zero_or_at_least={"subset": (100, "all rows", "ten images of each of the ten classes")})
         compile_choice(self.compile)
 
 

@@ -43,6 +43,9 @@ def resolve(recipe_or_config: str, assignments: list[str] | None = None) -> tupl
         if not name:
             raise ConfigError(f"{recipe_or_config} must say which recipe it configures, e.g. 'recipe: sentiment' "
                               f"(recipes: {', '.join(RECIPES)}).")
+        if not isinstance(name, str):  # `recipe: [sentiment]`, `recipe: {a: b}`, `recipe: 3`
+            raise ConfigError(f"{recipe_or_config}: recipe: {name!r:.60} must be one recipe's name, e.g. "
+                              f"'recipe: sentiment' (recipes: {', '.join(RECIPES)}).")
     if name not in RECIPES:
         import difflib
 
@@ -71,12 +74,34 @@ def quickstart_config(recipe: str, settings: Sequence[str] = (), quick: bool = F
         >>> quickstart_config("sentiment", ["model=ngram"], quick=True)[1].subset
         3000
     """
+    if recipe in RECIPES:
+        _refuse_other_recipes_settings(recipe, settings)
     user = [*QUICKSTART_DEFAULTS.get(recipe, []), *settings]
     name, config = resolve(recipe, [*QUICK.get(recipe, []), *user] if quick else user)
     extra = QUICK.get(f"{name}:{getattr(config, 'model', '')}", []) if quick else []
     if extra:  # the model's own quick settings, still overridden by the user's
         name, config = resolve(recipe, [*QUICK.get(recipe, []), *extra, *user])
     return name, config
+
+
+def _settings_of(recipe: str) -> set[str]:
+    import dataclasses
+
+    module, config_class = RECIPES[recipe]
+    return {field.name for field in dataclasses.fields(getattr(importlib.import_module(module), config_class))}
+
+
+def _refuse_other_recipes_settings(recipe: str, settings: Sequence[str]) -> None:
+    """A ConfigError for a setting that ``recipe`` lacks and another recipe has (``quickstart --pretrained``,
+    a fashion setting, without ``--recipe fashion``): it names the recipe to choose."""
+    from torchwork.recipes.config import parse_assignments
+
+    own = _settings_of(recipe)
+    for key in parse_assignments(list(settings)):
+        others = [other for other in RECIPES if other != recipe and key not in own and key in _settings_of(other)]
+        if others:
+            raise ConfigError(f"{key} is a setting of the {others[0]} recipe, not of {recipe}: add --recipe "
+                              f"{others[0]}.")
 
 
 # What the quickstart (the main job) runs unless told otherwise: the fine-tuned transformer, about 8 minutes

@@ -22,7 +22,20 @@ import sys
 import time
 from typing import Any
 
-from torchwork.recipes.config import EXPORT_FORMATS, check_settings, compile_choice
+from torchwork.recipes.config import (
+    EXPORT_FORMATS,
+    MAX_BATCH_SIZE,
+    MAX_CLIP_NORM,
+    MAX_EPOCHS,
+    MAX_L2,
+    MAX_LR,
+    MAX_ROWS,
+    MAX_THREADS,
+    MAX_TOKENS,
+    MAX_VERIFY_ROUNDS,
+    check_settings,
+    compile_choice,
+)
 from torchwork.recipes.sentiment_shared import choose_precision, precision_words, stratified_subset
 from torchwork.recipes.transformer_settings import TransformerSettings, validate_settings
 from torchwork.recipes.transformer_strategy import STRATEGIES
@@ -30,6 +43,14 @@ from torchwork.recipes.transformer_strategy import STRATEGIES
 MIN_SUBSET = 200  # rows per split: about 35 of the rarest class (positive, ~18%)
 
 MODELS = ("ngram", "transformer")
+# The upper bounds of the settings (recipes/config.py says why each); the transformer's own ones (its layers,
+# positions, fractions) are in transformer_settings.validate_settings.
+UPPER_BOUNDS = {"lr": MAX_LR, "transformer_lr": MAX_LR, "l2": MAX_L2, "clip_grad_norm": MAX_CLIP_NORM,
+                "epochs": MAX_EPOCHS, "transformer_epochs": MAX_EPOCHS, "patience": MAX_EPOCHS,
+                "transformer_patience": MAX_EPOCHS, "batch_size": MAX_BATCH_SIZE,
+                "transformer_batch_size": MAX_BATCH_SIZE, "subset": MAX_ROWS, "transformer_train_rows": MAX_ROWS,
+                "min_freq": MAX_ROWS, "max_vocab": MAX_ROWS, "max_length": MAX_TOKENS, "threads": MAX_THREADS,
+                "verify_rounds": MAX_VERIFY_ROUNDS}
 # What `--serve` asks the served tweets model (a user's own data: three of its test texts instead).
 DEMO_TWEETS = ["@united thank you, the crew was wonderful!",
                "@united my bag is lost AGAIN and nobody answers the phone", "Flight 1234 lands at 5pm"]
@@ -104,14 +125,16 @@ class SentimentConfig:
                                        "warmup": 0,
                                        "transformer_train_rows": 0, "verify_rounds": 5},
                        above={"lr": 0, "clip_grad_norm": 0, "transformer_lr": 0, "layer_decay": 0},
+                       at_most=UPPER_BOUNDS,
                        one_of={"precision": ("auto", "32", "bf16"), "transformer_precision": ("auto", "32", "bf16"),
                                "model": MODELS,
                                "transformer_strategy": STRATEGIES},
                        some_of={"export_formats": EXPORT_FORMATS},
-                       zero_or_at_least={"transformer_max_length": (8, "a text needs room for its special tokens "
-                                                                       "and some words"),
-                                         "subset": (MIN_SUBSET, "fewer rows per split leave too few tweets of "
-                                                    "the rarest class, positive, to train on and to score")})
+                       zero_or_at_least={"transformer_max_length": (8, "chosen from the data", "a text needs room "
+                                                                   "for its special tokens and some words"),
+                                         "subset": (MIN_SUBSET, "all rows", "fewer rows per split leave too few "
+                                                    "tweets of the rarest class, positive, to train on and to "
+                                                    "score")})
         compile_choice(self.compile)
         validate_settings(TransformerSettings.of(self))  # the upper bounds
 
@@ -168,6 +191,29 @@ def recorded_choices(config: SentimentConfig, classes: list[str]) -> dict[str, A
             if isinstance(timing, dict) else {}}
 
 
+def check_vocabulary(preprocessor: Any, min_freq: int, texts: int) -> None:
+    """Refuse a vocabulary with no word (only ``<pad>`` and ``<unk>``): every text would read as unknown words
+    and the model would learn one class for all. It happens when ``min_freq`` is more than any word occurs.
+
+    Example:
+        >>> from torchwork.data import TextPreprocessor
+        >>> check_vocabulary(TextPreprocessor.fit(["good day", "bad day"], min_freq=9), 9, 2)
+        Traceback (most recent call last):
+        ...
+        torchwork.errors.ConfigError: min_freq=9: no word occurs that often in the 2 training texts, so the vocabulary would be empty and the model would predict one class for every text; lower min_freq (1 keeps every word).
+    """
+    if preprocessor.vocab_size > 2:
+        return
+    from torchwork.errors import ConfigError
+
+    if min_freq <= 1:
+        raise ConfigError(f"the {texts:,} training texts hold no word to learn from; check that the text column "
+                          "is the one with the texts (--text COLUMN).")
+    raise ConfigError(f"min_freq={min_freq}: no word occurs that often in the {texts:,} training texts, so the "
+                      "vocabulary would be empty and the model would predict one class for every text; lower "
+                      "min_freq (1 keeps every word).")
+
+
 def fit_ngram(config: SentimentConfig, train: Any, validation: Any, classes: list[str],
               recorded: dict[str, Any] | None = None, record: dict[str, Any] | None = None,
               callbacks: Any = (), data_splits: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -186,6 +232,7 @@ def fit_ngram(config: SentimentConfig, train: Any, validation: Any, classes: lis
 
     preprocessor = TextPreprocessor.fit(train.texts, min_freq=config.min_freq, max_vocab=config.max_vocab,
                                         max_length=config.max_length)
+    check_vocabulary(preprocessor, config.min_freq, len(train))
     train_loader = loader(train, config.batch_size, shuffle=True, seed=config.seed, num_workers=0,
                           preprocessor=preprocessor)
     val_loader = loader(validation, 512, num_workers=0, preprocessor=preprocessor)

@@ -81,11 +81,24 @@ def settings_table(recipe: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Print the settings of each recipe named (every recipe without a name); an unknown name: one line on
+    stderr and exit code 2, as the ``torchwork`` command says it, before anything is printed.
+
+    Example:
+        >>> main(["bogus"])
+        2
+    """
     names = argv if argv is not None else sys.argv[1:]
+    from torchwork.errors import ConfigError
     from torchwork.recipes.registry import RECIPES
 
-    for i, recipe in enumerate(names or list(RECIPES)):
-        print(("\n" if i else "") + f"{recipe}:\n{settings_table(recipe)}")
+    try:
+        tables = [settings_table(recipe) for recipe in names or list(RECIPES)]
+    except ConfigError as error:
+        print(f"torchwork: error: {error}", file=sys.stderr)
+        return 2
+    for i, (recipe, table) in enumerate(zip(names or list(RECIPES), tables)):
+        print(("\n" if i else "") + f"{recipe}:\n{table}")
     return 0
 
 

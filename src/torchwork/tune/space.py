@@ -176,47 +176,18 @@ class Space:
 
 
 def read_space(path: str | os.PathLike[str], integer_fields: set[str] | None = None) -> Space:
-    """A validated space from a YAML file (a one-line error for anything wrong in it)."""
+    """A validated space from a YAML file (a one-line error for anything wrong in it), read as data: a
+    regular file of at most :data:`MAX_SPACE_BYTES`, aliases refused (:mod:`torchwork.yaml_files`)."""
+    from torchwork.yaml_files import read_yaml_file
+
     file = Path(path)
-    if not file.is_file():
+    if not os.path.lexists(file):
         raise ConfigError(f"space file {file} does not exist (write one setting per line, e.g. "
                           "'lr: {low: 1.0e-4, high: 0.1, log: true}').")
-    data = _load_yaml(file)
+    data = read_yaml_file(file, "search space", MAX_SPACE_BYTES) or {}
     if not isinstance(data, Mapping):
         raise ConfigError(f"space {file} must hold a mapping of settings (key: value), not {type(data).__name__}.")
     return Space.from_mapping(data, integer_fields, where=f"space {file}")
-
-
-def _load_yaml(file: Path) -> Any:
-    """The YAML of a space file, read as a bounded regular file, with aliases refused: ``*name`` repeats a
-    node without copying it, so 332 bytes of nested aliases expand to billions of values (a "billion laughs")
-    once anything walks them."""
-    import yaml  # type: ignore[import-untyped]  # no stubs in the lock
-
-    from torchwork.paths import FileTooLarge, NotRegularFile, read_regular
-
-    class NoAliases(yaml.SafeLoader):
-        def compose_node(self, parent: Any, index: Any) -> Any:
-            if self.check_event(yaml.AliasEvent):
-                mark = self.peek_event().start_mark
-                raise ConfigError(f"space {file}, line {mark.line + 1}: aliases (*{self.peek_event().anchor}) "
-                                  "are not supported in a search space; write each setting out.")
-            return super().compose_node(parent, index)
-
-    try:
-        raw = read_regular(file, MAX_SPACE_BYTES)
-    except NotRegularFile as error:
-        raise ConfigError(f"space {file} is {error}; give a YAML file.") from None
-    except FileTooLarge:
-        raise ConfigError(f"space {file} is over {MAX_SPACE_BYTES >> 20} MiB: a space is one line per setting.") from None
-    except OSError as error:
-        raise ConfigError(f"space {file} cannot be read: {error.strerror or error}.") from None
-    try:
-        return yaml.load(raw.decode("utf-8"), Loader=NoAliases) or {}  # noqa: S506 - a SafeLoader
-    except UnicodeDecodeError:
-        raise ConfigError(f"space {file} is not UTF-8 text.") from None
-    except yaml.YAMLError as error:  # YAML's messages span lines; one line here
-        raise ConfigError(" ".join(f"{file} is not valid YAML: {error}".split())) from None
 
 
 def check_names(space: Space, fields: list[str], refused: Mapping[str, str]) -> None:
@@ -236,19 +207,36 @@ def check_names(space: Space, fields: list[str], refused: Mapping[str, str]) -> 
 
 
 def _number(name: str, key: str, value: Any) -> float:
+    """``value`` as a finite number. Text that reads as one is taken as the recipe configs take it: YAML 1.1 reads
+    ``1e-4`` (no dot in the mantissa) as the text '1e-4', which is 0.0001 all the same."""
+    given = value
+    if isinstance(value, str):
+        value = _parsed(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{name}: {key} must be a number, got {_short(value)}")
+        raise ConfigError(f"{name}: {key} must be a number (e.g. 1.0e-4 or 16), got {_short(given)}")
     try:
         finite = math.isfinite(value)
     except OverflowError:  # an integer past float's range
         finite = False
     if not finite:
-        raise ConfigError(f"{name}: {key} must be a finite number, got {_short(value)}")
+        raise ConfigError(f"{name}: {key} must be a finite number, got {_short(given)}")
     return value
+
+
+def _parsed(text: str) -> Any:
+    """``text`` as an int ('16') or a float ('1e-4'), else ``text`` itself."""
+    for kind in (int, float):
+        try:
+            return kind(text.strip())
+        except ValueError:  # not this kind of number (or an integer of over 4,300 digits)
+            continue
+    return text
 
 
 def _short(value: Any, limit: int = 80) -> str:
     """``repr(value)`` cut to ``limit`` characters (an error quotes what it refuses, never all of it)."""
+    if isinstance(value, int) and value.bit_length() > 1000:  # repr refuses past 4,300 digits
+        return f"<an integer of {math.floor(value.bit_length() * math.log10(2)) + 1} digits or so>"
     text = repr(value) if not isinstance(value, (list, dict)) or len(value) <= 64 else \
         f"<{type(value).__name__} of {len(value)} items>"
     return text if len(text) <= limit else text[:limit - 3] + "..."
