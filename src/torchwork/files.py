@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from torchwork.errors import DiskFullError
+from torchwork.errors import ConfigError, DiskFullError
 
 # mkstemp's names: the prefix, 8 characters from [a-z0-9_], the suffix.
 TEMP_NAME = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
@@ -133,3 +133,25 @@ def remove_temp_files(folder: str | os.PathLike[str]) -> list[Path]:
                 candidate.unlink(missing_ok=True)
                 removed.append(candidate)
     return removed
+
+
+def check_output_file(path: str, example: str, what: str, option: str = "-o") -> None:
+    """A :class:`~torchwork.errors.ConfigError`, before any work, for an output path that cannot become a
+    file: a directory (``example`` names a file in it), or a path under something that is not a directory.
+
+    Example:
+        >>> import tempfile
+        >>> check_output_file(tempfile.gettempdir(), "lock.txt", "the lock file")
+        Traceback (most recent call last):
+        ...
+        torchwork.errors.ConfigError: -o ... is a directory; give a file name for the lock file, e.g. -o .../lock.txt.
+    """
+    if os.path.isdir(path):
+        raise ConfigError(f"{option} {path} is a directory; give a file name for {what}, e.g. {option} "
+                          f"{os.path.join(path, example)}.")
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent) and os.path.dirname(parent) != parent:
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise ConfigError(f"{option} {path}: {parent} is not a directory, so {what} cannot be written under it; "
+                          "give another path.")

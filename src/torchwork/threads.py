@@ -55,6 +55,9 @@ RECHECK_FALL = 1 / 3  # re-check when throughput falls by more than this share o
 RECHECK_MARGIN = 0.25  # ... or when the CPU others use gives another free count even this much either side
 WINDOW_S = 2.0  # throughput and the neighbours' CPU are read over windows of at least this long
 READ_S = 0.1  # the neighbours' CPU at the start is read over at least this long
+# An explicit count above this (and above 4 per usable CPU) is refused: more threads than that is a mistake
+# (a million crashed the process), while a fixed floor keeps a config with threads=64 valid on a laptop.
+MAX_THREADS = 1024
 
 
 def usable_cpus() -> int:
@@ -242,8 +245,16 @@ def passive_waiting() -> bool:
     return True
 
 
+def max_threads() -> int:
+    """The most threads an explicit count may ask for: :data:`MAX_THREADS`, or 4 per usable CPU on a machine
+    with more than 256 of them."""
+    return max(MAX_THREADS, 4 * usable_cpus())
+
+
 def check_threads(threads: Any, what: str = "threads") -> int | None:
-    """``threads`` as an int (explicit) or None (auto); a ConfigError for anything else.
+    """``threads`` as an int (explicit) or None (auto); a ConfigError for anything else, and for a count
+    above :func:`max_threads` (torch would try to start them all: a process asked for a million threads
+    crashed in the allocator).
 
     Example:
         >>> check_threads("auto"), check_threads(0), check_threads(3)
@@ -254,6 +265,10 @@ def check_threads(threads: Any, what: str = "threads") -> int | None:
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
         raise ConfigError(f"{what}={threads!r}: use 'auto' (or 0) to choose for the machine, or a thread count "
                           ">= 1.")
+    if threads > MAX_THREADS and threads > (ceiling := max_threads()):
+        raise ConfigError(f"{what}={threads!r} is more than the {ceiling} threads allowed (this process may use "
+                          f"{usable_cpus()} CPUs): use 'auto' (or 0) to choose for the machine, or a count up to "
+                          f"{usable_cpus()}.")
     return threads
 
 

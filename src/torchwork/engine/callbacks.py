@@ -27,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+import difflib
 import math
 from typing import Any
 
@@ -58,15 +59,26 @@ def _step_based(trainer: Any) -> bool:
 
 class EarlyStopping(Callback):
     """Stop when ``monitor`` has not improved by ``min_delta`` for ``patience`` epochs (with
-    ``fit(eval_every=K)``: ``patience`` evaluations, and training stops at the evaluation that decides it)."""
+    ``fit(eval_every=K)``: ``patience`` evaluations, and training stops at the evaluation that decides it).
+
+    ``patience`` 0 and 1 both stop at the first epoch that does not improve (as Keras's). ``min_delta`` is
+    the least change that counts as an improvement, >= 0: ``mode`` gives its direction. ``fit`` checks the
+    monitor against the metrics it will log before it starts (:mod:`torchwork.engine.logged_names`)."""
 
     def __init__(self, monitor: str = "val_loss", mode: str = "min", patience: int = 3,
                  min_delta: float = 0.0) -> None:
+        if not isinstance(monitor, str) or not monitor:
+            raise ConfigError(f"EarlyStopping(monitor={monitor!r}): name the metric to watch, e.g. 'val_loss'.")
         if mode not in ("min", "max"):
             raise ConfigError(f"EarlyStopping(mode={mode!r}): use 'min' or 'max'.")
-        if patience < 1:
-            raise ConfigError(f"EarlyStopping(patience={patience}): patience must be at least 1.")
-        self.monitor, self.mode, self.patience, self.min_delta = monitor, mode, patience, abs(min_delta)
+        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
+            raise ConfigError(f"EarlyStopping(patience={patience!r}): patience is a count of epochs (or "
+                              "evaluations) without improvement, an integer >= 0.")
+        if (isinstance(min_delta, bool) or not isinstance(min_delta, (int, float)) or not math.isfinite(min_delta)
+                or min_delta < 0):
+            raise ConfigError(f"EarlyStopping(min_delta={min_delta!r}): the least change that counts as an "
+                              "improvement must be a finite number >= 0 (mode='min' or 'max' gives its direction).")
+        self.monitor, self.mode, self.patience, self.min_delta = monitor, mode, patience, float(min_delta)
         self.best = math.inf if mode == "min" else -math.inf
         self.best_epoch: int | None = None  # with fit(eval_every=K): the step of the best value
         self.bad_epochs = 0
@@ -81,8 +93,10 @@ class EarlyStopping(Callback):
         if _step_based(trainer):
             return  # judged at each evaluation instead
         if self.monitor not in logs:
+            close = difflib.get_close_matches(self.monitor, sorted(logs), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
             raise ConfigError(f"EarlyStopping monitors {self.monitor!r}, but the epoch logged only "
-                              f"{sorted(logs)}. Pass a val_loader, or monitor one of those names.")
+                              f"{sorted(logs)}. {hint}Pass a val_loader, or monitor one of those names.")
         self._judge(trainer, float(logs[self.monitor]), logs.get("epoch"), "epoch")
 
     def on_evaluate_end(self, trainer: Any, name: str, metrics: dict[str, float]) -> None:

@@ -107,6 +107,17 @@ class EpochTotals:
         return logs
 
 
+def epoch_log_names(trainer: Trainer) -> set[str]:
+    """The names :meth:`EpochTotals.summary` logs for ``trainer``, known before training (a ``loss_fn``
+    returning a dict adds ``train_<term>`` for each of its terms besides, known only once it ran)."""
+    names = {"epoch", "train_loss", "steps", "samples", "time_s", "samples_per_s", "lr"}
+    if trainer.clip_grad_norm is not None:
+        names.add("grad_norm")
+    if trainer.scaler is not None:
+        names.update(("skipped_steps", "scale"))
+    return names
+
+
 def train_epoch(trainer: Trainer, totals: EpochTotals, batches: Iterable[Any], loop: TrainingLoop) -> dict[str, Any]:
     """Train on ``batches`` (the rest of the epoch) window by window, adding to ``totals``, logging, calling
     each callback's ``on_step_end`` and the loop at the steps it is due; returns the epoch's summary."""

@@ -105,6 +105,14 @@ class EvaluationSets:
         logged = ", ".join(f"{self.prefix(name)}..." for name in self.names)
         return f"the evaluation sets log {logged} (e.g. {self.prefix(self.selected or self.names[0])}loss)"
 
+    def metric_names(self, trainer: Trainer) -> tuple[set[str], tuple[str, ...]]:
+        """The names the sets' evaluations log (``val_loss``, ``val_<metric>``, ``val/loss``, ...), and the
+        prefixes of the names known only once the loss ran (``val_loss_<term>`` of a ``loss_fn`` returning a
+        dict of terms)."""
+        measured = ["loss", *trainer.metrics, *trainer.epoch_metrics]
+        names = {f"{self.prefix(name)}{metric}" for name in self.names for metric in measured}
+        return names, tuple(f"{self.prefix(name)}loss_" for name in self.names)
+
     def run(self, trainer: Trainer) -> dict[str, float]:
         """Evaluate every set, in order, with the callbacks' ``on_evaluate_start``/``on_evaluate_end`` around
         each; returns all their metrics, prefixed."""

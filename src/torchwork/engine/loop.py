@@ -41,6 +41,7 @@ from torchwork.engine.compiling import planned_steps
 from torchwork.engine.epoch import train_epoch
 from torchwork.engine.evaluation import EvaluationSets
 from torchwork.engine.interrupt import InterruptFlag, TrainingInterrupted
+from torchwork.engine.logged_names import LoggedNames
 from torchwork.engine.progress import epoch_line, evaluation_line
 from torchwork.errors import ConfigError
 from torchwork.runs.options import RunOptions
@@ -122,6 +123,22 @@ class LoopPlan:
     def steps_per_epoch(loader: Any, accumulate: int) -> int | None:
         return planned_steps(loader, 1, accumulate)
 
+    def limit_line(self, loader: Any, accumulate: int) -> str | None:
+        """Given both ``epochs`` and ``max_steps``, which one ends training on ``loader``, in a line (None:
+        one of them is not given, they end it at the same step, or the loader's length is not known)."""
+        per_epoch = self.steps_per_epoch(loader, accumulate)
+        if self.epochs is None or self.max_steps is None or not per_epoch:
+            return None
+        in_epochs, steps = per_epoch * self.epochs, f"{per_epoch} steps per epoch"
+        if self.max_steps < in_epochs:
+            epoch = -(-self.max_steps // per_epoch)
+            return (f"torchwork: max_steps={self.max_steps} ends training before epochs={self.epochs} does, at step "
+                    f"{self.max_steps} in epoch {epoch} ({steps}): fit stops at whichever comes first")
+        if in_epochs < self.max_steps:
+            return (f"torchwork: epochs={self.epochs} ends training at step {in_epochs}, before max_steps="
+                    f"{self.max_steps} ({steps}): fit stops at whichever comes first")
+        return None
+
     def reached(self, step: int) -> bool:
         return self.max_steps is not None and step >= self.max_steps
 
@@ -167,18 +184,20 @@ class TrainingLoop:
                 raise ConfigError(f"evaluation sets {sets.names} and none named 'val': say which picks best.pt, "
                                   f"e.g. checkpoint_monitor=('{sets.names[0]}/loss', 'min').")
             options = dataclasses.replace(options, checkpoint_monitor=(sets.default_monitor, "min"))
-        if not (sets.named or plan.step_based):
-            return options  # one validation loader at each epoch's end: as always
         watched = [(f"early stopping's monitor={c.monitor!r}", c.monitor) for c in trainer.callbacks
                    if isinstance(c, EarlyStopping)]
         if trainer.run_dir is not None and options.checkpoint_monitor is not None:
             watched.append((f"checkpoint_monitor={options.checkpoint_monitor[0]!r}", options.checkpoint_monitor[0]))
         if isinstance(trainer.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
             watched.append((f"plateau_monitor={trainer.plateau_monitor!r}", trainer.plateau_monitor))
+        logged = LoggedNames.of(trainer, sets, plan.step_based)
         for setting, monitor in watched:
             problem = sets.monitor_problem(monitor, epoch_logs=not plan.step_based)
             if problem is not None:
                 raise ConfigError(f"{setting} is no metric an evaluation logs: {problem}.")
+            problem = logged.problem(monitor)  # the set is right: the name too? (a typo: "val_los")
+            if problem is not None:
+                raise ConfigError(f"{setting} is no metric this fit logs: {problem}.")
         return options
 
     # ------------------------------------------------------------------ the loop

@@ -72,8 +72,12 @@ class StepOptions:
                               "step and must be an integer >= 1 (1 means no accumulation).")
         for name in ("clip_grad_norm", "clip_grad_value"):
             value = getattr(self, name)
-            if value is not None and not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
+            if value is not None and not (_is_number(value) and value > 0 and math.isfinite(value)):
                 raise ConfigError(f"{name}={value!r} must be a positive finite number (or None to not clip).")
+        for term, weight in (self.loss_weights or {}).items():
+            if not (_is_number(weight) and math.isfinite(weight)):
+                raise ConfigError(f"loss_weights[{term!r}]={weight!r}: a loss term's weight must be a finite "
+                                  "number (0 leaves the term out of the loss).")
         object.__setattr__(self, "loss_weights", dict(self.loss_weights) if self.loss_weights else None)
         object.__setattr__(self, "keep_fp32", tuple(self.keep_fp32))
 
@@ -119,10 +123,14 @@ class LoggingOptions:
     loggers: Sequence[Any] = ()
 
     def __post_init__(self) -> None:
-        if self.log_every_n_steps < 1:
-            raise ConfigError(f"log_every_n_steps={self.log_every_n_steps} must be >= 1.")
-        if self.progress_every_s is not None and not self.progress_every_s > 0:
-            raise ConfigError(f"progress_every_s={self.progress_every_s} must be > 0 seconds.")
+        every = self.log_every_n_steps
+        if not _is_number(every) or not isinstance(every, int) or every < 1:
+            raise ConfigError(f"log_every_n_steps={every!r} must be an integer >= 1 (the optimizer steps between "
+                              "two step logs).")
+        seconds = self.progress_every_s
+        if seconds is not None and not (_is_number(seconds) and seconds > 0 and math.isfinite(seconds)):
+            raise ConfigError(f"progress_every_s={seconds!r} must be a finite number of seconds > 0 (or None: "
+                              "env TORCHWORK_PROGRESS_EVERY, else 30).")
         object.__setattr__(self, "loggers", tuple(self.loggers))
 
 
@@ -141,8 +149,22 @@ class DistributedOptions:
     timeout_s: float = 300.0
     debug: bool | None = None
 
+    def __post_init__(self) -> None:
+        for name in ("enabled", "debug"):
+            if getattr(self, name) not in (None, True, False):
+                raise ConfigError(f"distributed {name}={getattr(self, name)!r} must be True, False or None.")
+        timeout = self.timeout_s
+        if not (_is_number(timeout) and timeout > 0 and math.isfinite(timeout)):
+            raise ConfigError(f"distributed timeout_s={timeout!r} must be a finite number of seconds > 0 (how long "
+                              "a collective waits for a silent peer; default 300).")
+
     def resolved_debug(self) -> bool:
         return self.debug if self.debug is not None else os.environ.get("TORCHWORK_DISTRIBUTED_DEBUG") == "1"
+
+
+def _is_number(value: Any) -> bool:
+    """An int or a float, not a bool (``True`` is no count or size)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 # flat keyword of earlier versions -> (group, field)

@@ -45,8 +45,10 @@ def thread_setting(threads: Any, device: torch.device, world: World) -> tuple[bo
     explicit = check_threads(threads)
     if explicit is None and os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]):
         # Set, not assumed: torch reads the variable once, at start, and the count may have changed since.
-        set_threads(int(os.environ["OMP_NUM_THREADS"]))
-        return False, ThreadChoice(int(os.environ["OMP_NUM_THREADS"]), "OMP_NUM_THREADS as set", usable_cpus())
+        from_env = int(os.environ["OMP_NUM_THREADS"])
+        check_threads(from_env, "OMP_NUM_THREADS")  # a million threads asked for: refused, not started
+        set_threads(from_env)
+        return False, ThreadChoice(from_env, "OMP_NUM_THREADS as set", usable_cpus())
     if explicit is not None:
         set_threads(explicit)
         return False, ThreadChoice(explicit, f"threads={explicit} as asked", usable_cpus())

@@ -31,6 +31,7 @@ from torchwork.engine.checkpoint import TrainerCheckpoint, read_checkpoint, writ
 from torchwork.engine.compiling import Compiler, forward_backward
 from torchwork.engine.devices import check_model_on, move_to_device, resolve_device
 from torchwork.engine.epoch import EpochTotals, step_logs_of
+from torchwork.engine.hyperparameters import check_param_groups
 from torchwork.engine.loop import LoopPlan, TrainingLoop
 from torchwork.engine.modes import TrainModes, evaluating
 from torchwork.engine.options import (
@@ -375,6 +376,9 @@ class Trainer:
             eval_every: int | None = None, eval_at_start: bool = False) -> list[dict[str, Any]]:
         """Train ``epochs`` epochs or ``max_steps`` steps (:mod:`torchwork.engine.loop`); returns the history.
 
+        Given both, training stops at whichever comes first (``max_steps`` caps a run of ``epochs``), and
+        ``fit`` says which one will when it starts (with progress on, when the loader's length is known).
+
         ``resume``: ``"latest"`` continues the newest run under ``run_dir`` from its newest valid
         checkpoint (a no-op when there is none), a run folder or checkpoint path resumes from that.
         A run that differs from this training (model, optimizer, schedule, config, data) is not resumed.
@@ -385,12 +389,16 @@ class Trainer:
         from torchwork.runs.lineage import resume_target
 
         loop = TrainingLoop(self, val_loader, epochs, max_steps, eval_every, eval_at_start)  # checked first
+        check_param_groups(self.optimizer)  # a param group may have been edited since the Trainer was built
         resume = resume_target(resume, self.run_dir) if self.world.is_rank_zero else resume
         self.should_stop, self.stop_reason, self.loop = False, None, loop.plan
         self._epochs_total = loop.plan.epochs_planned(train_loader, self.accumulate)
         self._compiler.planned_steps = loop.plan.planned_steps(train_loader, self.accumulate)
         self.cpu_threads.plan_fit(self._compiler.planned_steps, self.state.global_step)
         self._plan_schedule(train_loader, self._epochs_total)
+        limit = loop.plan.limit_line(train_loader, self.accumulate)
+        if limit is not None:
+            self.say(limit)
         if self.world.is_distributed:
             from torchwork.distributed.setup import check_same_length, shard_loader
             from torchwork.seeding import current_seed
@@ -522,6 +530,7 @@ class Trainer:
     def _check_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise ConfigError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}.")
+        check_param_groups(optimizer)  # lr=nan trains NaN weights: refused (again when fit starts)
         in_optimizer = [p for group in optimizer.param_groups for p in group["params"]]
         model_ids = {id(p) for p in model.parameters()}
         optimized = {id(p) for p in in_optimizer}

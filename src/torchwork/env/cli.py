@@ -11,6 +11,8 @@ import json
 import sys
 from typing import Any
 
+from torchwork.files import check_output_file
+
 
 def _check(args: argparse.Namespace) -> int:
     from torchwork.env.known_answers import format_results, run_checks
@@ -31,6 +33,9 @@ def _check(args: argparse.Namespace) -> int:
 def _lock(args: argparse.Namespace) -> int:
     from torchwork.env.lock import lock_text
 
+    if args.output:
+        # before the environment is read and anything is written
+        check_output_file(args.output, "lock.txt", "the lock file", option="env lock -o")
     text = lock_text()
     if args.output:
         from torchwork.files import atomic_write

@@ -17,11 +17,18 @@ Example:
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from torchwork.errors import ConfigError
+from torchwork.files import check_output_file
+
+MAX_INPUT_ELEMENTS = 2**28  # the random inputs' elements, all together: 1 GiB of float32, 2 GiB of int64
+MAX_HIGH = 2**63 - 1  # the random ids are int64: --high is exclusive, so at most int64's largest value
+INT_DTYPES = ("int64", "long")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,19 +78,43 @@ def parse_shape(text: str) -> tuple[int, ...]:
     return shape
 
 
+def check_inputs(shapes: Sequence[tuple[int, ...]], dtype: str, high: int) -> None:
+    """A :class:`ConfigError` for random inputs that cannot be made: ``--high`` below 1 or past int64 (int
+    inputs), more than :data:`MAX_INPUT_ELEMENTS` elements in all.
+
+    Example:
+        >>> check_inputs([(8, 20)], "int64", 100)
+        >>> check_inputs([(8, 20)], "int64", 0)
+        Traceback (most recent call last):
+        ...
+        torchwork.errors.ConfigError: --high 0: the random ids are drawn from 0 to --high - 1, so it must be 1 or more (e.g. the model's vocabulary size).
+    """
+    if dtype in INT_DTYPES and not 1 <= high <= MAX_HIGH:
+        raise ConfigError(f"--high {high}: the random ids are drawn from 0 to --high - 1, so it must be 1 or more "
+                          "(e.g. the model's vocabulary size)." if high < 1 else
+                          f"--high {high}: past the largest int64 ({MAX_HIGH}); give the model's vocabulary size.")
+    elements = sum(math.prod(shape) for shape in shapes)
+    if elements > MAX_INPUT_ELEMENTS:
+        given = " ".join("--input-shape " + ",".join(map(str, shape)) for shape in shapes)
+        raise ConfigError(f"{given}: {elements:,} elements in all, over the {MAX_INPUT_ELEMENTS:,} a random input "
+                          "may have; give smaller shapes (a batch of 2 draws the same graph for most models).")
+
+
 def cli_main(args: argparse.Namespace) -> int:
-    """Entry point of ``torchwork graph``."""
+    """Entry point of ``torchwork graph``: every option checked before the script or the model runs."""
     if is_factory(args.target) and args.args:  # options after a factory are options, not script arguments
         options = argparse.ArgumentParser(prog="torchwork graph MODULE:FACTORY")
         _add_options(options)
         options.parse_args(args.args, namespace=args)
         args.args = []
-    if args.input_dtype not in ("float32", "float", "int64", "long"):
+    if args.input_dtype not in ("float32", "float", *INT_DTYPES):
         raise ConfigError(f"--input-dtype {args.input_dtype!r}: use float32 or int64.")
+    check_output_file(args.output, "graph.html", "the page")
     if is_factory(args.target):
         if args.at or args.args:
             raise ConfigError("--at and script arguments go with a script, not with a model factory.")
         shapes = [parse_shape(s) for s in args.input_shape or ()]
+        check_inputs(shapes, args.input_dtype, args.high)
         g = graph_of_factory(args.target, shapes, args.input_dtype, args.high)
         code = 0
     else:
@@ -99,11 +130,14 @@ def cli_main(args: argparse.Namespace) -> int:
 
 
 def graph_of_factory(spec: str, shapes: list[tuple[int, ...]], dtype: str, high: int) -> Any:
+    """The graph of the model ``spec`` builds, run once on random inputs of ``shapes`` (ids below ``high``
+    for an int ``dtype``) or on the factory's example inputs."""
     import torch
 
     from torchwork.deploy.factory import load_factory
     from torchwork.inspect.tracing import trace
 
+    check_inputs(shapes, dtype, high)
     made = load_factory(spec)()
     inputs: tuple = ()
     if isinstance(made, dict):
@@ -115,15 +149,39 @@ def graph_of_factory(spec: str, shapes: list[tuple[int, ...]], dtype: str, high:
     if not isinstance(model, torch.nn.Module):
         raise ConfigError(f"the factory {spec} must return a torch.nn.Module (or {{'model', 'example_inputs'}}); "
                           f"it returned {type(model).__name__}.")
+    ids = bool(shapes) and dtype in INT_DTYPES
+    if ids:
+        _check_high_fits(model, high)
     if shapes:
-        make = (lambda s: torch.randint(0, high, s)) if dtype in ("int64", "long") else torch.randn
+        make = (lambda s: torch.randint(0, high, s)) if ids else torch.randn
         inputs = tuple(make(shape) for shape in shapes)
     if not isinstance(inputs, (tuple, list)):
         inputs = (inputs,)
     if not inputs:
         raise ConfigError(f"no inputs for {spec}: pass --input-shape N,M (one per input), or return "
                           "{'model': ..., 'example_inputs': ...} from the factory.")
-    return trace(model, *inputs)
+    try:
+        return trace(model, *inputs)
+    except IndexError as error:
+        if not ids:
+            raise
+        raise ConfigError(f"--high {high}: the model indexed out of range on random ids below {high} "
+                          f"({' '.join(str(error).split())}); give --high at most the size of the table the ids "
+                          "index (e.g. the vocabulary).") from None
+
+
+def _check_high_fits(model: Any, high: int) -> None:
+    """A :class:`ConfigError` when ids below ``high`` would index past every embedding table of ``model``
+    (when it has any: what else the ids index is not knowable before the model runs)."""
+    import torch
+
+    tables = {name: module.num_embeddings for name, module in model.named_modules()
+              if isinstance(module, (torch.nn.Embedding, torch.nn.EmbeddingBag))}
+    if tables and high > max(tables.values()):
+        name, size = max(tables.items(), key=lambda item: item[1])
+        raise ConfigError(f"--high {high}: the random ids reach {high - 1}, past the model's largest embedding "
+                          f"({repr(name) if name else 'the model itself'}, {size} entries); give --high {size} or "
+                          "less.")
 
 
 class GraphCaptured(BaseException):

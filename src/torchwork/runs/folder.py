@@ -12,13 +12,46 @@ Example:
 from __future__ import annotations
 
 import datetime
+import os
 import re
 import secrets
 import time
 from pathlib import Path
 
+from torchwork.errors import ConfigError
+
 _ID = re.compile("[0-9a-f]{6}")
 _LAST_ID = 0xFFFFFF
+
+
+def check_run_dir(run_dir: object) -> Path:
+    """``run_dir`` as a Path, refused with a ConfigError (before anything is written) when it is no path, or
+    when it, or the nearest part of it that exists, is something other than a directory (a regular file).
+
+    Example:
+        >>> check_run_dir("runs")
+        PosixPath('runs')
+        >>> check_run_dir(3)
+        Traceback (most recent call last):
+        ...
+        torchwork.errors.ConfigError: run_dir=3 must be a path (a str or os.PathLike) of a directory to keep runs in.
+    """
+    path = os.fspath(run_dir) if isinstance(run_dir, (str, os.PathLike)) else None
+    if not isinstance(path, str) or not path:
+        raise ConfigError(f"run_dir={run_dir!r} must be a path (a str or os.PathLike) of a directory to keep runs in.")
+    root = Path(path)
+    for part in (root, *root.parents):
+        try:
+            if part.is_dir():
+                break
+            if not (part.exists() or part.is_symlink()):
+                continue  # made when the first run starts
+        except OSError:
+            break  # not ours to read (permissions): creating the run folder says why
+        what = "is" if part == root else f"is under {str(part)!r}, which is"
+        raise ConfigError(f"run_dir={str(root)!r} {what} not a directory: pass a directory to keep runs in "
+                          "(made when missing), not a file.")
+    return root
 
 
 def new_run_folder(run_dir: str | Path) -> Path:
@@ -27,7 +60,7 @@ def new_run_folder(run_dir: str | Path) -> Path:
     Two runs started in the same second would sort by their random ids; so a later one's id is drawn above
     the ids already taken in that second, and "the latest run" stays the one started last.
     """
-    root = Path(run_dir)
+    root = check_run_dir(run_dir)
     while True:
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         taken = [int(p.name.rpartition("-")[2], 16) for p in (root.glob(f"{stamp}-*") if root.is_dir() else [])

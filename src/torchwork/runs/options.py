@@ -7,7 +7,7 @@ Example:
     >>> RunOptions(keep_checkpoints=0)
     Traceback (most recent call last):
     ...
-    torchwork.errors.ConfigError: keep_checkpoints=0 must be >= 1.
+    torchwork.errors.ConfigError: keep_checkpoints=0 must be an integer >= 1 (how many step checkpoints to keep; best.pt is kept besides).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchwork.errors import ConfigError
+from torchwork.runs.folder import check_run_dir
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,11 @@ class RunOptions:
         every = self.checkpoint_every_n_steps
         if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
             raise ConfigError(f"checkpoint_every_n_steps={every!r} must be an integer >= 1.")
-        if self.keep_checkpoints < 1:
-            raise ConfigError(f"keep_checkpoints={self.keep_checkpoints} must be >= 1.")
+        keep = self.keep_checkpoints
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise ConfigError(f"keep_checkpoints={keep!r} must be an integer >= 1 (how many step checkpoints to "
+                              "keep; best.pt is kept besides).")
+        if self.run_dir is not None:
+            check_run_dir(self.run_dir)  # a file there, or a path that is no path: refused before any run
         object.__setattr__(self, "config", dict(self.config or {}))
         object.__setattr__(self, "data_splits", dict(self.data_splits or {}))

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from torchwork.errors import ConfigError
 from torchwork.serve.config import HTTP_PARSERS, ServeConfig
 from torchwork.serve.key_file import permission_warning
 from torchwork.serve.keys import ENVIRONMENT, KeyCheck, KeyRing, check_bind
@@ -161,6 +162,9 @@ def cli_main(args: argparse.Namespace) -> int:
                          ssl_keyfile=args.ssl_keyfile, ssl_keyfile_password=os.environ.get(PASSWORD_ENVIRONMENT),
                          enable_model_control=args.enable_model_control,
                          model_control_remote=args.model_control_remote, docs=args.docs)
+    if not 0 <= args.model_nice <= 19:
+        raise ConfigError(f"--model-nice {args.model_nice}: the model process's niceness is 0 (the server's CPU "
+                          "priority) to 19 (the lowest); give a value in that range.")
     ring = KeyRing.load(config.api_key_file)  # every setting checked before the model loads
     check_bind(config.host, ring, config.insecure_no_auth, warn=False)
     if config.ssl_certfile is not None and config.ssl_keyfile is not None:

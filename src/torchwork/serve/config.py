@@ -9,12 +9,34 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+from typing import Any
 
 from torchwork.errors import ConfigError
 from torchwork.paths import file_kind  # what a mode is, in words (a FIFO, a character device)
 
 HTTP_PARSERS = ("h11", "httptools")
+
+# Each number setting's largest value, and why: checked when the config is built, before any model loads, so a
+# value that cannot work is refused in one line (and never reaches pydantic's schema or the model process).
+DAY_S = 86_400.0
+UPPER_BOUNDS: dict[str, tuple[float, str]] = {
+    "max_batch_size": (2**16, "items in one model call"),
+    "max_wait_ms": (60_000.0, "a minute: a request waits this long for its batch to fill"),
+    "max_queue": (2**24, "items waiting at once, each held in memory"),
+    "max_items": (2**20, "items in one request, each checked and held in memory"),
+    "max_text_length": (2**24, "characters in one text item"),
+    "max_body_bytes": (2**30, "1 GiB: a request's body is held in memory whole"),
+    "timeout_s": (DAY_S, "a day"),
+    "head_timeout_s": (DAY_S, "a day"),
+    "body_timeout_s": (DAY_S, "a day"),
+    "idle_timeout_s": (DAY_S, "a day"),
+    "max_connections": (2**20, "connections open at once, each an open file"),
+}
+INTEGER_SETTINGS = ("max_batch_size", "max_queue", "max_items", "max_text_length", "max_body_bytes",
+                    "max_connections")
+THREADS_PER_CPU = 4  # more compute threads than this per usable CPU only contend for the cores
 
 
 @dataclasses.dataclass
@@ -36,6 +58,8 @@ class ServeConfig:
     ``ssl_keyfile_password`` decrypts a key encrypted with a passphrase. ``enable_model_control``: ``POST /v2/repository/models/NAME/load``
     reloads a model (from loopback peers only, unless ``model_control_remote``). ``docs``: serve the interactive
     API docs (``/docs``, whose page loads Swagger UI from a public CDN, and ``/openapi.json``); off by default.
+    Every number setting is checked when the config is built, before any model loads: positive and finite, at
+    most its :data:`UPPER_BOUNDS` entry (e.g. ``max_items`` 2**20, ``max_batch_size`` 2**16, timeouts a day).
     """
 
     host: str = "127.0.0.1"
@@ -65,18 +89,7 @@ class ServeConfig:
     docs: bool = False
 
     def __post_init__(self) -> None:
-        positive = {"max_batch_size": self.max_batch_size, "max_queue": self.max_queue,
-                    "max_items": self.max_items, "max_text_length": self.max_text_length,
-                    "max_body_bytes": self.max_body_bytes, "timeout_s": self.timeout_s,
-                    "head_timeout_s": self.head_timeout_s, "body_timeout_s": self.body_timeout_s,
-                    "idle_timeout_s": self.idle_timeout_s, "max_connections": self.max_connections}
-        for name, value in positive.items():
-            if not value > 0 or value == float("inf"):  # NaN and infinity too
-                raise ConfigError(f"{name}={value} must be positive and finite.")
-        if not 0 <= self.max_wait_ms < float("inf"):  # NaN too
-            raise ConfigError(f"max_wait_ms={self.max_wait_ms} must be 0 (never wait) or more, and finite.")
-        if self.threads is not None and self.threads < 1:
-            raise ConfigError(f"threads={self.threads} must be at least 1.")
+        self.check_numbers()
         if self.http not in HTTP_PARSERS:
             raise ConfigError(f"http={self.http!r}: choose one of {', '.join(HTTP_PARSERS)}.")
         if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
@@ -89,3 +102,46 @@ class ServeConfig:
                                   "a regular file." if os.path.exists(path) else f"{flag} {path}: no such file.")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port={self.port} is not a TCP port (0 picks a free one).")
+
+    def check_numbers(self) -> None:
+        """A :class:`ConfigError` naming the setting and its flag for a number setting out of its range: every
+        limit positive, finite and at most its :data:`UPPER_BOUNDS` (``max_wait_ms`` may be 0), the counts whole
+        numbers, ``threads`` 1 to :data:`THREADS_PER_CPU` per usable CPU."""
+        for name, (cap, why) in UPPER_BOUNDS.items():
+            value, flag, whole = getattr(self, name), "--" + name.replace("_", "-"), name in INTEGER_SETTINGS
+            shown = _echo(value)
+            span = f"{flag} {'1' if whole else '0'} to {_number(cap, '')}" if whole or name == "max_wait_ms" \
+                else f"{flag} more than 0 and at most {_number(cap, '')}"
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f"{name}={shown} must be a number; give {span}.")
+            if name == "max_wait_ms":
+                if not 0 <= value < float("inf"):  # NaN too
+                    raise ConfigError(f"max_wait_ms={shown} must be 0 (never wait) or more, and finite; give {span}.")
+            elif not value > 0 or value == float("inf"):  # NaN and infinity too
+                raise ConfigError(f"{name}={shown} must be positive and finite; give {span}.")
+            if whole and not isinstance(value, int):
+                raise ConfigError(f"{name}={shown} must be a whole number; give {span}.")
+            if value > cap:
+                raise ConfigError(f"{name}={shown} is over {_number(cap)}, the most {flag} allows ({why}); give "
+                                  f"{span}.")
+        if self.threads is not None:
+            from torchwork.threads import usable_cpus
+
+            most = THREADS_PER_CPU * usable_cpus()
+            if isinstance(self.threads, bool) or not isinstance(self.threads, int) or not 1 <= self.threads <= most:
+                raise ConfigError(f"threads={_echo(self.threads)} must be a whole number from 1 to {most} "
+                                  f"({THREADS_PER_CPU} per usable CPU: more only contend for the cores); give "
+                                  "--threads N in that range, or --threads auto.")
+
+
+def _number(cap: float, grouping: str = ",") -> str:
+    """A bound as a message writes it: 65,536; 86,400; 0.5 (``grouping=""``: 65536, as a flag takes it)."""
+    return format(int(cap), grouping) if float(cap).is_integer() else f"{cap:g}"
+
+
+def _echo(value: Any) -> str:
+    """``value`` for a message, cut short when it is long (a 5,000-digit number is not echoed whole)."""
+    if isinstance(value, int) and value.bit_length() > 96:  # repr refuses past 4,300 digits
+        return f"<an integer of {math.floor(value.bit_length() * math.log10(2)) + 1} digits or so>"
+    text = repr(value)
+    return text if len(text) <= 30 else f"{text[:12]}...{text[-6:]} ({len(text)} characters)"

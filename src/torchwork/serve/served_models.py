@@ -49,6 +49,7 @@ class ServedModels:
                  on_ready: Callable[[], None] | None = None) -> None:
         check_specs(specs)
         self.config, self.keys, self.on_ready = config, keys, on_ready
+        config.check_numbers()  # again: a config's fields can be set after it was built and checked
         self.configs = {spec.name: dataclasses.replace(config, **spec.limits) if spec.limits else config
                         for spec in specs}
         self.slots: dict[str, Slot] = {}

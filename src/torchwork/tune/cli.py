@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 
 from torchwork.errors import ConfigError
+from torchwork.tune.study import MAX_TRIALS, MIN_WORKERS_CAP, WORKERS_PER_CPU, check_study_size
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,9 +20,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--space", metavar="SPACE.yaml",
                         help="the settings to tune, one per line: 'lr: {low: 1.0e-4, high: 0.1, log: true}', "
                              "'epochs: {choices: [4, 8, 12]}', ints with 'step'")
-    parser.add_argument("--trials", type=int, help="the study's total number of trials (a rerun runs the missing ones)")
+    parser.add_argument("--trials", type=int, help=f"the study's total number of trials, at most {MAX_TRIALS:,} (a "
+                                                   "rerun runs the missing ones)")
     parser.add_argument("--workers", type=int, default=1,
-                        help="worker processes (default: 1); each gets floor(cores / workers) threads")
+                        help=f"worker processes, at most {WORKERS_PER_CPU} per usable CPU ({MIN_WORKERS_CAP} where that "
+                             "is fewer) (default: 1); each gets floor(cores / workers) threads")
     parser.add_argument("--storage", metavar="URL",
                         help="postgresql://USER:PASSWORD@HOST:PORT/DB to share the study between machines "
                              "(default: an SQLite file in the study folder)")
@@ -54,6 +57,7 @@ def cli_main(args: argparse.Namespace) -> int:
     if not args.space or args.trials is None:
         raise ConfigError("torchwork tune needs --space SPACE.yaml and --trials N, e.g. "
                           "torchwork tune sentiment --space space.yaml --trials 16.")
+    check_study_size(args.trials, args.workers)  # before the storage is created and the trials queued
     return _run_study(args)
 
 

@@ -64,6 +64,9 @@ def check_numbers(trials: int, workers: int, timeout: float | None) -> None:
         raise ConfigError(f"--trials {trials}: must be >= 1 (the study's total number of trials).")
     if workers < 1:
         raise ConfigError(f"--workers {workers}: must be >= 1.")
+    from torchwork.tune.study import check_study_size
+
+    check_study_size(trials, workers)  # the Python API as the command line: before the storage is created
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise ConfigError(f"--timeout {timeout}: must be a positive number of seconds.")
 
