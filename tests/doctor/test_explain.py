@@ -492,3 +492,24 @@ def test_explain_cli_reads_stdin_and_files(tmp_path: Path) -> None:
     assert run.returncode == 1 and "no known PyTorch error" in run.stdout
     run = _cli(str(tmp_path / "missing.txt"))
     assert run.returncode == 2 and "no file" in run.stderr
+
+
+def test_explain_file_reads_only_a_regular_file_of_bounded_size(tmp_path: Path, within) -> None:
+    import argparse
+
+    from torchwork.doctor.cli import cli_explain
+    from torchwork.errors import ConfigError
+
+    def explain(path: Path) -> int:
+        return cli_explain(argparse.Namespace(file=str(path), json=False))
+
+    os.mkfifo(tmp_path / "pipe.txt")  # opened as before (after a check), it would wait for a writer for ever
+    with pytest.raises(ConfigError, match="is not a regular file \\(a FIFO\\).*torchwork explain -"):
+        explain(tmp_path / "pipe.txt")
+    (tmp_path / "zero.txt").symlink_to("/dev/zero")  # never ends
+    with pytest.raises(ConfigError, match="is not a regular file \\(a character device\\)"):
+        explain(tmp_path / "zero.txt")
+    with (tmp_path / "huge.log").open("wb") as out:
+        out.truncate(17 * 2**20)  # sparse: refused unread, not 17 MiB matched against every pattern
+    with within(20), pytest.raises(ConfigError, match="is over 16 MiB, more than a traceback"):
+        explain(tmp_path / "huge.log")

@@ -3,7 +3,14 @@ its compile time over the steps that remain (the measured runs: test_engine_comp
 
 from __future__ import annotations
 
-from torchwork.engine.compiling import decide
+import json
+import os
+
+import pytest
+from fifo_guard import returns_within
+
+from torchwork.engine.compiling import decide, record_in_manifest
+from torchwork.errors import ConfigError
 
 
 def test_the_rule_keeps_eager_unless_compiled_wins_beyond_noise_and_pays_back():
@@ -16,3 +23,27 @@ def test_the_rule_keeps_eager_unless_compiled_wins_beyond_noise_and_pays_back():
     assert not use and "unknown" in reason
     use, reason, figures = decide([0.010] * 5, [0.005] * 5, 30.0, 10_000)
     assert use and figures["speedup"] == 2.0 and "pays after 6,000 of the 10,000 remaining steps" in reason
+
+
+
+def test_the_report_goes_into_the_runs_own_manifest_read_bounded(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    manifest = run / "manifest.json"
+    manifest.write_text(json.dumps({"config": {"epochs": 1}}))
+    record_in_manifest(run, {"compiled": False})
+    assert json.loads(manifest.read_text()) == {"config": {"epochs": 1}, "compile": {"compiled": False}}
+    manifest.unlink()
+    (tmp_path / "outside.json").write_text(json.dumps({"config": {"secret": 1}}))
+    manifest.symlink_to(tmp_path / "outside.json")  # another file's content would be copied into the run
+    with pytest.raises(ConfigError, match="leading out of its run folder"):
+        record_in_manifest(run, {"compiled": False})
+    assert manifest.is_symlink() and json.loads((tmp_path / "outside.json").read_text()) == {"config": {"secret": 1}}
+    manifest.unlink()
+    with manifest.open("wb") as out:
+        out.truncate(17 * 2**20)  # sparse: refused unread, over the 16 MiB a manifest may be
+    with pytest.raises(ConfigError, match="is over 16 MiB"):
+        record_in_manifest(run, {"compiled": False})
+    manifest.unlink()
+    os.mkfifo(manifest)  # not a manifest: nothing recorded, nothing waited on
+    assert returns_within(10, lambda: record_in_manifest(run, {"compiled": False}), manifest) is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import select
 import shutil
 import subprocess
@@ -12,6 +13,7 @@ import sys
 import pytest
 import torch
 from env_helpers import child_env, run_cli
+from fifo_guard import returns_within
 
 from torchwork.deploy import export
 from torchwork.deploy.manifest import EXAMPLE_OUTPUTS, MANIFEST, read_manifest
@@ -110,6 +112,19 @@ def test_drift_from_the_exporting_machine_is_named(exported, tmp_path):
         "a cuda build exported it, this machine has a cpu build",
         f"ONNX Runtime 2.0.0 exported it, this machine has {__import__('onnxruntime').__version__}"]
     assert stream.getvalue().count("torchwork: warning: this machine differs") == 3
+
+
+def test_drift_says_nothing_of_a_manifest_that_is_a_fifo_or_oversized(tmp_path):
+    # serve / verify call it first: a FIFO would block them for ever, a huge file be read whole; the manifest
+    # check right after reports either
+    artifact = tmp_path / "artifact"
+    artifact.mkdir()
+    os.mkfifo(artifact / MANIFEST)
+    assert returns_within(10, lambda: warn_if_machine_differs(artifact, io.StringIO()), artifact / MANIFEST) == []
+    (artifact / MANIFEST).unlink()
+    with (artifact / MANIFEST).open("wb") as out:
+        out.truncate(17 * 2**20)  # sparse: over the 16 MiB a manifest may be
+    assert warn_if_machine_differs(artifact, io.StringIO()) == []
 
 
 def test_verify_warns_at_start(exported, tmp_path):

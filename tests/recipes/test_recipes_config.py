@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from fifo_guard import returns_within
 
 from torchwork.errors import ConfigError
 from torchwork.recipes.registry import resolve
@@ -165,6 +166,35 @@ def test_a_resumed_run_s_records_are_read_as_checked_data(tmp_path, monkeypatch,
     (tmp_path / "manifest.json").write_text("not json")
     assert recorded_choices(config, classes) is None
     assert "measuring again" in capsys.readouterr().err
+
+
+def test_a_resumed_runs_manifest_or_decisions_that_is_a_fifo_or_leads_out_is_measured_again(tmp_path, monkeypatch,
+                                                                                              capsys):
+    import json
+    import os
+
+    from torchwork.recipes.recorded import Decisions, recorded_config
+
+    run, outside = tmp_path / "run", tmp_path / "outside.json"
+    run.mkdir()
+    outside.write_text(json.dumps({"config": {"epochs": 3}, "strategy": {"chosen": "full"}}))
+    monkeypatch.setenv("TORCHWORK_RESUME", str(run))
+    for name in ("manifest.json", "decisions.json"):
+        os.mkfifo(run / name)  # read as before, either would block the resumed run for ever
+    assert returns_within(10, lambda: recorded_config({"epochs": 3}), run / "manifest.json") is None
+    assert returns_within(10, lambda: Decisions(run).get("strategy"), run / "decisions.json") is None
+    assert capsys.readouterr().err.count("is a FIFO, not a regular file") == 2
+    for name in ("manifest.json", "decisions.json"):
+        (run / name).unlink()
+        (run / name).symlink_to(outside)  # another file's settings are not what this run recorded
+    assert recorded_config({"epochs": 3}) is None and Decisions(run).get("strategy") is None
+    assert capsys.readouterr().err.count("leading out of its run folder") == 2
+    (run / "decisions.json").unlink()
+    with (run / "decisions.json").open("wb") as out:
+        out.truncate(17 * 2**20)  # sparse: refused unread, over the 16 MiB
+    assert Decisions(run).get("strategy") is None and "is over 16 MiB" in capsys.readouterr().err
+    Decisions(run).record("strategy", {"chosen": "top"})  # a decision made again replaces what was refused
+    assert Decisions(run).get("strategy") == {"chosen": "top"}
 
 
 @pytest.mark.parametrize(("argv", "message"), [(["--epochs", "0"], "epochs=0: must be >= 1."),

@@ -5,12 +5,14 @@ the artifact served by a real server process that never imports transformers, th
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from fifo_guard import returns_within
 
 from torchwork.errors import ConfigError
 
@@ -337,3 +339,55 @@ def test_seed_rows_gather_the_runs_beside_this_one_with_the_same_settings(tmp_pa
     assert [r["seed"] for r in rows] == [0, 1, 2, "max - min"]
     assert rows[-1] == {"seed": "max - min", "ngram macro-F1": 0.0065, "transformer macro-F1": 0.0093}
     assert seed_rows(tmp_path, tmp_path / "current", {**config, "epochs": 3}, models) == []  # one seed only
+
+
+def test_seed_rows_skip_a_run_beside_whose_files_are_a_fifo_or_lead_out(tmp_path):
+    from torchwork.recipes.sentiment_report_parts import seed_rows
+
+    def run(name: str, seed: int) -> Path:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "manifest.json").write_text(json.dumps({"config": {"seed": seed, "epochs": 2}}))
+        (tmp_path / name / "summary.json").write_text(json.dumps({"models": {"ngram": {"macro_f1": 0.7 + seed / 100}}}))
+        return tmp_path / name
+
+    run("a", 1)
+    fifo = run("b", 2) / "summary.json"
+    fifo.unlink()
+    os.mkfifo(fifo)  # read as before, it would block the report for ever
+    linked = run("c", 3) / "summary.json"
+    linked.rename(tmp_path / "elsewhere.json")
+    linked.symlink_to(tmp_path / "elsewhere.json")  # another folder's scores are not this run's
+    (tmp_path / "current").mkdir()
+    rows = returns_within(10, lambda: seed_rows(tmp_path, tmp_path / "current", {"seed": 0, "epochs": 2},
+                                                {"ngram": {"macro_f1": 0.7}}), fifo)
+    assert [r["seed"] for r in rows] == [0, 1, "max - min"]
+
+
+def test_the_report_refuses_a_run_manifest_that_is_a_fifo_or_leads_out(tmp_path):
+    from torchwork.recipes.sentiment_report import write_report
+
+    classes = ["negative", "neutral", "positive"]
+    metrics = {"accuracy": 0.5, "macro_f1": 0.5, "weighted_f1": 0.5, "classes": classes,
+               "per_class": {c: {"precision": 0.5, "recall": 0.5, "f1": 0.5, "support": 2} for c in classes},
+               "confusion_matrix": [[1, 1, 0], [0, 1, 1], [1, 0, 1]]}
+
+    run = tmp_path / "run"
+    run.mkdir()
+    manifest = run / "manifest.json"
+
+    def report() -> Path:
+        history = [{"epoch": 1, "train_loss": 1.0, "val_loss": 1.0, "val_macro_f1": 0.5}]
+        return write_report(run / "report.html", history=history, metrics=metrics, baseline=metrics,
+                            verification=None, artifact=run / "artifact", run_path=run, summary={})
+
+    os.mkfifo(manifest)  # read as before, it would block the report for ever
+    with pytest.raises(ConfigError, match="manifest.json is a FIFO, not a regular file"):
+        returns_within(30, report, manifest)
+    manifest.unlink()
+    (tmp_path / "other.json").write_text(json.dumps({"config": {"secret": "elsewhere"}}))
+    manifest.symlink_to(tmp_path / "other.json")
+    with pytest.raises(ConfigError, match="leading out of its run folder"):
+        report()
+    manifest.unlink()
+    manifest.write_text(json.dumps({"config": {"seed": 0}}))
+    assert "config.seed" in report().read_text()

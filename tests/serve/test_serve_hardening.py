@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fifo_guard import returns_within
 from serve_fixtures import HERE, SRC, ServerProcess, metric_value
 
 # Small bounds, so that each case takes seconds: head 3 s, body 2 s, idle 2 s, 4 connections.
@@ -220,6 +221,24 @@ def test_serving_a_run_folder_names_its_artifact_at_once(tmp_path):
     assert done.returncode == 2 and "warming up" not in done.stdout
     assert f"{run} is a training run folder, not an exported artifact" in done.stderr
     assert f"torchwork serve {run / 'artifact'}" in done.stderr
+
+
+def test_a_run_folder_whose_manifest_is_a_fifo_is_named_without_reading_it(tmp_path):
+    from torchwork.errors import ConfigError
+    from torchwork.serve.server import check_not_a_run_folder
+
+    run = tmp_path / "20260101T000000Z-abcdef"
+    (run / "checkpoints").mkdir(parents=True)
+    os.mkfifo(run / "manifest.json")  # reading it would block the serve command for ever
+    (run / "artifact").mkdir()
+    (run / "artifact" / "manifest.json").write_text(json.dumps({"torchwork_artifact": 1}))
+    with pytest.raises(ConfigError, match="is a training run folder, not an exported artifact"):
+        returns_within(10, lambda: check_not_a_run_folder(str(run)), run / "manifest.json")
+    (run / "manifest.json").unlink()
+    with (run / "manifest.json").open("wb") as out:
+        out.truncate(17 * 2**20)  # sparse: over the 16 MiB a manifest may be, refused unread
+    with pytest.raises(ConfigError, match="is a training run folder, not an exported artifact"):
+        check_not_a_run_folder(str(run))
 
 
 @pytest.mark.parametrize("mode", ["--model-process", "--no-model-process"])

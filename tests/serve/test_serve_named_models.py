@@ -5,6 +5,7 @@ items, payload size) and metrics labels; reloaded from its own artifact folder b
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fifo_guard import returns_within
 from serve_artifacts import build_digits_artifact, shared_digits_artifact
 from serve_fixtures import ServerProcess, metric_value
 
@@ -147,6 +149,33 @@ def test_sighup_reloads_a_named_artifact_only_when_its_folder_changed(named, art
     expected = probabilities(infer(server, "alpha", artifacts[0].images[:1])[2])  # alpha serves the seed-1 model
     np.testing.assert_allclose(probabilities(infer(server, "beta", artifacts[0].images[:1])[2]), expected, atol=1e-5)
     assert server.request("GET", "/v2/models/alpha")[2]["versions"] == [alpha]  # unchanged: not reloaded
+
+
+def test_sighup_on_a_manifest_swapped_for_a_fifo_or_a_huge_file_reloads_and_says_why(tmp_path):
+    # newest() runs on the event loop at SIGHUP: a FIFO read there would freeze the server. Unreadable, the
+    # folder counts as changed, and the reload reports the folder's error (the old version keeps serving).
+    from torchwork.deploy.manifest import read_manifest
+    from torchwork.errors import ExportError
+    from torchwork.serve.repository import ArtifactFolder
+
+    folder = tmp_path / "artifact"
+    folder.mkdir()
+    manifest = folder / "manifest.json"
+    manifest.write_text("{}")
+    source = ArtifactFolder("alpha", folder, lambda path: (read_manifest(path), None))
+    assert source.newest() == "1"  # unchanged since loaded
+    manifest.unlink()
+    os.mkfifo(manifest)
+    assert returns_within(10, source.newest, manifest) is None
+    with pytest.raises(ExportError, match="manifest.json"):
+        returns_within(10, lambda: source.reload(None), manifest)
+    manifest.unlink()
+    with manifest.open("wb") as out:
+        out.truncate(17 * 2**20)  # sparse: over the 16 MiB a manifest may be
+    assert source.newest() is None
+    with pytest.raises(ExportError, match="over the"):
+        source.reload(None)
+    assert source.loaded == 1
 
 
 # ---------------------------------------------------------------- the settings, checked before any model loads

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from fifo_guard import returns_within
 from tune_helpers import environment
 
 from torchwork.cli import main
@@ -167,3 +168,51 @@ def test_a_study_with_no_complete_trial_fails_the_command(tmp_path) -> None:
     assert (f"torchwork tune: no trial of study s completed (1 failed, 0 pruned, 0 unfinished): each trial's error "
             f"is in {folder}/trials/<n>/trial.json.") in done.stderr
     assert (folder / "report.html").is_file() and "Traceback" not in done.stderr
+
+
+class _NoTraining:
+    """A target whose run must not happen: the recorded result is read, or refused."""
+
+    def run(self, *args, **kwargs):
+        raise AssertionError("the defaults were trained again")
+
+
+def test_the_recorded_defaults_result_is_read_bounded_inside_the_study_folder(tmp_path) -> None:
+    import json
+
+    from torchwork.errors import ConfigError
+    from torchwork.tune.results import defaults_score
+
+    study = tmp_path / "study"
+    (study / "defaults").mkdir(parents=True)
+    prepared = {"target": _NoTraining(), "folder": study, "study": None}
+    recorded = study / "defaults" / "result.json"
+    recorded.write_text(json.dumps({"value": 0.5, "epochs": 2, "run": "defaults/run"}))
+    assert defaults_score(prepared, 1) == {"value": 0.5, "epochs": 2, "run": "defaults/run"}
+    recorded.unlink()
+    (tmp_path / "elsewhere.json").write_text(json.dumps({"value": 0.9, "epochs": 1, "run": "x"}))
+    recorded.symlink_to(tmp_path / "elsewhere.json")  # another study's result is not this one's
+    with pytest.raises(ConfigError, match="leading out of its run folder"):
+        defaults_score(prepared, 1)
+    recorded.unlink()
+    with recorded.open("wb") as out:
+        out.truncate(17 * 2**20)  # sparse: refused unread, over the 16 MiB
+    with pytest.raises(ConfigError, match="is over 16 MiB"):
+        defaults_score(prepared, 1)
+
+
+def test_the_rerun_best_json_that_is_a_fifo_is_refused_not_waited_on(tmp_path, monkeypatch) -> None:
+    import os
+
+    import torchwork.recipes.registry as registry
+    from torchwork.errors import ConfigError
+    from torchwork.tune.results import rerun_best
+
+    run = tmp_path / "best" / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    os.mkfifo(run / "checkpoints" / "best.json")  # read as before, it would block the study's end for ever
+    monkeypatch.setattr(registry, "resolve", lambda path: ("sentiment", {}))
+    monkeypatch.setattr(registry, "run_recipe", lambda name, config: {"report": str(run / "report.html"),
+                                                                      "test": {"macro_f1": 0.5}})
+    with pytest.raises(ConfigError, match="best.json is a FIFO, not a regular file"):
+        returns_within(10, lambda: rerun_best(tmp_path / "best.yaml"), run / "checkpoints" / "best.json")

@@ -21,11 +21,11 @@ from torchwork.doctor.explain import explain_text
 from torchwork.doctor.findings import format_report
 from torchwork.doctor.runner import run_script
 
+MAX_EXPLAIN_BYTES = 16 * 2**20  # a traceback is a few kB; a whole log of this size is not one to paste
+
 
 def cli_explain(args: argparse.Namespace) -> int:
     """``torchwork explain [FILE | -]``: 0 when something was recognised, 1 when nothing was."""
-    from torchwork.errors import ConfigError
-
     source = args.file
     if source in (None, "-"):
         if sys.stdin.isatty():
@@ -33,11 +33,7 @@ def cli_explain(args: argparse.Namespace) -> int:
                   file=sys.stderr)
         text = sys.stdin.read()
     else:
-        path = Path(source)
-        if not path.is_file():
-            raise ConfigError(f"explain: no file {source!r}. Pass a file holding the traceback, or '-' "
-                              "(or nothing) to read it from standard input.")
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = _read_pasted(source)
     found = explain_text(text)
     if args.json:
         print(json.dumps({"explanations": [e.to_dict() for e in found]}, indent=2))
@@ -47,6 +43,25 @@ def cli_explain(args: argparse.Namespace) -> int:
     else:
         print("\n\n".join(e.format() for e in found))
     return 0 if found else 1
+
+
+def _read_pasted(source: str) -> str:
+    """The text of ``explain FILE`` (``source``): a regular file of at most :data:`MAX_EXPLAIN_BYTES` (a FIFO
+    would wait for a writer, a link to ``/dev/zero`` never end), else a ConfigError saying what to pass."""
+    from torchwork.errors import ConfigError
+    from torchwork.paths import FileTooLarge, NotRegularFile, read_regular
+
+    try:
+        return read_regular(Path(source), MAX_EXPLAIN_BYTES).decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        raise ConfigError(f"explain: no file {source!r}. Pass a file holding the traceback, or '-' "
+                          "(or nothing) to read it from standard input.") from None
+    except NotRegularFile as error:
+        raise ConfigError(f"explain: {source!r} is {error}: pass a file holding the traceback, or pipe it "
+                          "in with `torchwork explain -`.") from None
+    except FileTooLarge as error:
+        raise ConfigError(f"explain: {source!r} is {error}, more than a traceback: pass the part that holds "
+                          "it (the last lines of a log, e.g. `tail -n 200 LOG | torchwork explain -`).") from None
 
 
 def cli_doctor(args: argparse.Namespace) -> int:

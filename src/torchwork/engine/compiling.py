@@ -40,7 +40,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import sys
@@ -273,11 +272,14 @@ class Compiler:
 def record_in_manifest(run_path: Path, report: dict[str, Any]) -> None:
     """Set ``"compile"`` in ``run_path/manifest.json`` (atomically; nothing when there is no manifest)."""
     from torchwork.files import write_json
+    from torchwork.runs.folder_files import load_json, read_run_file
+    from torchwork.runs.readback import MAX_MANIFEST_BYTES
 
     path = run_path / "manifest.json"
     if not path.is_file():
         return
-    manifest = json.loads(path.read_text(encoding="utf-8"))
+    # bounded, a regular file of the run: one swapped for a FIFO or a link out is a ConfigError, not a hang
+    manifest = load_json(read_run_file(run_path, "manifest.json", MAX_MANIFEST_BYTES), path)
     manifest["compile"] = report
     write_json(path, manifest)
 

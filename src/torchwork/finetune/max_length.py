@@ -21,6 +21,9 @@ PERCENTILE = 95
 SHORTEST = 16
 
 
+# deploy.wordpiece.MAX_TOKENIZER_BYTES, restated: finetune sits below deploy (docs/architecture.md's layers)
+_MAX_TOKENIZER_BYTES = 64 * 2**20
+
 def choose_max_length(lengths: Sequence[int], limit: int, percentile: float = PERCENTILE) -> int:
     """The ``percentile``-th percentile of ``lengths`` rounded up to a multiple of 8 (at least 16), capped
     at the model's ``limit``: the longest texts are cut rather than every batch padded for them."""
@@ -36,13 +39,27 @@ def token_lengths(texts: Sequence[str], model_folder: str | os.PathLike[str]) ->
     folder's ``tokenizer.json``, and the most positions the model's ``config.json`` allows."""
     from tokenizers import Tokenizer
 
+    from torchwork.finetune.encoders import MAX_CONFIG_BYTES
+
     folder = Path(model_folder)
-    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokenizer = Tokenizer.from_str(_read(folder / "tokenizer.json", _MAX_TOKENIZER_BYTES))
     tokenizer.no_truncation()
     tokenizer.no_padding()
-    config = json.loads((folder / "config.json").read_text())
+    config = json.loads(_read(folder / "config.json", MAX_CONFIG_BYTES))
     limit = int(config.get("max_position_embeddings", 512))
     if config.get("model_type") in ("roberta", "xlm-roberta", "camembert"):
         limit -= 2  # their positions start after the padding index
     lengths = [len(e.ids) for e in tokenizer.encode_batch(list(texts), add_special_tokens=True)]
     return lengths, limit
+
+
+def _read(path: Path, limit: int) -> str:
+    """The text of a file of the user's model folder, read as a regular file of at most ``limit`` bytes (a FIFO
+    would block, a link to ``/dev/zero`` never end); a ConfigError naming it otherwise."""
+    from torchwork.paths import FileTooLarge, NotRegularFile, read_regular
+
+    try:
+        return read_regular(path, limit).decode("utf-8")
+    except (NotRegularFile, FileTooLarge, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path} cannot be read as the model's {path.name} ({error}): save the model's "
+                          "tokenizer and config again (save_pretrained).") from None

@@ -27,6 +27,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from torchwork.runs.folder_files import load_json, read_run_file
+from torchwork.runs.readback import MAX_MANIFEST_BYTES
+
 
 def resumed_run() -> Path | None:
     """The run folder being resumed (``TORCHWORK_RESUME``), or None."""
@@ -40,8 +43,8 @@ def recorded_config(settings: Mapping[str, Any]) -> dict[str, Any] | None:
     if run is None:
         return None
     path = run / "manifest.json"
-    try:
-        recorded = json.loads(path.read_text()).get("config")
+    try:  # a regular file inside the run, of a manifest's size: a FIFO or a link to /dev/zero is refused
+        recorded = load_json(read_run_file(run, "manifest.json", MAX_MANIFEST_BYTES), path).get("config")
     except (OSError, ValueError, AttributeError) as error:
         print(f"torchwork: cannot read what {path} recorded ({error}); measuring again.", file=sys.stderr)
         return None
@@ -77,8 +80,8 @@ class Decisions:
         self.path = Path(run) / "decisions.json"
 
     def _read(self) -> dict[str, Any]:
-        try:
-            recorded = json.loads(self.path.read_text())
+        try:  # as the manifest: a regular file inside the run, bounded
+            recorded = load_json(read_run_file(self.path.parent, self.path.name, MAX_MANIFEST_BYTES), self.path)
         except FileNotFoundError:
             return {}
         except (OSError, ValueError) as error:

@@ -5,7 +5,6 @@ latency / throughput / size per artifact variant, the guard's findings and the m
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -108,10 +107,22 @@ def write_report(path: Path, *, history: list[dict[str, Any]], metrics: dict[str
     report.heading("Summary")
     report.code(summary)
     report.heading("Run manifest")
-    manifest_path = run_path / "manifest.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    manifest = _own_manifest(run_path)
     report.table(None, ["entry", "value"], parts.manifest_rows(manifest))
     return report.write(path)
+
+
+def _own_manifest(run_path: Path) -> Any:
+    """The run's ``manifest.json`` ({} when there is none), read bounded as a regular file of the run (a FIFO
+    or a link out of it is a ConfigError naming it, not a hang)."""
+    from torchwork.runs.folder_files import load_json, read_run_file
+    from torchwork.runs.readback import MAX_MANIFEST_BYTES
+
+    try:
+        data = read_run_file(run_path, "manifest.json", MAX_MANIFEST_BYTES)
+    except FileNotFoundError:
+        return {}
+    return load_json(data, run_path / "manifest.json")
 
 
 def _get(row: dict[str, Any], key: str) -> Any:

@@ -120,6 +120,13 @@ def seed_rows(run_root: Path, current: Path, settings: Mapping[str, Any],
     then a ``max - min`` row; [] unless two seeds or more were measured."""
     import json
 
+    from torchwork.runs.folder_files import load_json, read_run_file
+    from torchwork.runs.readback import MAX_MANIFEST_BYTES
+
+    def read(folder: Path, name: str) -> Any:
+        # a regular file inside the folder, bounded: a FIFO, a link out or a huge file is refused, not read
+        return load_json(read_run_file(folder, name, MAX_MANIFEST_BYTES), folder / name)
+
     def row(seed: Any, scores: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         return {"seed": seed, **{f"{name} macro-F1": s.get("macro_f1") for name, s in scores.items()}}
 
@@ -128,9 +135,9 @@ def seed_rows(run_root: Path, current: Path, settings: Mapping[str, Any],
     rows = {settings.get("seed"): row(settings.get("seed"), models)}
     for folder in sorted(p for p in Path(run_root).iterdir() if p.is_dir() and p != current):
         try:
-            config = json.loads((folder / "manifest.json").read_text())["config"]
-            scores = json.loads((folder / "summary.json").read_text())["models"]
-        except (OSError, ValueError, KeyError, TypeError):
+            config = read(folder, "manifest.json")["config"]
+            scores = read(folder, "summary.json")["models"]
+        except (OSError, ValueError, KeyError, TypeError):  # ConfigError (refused) is a ValueError
             continue  # not a finished run of this recipe
         if isinstance(config, dict) and isinstance(scores, dict) and config.get("seed") not in rows \
                 and all(config.get(k) == v for k, v in same.items()):

@@ -131,12 +131,17 @@ def relative_to(text: str, root: Path | None) -> str:
 
 
 def manifest_digest(folder: Path) -> str | None:
-    """The SHA-256 of ``folder/manifest.json`` (which holds every file's checksum), or None when unreadable."""
+    """The SHA-256 of ``folder/manifest.json`` (which holds every file's checksum), or None when unreadable:
+    missing, not a regular file (a FIFO would block the event loop that asks), or over a manifest's size. It
+    is read bounded, so a SIGHUP never hangs on it: the reload that follows says what is wrong."""
     import hashlib
 
+    from torchwork.deploy.manifest import MAX_MANIFEST_BYTES
+    from torchwork.paths import read_regular
+
     try:
-        return hashlib.sha256((folder / "manifest.json").read_bytes()).hexdigest()
-    except OSError:
+        return hashlib.sha256(read_regular(folder / "manifest.json", MAX_MANIFEST_BYTES)).hexdigest()
+    except OSError:  # NotRegularFile and FileTooLarge are OSErrors
         return None
 
 
@@ -174,8 +179,10 @@ class ArtifactFolder:
         return str(self.loaded), predictor, process
 
     def newest(self) -> str | None:
-        """The version last loaded while the folder is unchanged since; None (load it) once it changed."""
-        return str(self.loaded) if manifest_digest(self.folder) == self.digest else None
+        """The version last loaded while the folder is unchanged since; None (load it) once it changed or its
+        manifest cannot be read (the load then says why)."""
+        digest = manifest_digest(self.folder)
+        return str(self.loaded) if digest is not None and digest == self.digest else None
 
 
 class Slot:

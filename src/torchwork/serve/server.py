@@ -170,14 +170,17 @@ def check_not_a_run_folder(folder: str) -> None:
         ...
         torchwork.errors.ConfigError: ... is a training run folder, not an exported artifact; ...
     """
+    from torchwork.deploy.manifest import MAX_MANIFEST_BYTES
+    from torchwork.paths import read_regular
+
     path = Path(folder)
     manifest = path / "manifest.json"
     if not path.is_dir() or not manifest.is_file() and not (path / "checkpoints").is_dir():
         return
-    try:
-        if "torchwork_artifact" in json.loads(manifest.read_text()):
+    try:  # a regular file of a manifest's size only: a FIFO would block, a huge file fill memory
+        if "torchwork_artifact" in json.loads(read_regular(manifest, MAX_MANIFEST_BYTES).decode("utf-8")):
             return
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, RecursionError):
         pass
     if not (path / "checkpoints").is_dir() and not (path / "artifact").is_dir():
         return  # some other folder: the artifact loader says what is missing

@@ -9,7 +9,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -57,12 +56,19 @@ def write_best_yaml(path: Path, config: dict[str, Any], comment: str, rerun: boo
 
 def defaults_score(prepared: dict[str, Any], threads: int) -> dict[str, Any]:
     """The recipe's own settings trained like a trial (in ``defaults/``, resumed if it was interrupted)."""
+    from torchwork.runs.folder_files import load_json, read_run_file
+    from torchwork.runs.readback import MAX_MANIFEST_BYTES
     from torchwork.tune.trial import resuming
 
     target, folder = prepared["target"], prepared["folder"] / "defaults"
     recorded = folder / "result.json"
-    if recorded.is_file():
-        return json.loads(recorded.read_text())
+    try:  # a regular file inside the study folder, bounded: a link out or a FIFO is a ConfigError naming it
+        data = read_run_file(prepared["folder"], "defaults/result.json", MAX_MANIFEST_BYTES)
+    except FileNotFoundError:
+        data = None  # not run yet
+    if data is not None:
+        known: dict[str, Any] = load_json(data, recorded)
+        return known
     folder.mkdir(parents=True, exist_ok=True)
     with resuming(folder):
         result = target.run({}, folder, threads, [], {"tune": {"study": prepared["study"].study_name,
@@ -76,11 +82,14 @@ def defaults_score(prepared: dict[str, Any], threads: int) -> dict[str, Any]:
 def rerun_best(best_yaml: Path) -> dict[str, Any]:
     """``torchwork train best.yaml``: the whole recipe (test split, export) on the best settings."""
     from torchwork.recipes.registry import resolve, run_recipe
+    from torchwork.runs.folder_files import load_json, read_run_file
+    from torchwork.runs.listing import MAX_BEST_BYTES
 
     name, config = resolve(str(best_yaml))
     summary = run_recipe(name, config)
     run = Path(summary["report"]).parent
-    validation = json.loads((run / "checkpoints" / "best.json").read_text())["value"]
+    best = read_run_file(run, "checkpoints/best.json", MAX_BEST_BYTES)  # bounded, a regular file of the run
+    validation = load_json(best, run / "checkpoints" / "best.json")["value"]
     return {"validation": validation, "test": summary["test"], "run": str(run)}
 
 
