@@ -188,8 +188,11 @@ def test_a_native_library_loads_only_when_named_or_trusted(digits_artifact):
     from torchwork.deploy.runtime import open_runner
 
     x = digits()["x_test"][:4]
-    assert load_artifact(digits_artifact).variant == "torchscript"  # the default skips the native library
-    assert load_artifact(digits_artifact, trust=("native",)).variant in ("pt2-aoti", "torchscript")
+    with pytest.raises(ExportError, match="runs as code"):  # both variants are code: neither is the default
+        load_artifact(digits_artifact)
+    assert load_artifact(digits_artifact, trust=("torchscript",)).variant == "torchscript"
+    assert load_artifact(digits_artifact, trust=("native",)).variant == "pt2-aoti"
+    assert load_artifact(digits_artifact, trust=("native", "torchscript")).variant in ("pt2-aoti", "torchscript")
     named = load_artifact(digits_artifact, "pt2-aoti")
     with torch.no_grad():
         assert (named(x) - copy.deepcopy(digits_mlp()).eval()(x)).abs().max() <= 1e-5
@@ -197,7 +200,35 @@ def test_a_native_library_loads_only_when_named_or_trusted(digits_artifact):
         open_runner(digits_artifact / "model.aoti.pt2", "pt2-aoti")
     with one_thread():
         report = verify(digits_artifact, model=digits_mlp(), rounds=1)
-    assert "pt2-aoti" in report["not_loaded"] and "pt2-aoti" not in report["variants"]
+    assert {"pt2-aoti", "torchscript"} <= set(report["not_loaded"]) and "pt2-aoti" not in report["variants"]
+
+
+def _aoti_libraries_mapped() -> int:
+    """How many mappings of this process come from an AOTInductor package's library (-1: unknown)."""
+    maps = Path("/proc/self/maps")
+    return sum("aotinductor" in line for line in maps.read_text().splitlines()) if maps.exists() else -1
+
+
+@pytest.mark.slow
+@needs_tools
+def test_a_native_library_passed_off_as_a_pt2_program_is_never_loaded(digits_artifact, tmp_path):
+    """torch.export.load loads the AOTInductor library of any archive it reads (data/aotinductor/): the
+    package copied over as a pt2 variant, the manifest resealed, would be native code loaded by default."""
+    from torchwork.deploy import load_artifact
+
+    forged = tmp_path / "forged"
+    shutil.copytree(digits_artifact, forged)
+    shutil.copy(forged / "model.aoti.pt2", forged / "model.pt2")
+    manifest = json.loads((forged / "manifest.json").read_text())
+    manifest["variants"]["pt2"] = {"file": "model.pt2", "format": "pt2"}
+    manifest["files"]["model.pt2"] = dict(manifest["files"]["model.aoti.pt2"])
+    manifest["deploy"] = "pt2"
+    (forged / "manifest.json").write_text(json.dumps(manifest))
+    before = _aoti_libraries_mapped()
+    with pytest.raises(ExportError) as refused:
+        load_artifact(forged)
+    assert _aoti_libraries_mapped() == before, "the native library was loaded"
+    assert "an AOTInductor library inside a pt2 program" in str(refused.value)
 
 
 # ------------------------------------------------------------------------------------------ hostile files

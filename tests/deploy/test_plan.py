@@ -69,3 +69,34 @@ def test_a_plan_and_flat_keywords_together_or_a_misspelt_one_are_refused(tmp_pat
     with pytest.raises(ConfigError, match="batch_sizes=\\(0,\\) must be positive integers"):
         ExportPlan(batch_sizes=(0,))
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("atol", float("nan"), r"atol=nan: a parity tolerance is a finite number >= 0"),
+    ("rtol", -1e-3, r"rtol=-0\.001: a parity tolerance is a finite number >= 0"),
+    ("atol", float("inf"), r"atol=inf"),
+    ("tolerance", float("nan"), r"tolerance=nan: the accuracy a quantized variant may lose"),
+    ("tolerance", 2.0, r"tolerance=2\.0"),
+    ("verify_rounds", 0, r"verify_rounds=0: the timing rounds are a count from 1"),
+    ("verify_rounds", 10**9, r"verify_rounds=1000000000"),
+    ("max_length", 2**40, r"max_length=1099511627776: .* at least 2 .* at most 16,777,216"),
+])
+def test_a_tolerance_rounds_or_length_out_of_range_is_refused_before_any_work(tmp_path: Path, field: str,
+                                                                              value: object, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        ExportPlan(**{field: value})
+    with pytest.raises(ConfigError, match=message):
+        export(torch.nn.Linear(2, 2), torch.randn(2, 2), tmp_path / "out", formats=("onnx",), **{field: value})
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("keyword", "value", "message"), [
+    ("atol", float("nan"), r"atol=nan"), ("rtol", float("inf"), r"rtol=inf"), ("rounds", 0, r"rounds=0"),
+    ("tolerance", float("inf"), r"tolerance=inf"), ("threads", 10**7, r"threads=10000000 is more than"),
+])
+def test_verify_refuses_the_same_settings_before_reading_the_artifact(tmp_path: Path, keyword: str, value: object,
+                                                                      message: str) -> None:
+    from torchwork.deploy import verify
+
+    with pytest.raises(ConfigError, match=message):  # the folder does not exist: the settings come first
+        verify(tmp_path / "no-artifact-here", **{keyword: value})

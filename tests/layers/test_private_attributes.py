@@ -24,6 +24,7 @@ FOREIGN: dict[str, str] = {
     "_version": "torch.Tensor._version: autograd's in-place counter (the doctor's in-place checks, carried state)",
     "_base": "torch.Tensor._base: the tensor a view looks into (the doctor's view checks)",
     "_storage": "optuna.Study._storage: the storage a study runs on (tune's trials and their recovery)",
+    "_schema": "torch OpOverload._schema: an operator's argument names and types (pt2_program's file-name check)",
 }
 # "path: expr._x" -> why it stays for now (one line each).
 ALLOWED: dict[str, str] = {}

@@ -8,11 +8,13 @@ native shared library (C++ kernels compiled by the system's g++), which Python l
 A native library runs as code the moment it is loaded, unlike every other file of an artifact. The file
 table's SHA-256 proves that the files are the ones exported, not who exported them, so an artifact's
 ``pt2-aoti`` variant is loaded only by its exporter, when it is named explicitly, or with
-``trust=("native",)`` (:data:`NATIVE_TRUST`).
+``trust=("native",)`` (:data:`~torchwork.deploy.trust.NATIVE_TRUST`); the rule, shared with TorchScript, is
+:func:`torchwork.deploy.trust.may_load`.
 
 Example:
-    >>> needs_native_trust("pt2-aoti"), needs_native_trust("onnx")
-    (True, False)
+    >>> from torchwork.deploy.trust import trust_needed
+    >>> trust_needed(FORMAT)
+    'native'
 """
 
 from __future__ import annotations
@@ -23,15 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from torchwork.deploy.formats import Bounds, dims_problems, export_failure, kept_dims, quiet, torch_dims
+from torchwork.deploy.trust import NATIVE_TRUST  # noqa: F401 (its old import path)
 from torchwork.errors import ExportError
 
 FORMAT = "pt2-aoti"
-NATIVE_TRUST = "native"  # the word to pass in trust= to load a native library from an artifact
-
-
-def needs_native_trust(fmt: str) -> bool:
-    """Whether loading a variant of this format runs native code from the artifact."""
-    return fmt == FORMAT
 
 
 def export_pt2_aoti(model: Any, args: tuple[Any, ...], path: Path, names: Sequence[str],
@@ -73,8 +70,3 @@ def aoti_runner(path: Path) -> Any:
 
     return run
 
-
-def refuse_untrusted(variant: str, root: Path) -> ExportError:
-    return ExportError(f"artifact {root}: variant {variant!r} is a native shared library, which runs as code when "
-                       f"loaded. Load it only from an artifact you trust: pass trust=({NATIVE_TRUST!r},) "
-                       f"(--trust {NATIVE_TRUST}), or choose another variant.")

@@ -13,17 +13,17 @@ Example:
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from torchwork.deploy.aoti import NATIVE_TRUST, needs_native_trust
 from torchwork.deploy.contents import load_preprocess
 from torchwork.deploy.fallback import fallback_runner
 from torchwork.deploy.manifest import PREFERENCE, Manifest, read_manifest, variant_format
 from torchwork.deploy.runtime import Runner, check_row_count, open_runner, run_in_chunks, softmax
 from torchwork.deploy.tensors import as_input_tuple, check_inputs
-from torchwork.deploy.trust import safe_member
+from torchwork.deploy.trust import may_load, package_trust, refuse_untrusted, safe_member, trust_needed
 from torchwork.errors import ConfigError, ExportError
 
 
@@ -96,9 +96,11 @@ def load_artifact(directory: str | os.PathLike[str], variant: str | None = None,
     """Load an artifact as a callable ``raw inputs -> outputs`` (preprocessing and postprocessing included).
 
     ``variant`` picks the model file (``"onnx"``, ``"pt2"``, ``"onnx-int8"``, ``"torchscript"``,
-    ``"pt2-aoti"``); by default the one the artifact marks to deploy, else ONNX, then pt2. Every file's
-    checksum is checked first. A ``pt2-aoti`` variant (a native library) loads when named or with
-    ``trust=("native",)``.
+    ``"pt2-aoti"``); by default the one the artifact marks to deploy, else ONNX, then pt2
+    (:func:`default_variant`). Every file's checksum is checked first. A variant that runs as code loads
+    when named, or when ``trust`` holds its word: ``"torchscript"`` for a TorchScript program, ``"native"``
+    for a ``pt2-aoti`` native library; the artifact's own ``deploy`` field never makes it the default.
+    ``trust`` also names module prefixes allowed for the preprocessor class.
 
     Example:
         >>> predict = load_artifact("artifacts/digits")          # doctest: +SKIP
@@ -108,25 +110,54 @@ def load_artifact(directory: str | os.PathLike[str], variant: str | None = None,
     root, trust = Path(directory), tuple(trust)
     manifest = read_manifest(root)
     available = list(manifest.variants)  # refused formats never enter the artifact
-    trust_native = variant is not None or NATIVE_TRUST in trust  # named by the caller, or trusted
     if variant is None:
+        variant = default_variant(manifest, trust)
+        if variant is None:
+            raise _nothing_to_load(root, manifest)
         marked = manifest.deploy
-        ordered = [marked] if marked in available else [n for n in PREFERENCE if n in available]
-        if NATIVE_TRUST not in trust:  # a native library is the default only when trusted
-            ordered = [n for n in ordered if not needs_native_trust(n)] or [
-                n for n in PREFERENCE if n in available and not needs_native_trust(n)] or ordered
-        if not ordered:
-            raise ExportError(f"artifact {root} holds no variant that passed its export checks "
-                              f"(refused: {manifest.refused}).")
-        variant = ordered[0]
+        if marked in available and marked != variant:  # marked to deploy, but it runs as code
+            word = trust_needed(variant_format(marked))
+            warnings.warn(f"artifact {root} marks {marked!r} to deploy, which runs as code; loading {variant!r} "
+                          f"instead. Name it (load_artifact(dir, {marked!r}), --variant {marked}) or trust it "
+                          f"(trust=({word!r},)) to load it.", UserWarning, stacklevel=2)
     elif variant not in available:
         refused = manifest.refused.get(variant)
         raise ConfigError(f"artifact {root} has no {variant!r} variant"
                           + (f" (refused at export: {refused})" if refused else "") + f"; it has {available}.")
-    packages = tuple(t for t in trust if t != NATIVE_TRUST)
-    preprocess = load_preprocess(root, manifest, packages)
-    runner = variant_runner(root, manifest, variant, threads, trust_native, preprocess)
+    preprocess = load_preprocess(root, manifest, package_trust(trust))
+    # named by the caller, or chosen among what its trust allows: either way, consented to
+    runner = variant_runner(root, manifest, variant, threads, trusted=True, preprocess=preprocess)
     return LoadedArtifact(root, manifest, variant, runner, preprocess)
+
+
+def default_variant(manifest: Manifest, trust: Iterable[str] = ()) -> str | None:
+    """The variant :func:`load_artifact` loads when none is named: the one the manifest marks to deploy,
+    else the first of :data:`~torchwork.deploy.manifest.PREFERENCE` the artifact holds; never one that runs
+    as code unless ``trust`` holds its word (the manifest is untrusted data: it cannot consent for the
+    caller). None when no variant may load so.
+
+    Example:
+        >>> from torchwork.deploy.manifest import Manifest, Variant
+        >>> variants = {"torchscript": Variant("model.torchscript.pt", "torchscript"),
+        ...             "onnx": Variant("model.onnx", "onnx")}
+        >>> manifest = Manifest(1, [], [], variants, {}, deploy="torchscript")
+        >>> default_variant(manifest), default_variant(manifest, trust=("torchscript",))
+        ('onnx', 'torchscript')
+    """
+    trust = tuple(trust)
+    allowed = [name for name in manifest.variants if may_load(variant_format(name), trust)]
+    if manifest.deploy in allowed:
+        return manifest.deploy
+    return next((name for name in PREFERENCE if name in allowed), None)
+
+
+def _nothing_to_load(root: Path, manifest: Manifest) -> ExportError:
+    """Why no variant loads by default: none passed export, or every one runs as code (the first refused)."""
+    gated = list(manifest.variants)
+    if not gated:
+        return ExportError(f"artifact {root} holds no variant that passed its export checks "
+                           f"(refused: {manifest.refused}).")
+    return refuse_untrusted(gated[0], variant_format(gated[0]), root)
 
 
 # The float fallback runs a few rows of a batch, right after the INT8 graph's call, whose ONNX Runtime threads
@@ -138,13 +169,15 @@ FALLBACK_THREADS = 1
 
 
 def variant_runner(root: Path, manifest: Manifest, variant: str, threads: int | None = None,
-                   trust_native: bool = False, preprocess: Any = None) -> Runner:
+                   trusted: bool = False, preprocess: Any = None) -> Runner:
     """The runner of one variant of an artifact: its model file, and the float fallback it records
     (:mod:`torchwork.deploy.fallback`) when it has one. Each model file runs once first (:func:`probe`), so
-    that one that does not fit the manifest is refused here, not at a request."""
+    that one that does not fit the manifest is refused here, not at a request. ``trusted``: the caller
+    consents to this variant's file running as code (see :func:`torchwork.deploy.trust.may_load`); the
+    fallback the manifest names gets no such consent."""
     entry = manifest.variants[variant]
     runner = open_runner(safe_member(root, entry.file, f"variant {variant!r}"), variant_format(variant), threads,
-                         trust_native)
+                         trusted)
     probes = probe_inputs(root, manifest, preprocess)
     shapes = probe(root, manifest, variant, runner, probes)
     if entry.fallback is None:

@@ -10,16 +10,46 @@ Example:
     >>> from torchwork.deploy.parity import compare
     >>> compare([torch.ones(2, 3)], [torch.ones(2, 3) + 1e-6])["ok"]
     True
+    >>> check_tolerances(atol=float("nan"), rtol=1e-3)
+    Traceback (most recent call last):
+    ...
+    torchwork.errors.ConfigError: atol=nan: a parity tolerance is a finite number >= 0 (default 0.0001); ...
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from torchwork.errors import ConfigError
+
 DEFAULT_ATOL = 1e-4
 DEFAULT_RTOL = 1e-3
+
+
+MAX_ROUNDS = 100_000
+
+
+def check_tolerances(atol: Any, rtol: Any, tolerance: Any = 0.01, rounds: Any = 1,
+                     rounds_name: str = "rounds") -> None:
+    """Refuse, before any work, a parity tolerance that is not a finite number >= 0 (NaN compares false, so
+    a NaN ``atol`` failed every variant; an infinite one passed any output, NaN outputs included), an
+    accuracy ``tolerance`` outside [0, 1], and timing ``rounds`` that are not a count from 1 (0 rounds
+    reported no timing at all, and said nothing)."""
+    defaults = {"atol": DEFAULT_ATOL, "rtol": DEFAULT_RTOL}
+    for name, value in (("atol", atol), ("rtol", rtol)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise ConfigError(f"{name}={value!r}: a parity tolerance is a finite number >= 0 (default "
+                              f"{defaults[name]}); |out - eager| <= atol + rtol * |eager| is checked.")
+    if (isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not math.isfinite(tolerance)
+            or not -1 <= tolerance <= 1):
+        raise ConfigError(f"tolerance={tolerance!r}: the accuracy a quantized variant may lose is a fraction "
+                          "from 0 to 1 (default 0.01; a negative one asks it to gain that much).")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= MAX_ROUNDS:
+        raise ConfigError(f"{rounds_name}={rounds!r}: the timing rounds are a count from 1 to {MAX_ROUNDS:,} "
+                          "(default 20).")
 
 
 @dataclass

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torchwork.deploy import progress
-from torchwork.deploy.aoti import NATIVE_TRUST
 from torchwork.deploy.contents import save_samples
 from torchwork.deploy.formats import (
     TORCHSCRIPT_DEPRECATED,
@@ -59,7 +58,7 @@ from torchwork.deploy.parity_inputs import length_ordered
 from torchwork.deploy.plan import ExportPlan, parse_formats  # noqa: F401 (parse_formats: its old import path)
 from torchwork.deploy.runtime import open_runner
 from torchwork.deploy.tensors import as_input_tuple, check_inputs, dtype_name, flatten_outputs, save_tensors
-from torchwork.deploy.trust import class_spec, file_table, resolve_class
+from torchwork.deploy.trust import CODE_TRUST, class_spec, file_table, resolve_class
 from torchwork.deploy.variants import Checked, export_variants, remove_variant
 from torchwork.errors import ConfigError, ExportError
 from torchwork.files import current_umask, fsync_dir, write_json
@@ -174,7 +173,7 @@ def _record_example_outputs(tmp: Path, module: Any, args: tuple[Any, ...], varia
     with torch.no_grad():
         recorded = {f"eager.output_{i}": t for i, t in enumerate(flatten_outputs(module(*args)))}
     for name, variant in variants.items():
-        outputs = open_runner(tmp / variant.file, variant_format(name), threads, trust_native=True)(args)
+        outputs = open_runner(tmp / variant.file, variant_format(name), threads, trusted=True)(args)
         recorded.update({f"{name}.output_{i}": t for i, t in enumerate(outputs)})
     save_tensors(tmp / EXAMPLE_OUTPUTS, recorded)
     return {"file": EXAMPLE_OUTPUTS, "inputs": EXAMPLES, "variants": ["eager", *variants], "atol": atol,
@@ -438,7 +437,7 @@ def _verify_in_place(tmp: Path, out: Path, module: Any, plan: ExportPlan, manife
     _write_manifest(tmp, manifest)
     from torchwork.deploy.verification import verify
 
-    trust: tuple[str, ...] = (NATIVE_TRUST,)  # its own freshly compiled library
+    trust = tuple(CODE_TRUST.values())  # its own freshly written files: native library, TorchScript
     if manifest.preprocess and manifest.preprocess.trust_needed:
         trust += (manifest.preprocess.trust_needed,)
     verification = verify(tmp, model=module, threads=plan.threads, rounds=plan.verify_rounds, atol=plan.atol,

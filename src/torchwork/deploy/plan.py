@@ -26,10 +26,13 @@ from typing import Any, TypedDict
 
 from torchwork.deploy.fallback import check_agreement
 from torchwork.deploy.manifest import FORMATS
-from torchwork.deploy.parity import DEFAULT_ATOL, DEFAULT_RTOL
+from torchwork.deploy.parity import DEFAULT_ATOL, DEFAULT_RTOL, check_tolerances
 from torchwork.deploy.quantize import DEFAULT_OPS, check_activations
 from torchwork.deploy.smoothing import check_alpha
 from torchwork.errors import ConfigError
+
+# a bound on export's dynamic length; past it torch.export's range is no length a model takes (16M tokens)
+MAX_LENGTH_BOUND = 1 << 24
 
 
 def parse_formats(formats: str | Iterable[str]) -> list[str]:
@@ -124,6 +127,7 @@ class ExportPlan:
             raise ConfigError("cpp=True (--cpp) adds the C++ runner, which loads 'pt2-aoti' or 'torchscript': add "
                               "one of them to formats.")
         _check_length_bound(self.max_length, self.dynamic_length, self.lengths)
+        check_tolerances(self.atol, self.rtol, self.tolerance, self.verify_rounds, rounds_name="verify_rounds")
         _check_output_choice(self.output)
         object.__setattr__(self, "formats", chosen)
         object.__setattr__(self, "quantize_ops", tuple(self.quantize_ops))
@@ -158,9 +162,9 @@ class ExportPlan:
 def _check_length_bound(max_length: Any, dynamic_length: bool | None, lengths: Sequence[int] | None) -> None:
     if max_length is None:
         return
-    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or not 2 <= max_length <= MAX_LENGTH_BOUND:
         raise ConfigError(f"max_length={max_length!r}: pass the longest sequence the model takes, an int of at "
-                          "least 2 (e.g. a GPT's block_size).")
+                          f"least 2 (e.g. a GPT's block_size) and at most {MAX_LENGTH_BOUND:,}.")
     if dynamic_length is False:
         raise ConfigError(f"max_length={max_length} makes the length (dim 1) dynamic up to {max_length}, but "
                           "dynamic_length=False fixes it: drop one of them.")

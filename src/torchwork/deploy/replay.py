@@ -6,6 +6,8 @@ exported variant returned for them on the exporting machine (``example_outputs.s
 is proof that this machine computes what the development machine computed. Float variants must agree
 within the artifact's parity tolerance (``atol`` / ``rtol`` recorded with the outputs); a quantized
 variant within ``atol`` 1e-3 / ``rtol`` 1e-2 at least, because integer kernels differ between CPU ISAs.
+A variant that runs as code (TorchScript, a ``pt2-aoti`` native library) is replayed only when ``trust``
+holds its word (:func:`torchwork.deploy.trust.may_load`); otherwise its result is a skip saying why.
 
 Example:
     >>> from torchwork.deploy.replay import replay_artifact
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,8 +31,9 @@ if TYPE_CHECKING:  # pragma: no cover
 QUANTIZED_ATOL, QUANTIZED_RTOL = 1e-3, 1e-2
 
 
-def replay_artifact(directory: str | os.PathLike[str]) -> list[CheckResult]:
-    """One result per variant of the artifact; a damaged artifact is one failed result saying why.
+def replay_artifact(directory: str | os.PathLike[str], trust: Iterable[str] = ()) -> list[CheckResult]:
+    """One result per variant of the artifact; a damaged artifact is one failed result saying why; a
+    variant that runs as code and is not trusted (``trust=("torchscript",)``, ``("native",)``) is a skip.
 
     Raises :class:`~torchwork.errors.ExportError` when ``directory`` is not an artifact directory at all.
     """
@@ -37,7 +41,7 @@ def replay_artifact(directory: str | os.PathLike[str]) -> list[CheckResult]:
     from torchwork.deploy.manifest import MANIFEST, read_manifest, variant_format
     from torchwork.deploy.runtime import open_runner
     from torchwork.deploy.tensors import load_tensors
-    from torchwork.deploy.trust import safe_member
+    from torchwork.deploy.trust import may_load, safe_member, why_not_loaded
     from torchwork.env.known_answers import CheckResult, compare_arrays  # numpy: not at import (--help)
 
     root = Path(directory)
@@ -56,15 +60,20 @@ def replay_artifact(directory: str | os.PathLike[str]) -> list[CheckResult]:
         recorded = load_tensors(safe_member(root, entry.get("file"), "the example outputs entry"))
     except ExportError as damaged:
         return [CheckResult(f"artifact {root}", False, None, None, None, str(damaged))]
-    results = []
+    results, trust = [], tuple(trust)
     for name, variant in manifest.variants.items():
+        label = f"artifact {name} on its recorded inputs"
+        if not may_load(variant_format(name), trust):
+            reason = f"not run: {why_not_loaded(variant_format(name))}"
+            results.append(CheckResult(label, True, None, None, None, reason, skipped=True))
+            continue
         quantized = variant.quantization is not None
         atol = max(recorded_atol, QUANTIZED_ATOL if quantized else 0.0)
         rtol = max(recorded_rtol, QUANTIZED_RTOL if quantized else 0.0)
         started = time.perf_counter()
-        label = f"artifact {name} on its recorded inputs"
         try:
-            run = open_runner(safe_member(root, variant.file, f"variant {name!r}"), variant_format(name))
+            path = safe_member(root, variant.file, f"variant {name!r}")
+            run = open_runner(path, variant_format(name), trusted=True)  # data, or trusted just above
             outputs = run(inputs)
             expected = [recorded[key] for key in sorted(k for k in recorded if k.startswith(f"{name}.output_"))]
             if not expected:

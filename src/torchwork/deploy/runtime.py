@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from torchwork.deploy import progress
-from torchwork.deploy.aoti import aoti_runner, needs_native_trust, refuse_untrusted
+from torchwork.deploy.aoti import aoti_runner
 from torchwork.deploy.manifest import FORMATS
+from torchwork.deploy.pt2_program import check_pt2_program
 from torchwork.deploy.tensors import flatten_outputs
-from torchwork.deploy.trust import check_pt2_pickle_free
+from torchwork.deploy.trust import check_pt2_pickle_free, may_load, refuse_untrusted
 from torchwork.errors import ConfigError, ExportError, ModelOutputError
 
 Runner = Callable[[Sequence[Any]], list[Any]]
@@ -168,10 +169,12 @@ def onnx_runner(path: Path, threads: int | None = None) -> Runner:
 
 
 def load_pt2(path: Path) -> Any:
-    """``torch.export.load`` of an archive checked first to need no pickle."""
+    """``torch.export.load`` of an archive checked first to need no pickle and to hold a program that runs
+    nothing but a model's operators (:mod:`torchwork.deploy.pt2_program`)."""
     import torch
 
     check_pt2_pickle_free(path)
+    check_pt2_program(path)
     try:
         return torch.export.load(str(path))
     except Exception as error:
@@ -179,14 +182,15 @@ def load_pt2(path: Path) -> Any:
                           "damaged or was written by another torch version: re-export the model.") from error
 
 
-def open_runner(path: Path, fmt: str, threads: int | None = None, trust_native: bool = False) -> Runner:
-    """A callable ``inputs -> list of output tensors`` for one model file (a native ``pt2-aoti`` library only
-    with ``trust_native``: see :mod:`torchwork.deploy.aoti`)."""
+def open_runner(path: Path, fmt: str, threads: int | None = None, trusted: bool = False) -> Runner:
+    """A callable ``inputs -> list of output tensors`` for one model file. A format that runs as code (a
+    native ``pt2-aoti`` library, a TorchScript program: :data:`torchwork.deploy.trust.CODE_TRUST`) opens
+    only when ``trusted``: the caller named the variant, trusts its format, or exported the file itself."""
     import torch
 
-    if needs_native_trust(fmt):
-        if not trust_native:
-            raise refuse_untrusted(fmt, path.parent)
+    if not may_load(fmt, named=trusted):
+        raise refuse_untrusted(fmt, fmt, path.parent)
+    if fmt == "pt2-aoti":
         return aoti_runner(path)
     if fmt == "onnx":
         return onnx_runner(path, threads)

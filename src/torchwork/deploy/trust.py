@@ -4,6 +4,14 @@ An artifact is untrusted data. Reading one never unpickles anything (``.pt2`` ar
 refused before ``torch.export.load`` sees them), never follows a path out of the directory (names are
 checked, then resolved: a symlink that leads out, a FIFO or a device is refused from its ``stat``, before
 anything opens it; :mod:`torchwork.paths`), and never imports a module outside the ``torchwork.`` namespace (plus prefixes the caller passes in ``trust``).
+A ``.pt2`` program is checked to hold nothing that runs as Python, and to call only the operators a model
+needs, before torch reads it (:mod:`torchwork.deploy.pt2_program`).
+
+Two formats are programs rather than data: a ``pt2-aoti`` package is a native library (it runs as code when
+loaded) and a TorchScript file is a program (it runs as code when called, and TorchScript can open, read and
+write files). :data:`CODE_TRUST` maps each to the word a caller passes in ``trust`` to load it without naming
+it; :func:`may_load` is the one rule every loader asks (``load_artifact``, ``verify``, ``torchwork serve``, the
+runtime), and the manifest, being data, never makes such a variant the default.
 
 Example:
     >>> import tempfile, pathlib
@@ -16,6 +24,10 @@ Example:
     Traceback (most recent call last):
     ...
     torchwork.errors.ExportError: artifact ...: the file table names the path '../etc/passwd', ...
+    >>> trust_needed("torchscript"), trust_needed("pt2-aoti"), trust_needed("onnx")
+    ('torchscript', 'native', None)
+    >>> may_load("torchscript", trust=()), may_load("torchscript", trust=("torchscript",))
+    (False, True)
 """
 
 from __future__ import annotations
@@ -36,6 +48,52 @@ from torchwork.paths import why_unsafe
 
 MANIFEST = "manifest.json"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# ----------------------------------------------------------------------------------------- code in an artifact
+NATIVE_TRUST = "native"  # trust=("native",): load a pt2-aoti variant (a native library) without naming it
+TORCHSCRIPT_TRUST = "torchscript"  # trust=("torchscript",): load a TorchScript variant without naming it
+# format -> the word in ``trust`` that lets it load without being named; a format not here is data
+CODE_TRUST: dict[str, str] = {"pt2-aoti": NATIVE_TRUST, "torchscript": TORCHSCRIPT_TRUST}
+_RUNS_AS_CODE = {
+    "pt2-aoti": "a native shared library, which runs as code when loaded",
+    "torchscript": "a TorchScript program, which runs as code when called (TorchScript can open, read and write "
+                   "files)",
+}
+
+
+def trust_needed(fmt: str) -> str | None:
+    """The word to pass in ``trust`` for a variant of this format to load without being named; None when
+    the format is data (ONNX, pt2)."""
+    return CODE_TRUST.get(fmt)
+
+
+def may_load(fmt: str, trust: Iterable[str] = (), named: bool = False) -> bool:
+    """Whether a variant of this format may load: it is data, the caller named it, or ``trust`` holds its
+    word. The manifest's ``deploy`` field is no consent: it is part of the untrusted artifact."""
+    word = trust_needed(fmt)
+    return word is None or named or word in tuple(trust)
+
+
+def package_trust(trust: Iterable[str]) -> tuple[str, ...]:
+    """The module prefixes in ``trust`` (for the preprocessor class): everything but the code-trust words."""
+    return tuple(t for t in trust if t not in CODE_TRUST.values())
+
+
+def why_not_loaded(fmt: str) -> str:
+    """Why a variant of this format was left unloaded, and how to load it (verify's "not loaded")."""
+    word = trust_needed(fmt)
+    return (f"{_RUNS_AS_CODE.get(fmt, 'code')}; it loads only when named (--variants {fmt}) or trusted: "
+            f"trust=({word!r},) (--trust {word})")
+
+
+def refuse_untrusted(variant: str, fmt: str, root: Path) -> ExportError:
+    """The refusal of a variant that runs as code, asked for neither by name nor by trust."""
+    word = trust_needed(fmt)
+    return ExportError(f"artifact {root}: variant {variant!r} is {_RUNS_AS_CODE.get(fmt, 'code')}. The file "
+                       "table's SHA-256s prove that the files are the ones exported, not who exported them, so "
+                       f"load it only from an artifact you trust: name it (load_artifact(dir, {variant!r}), "
+                       f"--variant {variant}), pass trust=({word!r},) (--trust {word}), or choose another "
+                       "variant.")
 
 
 def sha256_of(path: str | os.PathLike[str]) -> str:
@@ -158,6 +216,15 @@ def check_pt2_pickle_free(path: Path) -> None:
         if not any(n.endswith("/" + pt2.ARCHIVE_FORMAT_PATH) or n == pt2.ARCHIVE_FORMAT_PATH for n in names):
             raise ExportError(f"{path} is not a current-format .pt2 archive (no {pt2.ARCHIVE_FORMAT_PATH}); "
                               "older archives load through pickle, so it is refused. Re-export the model.")
+        # torch.export.save writes every file under one folder. When the current format fails to load,
+        # torch.export.load falls back to the older one, read from the archive's root (``version``,
+        # ``serialized_*.pt``) with full pickle: a file outside the folder is refused before that can happen.
+        folders = {n.split("/", 1)[0] if "/" in n else None for n in names}
+        if len(folders) != 1 or None in folders:
+            outside = next((n for n in names if "/" not in n), sorted(f for f in folders if f)[-1])
+            raise ExportError(f"{path}: {outside!r} lies outside the archive's one folder; torch.export.load "
+                              "would read it as an older-format archive, through pickle, so the archive is "
+                              "refused. Re-export the model.")
         for name in names:
             inner = name.split("/", 1)[1] if "/" in name else name
             if inner.startswith((pt2.WEIGHTS_DIR, pt2.CONSTANTS_DIR)) and inner.endswith(".pt"):

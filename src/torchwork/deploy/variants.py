@@ -85,7 +85,7 @@ def _export_one(checked: Checked, fmt: str, tmp: Path, module: Any, args: tuple[
         else:
             info = export_torchscript(module, args, path, plan.torchscript_method)
             checked.advice.append(TORCHSCRIPT_DEPRECATED)
-        check = check_variant(open_runner(path, fmt, plan.threads, trust_native=True), probes, eager_outputs,
+        check = check_variant(open_runner(path, fmt, plan.threads, trusted=True), probes, eager_outputs,
                               atol=plan.atol, rtol=plan.rtol)
     except ExportError as error:
         checked.refused[fmt] = str(error)

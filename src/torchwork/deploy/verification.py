@@ -35,17 +35,17 @@ from pathlib import Path
 from typing import Any
 
 from torchwork.deploy import progress
-from torchwork.deploy.aoti import NATIVE_TRUST, needs_native_trust
 from torchwork.deploy.choice import MIN_PARITY_ROWS, MIN_TIMING_ROUNDS, choose_variant, spread
 from torchwork.deploy.contents import load_examples, load_preprocess, load_samples, weights_of
 from torchwork.deploy.loaded import variant_runner
-from torchwork.deploy.manifest import Manifest, read_manifest
-from torchwork.deploy.parity import DEFAULT_ATOL, DEFAULT_RTOL, compare, first_line
+from torchwork.deploy.manifest import Manifest, read_manifest, variant_format
+from torchwork.deploy.parity import DEFAULT_ATOL, DEFAULT_RTOL, check_tolerances, compare, first_line
 from torchwork.deploy.parity_inputs import OrderedRows, length_ordered, run_ordered
 from torchwork.deploy.runtime import CHUNK, Runner, load_pt2, run_in_chunks, torch_runner
 from torchwork.deploy.tensors import as_input_tuple, check_inputs
-from torchwork.deploy.trust import safe_member
+from torchwork.deploy.trust import may_load, package_trust, safe_member, why_not_loaded
 from torchwork.errors import ConfigError, ExportError
+from torchwork.threads import check_threads
 
 
 def first_rows(inputs: tuple[Any, ...], count: int) -> tuple[Any, ...]:
@@ -182,9 +182,12 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
         rounds: timing rounds (interleaved). threads: torch and ONNX Runtime threads (default: torch's).
         torch_ao: also measure torch.ao dynamic INT8 (deprecated, not exportable; needs ``model``).
         trust: module prefixes, besides ``torchwork``, allowed for the artifact's preprocessor class; and
-            ``"native"``: load a ``pt2-aoti`` variant (a native library) without naming it in ``variants``.
+            the words that load a variant that runs as code without naming it in ``variants``:
+            ``"torchscript"`` (a TorchScript program), ``"native"`` (a ``pt2-aoti`` native library).
+            Left out, such a variant is listed under ``not_loaded`` with the reason.
         cpp: also build the C++ runner (cached in ``cpp_cache``, see :mod:`torchwork.deploy.cpp_runner`), run
-            the artifact's ``pt2-aoti`` (else TorchScript) variant with it and add a ``cpp`` row.
+            the artifact's ``pt2-aoti`` (else TorchScript) variant with it and add a ``cpp`` row (asking for
+            it is the consent to run that file, trusted or not).
         compile: also run the reference under ``torch.compile`` (Inductor, batch dimension dynamic) and add a
             ``compiled`` row: parity and speed against eager, its compile seconds. It is not a file of the
             artifact, so it is never the one to deploy (``torchwork serve --compile`` serves it).
@@ -194,9 +197,11 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
     """
     import torch
 
+    check_tolerances(atol, rtol, tolerance, rounds)
+    threads = check_threads(threads)
     root = Path(artifact_dir)
     manifest = read_manifest(root)
-    names, skipped, trust_native, trust = _chosen_variants(root, manifest, variants, tuple(trust))
+    names, skipped, trust = _chosen_variants(root, manifest, variants, tuple(trust))
     preprocess = load_preprocess(root, manifest, trust)
     model_inputs, targets, source, rows = _model_inputs(root, manifest, preprocess, inputs, targets)
     ordered = (length_ordered(rows, preprocess, manifest.inputs, manifest.static_batch or CHUNK)
@@ -209,7 +214,7 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
         if model is not None:
             modes = [m.training for m in model.modules()]
         reference_module, reference_name, reference_label = _reference(model, root, manifest)
-        runners, kinds = _runners(root, manifest, names, reference_name, reference_module, threads, trust_native)
+        runners, kinds = _runners(root, manifest, names, reference_name, reference_module, threads)
         if torch_ao:
             _add_torch_ao(runners, kinds, reference_module, model)
         static_batch = manifest.static_batch
@@ -252,18 +257,18 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
 
 
 def _chosen_variants(root: Path, manifest: Manifest, variants: Sequence[str] | None,
-                     trust: tuple[str, ...]) -> tuple[list[str], dict[str, str], bool, tuple[str, ...]]:
-    """(the variants to load, those left unloaded with the reason, whether a native library may load, the
-    preprocessor's trusted prefixes) for verify's ``variants`` and ``trust``."""
+                     trust: tuple[str, ...]) -> tuple[list[str], dict[str, str], tuple[str, ...]]:
+    """(the variants to load, those left unloaded with the reason, the preprocessor's trusted prefixes) for
+    verify's ``variants`` and ``trust``: a variant that runs as code loads when ``variants`` names it or
+    ``trust`` holds its word (:func:`torchwork.deploy.trust.may_load`)."""
     names = [n for n in manifest.variants if variants is None or n in variants]
-    trust_native = NATIVE_TRUST in trust or variants is not None
-    skipped = {n: "a native library: pass trust=('native',) (--trust native) to load it"
-               for n in names if needs_native_trust(n) and not trust_native}
+    skipped = {n: why_not_loaded(variant_format(n)) for n in names
+               if not may_load(variant_format(n), trust, named=variants is not None)}
     names = [n for n in names if n not in skipped]
     if variants is not None and set(variants) - set(manifest.variants):
         raise ConfigError(f"artifact {root} has no variant(s) {sorted(set(variants) - set(manifest.variants))}; "
                           f"it has {sorted(manifest.variants)}.")
-    return names, skipped, trust_native, tuple(t for t in trust if t != NATIVE_TRUST)
+    return names, skipped, package_trust(trust)
 
 
 def _reference(model: Any, root: Path, manifest: Manifest) -> tuple[Any, str, str]:
@@ -277,14 +282,15 @@ def _reference(model: Any, root: Path, manifest: Manifest) -> tuple[Any, str, st
 
 
 def _runners(root: Path, manifest: Manifest, names: list[str], reference_name: str, reference_module: Any,
-             threads: int, trust_native: bool) -> tuple[dict[str, Runner], dict[str, str]]:
-    """A runner per row (the reference first, then each variant loaded) and each row's kind."""
+             threads: int) -> tuple[dict[str, Runner], dict[str, str]]:
+    """A runner per row (the reference first, then each variant loaded: ``names``, already allowed by
+    :func:`_chosen_variants`) and each row's kind."""
     runners: dict[str, Runner] = {reference_name: torch_runner(reference_module)}
     kinds = {reference_name: "reference"}
     for name in names:
         if name == reference_name:
             continue
-        runners[name] = variant_runner(root, manifest, name, threads, trust_native)
+        runners[name] = variant_runner(root, manifest, name, threads, trusted=True)
         kinds[name] = "quantized" if name.endswith("int8") else "exact"
     return runners, kinds
 

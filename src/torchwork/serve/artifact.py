@@ -1,8 +1,8 @@
 """Serve an artifact written by ``torchwork.deploy.export``: its manifest says what a request item is.
 
 ``torchwork serve ARTIFACT_DIR`` loads the artifact with :func:`torchwork.deploy.load_artifact` (every file's
-checksum checked, the variant the manifest marks to deploy, its bundled preprocessing and postprocessing)
-and wraps it in a :class:`~torchwork.serve.predictor.ServedModel`:
+checksum checked, the variant the manifest marks to deploy unless it runs as code, its bundled preprocessing
+and postprocessing) and wraps it in a :class:`~torchwork.serve.predictor.ServedModel`:
 
 - an artifact whose preprocessor is :class:`torchwork.data.image_decode.ImagePreprocessor` is an **image**
   artifact: each item is an encoded image (:mod:`torchwork.serve.images`);
@@ -22,8 +22,10 @@ runs (:func:`torchwork.deploy.runtime.run_in_chunks`), so requests of any size a
 exported with a static length gets its token ids cut to it by the preprocessor and padded with its padding
 id.
 
-An artifact is untrusted data: nothing is unpickled, and a preprocessor class outside ``torchwork.`` is
-refused (serve your own with ``--factory module:function``).
+An artifact is untrusted data: nothing is unpickled, a preprocessor class outside ``torchwork.`` is
+refused (serve your own with ``--factory module:function``), and a variant that runs as code (TorchScript,
+a ``pt2-aoti`` native library) is served only when ``--variant`` names it: the manifest's ``deploy`` field,
+part of the artifact, cannot choose it.
 
 Example:
     >>> from torchwork.serve import predictor_from_artifact          # doctest: +SKIP
@@ -173,11 +175,13 @@ class DeclaredPredictor(ModelPredictor):
     runs_in_model_process = True
 
     def __init__(self, folder: Path, variant: str | None = None) -> None:
+        from torchwork.deploy.loaded import default_variant
         from torchwork.deploy.manifest import read_manifest
 
         manifest = read_manifest(folder, check_files=False)  # the model process checks every file
         labels = manifest.postprocess.labels if manifest.postprocess is not None else None
-        self.variant = variant or manifest.deploy or next(iter(manifest.variants), "onnx")
+        # the one the model process loads (load_artifact's default); a name only, when none may load by default
+        self.variant = variant or default_variant(manifest) or next(iter(manifest.variants), "onnx")
         super().__init__(kind="text", preprocess=self._elsewhere, labels=labels,
                          output="probabilities", name=f"{folder.name} [{self.variant}]")
 
@@ -214,7 +218,9 @@ def predictor_from_artifact(directory: str | os.PathLike[str], variant: str | No
                             threads: int | None = None, compile: str = "off") -> ArtifactPredictor:
     """The predictor of an artifact folder written by ``torchwork.deploy.export``.
 
-    ``variant`` picks the model file (default: the one the manifest marks to deploy, else ONNX, then pt2);
+    ``variant`` picks the model file (default: the one the manifest marks to deploy, else ONNX, then pt2;
+    never a variant that runs as code, TorchScript or ``pt2-aoti``, unless named here: see
+    :func:`torchwork.deploy.loaded.default_variant`);
     ``threads`` is ONNX Runtime's compute threads (default: as configured for the server); ``compile``
     (``"off"``, ``"on"`` or ``"auto"``) compiles the pt2 program (:mod:`torchwork.deploy.compiled`). Raises
     :class:`~torchwork.errors.ExportError` when the folder is not a complete, unmodified artifact.

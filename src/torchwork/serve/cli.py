@@ -81,7 +81,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--factory", metavar="MODULE:FUNCTION",
                         help="serve the predictor FUNCTION(ARTIFACT) returns instead of the artifact's own")
     parser.add_argument("--variant", choices=sorted(VARIANT_FILES), default=None,
-                        help="the artifact's model file to run (default: the one its manifest marks to deploy)")
+                        help="the artifact's model file to run (default: the one its manifest marks to deploy, "
+                             "unless it runs as code: torchscript and pt2-aoti load only when named here)")
     parser.add_argument("--compile", choices=["auto", "on", "off"], default="off",
                         help="torch.compile the artifact's pt2 program (served with --variant pt2): on; auto, "
                              "only when eager and compiled timed at batch 1 and 32 say compiled wins beyond the "
