@@ -5,6 +5,8 @@ exports themselves run in the other tests of tests/deploy."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -44,3 +46,53 @@ def test_export_refuses_a_non_module_and_a_folder_that_is_not_an_artifact_writin
     with pytest.raises(ConfigError, match="is not a torchwork artifact"):
         export(torch.nn.Linear(2, 2), torch.ones(1, 2), taken, formats=("onnx",), overwrite=True)
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["notes.txt", "taken"]
+
+
+def test_an_export_killed_earlier_leaves_nothing_once_the_next_one_runs(tmp_path) -> None:
+    """SIGKILL cannot be caught: the next export into the same folder removes what a dead process left
+    (its temp folder, the artifact it was replacing), and leaves a live process's folders alone."""
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    pid = int(dead.stdout)
+    left = [tmp_path / f".model.export-{pid}-a1b2", tmp_path / f".model.old-{pid}-1764590000000000000"]
+    running = tmp_path / f".model.export-{os.getppid()}-c3d4"  # a process that is alive: not ours to remove
+    for folder in (*left, running):
+        folder.mkdir()
+        (folder / "model.onnx").write_bytes(b"half")
+    export(torch.nn.Linear(3, 2), torch.randn(2, 3), tmp_path / "model", formats=("onnx",), verify_rounds=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["model", running.name])
+
+
+def test_a_sigterm_during_export_removes_its_temp_folder(tmp_path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    factory = tmp_path / "slow_factory.py"
+    factory.write_text(
+        "import time, torch\n"
+        "class Slow(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.linear = torch.nn.Linear(3, 2)\n"
+        "    def forward(self, x):\n"
+        "        time.sleep(0.5)  # each call: long enough to be stopped inside the export\n"
+        "        return self.linear(x)\n"
+        "def build():\n"
+        "    return {'model': Slow(), 'example_inputs': torch.randn(2, 3)}\n")
+    out = tmp_path / "artifact"
+    process = subprocess.Popen([sys.executable, "-m", "torchwork.cli", "export", f"{factory}:build", "--format",
+                                "onnx", "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True)
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob(".artifact.export-*")) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(tmp_path.glob(".artifact.export-*")), "the export never started its temp folder"
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == 143, output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["slow_factory.py"], output

@@ -31,6 +31,7 @@ from typing import Any
 
 from torchwork.deploy.factory import build_from_factory
 from torchwork.errors import CheckpointError, ConfigError
+from torchwork.termination import sigterm_as_exit
 
 STATE_KEYS = ("model", "state_dict", "model_state_dict", "weights")
 
@@ -155,9 +156,10 @@ def cli_export(args: argparse.Namespace) -> int:
             made[name] = getattr(args, name)
     if args.select_output is not None:
         made["output"] = int(args.select_output) if args.select_output.isdecimal() else args.select_output
-    report = export(model, example, args.output, formats=args.format, dynamic_batch=not args.static_batch,
-                    quantize=args.quantize, strict=not args.allow_failed, overwrite=args.overwrite,
-                    torchscript_method=args.torchscript_method, cpp=args.cpp, **made)
+    with sigterm_as_exit():  # a stopped export removes its temp folder, as after Ctrl-C
+        report = export(model, example, args.output, formats=args.format, dynamic_batch=not args.static_batch,
+                        quantize=args.quantize, strict=not args.allow_failed, overwrite=args.overwrite,
+                        torchscript_method=args.torchscript_method, cpp=args.cpp, **made)
     if args.json:
         print(json.dumps({k: v for k, v in report.items() if k != "parity"}, indent=2, default=str))
     else:

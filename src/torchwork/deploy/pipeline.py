@@ -22,6 +22,7 @@ import copy
 import dataclasses
 import os
 import platform
+import re
 import shutil
 import tempfile
 import time
@@ -194,6 +195,42 @@ def _prepare_out_dir(out_dir: str | os.PathLike[str], overwrite: bool) -> Path:
     return out
 
 
+def remove_abandoned(out: Path) -> list[Path]:
+    """Remove what an export into ``out`` that was killed (SIGKILL, a power cut) left beside it: its temp
+    folder (``.NAME.export-PID-...``) or the artifact it was replacing (``.NAME.old-PID-...``), once process
+    PID is gone; the removed paths. A running export's folders (its process alive) are left alone.
+
+    Example:
+        >>> import tempfile
+        >>> root = Path(tempfile.mkdtemp())
+        >>> (root / ".model.export-999999999-x1").mkdir(); (root / ".model.export-1-x2").mkdir()
+        >>> [p.name for p in remove_abandoned(root / "model")], sorted(p.name for p in root.iterdir())
+        (['.model.export-999999999-x1'], ['.model.export-1-x2'])
+    """
+    pattern = re.compile(rf"^\.{re.escape(out.name)}\.(export|old)-(\d+)-")
+    removed = []
+    for entry in (out.parent.iterdir() if out.parent.is_dir() else ()):
+        found = pattern.match(entry.name)
+        if found is None or not entry.is_dir() or entry.is_symlink() or _alive(int(found.group(2))):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user's counts: it may be exporting)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return pid > 0
+    return True
+
+
 def _commit(tmp: Path, out: Path) -> None:
     """fsync every file, then rename the finished directory into place (replacing an old artifact)."""
     umask = current_umask()
@@ -318,7 +355,8 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str], pla
         names = list(plan.input_names or input_names_of(module, len(args)))
         plan = dataclasses.replace(plan, input_names=names)
         runs = select_output(module, choice, names)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
+    remove_abandoned(out)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-{os.getpid()}-", dir=out.parent))
     try:
         with progress.showing_progress("export"):
             report = _export_into(tmp, out, runs, args, plan)
