@@ -75,6 +75,7 @@ _SET_BY_DESIGN = (
     "CUBLAS_WORKSPACE_CONFIG",  # seed_everything, for subprocesses and deterministic cuBLAS
     "HF_HUB_OFFLINE",
     "TRANSFORMERS_OFFLINE",  # pretrained loading switches the hub off: nothing is downloaded
+    "OMP_WAIT_POLICY",  # the torchwork command sets PASSIVE when torch is not imported yet (threads.passive_waiting)
 )
 
 

@@ -47,3 +47,16 @@ def test_graph_output_before_the_script_and_the_scripts_own_o_after(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "out.html").is_file() and not (tmp_path / "graph.html").exists()
     assert "ARGV ['-o', 'theirs']" in done.stdout + done.stderr
+
+
+def test_graph_options_after_a_model_factory_are_graphs_and_get_no_misplaced_hint(tmp_path, capsys, monkeypatch):
+    """After MODULE:FACTORY there is no script: graph reads the options itself, so a refusal of one of them
+    must not say it "went to the script"."""
+    from torchwork.cli import main
+
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")  # what the command sets before torch loads
+    (tmp_path / "factory.py").write_text("import torch\ndef build():\n    return torch.nn.Linear(3, 2)\n")
+    assert main(["graph", f"{tmp_path / 'factory.py'}:build", "--input-dtype", "bogus"]) == 2
+    error = capsys.readouterr().err
+    assert "--input-dtype 'bogus': use float32 or int64" in error
+    assert "went to the script" not in error

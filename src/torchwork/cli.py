@@ -386,6 +386,14 @@ def _hint_misplaced(command: str, misplaced: Sequence[str]) -> None:
               f"{' '.join(misplaced)} SCRIPT.py ...", file=sys.stderr)
 
 
+def _graph_of_a_factory(args: argparse.Namespace) -> bool:
+    if args.command != "graph":
+        return False
+    from torchwork.inspect.cli import is_factory
+
+    return is_factory(args.target)
+
+
 def _command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction) and command in action.choices:
@@ -403,7 +411,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _static_paths_and_options(_command_parser(parser, args.command), args)
     elif getattr(args, "command", None) in SCRIPT_RUNNERS and getattr(args, "args", None):
         args.args = script_arguments(args.args)
-        misplaced = misplaced_options(_command_parser(parser, args.command), args.args)
+        if not _graph_of_a_factory(args):  # after MODULE:FACTORY, graph reads its own options
+            misplaced = misplaced_options(_command_parser(parser, args.command), args.args)
     if not getattr(args, "_target", None):
         parser.print_help()
         return 0
