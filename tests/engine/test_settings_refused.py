@@ -135,6 +135,20 @@ def test_patience_0_stops_at_the_first_epoch_that_does_not_improve_as_patience_1
     assert stopped == [2, 2]  # lr 0: epoch 2 does not improve on epoch 1
 
 
+def test_a_nan_monitor_stops_at_once_with_the_reason_unless_check_finite_is_off(capsys) -> None:
+    poisoned = batches(2, seed=1)
+    poisoned[1][0][3, 2] = math.nan  # one value of the evaluation data: val_loss is NaN from epoch 1
+    fitted = trainer(early_stopping=EarlyStopping("val_loss", patience=3), progress=True)
+    assert len(fitted.fit(batches(), poisoned, epochs=6)) == 1
+    said = capsys.readouterr()
+    assert "early stopping: val_loss is nan at epoch 1: the model's outputs or the evaluation data" in (
+        said.out + said.err)
+    going_on = trainer(early_stopping=EarlyStopping("val_loss", patience=3, check_finite=False))
+    assert len(going_on.fit(batches(), poisoned, epochs=6)) == 3  # NaN never improves: patience 3 runs out
+    with pytest.raises(ConfigError, match=r"check_finite='yes'"):
+        EarlyStopping(check_finite="yes")  # type: ignore[arg-type]
+
+
 # ---------------------------------------------------------------------------------------------- monitors
 @pytest.mark.parametrize(("options", "fit", "message"), [
     ({"early_stopping": "val_los"}, {}, r"early stopping's monitor='val_los' is no metric this fit logs: "

@@ -63,10 +63,13 @@ class EarlyStopping(Callback):
 
     ``patience`` 0 and 1 both stop at the first epoch that does not improve (as Keras's). ``min_delta`` is
     the least change that counts as an improvement, >= 0: ``mode`` gives its direction. ``fit`` checks the
-    monitor against the metrics it will log before it starts (:mod:`torchwork.engine.logged_names`)."""
+    monitor against the metrics it will log before it starts (:mod:`torchwork.engine.logged_names`).
+    ``check_finite`` (as Lightning's EarlyStopping): a NaN or infinite monitor stops training at once, with
+    the reason, rather than counting as ``patience`` epochs of no improvement: no later epoch compares
+    better than NaN, and the weights or the evaluation data are already broken."""
 
     def __init__(self, monitor: str = "val_loss", mode: str = "min", patience: int = 3,
-                 min_delta: float = 0.0) -> None:
+                 min_delta: float = 0.0, check_finite: bool = True) -> None:
         if not isinstance(monitor, str) or not monitor:
             raise ConfigError(f"EarlyStopping(monitor={monitor!r}): name the metric to watch, e.g. 'val_loss'.")
         if mode not in ("min", "max"):
@@ -78,7 +81,10 @@ class EarlyStopping(Callback):
                 or min_delta < 0):
             raise ConfigError(f"EarlyStopping(min_delta={min_delta!r}): the least change that counts as an "
                               "improvement must be a finite number >= 0 (mode='min' or 'max' gives its direction).")
+        if not isinstance(check_finite, bool):
+            raise ConfigError(f"EarlyStopping(check_finite={check_finite!r}): pass True or False.")
         self.monitor, self.mode, self.patience, self.min_delta = monitor, mode, patience, float(min_delta)
+        self.check_finite = check_finite
         self.best = math.inf if mode == "min" else -math.inf
         self.best_epoch: int | None = None  # with fit(eval_every=K): the step of the best value
         self.bad_epochs = 0
@@ -104,6 +110,12 @@ class EarlyStopping(Callback):
             self._judge(trainer, float(metrics[self.monitor]), getattr(trainer, "global_step", None), "step")
 
     def _judge(self, trainer: Any, value: float, when: Any, unit: str) -> None:
+        if self.check_finite and not math.isfinite(value):
+            trainer.should_stop = True
+            self.reason = (f"early stopping: {self.monitor} is {value} at {unit} {when}: the model's outputs or "
+                           "the evaluation data hold a NaN or inf (look at the evaluation batches' inputs and "
+                           "targets, and the training loss before it; EarlyStopping(check_finite=False) goes on)")
+            return
         if self.improved(value):
             self.best, self.best_epoch, self.bad_epochs = value, when, 0
         else:
