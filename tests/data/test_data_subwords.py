@@ -45,3 +45,29 @@ def test_training_batches_and_the_served_tokenizer_pad_alike(tmp_path) -> None:
     served_ids, served_mask = served(["late flight", "late"])
     assert ids.tolist() == served_ids.tolist() == [[3, 4], [3, 1]] and mask.tolist() == served_mask.tolist()
     assert data.subset([1]).pad_id == 1 and labels.tolist() == [1, 0]
+
+
+def test_a_fifo_or_a_device_is_refused_as_a_tokenizer_without_blocking(tmp_path) -> None:
+    """A FIFO named tokenizer.json or subword.json (or a link to /dev/zero) would block or never end a
+    whole-file read: each is refused in one line, at once."""
+    import os
+
+    from fifo_guard import returns_within
+
+    from torchwork.deploy.wordpiece import SubwordTokenizer
+    from torchwork.errors import ConfigError
+
+    fifo = tmp_path / "tokenizer.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match=r"tokenizer\.json is not a regular file \(a FIFO\)"):
+        returns_within(5, lambda: SubwordTokenizer.from_file(fifo), fifo)
+    folder = tmp_path / "saved"
+    folder.mkdir()
+    _vocabulary_tokenizer({"<pad>": 0, "late": 1}).save(str(folder / "tokenizer.json"))
+    os.mkfifo(folder / "subword.json")
+    with pytest.raises(ConfigError, match=r"does not hold a SubwordTokenizer .*not a regular file \(a FIFO\)"):
+        returns_within(5, lambda: SubwordTokenizer.load(folder), folder / "subword.json")
+    (folder / "subword.json").unlink()
+    (folder / "subword.json").symlink_to("/dev/zero")
+    with pytest.raises(ConfigError, match=r"not a regular file \(a character device\)"):
+        returns_within(5, lambda: SubwordTokenizer.load(folder))

@@ -30,6 +30,7 @@ SETTINGS_FILE = "subword.json"
 # A real vocabulary's tokenizer.json is under 20 MB (MiniLM's: 0.7 MB; XLM-R's 250k pieces: 17 MB); parsed, a
 # 200 MB one cost 3.1 GB per process. Anything over this is refused before it is read.
 MAX_TOKENIZER_BYTES = 64 * 2**20
+MAX_SETTINGS_BYTES = 64 * 2**10  # subword.json holds two settings
 # The largest vocabularies in use have about 256k tokens (Gemma's 256,000); an id past this is a damaged or
 # forged tokenizer.json, whose ids would index far past any embedding table.
 MAX_TOKEN_ID = 1 << 21
@@ -70,11 +71,20 @@ class SubwordTokenizer:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], max_length: int = 128) -> SubwordTokenizer:
+        from torchwork.paths import NotRegularFile, read_regular
+
         path = Path(path)
-        if not path.is_file():
+        if not path.exists():
             raise ConfigError(f"{path} does not exist: pass a tokenizer.json file.")
-        _check_size(path.stat().st_size, path)
-        return cls(path.read_text(encoding="utf-8"), max_length)
+        try:
+            _check_size(path.stat().st_size, path)
+            text = read_regular(path, MAX_TOKENIZER_BYTES).decode("utf-8")
+        except NotRegularFile as error:
+            raise ConfigError(f"{path} is {str(error)}: pass a tokenizer.json file.") from None
+        except (OSError, ValueError) as error:
+            raise ConfigError(f"{path} cannot be read as a tokenizer.json ({error}): pass a tokenizer.json "
+                              "file.") from None
+        return cls(text, max_length)
 
     def __call__(self, texts: Sequence[str] | str, max_length: int | None = None) -> tuple[Any, Any]:
         """``(input_ids, attention_mask)``; ``max_length``: the server's bound when the artifact was exported
@@ -115,11 +125,13 @@ class SubwordTokenizer:
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> SubwordTokenizer:
+        from torchwork.paths import read_regular
+
         directory = Path(directory)
-        try:
-            settings = json.loads((directory / SETTINGS_FILE).read_text(encoding="utf-8"))
+        try:  # regular files only, bounded: a FIFO would block, a link to /dev/zero never end
+            settings = json.loads(read_regular(directory / SETTINGS_FILE, MAX_SETTINGS_BYTES).decode("utf-8"))
             _check_size((directory / TOKENIZER_FILE).stat().st_size, directory / TOKENIZER_FILE)
-            text = (directory / TOKENIZER_FILE).read_text(encoding="utf-8")
+            text = read_regular(directory / TOKENIZER_FILE, MAX_TOKENIZER_BYTES).decode("utf-8")
         except (OSError, ValueError) as error:
             raise ConfigError(f"{directory} does not hold a SubwordTokenizer ({SETTINGS_FILE} and "
                               f"{TOKENIZER_FILE}): {error}") from None
