@@ -89,7 +89,9 @@ def test_a_killed_model_process_is_replaced_and_serving_goes_on(server, text_art
     statuses: list[int] = []
     deadline = time.monotonic() + 180
     while statuses[-5:] != [200] * 5 and time.monotonic() < deadline:
-        statuses.append(server.predict(tweets[len(statuses) % 20 * 2:][:2])[0])
+        # the client waits longer than the server's own 30-s timeout, so that a slow start is a 504, not a race
+        # between the server's answer and the client giving up (a TimeoutError in CI, 7 Dec)
+        statuses.append(server.predict(tweets[len(statuses) % 20 * 2:][:2], timeout=90)[0])
         if statuses[-1] != 200:
             time.sleep(0.1)
     assert statuses[-5:] == [200] * 5, statuses

@@ -240,13 +240,20 @@ def run_workers(prepared: dict[str, Any], options: TuneOptions, threads: int) ->
                         restarts += 1
                         workers[index] = start_worker(folder, url, threads, index, quiet, deadline)
             for line in progress.update(latest_attempts(study.get_trials(deepcopy=False))):
-                print(line, flush=True)
+                say_whole(line)
     except BaseException:
         for process in workers.values():
             process.kill()
         raise
     for line in progress.update(latest_attempts(study.get_trials(deepcopy=False))):
-        print(line, flush=True)
+        say_whole(line)
+
+
+def say_whole(line: str) -> None:
+    """Print ``line`` in one write: a worker shares this stdout, and ``print`` under ``PYTHONUNBUFFERED`` writes
+    the text and its newline apart (see :func:`torchwork.tune.worker.keep_lines_whole`)."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def _waiting() -> Any:
