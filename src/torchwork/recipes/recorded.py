@@ -37,18 +37,27 @@ def resumed_run() -> Path | None:
     return Path(folder) if folder else None
 
 
+def manifest_config(run: Path) -> dict[str, Any] | None:
+    """The ``config`` ``run``'s manifest recorded (None when it recorded none); an OSError or ValueError when
+    the manifest cannot be read: a regular file inside the run, of a manifest's size (a FIFO or a link to
+    /dev/zero is refused)."""
+    recorded = load_json(read_run_file(run, "manifest.json", MAX_MANIFEST_BYTES), run / "manifest.json")
+    config = recorded.get("config") if isinstance(recorded, dict) else None
+    return config if isinstance(config, dict) else None
+
+
 def recorded_config(settings: Mapping[str, Any]) -> dict[str, Any] | None:
     """The config the resumed run recorded, when its settings equal ``settings``; else None (and why)."""
     run = resumed_run()
     if run is None:
         return None
-    path = run / "manifest.json"
-    try:  # a regular file inside the run, of a manifest's size: a FIFO or a link to /dev/zero is refused
-        recorded = load_json(read_run_file(run, "manifest.json", MAX_MANIFEST_BYTES), path).get("config")
-    except (OSError, ValueError, AttributeError) as error:
-        print(f"torchwork: cannot read what {path} recorded ({error}); measuring again.", file=sys.stderr)
+    try:
+        recorded = manifest_config(run)
+    except (OSError, ValueError) as error:
+        print(f"torchwork: cannot read what {run / 'manifest.json'} recorded ({error}); measuring again.",
+              file=sys.stderr)
         return None
-    if not isinstance(recorded, dict):
+    if recorded is None:
         return None
     wanted = json.loads(json.dumps(dict(settings), default=str))  # tuples become lists, as in the manifest
     changed = sorted(k for k in wanted if recorded.get(k) != wanted[k])

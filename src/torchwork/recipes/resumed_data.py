@@ -25,10 +25,11 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from torchwork.errors import DataError
-from torchwork.recipes.recorded import resumed_run
+from torchwork.recipes.recorded import manifest_config, resumed_run
 
 # Where a fingerprint sits in a data source record: a text fit's data and test files, an image fit's folder.
 _WHAT = {"data": "data file", "test": "test file", "": "image folder"}
@@ -46,27 +47,21 @@ def _fingerprints(source: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
     return found
 
 
-def _recorded_source() -> Mapping[str, Any] | None:
-    """The data source the resumed run recorded, or None (not resuming, or a run that recorded none)."""
-    from torchwork.runs.folder_files import load_json, read_run_file
-    from torchwork.runs.readback import MAX_MANIFEST_BYTES
-
-    run = resumed_run()
-    if run is None:
-        return None
+def _recorded_source(run: Path) -> Mapping[str, Any] | None:
+    """The data source ``run`` recorded, or None (a run that recorded none)."""
     try:  # torchwork resume has checked it already; a damaged one is the engine's to refuse
-        manifest = load_json(read_run_file(run, "manifest.json", MAX_MANIFEST_BYTES), run / "manifest.json")
+        config = manifest_config(run)
     except (OSError, ValueError):
         return None
-    config = manifest.get("config") if isinstance(manifest, dict) else None
-    source = config.get("data_source") if isinstance(config, dict) else None
+    source = config.get("data_source") if config is not None else None
     return source if isinstance(source, Mapping) else None
 
 
 def check_resumed_source(current: Mapping[str, Any]) -> None:
     """Nothing when not resuming, or when ``current`` (this run's data source record) has the fingerprints
     the resumed run recorded; else a :class:`~torchwork.errors.DataError` naming the changed file."""
-    recorded = _recorded_source()
+    run = resumed_run()
+    recorded = _recorded_source(run) if run is not None else None
     if recorded is None:
         return
     before, now = _fingerprints(recorded), _fingerprints(current)
@@ -75,13 +70,13 @@ def check_resumed_source(current: Mapping[str, Any]) -> None:
     for part in sorted(set(before) | set(now)):
         if part in before and part in now and before[part][1] != now[part][1]:
             (_, old), (path, fingerprint) = before[part], now[part]
-            problem = (f"{path} is not the {_WHAT[part]} the resumed run {resumed_run()} was started on ({old} "
+            problem = (f"{path} is not the {_WHAT[part]} the resumed run {run} was started on ({old} "
                        f"recorded, {fingerprint} now)")
         elif part not in now:
-            problem = f"the resumed run {resumed_run()} was started with the {_WHAT[part]} {before[part][0]}, " \
+            problem = f"the resumed run {run} was started with the {_WHAT[part]} {before[part][0]}, " \
                       "and this command has none"
         elif part not in before:
-            problem = f"the resumed run {resumed_run()} was started without a {_WHAT[part]}, and this command " \
+            problem = f"the resumed run {run} was started without a {_WHAT[part]}, and this command " \
                       f"has {now[part][0]}"
         else:
             continue
