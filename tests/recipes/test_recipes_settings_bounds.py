@@ -39,6 +39,20 @@ def test_a_huge_transformer_max_length_is_not_echoed_digit_by_digit() -> None:
     assert len(str(caught.value)) < 200 and "transformer_max_length" in str(caught.value)
 
 
+@pytest.mark.parametrize(("value", "shown"), [(10**5000, "<an integer of 5001 digits or so>"),
+                                             (10**400, "<an integer of 401 digits or so>")],
+                         ids=["5001-digits", "401-digits"])
+def test_an_integer_past_what_a_float_holds_is_refused_by_name_from_python(value, shown) -> None:
+    # apply_overrides once raised ValueError (repr refuses 4,300 digits) and validate() OverflowError ('.3g')
+    from torchwork.recipes.config import apply_overrides
+    from torchwork.recipes.sentiment import SentimentConfig
+
+    with pytest.raises(ConfigError, match=f"^epochs: {shown} is too large; use a number of a sensible size"):
+        apply_overrides(SentimentConfig(), {"epochs": value})
+    with pytest.raises(ConfigError, match=f"^epochs={shown}: must be <= 10000"):
+        SentimentConfig(epochs=value).validate()
+
+
 def test_the_bounds_hold_the_defaults_and_the_largest_allowed_values() -> None:
     _, config = resolve("sentiment", ["lr=10", "l2=10", "batch_size=1048576", "seed=4294967295", "epochs=10000"])
     assert (config.lr, config.l2, config.batch_size, config.seed) == (10.0, 10.0, 2**20, 2**32 - 1)

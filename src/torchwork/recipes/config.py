@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from torchwork.errors import ConfigError
+from torchwork.quoting import quote_value
 
 C = TypeVar("C")
 FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32
@@ -39,7 +40,6 @@ MAX_BATCH_SIZE = 2**20  # a million rows a batch; past it the loaders refuse (an
 MAX_EPOCHS = 10_000  # also the cap of the patience counted in epochs
 MAX_ROWS = 10**9  # rows or words to keep or require (subset, min_freq, max_vocab, ...): more than held in memory
 MAX_TOKENS = 2**20  # tokens of one text
-MAX_THREADS = 1024  # torch threads: more than any CPU has cores
 MAX_VERIFY_ROUNDS = 1000  # each round costs about a second
 EXPORT_FORMATS = ("pt2", "onnx", "torchscript")
 COMPILE_CHOICES: dict[str, bool | str] = {"auto": "auto", "true": True, "on": True, "yes": True, "false": False, "off": False, "no": False}
@@ -109,13 +109,15 @@ def _convert(name: str, value: Any, annotation: Any) -> Any:
             raise ConfigError(f"{name}: expected {annotation.__name__}, got {value!r}.")
         try:
             number = float(value)
-        except (TypeError, ValueError, OverflowError):
-            raise ConfigError(f"{name}: expected {annotation.__name__}, got {_echo(value)}.") from None
+        except OverflowError:  # an integer past what a float holds
+            raise ConfigError(f"{name}: {quote_value(value)} is too large; use a number of a sensible size.") from None
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name}: expected {annotation.__name__}, got {quote_value(value)}.") from None
         if not math.isfinite(number):
-            raise ConfigError(f"{name}: expected a finite number, got {_echo(value)}.")
+            raise ConfigError(f"{name}: expected a finite number, got {quote_value(value)}.")
         if annotation is float:
             if abs(number) > FLOAT32_MAX:  # the tensors it reaches are float32: it would be inf there
-                raise ConfigError(f"{name}: {_echo(value)} is past what float32 holds (about 3.4e38); use a "
+                raise ConfigError(f"{name}: {quote_value(value)} is past what float32 holds (about 3.4e38); use a "
                                   "number of a sensible size.")
             return number
         return _whole(name, value, number)
@@ -124,12 +126,6 @@ def _convert(name: str, value: Any, annotation: Any) -> Any:
             raise ConfigError(f"{name}: expected text, got {value!r}.")
         return str(value)
     return value
-
-
-def _echo(value: Any) -> str:
-    """``repr(value)`` for a message, cut short when it is long (a 300-digit number is not echoed whole)."""
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:16]}...{text[-8:]} ({len(text)} characters)"
 
 
 def _whole(name: str, value: Any, number: float) -> int:
@@ -142,10 +138,10 @@ def _whole(name: str, value: Any, number: float) -> int:
             whole = int(value)
     if whole is None:
         if not number.is_integer():
-            raise ConfigError(f"{name}: expected an integer, got {_echo(value)}; give a whole number.")
+            raise ConfigError(f"{name}: expected an integer, got {quote_value(value)}; give a whole number.")
         whole = int(number)
     if not -(2**63) <= whole < 2**63:
-        raise ConfigError(f"{name}: {_echo(value)} is too large for an integer setting (at most 2**63 - 1); use "
+        raise ConfigError(f"{name}: {quote_value(value)} is too large for an integer setting (at most 2**63 - 1); use "
                           "a number of a sensible size.")
     return whole
 
@@ -172,13 +168,6 @@ def apply_overrides(config: C, values: dict[str, Any]) -> C:
     if callable(check):
         check()
     return updated
-
-
-def _shown(value: Any) -> str:
-    """A setting's value in a message: its repr, a very large integer as 1e+308 rather than 309 digits."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**15:
-        return f"{value:.3g}"
-    return repr(value)
 
 
 def _bound(number: float) -> str:
@@ -228,7 +217,7 @@ def check_settings(config: Any, *, at_least: dict[str, float] | None = None,
         if value < 0 or 0 < value < low:
             found.append((name, f"use 0 ({zero}) or >= {low} ({why})"))
     for name, what in found:
-        problems.setdefault(name, f"{name}={_shown(getattr(config, name))}: {what}")
+        problems.setdefault(name, f"{name}={quote_value(getattr(config, name))}: {what}")
     for name, choices in (some_of or {}).items():
         value = list(getattr(config, name))
         if not value or set(value) - set(choices):

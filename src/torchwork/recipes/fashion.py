@@ -29,11 +29,11 @@ from torchwork.recipes.config import (
     MAX_EPOCHS,
     MAX_LR,
     MAX_ROWS,
-    MAX_THREADS,
     MAX_VERIFY_ROUNDS,
     check_settings,
     compile_choice,
 )
+from torchwork.threads import MAX_THREADS
 
 
 @dataclasses.dataclass

@@ -30,7 +30,6 @@ from torchwork.recipes.config import (
     MAX_L2,
     MAX_LR,
     MAX_ROWS,
-    MAX_THREADS,
     MAX_TOKENS,
     MAX_VERIFY_ROUNDS,
     check_settings,
@@ -39,6 +38,7 @@ from torchwork.recipes.config import (
 from torchwork.recipes.sentiment_shared import choose_precision, precision_words, stratified_subset
 from torchwork.recipes.transformer_settings import TransformerSettings, validate_settings
 from torchwork.recipes.transformer_strategy import STRATEGIES
+from torchwork.threads import MAX_THREADS
 
 MIN_SUBSET = 200  # rows per split: about 35 of the rarest class (positive, ~18%)
 

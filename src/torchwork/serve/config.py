@@ -9,12 +9,11 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
-from typing import Any
 
 from torchwork.errors import ConfigError
 from torchwork.paths import file_kind  # what a mode is, in words (a FIFO, a character device)
+from torchwork.quoting import quote_value
 
 HTTP_PARSERS = ("h11", "httptools")
 
@@ -109,7 +108,7 @@ class ServeConfig:
         numbers, ``threads`` 1 to :data:`THREADS_PER_CPU` per usable CPU."""
         for name, (cap, why) in UPPER_BOUNDS.items():
             value, flag, whole = getattr(self, name), "--" + name.replace("_", "-"), name in INTEGER_SETTINGS
-            shown = _echo(value)
+            shown = quote_value(value)
             span = f"{flag} {'1' if whole else '0'} to {_number(cap, '')}" if whole or name == "max_wait_ms" \
                 else f"{flag} more than 0 and at most {_number(cap, '')}"
             if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -129,7 +128,7 @@ class ServeConfig:
 
             most = THREADS_PER_CPU * usable_cpus()
             if isinstance(self.threads, bool) or not isinstance(self.threads, int) or not 1 <= self.threads <= most:
-                raise ConfigError(f"threads={_echo(self.threads)} must be a whole number from 1 to {most} "
+                raise ConfigError(f"threads={quote_value(self.threads)} must be a whole number from 1 to {most} "
                                   f"({THREADS_PER_CPU} per usable CPU: more only contend for the cores); give "
                                   "--threads N in that range, or --threads auto.")
 
@@ -139,9 +138,3 @@ def _number(cap: float, grouping: str = ",") -> str:
     return format(int(cap), grouping) if float(cap).is_integer() else f"{cap:g}"
 
 
-def _echo(value: Any) -> str:
-    """``value`` for a message, cut short when it is long (a 5,000-digit number is not echoed whole)."""
-    if isinstance(value, int) and value.bit_length() > 96:  # repr refuses past 4,300 digits
-        return f"<an integer of {math.floor(value.bit_length() * math.log10(2)) + 1} digits or so>"
-    text = repr(value)
-    return text if len(text) <= 30 else f"{text[:12]}...{text[-6:]} ({len(text)} characters)"

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from torchwork.errors import ConfigError
+from torchwork.quoting import quote_value
 
 RANGE_KEYS = ("low", "high", "log", "step")
 ENTRY_KEYS = (*RANGE_KEYS, "choices")
@@ -213,13 +214,13 @@ def _number(name: str, key: str, value: Any) -> float:
     if isinstance(value, str):
         value = _parsed(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{name}: {key} must be a number (e.g. 1.0e-4 or 16), got {_short(given)}")
+        raise ConfigError(f"{name}: {key} must be a number (e.g. 1.0e-4 or 16), got {quote_value(given)}")
     try:
         finite = math.isfinite(value)
     except OverflowError:  # an integer past float's range
         finite = False
     if not finite:
-        raise ConfigError(f"{name}: {key} must be a finite number, got {_short(given)}")
+        raise ConfigError(f"{name}: {key} must be a finite number, got {quote_value(given)}")
     return value
 
 
@@ -233,27 +234,18 @@ def _parsed(text: str) -> Any:
     return text
 
 
-def _short(value: Any, limit: int = 80) -> str:
-    """``repr(value)`` cut to ``limit`` characters (an error quotes what it refuses, never all of it)."""
-    if isinstance(value, int) and value.bit_length() > 1000:  # repr refuses past 4,300 digits
-        return f"<an integer of {math.floor(value.bit_length() * math.log10(2)) + 1} digits or so>"
-    text = repr(value) if not isinstance(value, (list, dict)) or len(value) <= 64 else \
-        f"<{type(value).__name__} of {len(value)} items>"
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
 def _choices(name: str, choices: Any) -> Setting:
     if not isinstance(choices, list) or not choices:
-        raise ConfigError(f"{name}: choices must be a non-empty list, got {_short(choices)}")
+        raise ConfigError(f"{name}: choices must be a non-empty list, got {quote_value(choices)}")
     if len(choices) > MAX_CHOICES:
         raise ConfigError(f"{name}: {len(choices)} choices, over the {MAX_CHOICES} a setting may have; tune a "
                           "range {low: .., high: ..} instead")
     bad = next((c for c in choices if not isinstance(c, (str, int, float, bool))
                 or isinstance(c, float) and not math.isfinite(c)), None)
     if bad is not None:
-        raise ConfigError(f"{name}: each choice must be a finite number, text or true/false, got {_short(bad)}")
+        raise ConfigError(f"{name}: each choice must be a finite number, text or true/false, got {quote_value(bad)}")
     if len({json.dumps(c) for c in choices}) != len(choices):
-        raise ConfigError(f"{name}: choices repeat a value: {_short(choices)}")
+        raise ConfigError(f"{name}: choices repeat a value: {quote_value(choices)}")
     return Setting(name, choices=tuple(choices))
 
 
@@ -278,12 +270,12 @@ def _check_range(name: str, low: float, high: float, log: bool, step: float | No
 
 def _setting(name: str, entry: Any, integer_field: bool | None) -> Setting:
     if not isinstance(entry, Mapping):
-        raise ConfigError(f"{name}: write a range {{low: .., high: ..}} or {{choices: [..]}}, got {_short(entry)}")
+        raise ConfigError(f"{name}: write a range {{low: .., high: ..}} or {{choices: [..]}}, got {quote_value(entry)}")
     unknown = [k for k in entry if k not in ENTRY_KEYS]
     if unknown:
         close = difflib.get_close_matches(str(unknown[0]), ENTRY_KEYS, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ConfigError(f"{name}: unknown key {_short(unknown[0])}{hint}; use {', '.join(ENTRY_KEYS)}")
+        raise ConfigError(f"{name}: unknown key {quote_value(unknown[0])}{hint}; use {', '.join(ENTRY_KEYS)}")
     if "choices" in entry:
         if set(entry) - {"choices"}:
             raise ConfigError(f"{name}: choices cannot be combined with {', '.join(sorted(set(entry) - {'choices'}))}")
@@ -293,7 +285,7 @@ def _setting(name: str, entry: Any, integer_field: bool | None) -> Setting:
     low, high = _number(name, "low", entry["low"]), _number(name, "high", entry["high"])
     log = entry.get("log", False)
     if not isinstance(log, bool):
-        raise ConfigError(f"{name}: log must be true or false, got {_short(log)}")
+        raise ConfigError(f"{name}: log must be true or false, got {quote_value(log)}")
     step = entry.get("step")
     if step is not None:
         step = _number(name, "step", step)
