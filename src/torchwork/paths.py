@@ -22,6 +22,12 @@ import os
 import stat
 from pathlib import Path
 
+# The bounds of files that are read as data, shared by every layer that reads them:
+MAX_MANIFEST_BYTES = 16 << 20  # a run's or an artifact's manifest lists files and settings; larger is not one
+# A real vocabulary's tokenizer.json is under 20 MB (MiniLM's: 0.7 MB; XLM-R's 250k pieces: 17 MB); parsed, a
+# 200 MB one cost 3.1 GB per process. Anything over this is refused before it is read.
+MAX_TOKENIZER_BYTES = 64 << 20
+
 
 def why_unsafe(root: str | os.PathLike[str], path: str | os.PathLike[str], directory: bool = False) -> str | None:
     """Why reading ``path`` as a member of ``root`` is unsafe, or None when it is safe (or does not exist:

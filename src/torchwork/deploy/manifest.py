@@ -47,6 +47,7 @@ from typing import Any
 
 from torchwork.deploy.trust import MANIFEST, check_file_table, check_inside, safe_member
 from torchwork.errors import ExportError
+from torchwork.paths import MAX_MANIFEST_BYTES as MAX_MANIFEST_BYTES  # deploy's public name for the bound
 
 FORMAT_VERSION = 1
 WEIGHTS = "weights.safetensors"
@@ -57,7 +58,6 @@ SAMPLES_TENSORS = "samples.safetensors"
 PREPROCESS_DIR = "preprocess"
 PARITY = "parity.json"
 VERIFY = "verify.json"
-MAX_MANIFEST_BYTES = 16 << 20  # a manifest lists files and settings; anything larger is not one
 
 # variant name -> model file
 VARIANT_FILES: dict[str, str] = {

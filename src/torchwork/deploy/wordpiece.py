@@ -24,12 +24,10 @@ from typing import Any
 
 from torchwork.data.subwords import for_batches
 from torchwork.errors import ConfigError
+from torchwork.paths import MAX_TOKENIZER_BYTES as MAX_TOKENIZER_BYTES  # deploy's public name for the bound
 
 TOKENIZER_FILE = "tokenizer.json"
 SETTINGS_FILE = "subword.json"
-# A real vocabulary's tokenizer.json is under 20 MB (MiniLM's: 0.7 MB; XLM-R's 250k pieces: 17 MB); parsed, a
-# 200 MB one cost 3.1 GB per process. Anything over this is refused before it is read.
-MAX_TOKENIZER_BYTES = 64 * 2**20
 MAX_SETTINGS_BYTES = 64 * 2**10  # subword.json holds two settings
 # The largest vocabularies in use have about 256k tokens (Gemma's 256,000); an id past this is a damaged or
 # forged tokenizer.json, whose ids would index far past any embedding table.

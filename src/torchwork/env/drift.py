@@ -23,9 +23,6 @@ from typing import Any, TextIO
 
 from torchwork.env.versions import build_family, build_from_version, major, major_minor
 
-# deploy.manifest.MAX_MANIFEST_BYTES, restated: env sits below deploy (docs/architecture.md's layers)
-_MAX_MANIFEST_BYTES = 16 << 20
-
 
 def _onnxruntime(packages: dict[str, Any]) -> str | None:
     return _text(packages.get("onnxruntime")) or _text(packages.get("onnxruntime-gpu"))
@@ -97,11 +94,11 @@ def warn_if_machine_differs(artifact: str | os.PathLike[str], stream: TextIO | N
     The manifest is read only as a regular file of at most a manifest's size (a FIFO would block, a link to
     ``/dev/zero`` would never end): anything else is left to that check too.
     """
-    from torchwork.paths import read_regular
+    from torchwork.paths import MAX_MANIFEST_BYTES, read_regular
 
     path = Path(artifact) / "manifest.json"
     try:
-        manifest = json.loads(read_regular(path, _MAX_MANIFEST_BYTES).decode("utf-8"))
+        manifest = json.loads(read_regular(path, MAX_MANIFEST_BYTES).decode("utf-8"))
     except (OSError, ValueError, RecursionError):
         return []
     if not isinstance(manifest, dict):

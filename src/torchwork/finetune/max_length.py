@@ -16,13 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from torchwork.errors import ConfigError
+from torchwork.paths import MAX_TOKENIZER_BYTES
 
 PERCENTILE = 95
 SHORTEST = 16
 
 
-# deploy.wordpiece.MAX_TOKENIZER_BYTES, restated: finetune sits below deploy (docs/architecture.md's layers)
-_MAX_TOKENIZER_BYTES = 64 * 2**20
 
 def choose_max_length(lengths: Sequence[int], limit: int, percentile: float = PERCENTILE) -> int:
     """The ``percentile``-th percentile of ``lengths`` rounded up to a multiple of 8 (at least 16), capped
@@ -42,7 +41,7 @@ def token_lengths(texts: Sequence[str], model_folder: str | os.PathLike[str]) ->
     from torchwork.finetune.encoders import MAX_CONFIG_BYTES
 
     folder = Path(model_folder)
-    tokenizer = Tokenizer.from_str(_read(folder / "tokenizer.json", _MAX_TOKENIZER_BYTES))
+    tokenizer = Tokenizer.from_str(_read(folder / "tokenizer.json", MAX_TOKENIZER_BYTES))
     tokenizer.no_truncation()
     tokenizer.no_padding()
     config = json.loads(_read(folder / "config.json", MAX_CONFIG_BYTES))

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from torchwork.errors import ConfigError
+from torchwork.paths import MAX_MANIFEST_BYTES as MAX_MANIFEST_BYTES  # where the runs layer's readers find it
 from torchwork.runs.folder_files import load_json, open_run_file, read_run_file
 
 MANIFEST = "manifest.json"
-MAX_MANIFEST_BYTES = 16 * 2**20
 MAX_METRICS_BYTES = 256 * 2**20  # a million epochs' lines; more is not a metrics file
 LARGEST_INT = 2**63  # a recorded count, seed or id is below this: a larger one is not a reading
 TAIL_BYTES = 64 * 1024  # enough for the last epoch's line of metrics.jsonl
