@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -175,6 +176,35 @@ def test_a_run_that_early_stopping_ended_is_resumed_as_it_ended_not_trained_furt
     assert resumed.run_path == stopped.run_path and resumed.epoch == 2 and resumed.global_step == 8
     assert all(torch.equal(a, b) for a, b in zip(weights, resumed.model.parameters()))
     assert resumed.stop_reason is not None and resumed.stop_reason.startswith("early stopping: train_loss has not")
+
+
+def test_a_nan_first_validation_loss_leaves_the_run_resumable_and_its_best_finite(tmp_path: Path) -> None:
+    """The first epoch's validation loss is NaN (the weights finite). The checkpoint recorded it as the best
+    value, which the resume then refused ('best_value' is nan), and best.pt never left epoch 1."""
+    validations = []
+
+    def loss_nan_at_first_validation(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        loss = torch.nn.functional.mse_loss(outputs, targets)
+        if not torch.is_grad_enabled():
+            validations.append(1)
+            return loss * float("nan") if len(validations) <= 2 else loss  # both batches of epoch 1
+        return loss
+
+    def fit(epochs: int) -> Trainer:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 1))
+        trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.01), loss_nan_at_first_validation,
+                          device="cpu", progress=False, threads=1, run_dir=tmp_path, tensorboard=False,
+                          guard=False, checkpoint_monitor=("val_loss", "min"))
+        trainer.fit(batches(4, 0), batches(2, 1), epochs=epochs, resume="latest")
+        return trainer
+
+    first = fit(2)
+    assert first.history[0]["val_loss"] != first.history[0]["val_loss"]  # NaN, as planted
+    best = json.loads((first.run_path / "checkpoints" / "best.json").read_text())
+    assert best["step"] == 8 and best["value"] == first.history[1]["val_loss"]
+    resumed = fit(3)  # refused before: the checkpoint's best_value was NaN
+    assert resumed.run_path == first.run_path and resumed.epoch == 3
 
 
 # A checkpoint written by the code before the Trainer's split (#50, commit 53be24c): fit's run folder,

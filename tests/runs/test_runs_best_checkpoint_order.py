@@ -45,3 +45,23 @@ def test_a_resume_whose_best_is_recorded_leaves_best_pt_alone(tmp_path) -> None:
     assert first is not None and later is not None
     CheckpointManager(tmp_path, monitor="val_f1", mode="max").restore_best(0.7, later, 9)
     assert json.loads((tmp_path / "best.json").read_text())["step"] == 5  # still the best one
+
+
+@pytest.mark.parametrize("mode", ["min", "max"])
+def test_a_nan_monitored_value_is_never_the_best_even_first(tmp_path, mode) -> None:
+    # as the first value a NaN was the best, and no later value compares better than NaN: best.pt stayed on it
+    manager = CheckpointManager(tmp_path, monitor="val_loss", mode=mode)
+    manager.save({"model": {"w": torch.ones(2)}, "counters": {"global_step": 4}}, 4, {"val_loss": float("nan")})
+    assert manager.best_value is None and not (tmp_path / "best.json").exists()
+    manager.save({"model": {"w": torch.zeros(2)}, "counters": {"global_step": 8}}, 8, {"val_loss": 0.5})
+    manager.save({"model": {"w": torch.zeros(2)}, "counters": {"global_step": 12}}, 12, {"val_loss": float("inf")})
+    assert manager.best_value == 0.5 and json.loads((tmp_path / "best.json").read_text())["step"] == 8
+
+
+def test_a_non_finite_best_handed_to_a_resume_is_no_best(tmp_path) -> None:
+    manager = CheckpointManager(tmp_path, monitor="val_loss", mode="min")
+    step = manager.save({"model": {"w": torch.ones(2)}, "counters": {"global_step": 4}}, 4, {"val_loss": 0.9})
+    assert step is not None
+    resumed = CheckpointManager(tmp_path, monitor="val_loss", mode="min")
+    resumed.restore_best(float("nan"), step, 4)
+    assert resumed.best_value is None and resumed.improves(0.95)

@@ -17,7 +17,6 @@ Run it: ``torchwork quickstart`` (``--serve`` also starts the server and sends r
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 import time
 from typing import Any
@@ -38,6 +37,7 @@ from torchwork.recipes.config import (
 from torchwork.recipes.sentiment_shared import choose_precision, precision_words, stratified_subset
 from torchwork.recipes.transformer_settings import TransformerSettings, validate_settings
 from torchwork.recipes.transformer_strategy import STRATEGIES
+from torchwork.runs.best_record import read_best_record
 from torchwork.threads import MAX_THREADS
 
 MIN_SUBSET = 200  # rows per split: about 35 of the rarest class (positive, ~18%)
@@ -291,7 +291,7 @@ def validation_objective(config: SentimentConfig, callbacks: Any = (),
                 if previous and previous.get("precision_chosen") in ("32", "bf16") else None)
     fitted = fit_ngram(config, train, validation, list(dataset.classes), recorded, record, callbacks)
     trainer = fitted["trainer"]
-    best = json.loads((trainer.run_path / "checkpoints" / "best.json").read_text())
+    best = read_best_record(trainer.run_path)
     return {"value": float(best["value"]), "history": fitted["history"], "run_path": trainer.run_path,
             "precision": fitted["precision"]}
 
@@ -356,9 +356,9 @@ def run(config: SentimentConfig, serve: bool = False, budget: Any = None) -> dic
         return {}  # under torchrun, rank 0 evaluates, exports and reports
     preprocessor.save(run_path / "preprocess")  # the exact preprocessing, kept with the run
     write_json(run_path / "data_report.json", data_report.to_dict())
+    best_epoch = read_best_record(run_path)  # first: a run with no best checkpoint is said so by name
     best = torch.load(run_path / "checkpoints" / "best.pt", weights_only=True)
     model.load_state_dict(best["model"])
-    best_epoch = json.loads((run_path / "checkpoints" / "best.json").read_text())
     say(f"best checkpoint: val macro-F1 {best_epoch['value']:.4f} at step {best_epoch['step']}")
 
     say("\n== 4. Evaluation on the test split")

@@ -338,13 +338,13 @@ def _trainer(settings: TransformerSettings, prepared: _Prepared, loss_fn: Any, d
 
 def _best_checkpoint(run_path: Path, trained: Any, steps_per_epoch: int) -> dict[str, Any]:
     """The best checkpoint's weights loaded into ``trained``; what best.json says of it, with its epoch."""
-    import json
-
     import torch
 
+    from torchwork.runs.best_record import read_best_record
+
+    best_info = read_best_record(run_path)  # first: a run with no best checkpoint is said so by name
     best = torch.load(run_path / "checkpoints" / "best.pt", weights_only=True)
     trained.load_state_dict(best["model"])
-    best_info: dict[str, Any] = json.loads((run_path / "checkpoints" / "best.json").read_text())
     best_info["epoch"] = int(round(best_info["step"] / max(1, steps_per_epoch)))
     say(f"best checkpoint: val macro-F1 {best_info['value']:.4f} after epoch {best_info['epoch']} "
         f"(step {best_info['step']})")

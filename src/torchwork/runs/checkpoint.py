@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import sys
@@ -32,6 +33,7 @@ from torchwork.errors import CheckpointError
 from torchwork.errors import NonFiniteWeightsError as NonFiniteWeightsError
 from torchwork.files import atomic_write, remove_temp_files
 from torchwork.paths import open_regular, read_regular
+from torchwork.runs.best_record import MAX_BEST_BYTES
 
 FORMAT_VERSION = 1
 _STEP_FILE = re.compile(r"^step-(\d+)\.pt$")
@@ -149,7 +151,6 @@ def _write_checksum(path: Path, digest: str) -> None:
 
 # A checksum file holds one line: 64 hex digits, two spaces, the checkpoint's name.
 MAX_CHECKSUM_BYTES = 4096
-MAX_BEST_BYTES = 2**20  # best.json: a few fields
 
 
 def verify_checkpoint(path: str | Path) -> str | None:
@@ -297,9 +298,7 @@ class CheckpointManager:
             return None
         if self.monitor and metrics and self.monitor in metrics:
             value = float(metrics[self.monitor])
-            better = self.best_value is None or (value < self.best_value if self.mode == "min"
-                                                 else value > self.best_value)
-            if better:
+            if self.improves(value):
                 self.best_value = value
                 self._point_best_at(path, step, value)
         for old in self.step_checkpoints()[: -self.keep]:
@@ -307,6 +306,13 @@ class CheckpointManager:
             _checksum_path(old).unlink(missing_ok=True)
             old.unlink(missing_ok=True)
         return path
+
+    def improves(self, value: float) -> bool:
+        """Whether ``value`` of the monitored metric beats the best so far. A NaN or inf never does: as the
+        first value it would otherwise be the best, and no value after it compares better."""
+        if not math.isfinite(value):
+            return False
+        return self.best_value is None or (value < self.best_value if self.mode == "min" else value > self.best_value)
 
     def _point_best_at(self, path: Path, step: int, value: float) -> None:
         link_checkpoint(path, self.directory / "best.pt")
@@ -318,15 +324,15 @@ class CheckpointManager:
         """On resume: ``best_value`` is what the checkpoint recorded. When ``best.json`` does not say that
         value (a kill after the step checkpoint, before ``best.pt`` pointed at it), the checkpoint resumed
         from is the best one: point ``best.pt`` at it now."""
-        self.best_value = best_value
-        if best_value is None or not resumed_from.name.startswith("step-"):
+        self.best_value = best_value if best_value is not None and math.isfinite(best_value) else None
+        if self.best_value is None or not resumed_from.name.startswith("step-"):
             return
         try:
             recorded = json.loads(read_regular(self.directory / "best.json", MAX_BEST_BYTES)).get("value")
         except (OSError, ValueError, AttributeError, RecursionError):
             recorded = None
         if recorded != best_value or not (self.directory / "best.pt").exists():
-            self._point_best_at(resumed_from, step, float(best_value))
+            self._point_best_at(resumed_from, step, self.best_value)
 
     def newest_valid(self) -> Path | None:
         """The newest step checkpoint that passes its checksum; says which ones it skipped."""

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from torchwork.errors import ConfigError
+from torchwork.runs.best_record import BEST_RECORD, MAX_BEST_BYTES
 from torchwork.runs.folder_files import load_json, read_run_file
 from torchwork.runs.readback import (
     MANIFEST,
@@ -44,7 +45,6 @@ from torchwork.runs.terminal import shown
 # Folders inside a run that hold no runs: not walked.
 NOT_RUNS = frozenset({"checkpoints", "tensorboard", "data", "preprocess", "artifact", "__pycache__", ".git"})
 MAX_DEPTH = 8
-MAX_BEST_BYTES = 2**20  # checkpoints/best.json: a few fields
 COLUMNS = ("run", "started", "recipe", "state", "metric", "best", "final", "seed", "commit", "duration")
 
 
@@ -149,8 +149,7 @@ def _unended_metric(run: Path, metric: str | None) -> tuple[float | None, float 
     metrics.jsonl is refused (not a regular file of the run, far too big or deep)."""
     best = None
     try:
-        where = Path("checkpoints", "best.json")
-        recorded = load_json(read_run_file(run, where, MAX_BEST_BYTES), run / where)
+        recorded = load_json(read_run_file(run, BEST_RECORD, MAX_BEST_BYTES), run / BEST_RECORD)
         if isinstance(recorded, dict) and recorded.get("monitor") == metric:
             best = number(recorded.get("value"))
     except (OSError, json.JSONDecodeError, UnicodeDecodeError):

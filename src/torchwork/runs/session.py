@@ -149,8 +149,7 @@ class RunSession:
             self.final_value = float(metrics[self.manager.monitor])
             # the best value this checkpoint would set, so that a resume continues the comparison
             value = float(metrics[self.manager.monitor])
-            best = self.manager.best_value
-            if best is None or (value < best if self.manager.mode == "min" else value > best):
+            if self.manager.improves(value):
                 state["best_value"] = value
         return self.manager.save(state, state["counters"]["global_step"], metrics)
 

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import time
 from pathlib import Path
 from typing import Any
 
 from torchwork.engine.callbacks import Callback
 from torchwork.errors import ConfigError
+from torchwork.runs.best_record import read_best_record
 
 MAX_TRIALS = 200  # a bound on the queue, far above what a budget holds on a CPU
 
@@ -88,7 +88,7 @@ class NgramTrials:
         self.training_seconds = fitted["training_seconds"]
         if record["tune"]["trial"] == 0:
             self.default_predictions = _test_predictions(fitted, run_path, self.splits["test"])
-        best = json.loads((run_path / "checkpoints" / "best.json").read_text())
+        best = read_best_record(run_path)
         return {"value": float(best["value"]), "history": fitted["history"], "run_path": run_path,
                 "precision": "32"}
 
