@@ -36,3 +36,34 @@ def test_the_script_runs_under_torchrun_with_its_arguments_and_its_exit_code(tmp
 def test_several_nodes_without_the_address_of_node_0_are_refused_before_anything_starts(tmp_path) -> None:
     with pytest.raises(ConfigError, match="--nnodes 2 needs --master-addr"):
         cli_launch(build_parser().parse_args(["launch", "--nnodes", "2", str(tmp_path / "train.py")]))
+
+
+LINES_SCRIPT = """import sys
+from torchwork.distributed.env import world_from_env
+from torchwork.distributed.setup import init_process_group
+world = world_from_env()
+init_process_group(world)
+for i in range(2000):
+    print(f"rank{world.rank} line {i:05d} " + "x" * 150)
+    print(f"rank{world.rank} note {i:05d} " + "y" * 150, file=sys.stderr)
+"""
+
+
+def test_two_ranks_printing_at_once_never_split_each_others_lines(tmp_path) -> None:
+    """Under PYTHONUNBUFFERED (Docker images, pytest-xdist workers) print wrote a line's text and its newline
+    apart, and the other rank's line landed between them: 'rank0 line 02616 xxxrank1 line 00000 xxx'."""
+    import re
+    import subprocess
+    import sys
+
+    script = tmp_path / "lines.py"
+    script.write_text(LINES_SCRIPT)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "torchwork.cli", "launch", "--nproc", "2", str(script)],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for stream, word, fill in ((done.stdout, "line", "x"), (done.stderr, "note", "y")):
+        lines = [line for line in stream.splitlines() if line.startswith("rank") or fill * 20 in line]
+        whole = re.compile(rf"rank[01] {word} \d{{5}} {fill}{{150}}")
+        broken = [line[:60] for line in lines if not whole.fullmatch(line)]
+        assert len(lines) == 4000 and not broken, broken[:3]

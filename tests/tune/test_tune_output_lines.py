@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 
-from torchwork.tune.worker import keep_lines_whole
+from torchwork.whole_lines import keep_lines_whole
 
 
 class RecordingRaw(io.RawIOBase):

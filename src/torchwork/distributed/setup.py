@@ -21,6 +21,7 @@ from torchwork.distributed.frames import user_call_site
 
 # DistributedError lived here before torchwork.errors held every error class: the old import path still works.
 from torchwork.errors import DistributedError as DistributedError
+from torchwork.whole_lines import keep_lines_whole
 
 BARRIER_AT_EXIT_S = 10.0
 
@@ -29,6 +30,7 @@ def init_process_group(world: World, timeout_s: float = 300.0, debug: bool = Fal
     """Initialise the default process group from torchrun's environment (a no-op when it exists)."""
     if dist.is_initialized() or not world.is_distributed:
         return
+    keep_lines_whole(sys.stdout, sys.stderr)  # the ranks share a terminal: one rank's line never splits another's
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(world.local_rank)

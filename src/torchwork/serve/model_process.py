@@ -35,6 +35,7 @@ import select
 import signal
 import socket
 import struct
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -42,6 +43,7 @@ from typing import Any
 
 from torchwork.deploy.runtime import check_row_count
 from torchwork.errors import ConfigError, ModelProcessError
+from torchwork.whole_lines import keep_lines_whole
 
 logger = logging.getLogger("torchwork.serve")
 
@@ -297,6 +299,7 @@ def _child_main(sock: socket.socket, build: Callable[..., Any], args: tuple[Any,
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
     if nice and hasattr(os, "nice"):  # POSIX only
         os.nice(nice)
+    keep_lines_whole(sys.stdout, sys.stderr)  # the server's log is this process's too
     built = threading.Event()
     threading.Thread(target=_exit_if_abandoned, args=(sock, built), name="torchwork-server-watch",
                      daemon=True).start()

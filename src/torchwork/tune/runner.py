@@ -251,7 +251,7 @@ def run_workers(prepared: dict[str, Any], options: TuneOptions, threads: int) ->
 
 def say_whole(line: str) -> None:
     """Print ``line`` in one write: a worker shares this stdout, and ``print`` under ``PYTHONUNBUFFERED`` writes
-    the text and its newline apart (see :func:`torchwork.tune.worker.keep_lines_whole`)."""
+    the text and its newline apart (see :mod:`torchwork.whole_lines`)."""
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
 

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from torchwork.whole_lines import keep_lines_whole
+
 SPEC = "worker.json"  # in the study folder: what the workers run (no secret in it)
 
 
@@ -100,23 +102,6 @@ def study_command(environ: Mapping[str, str]) -> list[str] | None:
     return command if isinstance(command, list) and command and all(isinstance(a, str) for a in command) else None
 
 
-def keep_lines_whole(stream: Any) -> None:
-    """Write each line of ``stream`` in one piece: a worker shares its parent's stdout, and with
-    ``PYTHONUNBUFFERED`` set (Docker images often set it; pytest-xdist's workers do) ``print`` writes a line's
-    text and its newline apart, so the parent's "trial N COMPLETE" line landed in the middle of a worker's line.
-    Line-buffered without write-through, a line and its newline leave in one write.
-
-    Example:
-        >>> import io
-        >>> stream = io.TextIOWrapper(io.BytesIO(), write_through=True)
-        >>> keep_lines_whole(stream); (stream.line_buffering, stream.write_through)
-        (True, False)
-    """
-    reconfigure = getattr(stream, "reconfigure", None)
-    if callable(reconfigure):
-        reconfigure(line_buffering=True, write_through=False)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     url = os.environ.get("TORCHWORK_TUNE_STORAGE")
@@ -126,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
               "again: each killed trial continues from its newest checkpoint.", file=sys.stderr)
         return 2
     _die_with_parent()
-    keep_lines_whole(sys.stdout)
+    keep_lines_whole(sys.stdout, sys.stderr)
     # Each trial's run records the study's command as the one that made it (its manifest's `command`):
     # `torchwork resume TRIAL_RUN` runs that, not this worker, which needs the storage its parent hands over.
     sys.argv = study_command(os.environ) or sys.argv
