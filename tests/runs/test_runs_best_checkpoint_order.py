@@ -48,7 +48,7 @@ def test_a_resume_whose_best_is_recorded_leaves_best_pt_alone(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("mode", ["min", "max"])
-def test_a_nan_monitored_value_is_never_the_best_even_first(tmp_path, mode) -> None:
+def test_a_nan_monitored_value_is_never_the_best_even_first(tmp_path, mode, capsys) -> None:
     # as the first value a NaN was the best, and no later value compares better than NaN: best.pt stayed on it
     manager = CheckpointManager(tmp_path, monitor="val_loss", mode=mode)
     manager.save({"model": {"w": torch.ones(2)}, "counters": {"global_step": 4}}, 4, {"val_loss": float("nan")})
@@ -56,6 +56,9 @@ def test_a_nan_monitored_value_is_never_the_best_even_first(tmp_path, mode) -> N
     manager.save({"model": {"w": torch.zeros(2)}, "counters": {"global_step": 8}}, 8, {"val_loss": 0.5})
     manager.save({"model": {"w": torch.zeros(2)}, "counters": {"global_step": 12}}, 12, {"val_loss": float("inf")})
     assert manager.best_value == 0.5 and json.loads((tmp_path / "best.json").read_text())["step"] == 8
+    said = capsys.readouterr().err
+    assert said.count("torchwork: val_loss is nan at step 4: a checkpoint of it is kept but it is never the best "
+                      "(no best checkpoint yet)") == 1 and said.count("torchwork: ") == 1  # once, not at inf too
 
 
 def test_a_non_finite_best_handed_to_a_resume_is_no_best(tmp_path) -> None:

@@ -278,6 +278,7 @@ class CheckpointManager:
         self.directory = Path(directory)
         self.keep, self.monitor, self.mode = keep, monitor, mode
         self.best_value: float | None = None
+        self._said_not_finite = False
 
     def step_checkpoints(self) -> list[Path]:
         """Step checkpoints present, oldest first."""
@@ -301,6 +302,14 @@ class CheckpointManager:
             if self.improves(value):
                 self.best_value = value
                 self._point_best_at(path, step, value)
+            elif not math.isfinite(value) and not self._said_not_finite:
+                self._said_not_finite = True  # once a run: every later epoch would say it again
+                kept = f"best.pt stays at {self.best_value:.6g}" if self.best_value is not None else \
+                    "no best checkpoint yet"
+                print(f"torchwork: {self.monitor} is {value} at step {step}: a checkpoint of it is kept but it is "
+                      f"never the best ({kept}). When training's loss is finite, look in the evaluation for a log "
+                      "or a division by zero (an empty validation set, a class with no rows) or float16 without "
+                      "autocast.", file=sys.stderr)
         for old in self.step_checkpoints()[: -self.keep]:
             # checksum first: killed in between, a checkpoint without its checksum is skipped and pruned later
             _checksum_path(old).unlink(missing_ok=True)
