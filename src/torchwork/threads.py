@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from torchwork.errors import ConfigError
+from torchwork.quoting import quote_value
 
 BLOCK_S = 0.05  # a timed block of iterations at one count lasts at least this long (short steps in bulk)
 MEASURE_SHARE = 0.05  # timing the counts takes at most this share of a run's planned steps, all checks together
@@ -263,10 +264,10 @@ def check_threads(threads: Any, what: str = "threads") -> int | None:
     if threads in ("auto", 0, None):
         return None
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
-        raise ConfigError(f"{what}={threads!r}: use 'auto' (or 0) to choose for the machine, or a thread count "
+        raise ConfigError(f"{what}={quote_value(threads)}: use 'auto' (or 0) to choose for the machine, or a thread count "
                           ">= 1.")
     if threads > MAX_THREADS and threads > (ceiling := max_threads()):
-        raise ConfigError(f"{what}={threads!r} is more than the {ceiling} threads allowed (this process may use "
+        raise ConfigError(f"{what}={quote_value(threads)} is more than the {ceiling} threads allowed (this process may use "
                           f"{usable_cpus()} CPUs): use 'auto' (or 0) to choose for the machine, or a count up to "
                           f"{usable_cpus()}.")
     return threads

@@ -77,6 +77,8 @@ def test_a_plan_and_flat_keywords_together_or_a_misspelt_one_are_refused(tmp_pat
     ("atol", float("inf"), r"atol=inf"),
     ("tolerance", float("nan"), r"tolerance=nan: the accuracy a quantized variant may lose"),
     ("tolerance", 2.0, r"tolerance=2\.0"),
+    ("atol", 10**400, r"atol=<an integer of 401 digits or so>: a parity tolerance"),  # was OverflowError
+    ("tolerance", 10**400, r"tolerance=<an integer of 401 digits or so>: the accuracy"),
     ("verify_rounds", 0, r"verify_rounds=0: the timing rounds are a count from 1"),
     ("verify_rounds", 10**9, r"verify_rounds=1000000000"),
     ("max_length", 2**40, r"max_length=1099511627776: .* at least 2 .* at most 16,777,216"),

@@ -113,6 +113,14 @@ def test_a_zero_learning_rate_freezes_its_group_and_is_allowed() -> None:
     (lambda: EarlyStopping(patience=-1), r"EarlyStopping\(patience=-1\)"),
     (lambda: EarlyStopping(patience=True), r"EarlyStopping\(patience=True\)"),
     (lambda: EarlyStopping(monitor=""), r"EarlyStopping\(monitor=''\): name the metric"),
+    # integers past what a float holds: math.isfinite raised OverflowError, repr of 5,000 digits ValueError
+    (lambda: StepOptions(clip_grad_norm=10**400), r"clip_grad_norm=<an integer of 401 digits or so> must be"),
+    (lambda: StepOptions(clip_grad_value=10**5000), r"clip_grad_value=<an integer of 5001 digits or so> must"),
+    (lambda: StepOptions(loss_weights={"ce": 10**400}), r"loss_weights\['ce'\]=<an integer of 401 digits"),
+    (lambda: LoggingOptions(progress_every_s=10**400), r"progress_every_s=<an integer of 401 digits or so>"),
+    (lambda: DistributedOptions(timeout_s=10**400), r"distributed timeout_s=<an integer of 401 digits or so>"),
+    (lambda: EarlyStopping(min_delta=10**400), r"EarlyStopping\(min_delta=<an integer of 401 digits or so>\)"),
+    (lambda: check_threads(10**5000), r"threads=<an integer of 5001 digits or so> is more than the"),
 ])
 def test_a_count_or_size_that_is_no_valid_number_is_refused_when_built(build, message) -> None:
     with pytest.raises(ConfigError, match=message) as refused:

@@ -92,7 +92,8 @@ def test_show_and_diff_read_hostile_values_without_a_traceback(tmp_path, capsys)
     root = with_good_runs(tmp_path / "runs")
     a, b = root / GOOD[0], root / GOOD[1]
     (b / "metrics.jsonl").write_text('{"step": 1, "val_loss": 0.7}\n{"step": Infinity, "val_loss": 0.1}\n'
-                                     '{"step": NaN, "val_loss": 0.1}\n{"step": 2, "val_loss": NaN}\n')
+                                     '{"step": NaN, "val_loss": 0.1}\n{"step": 2, "val_loss": NaN}\n'
+                                     '{"step": 1' + "0" * 400 + ', "val_loss": 0.1}\n')  # an int past float's range
     manifest = finished(1, process={"pid": 10**30, "host": socket.gethostname()}, state="running",
                         error="Boom\x1b]0;owned\x07")
     del manifest["ended"]

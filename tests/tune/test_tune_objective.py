@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -103,3 +104,16 @@ def test_a_bad_direction_or_a_tuner_setting_is_refused(tmp_path, monkeypatch) ->
     with pytest.raises(ConfigError, match="'seed' cannot be tuned"):
         tune_objective("my_objective.py:objective", {**SPACE, "seed": {"choices": [0, 1]}}, 2, metric="val_loss")
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(("returned", "shown"), [(float("nan"), "nan"), (10**400, "<an integer of 401 digits or so>"),
+                                                 ("0.5", "'0.5'")], ids=["nan", "10**400", "text"])
+def test_an_objective_that_returns_no_finite_number_fails_its_trial_by_name(tmp_path, returned, shown) -> None:
+    from torchwork.tune.objective import ObjectiveTarget
+
+    (tmp_path / "scores.py").write_text("def objective(trial):\n    return RETURNED\n")
+    target = ObjectiveTarget(f"{tmp_path / 'scores.py'}:objective", "val_loss", run_dir=tmp_path / "runs")
+    target.function = lambda setup: returned  # what the user's function handed back
+    record = {"tune": {"trial": 0}}
+    with pytest.raises(ConfigError, match=f"returned {re.escape(shown)}: it must return the trial's score"):
+        target.run({}, tmp_path / "trial", 1, [], record)  # 10**400 raised OverflowError in math.isfinite

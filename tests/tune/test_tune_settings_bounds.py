@@ -112,3 +112,10 @@ def test_the_python_api_refuses_the_same_counts_before_the_storage(tmp_path: Pat
     with pytest.raises(ConfigError, match="--trials 20000: over the 10,000"):
         prepare(options)
     assert not runs.exists()
+
+
+def test_a_timeout_past_what_a_float_holds_is_refused_in_one_line() -> None:
+    from torchwork.tune.runner import check_numbers
+
+    with pytest.raises(ConfigError, match="--timeout <an integer of 401 digits or so>: must be a positive"):
+        check_numbers(trials=1, workers=1, timeout=10**400)  # math.isfinite raised OverflowError

@@ -18,12 +18,13 @@ Example:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from torchwork.errors import ConfigError
+from torchwork.finite import is_finite_number
+from torchwork.quoting import quote_value
 
 DEFAULT_ATOL = 1e-4
 DEFAULT_RTOL = 1e-3
@@ -40,12 +41,11 @@ def check_tolerances(atol: Any, rtol: Any, tolerance: Any = 0.01, rounds: Any = 
     reported no timing at all, and said nothing)."""
     defaults = {"atol": DEFAULT_ATOL, "rtol": DEFAULT_RTOL}
     for name, value in (("atol", atol), ("rtol", rtol)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise ConfigError(f"{name}={value!r}: a parity tolerance is a finite number >= 0 (default "
+        if not is_finite_number(value) or value < 0:
+            raise ConfigError(f"{name}={quote_value(value)}: a parity tolerance is a finite number >= 0 (default "
                               f"{defaults[name]}); |out - eager| <= atol + rtol * |eager| is checked.")
-    if (isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not math.isfinite(tolerance)
-            or not -1 <= tolerance <= 1):
-        raise ConfigError(f"tolerance={tolerance!r}: the accuracy a quantized variant may lose is a fraction "
+    if not is_finite_number(tolerance) or not -1 <= tolerance <= 1:
+        raise ConfigError(f"tolerance={quote_value(tolerance)}: the accuracy a quantized variant may lose is a fraction "
                           "from 0 to 1 (default 0.01; a negative one asks it to gain that much).")
     if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= MAX_ROUNDS:
         raise ConfigError(f"{rounds_name}={rounds!r}: the timing rounds are a count from 1 to {MAX_ROUNDS:,} "

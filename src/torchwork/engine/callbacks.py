@@ -32,6 +32,8 @@ import math
 from typing import Any
 
 from torchwork.errors import ConfigError
+from torchwork.finite import is_finite_number
+from torchwork.quoting import quote_value
 
 
 class Callback:
@@ -77,9 +79,8 @@ class EarlyStopping(Callback):
         if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
             raise ConfigError(f"EarlyStopping(patience={patience!r}): patience is a count of epochs (or "
                               "evaluations) without improvement, an integer >= 0.")
-        if (isinstance(min_delta, bool) or not isinstance(min_delta, (int, float)) or not math.isfinite(min_delta)
-                or min_delta < 0):
-            raise ConfigError(f"EarlyStopping(min_delta={min_delta!r}): the least change that counts as an "
+        if not is_finite_number(min_delta) or min_delta < 0:
+            raise ConfigError(f"EarlyStopping(min_delta={quote_value(min_delta)}): the least change that counts as an "
                               "improvement must be a finite number >= 0 (mode='min' or 'max' gives its direction).")
         if not isinstance(check_finite, bool):
             raise ConfigError(f"EarlyStopping(check_finite={check_finite!r}): pass True or False.")

@@ -20,13 +20,14 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, NoReturn, TypedDict, TypeVar, overload
 
 from torchwork.errors import ConfigError
+from torchwork.finite import is_finite_number
+from torchwork.quoting import quote_value
 from torchwork.runs.options import RunOptions
 from torchwork.threads import check_threads
 
@@ -72,11 +73,11 @@ class StepOptions:
                               "step and must be an integer >= 1 (1 means no accumulation).")
         for name in ("clip_grad_norm", "clip_grad_value"):
             value = getattr(self, name)
-            if value is not None and not (_is_number(value) and value > 0 and math.isfinite(value)):
-                raise ConfigError(f"{name}={value!r} must be a positive finite number (or None to not clip).")
+            if value is not None and not (is_finite_number(value) and value > 0):
+                raise ConfigError(f"{name}={quote_value(value)} must be a positive finite number (or None to not clip).")
         for term, weight in (self.loss_weights or {}).items():
-            if not (_is_number(weight) and math.isfinite(weight)):
-                raise ConfigError(f"loss_weights[{term!r}]={weight!r}: a loss term's weight must be a finite "
+            if not is_finite_number(weight):
+                raise ConfigError(f"loss_weights[{quote_value(term)}]={quote_value(weight)}: a loss term's weight must be a finite "
                                   "number (0 leaves the term out of the loss).")
         object.__setattr__(self, "loss_weights", dict(self.loss_weights) if self.loss_weights else None)
         object.__setattr__(self, "keep_fp32", tuple(self.keep_fp32))
@@ -128,8 +129,8 @@ class LoggingOptions:
             raise ConfigError(f"log_every_n_steps={every!r} must be an integer >= 1 (the optimizer steps between "
                               "two step logs).")
         seconds = self.progress_every_s
-        if seconds is not None and not (_is_number(seconds) and seconds > 0 and math.isfinite(seconds)):
-            raise ConfigError(f"progress_every_s={seconds!r} must be a finite number of seconds > 0 (or None: "
+        if seconds is not None and not (is_finite_number(seconds) and seconds > 0):
+            raise ConfigError(f"progress_every_s={quote_value(seconds)} must be a finite number of seconds > 0 (or None: "
                               "env TORCHWORK_PROGRESS_EVERY, else 30).")
         object.__setattr__(self, "loggers", tuple(self.loggers))
 
@@ -154,8 +155,8 @@ class DistributedOptions:
             if getattr(self, name) not in (None, True, False):
                 raise ConfigError(f"distributed {name}={getattr(self, name)!r} must be True, False or None.")
         timeout = self.timeout_s
-        if not (_is_number(timeout) and timeout > 0 and math.isfinite(timeout)):
-            raise ConfigError(f"distributed timeout_s={timeout!r} must be a finite number of seconds > 0 (how long "
+        if not (is_finite_number(timeout) and timeout > 0):
+            raise ConfigError(f"distributed timeout_s={quote_value(timeout)} must be a finite number of seconds > 0 (how long "
                               "a collective waits for a silent peer; default 300).")
 
     def resolved_debug(self) -> bool:

@@ -18,12 +18,12 @@ Example:
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
 
 from torchwork.errors import CheckpointError, ConfigError
+from torchwork.finite import is_finite_number
 from torchwork.runs.folder_files import load_json, read_run_file
 
 BEST_RECORD = Path("checkpoints", "best.json")
@@ -54,7 +54,7 @@ def _field_problem(record: Any) -> str | None:
     if not isinstance(record, dict):
         return f"expected an object of fields, found {type(record).__name__}"
     value, step = record.get("value"), record.get("step")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if not is_finite_number(value):
         return "'value' is not a finite number"
     if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < 2**63:
         return "'step' is not a count (an integer >= 0)"

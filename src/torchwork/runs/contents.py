@@ -17,13 +17,13 @@ Example:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from torchwork.errors import CheckpointError
+from torchwork.finite import is_finite_number
 
 COUNTERS = ("global_step", "skipped_steps", "epoch", "batch_in_epoch")
 MT19937_WORDS = 624
@@ -80,7 +80,7 @@ def _check(state: Any) -> None:
     if stopped is not None and not (isinstance(stopped, str) and len(stopped) <= 1000):
         raise _Bad(f"'stopped' is {_shown(stopped)}, not why training stopped (a text of at most 1000 characters).")
     best = state.get("best_value")
-    if best is not None and not (_number(best) and math.isfinite(best)):
+    if best is not None and not is_finite_number(best):
         raise _Bad(f"'best_value' is {_shown(best)}, not a finite number.")
     per_rank = state.get("per_rank")
     if per_rank is None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from torchwork.errors import ConfigError
+from torchwork.finite import is_finite_number
 from torchwork.paths import MAX_MANIFEST_BYTES as MAX_MANIFEST_BYTES  # where the runs layer's readers find it
 from torchwork.runs.folder_files import load_json, open_run_file, read_run_file
 
@@ -132,8 +133,7 @@ def _metric_lines(data: bytes) -> Iterator[dict[str, Any]]:
 
 def _step(value: Any) -> bool:
     """A step a line can be placed at: a finite number below 2**53 (not NaN, Infinity, or 10**30)."""
-    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-            and abs(value) < 2**53)
+    return is_finite_number(value) and abs(value) < 2**53
 
 
 def read_metrics(run: Path) -> list[dict[str, Any]]:

@@ -34,11 +34,12 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 from typing import Any
 
 from torchwork.errors import ConfigError
+from torchwork.finite import is_finite_number
+from torchwork.quoting import quote_value
 
 RETURNS = "a function of the trial that trains a Trainer and returns its validation score"
 
@@ -114,8 +115,8 @@ class ObjectiveTarget:
         setup = TrialSetup(number=int(record["tune"]["trial"]), params=dict(params), run_dir=Path(folder),
                            threads=threads, seed=self.seed, callbacks=list(callbacks), record=record)
         value = self.function(setup)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ConfigError(f"the objective {self.spec} returned {value!r}: it must return the trial's score, "
+        if not is_finite_number(value):
+            raise ConfigError(f"the objective {self.spec} returned {quote_value(value)}: it must return the trial's score, "
                               "a finite number.")
         trainer = next((c.trainer for c in callbacks if getattr(c, "trainer", None) is not None), None)
         if trainer is None or trainer.run_path is None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import math
 import os
 import subprocess
 import sys
@@ -25,6 +24,8 @@ from typing import Any
 
 from torchwork.errors import ConfigError
 from torchwork.files import write_json
+from torchwork.finite import is_finite_number
+from torchwork.quoting import quote_value
 from torchwork.tune.results import is_final
 
 
@@ -67,8 +68,8 @@ def check_numbers(trials: int, workers: int, timeout: float | None) -> None:
     from torchwork.tune.study import check_study_size
 
     check_study_size(trials, workers)  # the Python API as the command line: before the storage is created
-    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
-        raise ConfigError(f"--timeout {timeout}: must be a positive number of seconds.")
+    if timeout is not None and not (is_finite_number(timeout) and timeout > 0):
+        raise ConfigError(f"--timeout {quote_value(timeout)}: must be a positive number of seconds.")
 
 
 def prepare(options: TuneOptions) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from torchwork.errors import ConfigError
+from torchwork.finite import is_finite_number
 from torchwork.quoting import quote_value
 
 RANGE_KEYS = ("low", "high", "log", "step")
@@ -215,11 +216,7 @@ def _number(name: str, key: str, value: Any) -> float:
         value = _parsed(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{name}: {key} must be a number (e.g. 1.0e-4 or 16), got {quote_value(given)}")
-    try:
-        finite = math.isfinite(value)
-    except OverflowError:  # an integer past float's range
-        finite = False
-    if not finite:
+    if not is_finite_number(value):
         raise ConfigError(f"{name}: {key} must be a finite number, got {quote_value(given)}")
     return value
 
