@@ -66,7 +66,7 @@ def test_a_plan_and_flat_keywords_together_or_a_misspelt_one_are_refused(tmp_pat
         export(model, x, tmp_path / "a", ExportPlan(formats=("onnx",)), quantize="int8")
     with pytest.raises(TypeError, match="export\\(\\) got an unexpected keyword argument 'quantise'"):
         export(model, x, tmp_path / "b", quantise="int8")  # type: ignore[call-arg]
-    with pytest.raises(ConfigError, match="batch_sizes=\\(0,\\) must be positive integers"):
+    with pytest.raises(ConfigError, match="batch_sizes=\\(0,\\): each must be a whole number from 1 to 65,536"):
         ExportPlan(batch_sizes=(0,))
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
@@ -78,6 +78,17 @@ def test_a_plan_and_flat_keywords_together_or_a_misspelt_one_are_refused(tmp_pat
     ("tolerance", float("nan"), r"tolerance=nan: the accuracy a quantized variant may lose"),
     ("tolerance", 2.0, r"tolerance=2\.0"),
     ("atol", 10**400, r"atol=<an integer of 401 digits or so>: a parity tolerance"),  # was OverflowError
+    pytest.param("verify_rounds", 10**5000, r"verify_rounds=<an integer of 5001 digits or so>",
+                 id="verify_rounds-5001-digits"),  # was ValueError: repr refuses 4,300 digits
+    # probe sizes: a fraction was truncated (2.5 probed 2), True probed 1, 10**9 rows went to the model,
+    # and lengths were not checked at all (0, -3, 'x' reached the probes)
+    ("batch_sizes", (2.5,), r"batch_sizes=\(2\.5,\): each must be a whole number from 1 to 65,536 \(2\.5 is not\)"),
+    ("batch_sizes", (1, True), r"\(True is not\)"),
+    ("batch_sizes", (10**9,), r"\(1000000000 is not\)"),
+    ("batch_sizes", 4, r"batch_sizes=4: pass a list of whole numbers"),
+    ("batch_sizes", (), r"\(none was given\)"),
+    ("lengths", (0,), r"lengths=\(0,\): each must be a whole number from 1 to 16,777,216 \(0 is not\)"),
+    ("lengths", (8, "x"), r"\('x' is not\)"),
     ("tolerance", 10**400, r"tolerance=<an integer of 401 digits or so>: the accuracy"),
     ("verify_rounds", 0, r"verify_rounds=0: the timing rounds are a count from 1"),
     ("verify_rounds", 10**9, r"verify_rounds=1000000000"),

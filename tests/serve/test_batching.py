@@ -108,6 +108,8 @@ def test_a_model_that_returns_another_number_of_rows_fails_only_its_request_and_
 def test_the_http_parser_is_validated():
     with pytest.raises(ConfigError, match="http='nginx': choose one of h11, httptools"):
         ServeConfig(http="nginx")
+    with pytest.raises(ConfigError, match="port=<an integer of 5001 digits or so> is not a TCP port"):
+        ServeConfig(port=10**5000)  # the message's own str() raised ValueError (4,300 digits at most)
 
 
 def test_full_queue_refuses_and_cancelled_jobs_never_run():

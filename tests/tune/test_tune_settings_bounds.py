@@ -114,8 +114,14 @@ def test_the_python_api_refuses_the_same_counts_before_the_storage(tmp_path: Pat
     assert not runs.exists()
 
 
-def test_a_timeout_past_what_a_float_holds_is_refused_in_one_line() -> None:
+@pytest.mark.parametrize(("numbers", "message"), [
+    ((1, 1, 10**400), "--timeout <an integer of 401 digits or so>: must be a positive"),  # was OverflowError
+    ((10**5000, 1, None), "--trials <an integer of 5001 digits or so>: over the 10,000"),  # was ValueError
+    ((-(10**5000), 1, None), "--trials <an integer of 5001 digits or so>: must be >= 1"),
+    ((1, 10**5000, None), "--workers <an integer of 5001 digits or so>: over the"),
+], ids=["timeout", "trials", "negative-trials", "workers"])
+def test_a_number_past_what_a_float_holds_or_repr_prints_is_refused_in_one_line(numbers, message) -> None:
     from torchwork.tune.runner import check_numbers
 
-    with pytest.raises(ConfigError, match="--timeout <an integer of 401 digits or so>: must be a positive"):
-        check_numbers(trials=1, workers=1, timeout=10**400)  # math.isfinite raised OverflowError
+    with pytest.raises(ConfigError, match=message):
+        check_numbers(*numbers)

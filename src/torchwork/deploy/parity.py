@@ -48,7 +48,7 @@ def check_tolerances(atol: Any, rtol: Any, tolerance: Any = 0.01, rounds: Any = 
         raise ConfigError(f"tolerance={quote_value(tolerance)}: the accuracy a quantized variant may lose is a fraction "
                           "from 0 to 1 (default 0.01; a negative one asks it to gain that much).")
     if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= MAX_ROUNDS:
-        raise ConfigError(f"{rounds_name}={rounds!r}: the timing rounds are a count from 1 to {MAX_ROUNDS:,} "
+        raise ConfigError(f"{rounds_name}={quote_value(rounds)}: the timing rounds are a count from 1 to {MAX_ROUNDS:,} "
                           "(default 20).")
 
 

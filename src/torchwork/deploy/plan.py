@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
@@ -30,9 +31,31 @@ from torchwork.deploy.parity import DEFAULT_ATOL, DEFAULT_RTOL, check_tolerances
 from torchwork.deploy.quantize import DEFAULT_OPS, check_activations
 from torchwork.deploy.smoothing import check_alpha
 from torchwork.errors import ConfigError
+from torchwork.quoting import quote_value
 
 # a bound on export's dynamic length; past it torch.export's range is no length a model takes (16M tokens)
 MAX_LENGTH_BOUND = 1 << 24
+MAX_PROBE_BATCH = 65_536  # serve's --max-batch-size bound: a larger probe is no batch a server runs
+
+
+def probe_sizes(name: str, values: Any, most: int) -> list[int]:
+    """``values`` (the batch sizes or lengths the parity check probes) as a list of ints from 1 to ``most``;
+    a ConfigError naming the first that is not one. A fraction is refused, not truncated (2.5 is not 2).
+
+    Example:
+        >>> probe_sizes("batch_sizes", (1, 8), 64)
+        [1, 8]
+    """
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise ConfigError(f"{name}={quote_value(values)}: pass a list of whole numbers, e.g. (1, 8).")
+    sizes = list(values)
+    bad = next((v for v in sizes if isinstance(v, bool) or not isinstance(v, numbers.Integral)
+                or not 1 <= int(v) <= most), None)
+    if not sizes or bad is not None:
+        which = f"{quote_value(bad)} is not" if sizes else "none was given"
+        raise ConfigError(f"{name}={quote_value(values)}: each must be a whole number from 1 to {most:,} "
+                          f"({which}).")
+    return [int(v) for v in sizes]
 
 
 def parse_formats(formats: str | Iterable[str]) -> list[str]:
@@ -121,8 +144,9 @@ class ExportPlan:
             raise ConfigError("sample_outputs are the eager model's outputs on samples=: pass the samples too.")
         if self.torchscript_method not in ("trace", "script"):
             raise ConfigError(f"torchscript_method={self.torchscript_method!r}: choose 'trace' or 'script'.")
-        if any(int(b) < 1 for b in self.batch_sizes) or not self.batch_sizes:
-            raise ConfigError(f"batch_sizes={self.batch_sizes!r} must be positive integers.")
+        batch_sizes = probe_sizes("batch_sizes", self.batch_sizes, MAX_PROBE_BATCH)
+        if self.lengths is not None:
+            object.__setattr__(self, "lengths", probe_sizes("lengths", self.lengths, MAX_LENGTH_BOUND))
         if self.cpp and not {"pt2-aoti", "torchscript"} & set(chosen):
             raise ConfigError("cpp=True (--cpp) adds the C++ runner, which loads 'pt2-aoti' or 'torchscript': add "
                               "one of them to formats.")
@@ -131,7 +155,7 @@ class ExportPlan:
         _check_output_choice(self.output)
         object.__setattr__(self, "formats", chosen)
         object.__setattr__(self, "quantize_ops", tuple(self.quantize_ops))
-        object.__setattr__(self, "batch_sizes", [int(b) for b in self.batch_sizes])
+        object.__setattr__(self, "batch_sizes", batch_sizes)
         object.__setattr__(self, "cpp", bool(self.cpp))
 
     @property
@@ -163,7 +187,7 @@ def _check_length_bound(max_length: Any, dynamic_length: bool | None, lengths: S
     if max_length is None:
         return
     if isinstance(max_length, bool) or not isinstance(max_length, int) or not 2 <= max_length <= MAX_LENGTH_BOUND:
-        raise ConfigError(f"max_length={max_length!r}: pass the longest sequence the model takes, an int of at "
+        raise ConfigError(f"max_length={quote_value(max_length)}: pass the longest sequence the model takes, an int of at "
                           f"least 2 (e.g. a GPT's block_size) and at most {MAX_LENGTH_BOUND:,}.")
     if dynamic_length is False:
         raise ConfigError(f"max_length={max_length} makes the length (dim 1) dynamic up to {max_length}, but "

@@ -100,7 +100,7 @@ class ServeConfig:
                 raise ConfigError(f"{flag} {path} is not a regular file (a {file_kind(os.stat(path).st_mode)}); give "
                                   "a regular file." if os.path.exists(path) else f"{flag} {path}: no such file.")
         if not 0 <= self.port <= 65535:
-            raise ConfigError(f"port={self.port} is not a TCP port (0 picks a free one).")
+            raise ConfigError(f"port={quote_value(self.port)} is not a TCP port (0 picks a free one).")
 
     def check_numbers(self) -> None:
         """A :class:`ConfigError` naming the setting and its flag for a number setting out of its range: every

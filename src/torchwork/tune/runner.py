@@ -62,9 +62,9 @@ def threads_per_worker(workers: int, cores: int | None = None) -> int:
 
 def check_numbers(trials: int, workers: int, timeout: float | None) -> None:
     if trials < 1:
-        raise ConfigError(f"--trials {trials}: must be >= 1 (the study's total number of trials).")
+        raise ConfigError(f"--trials {quote_value(trials)}: must be >= 1 (the study's total number of trials).")
     if workers < 1:
-        raise ConfigError(f"--workers {workers}: must be >= 1.")
+        raise ConfigError(f"--workers {quote_value(workers)}: must be >= 1.")
     from torchwork.tune.study import check_study_size
 
     check_study_size(trials, workers)  # the Python API as the command line: before the storage is created

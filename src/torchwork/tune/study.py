@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from torchwork.errors import ConfigError
+from torchwork.quoting import quote_value
 
 ATTR = "torchwork"  # the study's user attribute holding what it tunes
 # A study's most trials. Every trial is queued (one storage transaction each, 2-20 ms) before any runs, so 10,000
@@ -53,7 +54,7 @@ def check_study_size(trials: int, workers: int, cpus: int | None = None) -> None
         torchwork.errors.ConfigError: --workers 13: over the 12 this machine can run (4 per usable CPU, at least 8; 3 usable): each worker is a process training a trial, and more only wait for the cores and hold memory; give --workers 12 or fewer (3 gives each a core).
     """
     if trials > MAX_TRIALS:
-        raise ConfigError(f"--trials {trials}: over the {MAX_TRIALS:,} a study may have (each is queued in the "
+        raise ConfigError(f"--trials {quote_value(trials)}: over the {MAX_TRIALS:,} a study may have (each is queued in the "
                           f"storage before any runs, and each is a training run); give --trials {MAX_TRIALS} or "
                           "fewer.")
     if cpus is None:
@@ -62,7 +63,7 @@ def check_study_size(trials: int, workers: int, cpus: int | None = None) -> None
         cpus = usable_cpus()
     most = max(MIN_WORKERS_CAP, WORKERS_PER_CPU * cpus)
     if workers > most:
-        raise ConfigError(f"--workers {workers}: over the {most} this machine can run ({WORKERS_PER_CPU} per usable "
+        raise ConfigError(f"--workers {quote_value(workers)}: over the {most} this machine can run ({WORKERS_PER_CPU} per usable "
                           f"CPU, at least {MIN_WORKERS_CAP}; {cpus} usable): each worker is a process training a "
                           "trial, and more only wait for the cores and hold memory; give --workers "
                           f"{most} or fewer ({cpus} gives each a core).")
