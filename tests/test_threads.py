@@ -286,3 +286,22 @@ def test_passive_waiting_is_set_before_torch_loads_unless_the_user_chose(prelude
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
                           timeout=120)
     assert done.stdout.split() == expected.split()
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"rounds": 10**5000}, r"rounds=<an integer of 5001 digits or so>: the interleaved rounds of timing, a whole "
+                           r"number from 1 to 1,000\."),  # it built a plan of that many rounds: it never returned
+    ({"rounds": 0}, r"rounds=0: the interleaved rounds"),  # silently 1 before
+    ({"steps": 0}, r"steps=0: the fewest iterations in a timed block"),
+    ({"steps": 2.5}, r"steps=2\.5: the fewest iterations"),
+    ({"steps": True}, r"steps=True"),
+], ids=["huge-rounds", "no-rounds", "no-steps", "fraction", "bool"])
+def test_timing_rounds_and_block_steps_are_counts_checked_before_any_timing(settings, message) -> None:
+
+    calls = []
+    for threads in ("auto", 2):  # checked whether or not anything is timed
+        with pytest.raises(ConfigError, match=message):
+            choose_threads(threads, step=lambda: calls.append(1), apply=False, **settings)
+    with pytest.raises(ConfigError, match=message):
+        ThreadTuner(usable=2, busy=0.0, **settings)
+    assert not calls

@@ -58,6 +58,8 @@ WINDOW_S = 2.0  # throughput and the neighbours' CPU are read over windows of at
 READ_S = 0.1  # the neighbours' CPU at the start is read over at least this long
 # An explicit count above this (and above 4 per usable CPU) is refused: more threads than that is a mistake
 # (a million crashed the process), while a fixed floor keeps a config with threads=64 valid on a laptop.
+MAX_TIMING_ROUNDS = 1000  # interleaved rounds: each times a block per count; a plan of more never ends
+MAX_BLOCK_STEPS = 1_000_000  # the fewest iterations in a timed block, at most
 MAX_THREADS = 1024
 
 
@@ -295,6 +297,8 @@ def choose_threads(threads: int | str | None = "auto", step: Callable[[], Any] |
         >>> choose_threads(2, apply=False).threads
         2
     """
+    _check_count("steps", steps, MAX_BLOCK_STEPS, "the fewest iterations in a timed block")
+    _check_count("rounds", rounds, MAX_TIMING_ROUNDS, "the interleaved rounds of timing")
     explicit = check_threads(threads)
     if explicit is not None:
         choice = ThreadChoice(explicit, f"threads={explicit} as asked", usable_cpus())
@@ -314,6 +318,11 @@ def choose_threads(threads: int | str | None = "auto", step: Callable[[], Any] |
     if say is not None:
         say(choice.describe())
     return choice
+
+
+def _check_count(name: str, value: Any, most: int, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        raise ConfigError(f"{name}={quote_value(value)}: {what}, a whole number from 1 to {most:,}.")
 
 
 class ThreadTuner:
@@ -341,7 +350,9 @@ class ThreadTuner:
         ``planned_steps``: the iterations the run will take (None: unknown, the timing unbounded), of which
         at most :data:`MEASURE_SHARE` go to timing; ``reader``: a :class:`CpuReader` made when the run began,
         so that the first reading of ``busy`` waits only what is left of :data:`READ_S`."""
-        self.steps, self.rounds, self.say = max(1, steps), max(1, rounds), say
+        _check_count("steps", steps, MAX_BLOCK_STEPS, "the fewest iterations in a timed block")
+        _check_count("rounds", rounds, MAX_TIMING_ROUNDS, "the interleaved rounds of timing")
+        self.steps, self.rounds, self.say = steps, rounds, say
         self.planned_steps = planned_steps
         self.timed_steps = 0  # iterations run while timing, the warm-ups included, over every check
         self.usable = usable if usable is not None else usable_cpus()

@@ -330,6 +330,10 @@ def test_epoch_start_is_not_called_again_for_an_epoch_a_resume_continues(tmp_pat
     ({"max_steps": 10, "eval_every": math.nan}, r"eval_every=nan"),
     ({"epochs": -1}, r"epochs=-1: the number of epochs to train; it must be an integer >= 0"),
     ({"epochs": 1.5}, r"epochs=1\.5"),
+    ({"epochs": 2**63}, r"epochs=9223372036854775808: the number of epochs to train; it must be below 2\*\*63"),
+    pytest.param({"epochs": 10**5000}, r"epochs=<an integer of 5001 digits or so>: .* below 2\*\*63",
+                 id="epochs-5001-digits"),  # the progress line's str() raised ValueError at the first batch
+    ({"max_steps": 2**64}, r"max_steps=18446744073709551616: .* below 2\*\*63"),
     ({"max_steps": 10, "eval_at_start": 1}, r"eval_at_start=1 must be True or False"),
     ({"max_steps": 10, "eval_every": 5, "val_loader": None}, r"eval_every=5, but fit has nothing to evaluate"),
     ({"eval_at_start": True, "val_loader": None}, r"eval_at_start=True, but fit has nothing to evaluate"),

@@ -44,6 +44,7 @@ from torchwork.engine.interrupt import InterruptFlag, TrainingInterrupted
 from torchwork.engine.logged_names import LoggedNames
 from torchwork.engine.progress import epoch_line, evaluation_line
 from torchwork.errors import ConfigError
+from torchwork.quoting import quote_value
 from torchwork.runs.options import RunOptions
 from torchwork.runs.rng import capture_rng, restore_rng
 
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from torchwork.engine.trainer import Trainer
     from torchwork.runs.session import RunSession
 
+LARGEST_COUNT = 2**63  # epochs and steps are 64-bit counters in a checkpoint
 _MEANING = {"epochs": ("the number of epochs to train", 0),
             "max_steps": ("the number of optimizer steps to train (nanoGPT's max_iters)", 1),
             "eval_every": ("the optimizer steps between evaluations (nanoGPT's eval_interval)", 1)}
@@ -66,7 +68,9 @@ def _count(name: str, value: Any) -> int | None:
     except TypeError:
         count = None
     if count is None or count < least:
-        raise ConfigError(f"{name}={value!r}: {meaning}; it must be an integer >= {least}.")
+        raise ConfigError(f"{name}={quote_value(value)}: {meaning}; it must be an integer >= {least}.")
+    if count >= LARGEST_COUNT:  # a checkpoint's counters are 64-bit: its resume would refuse the run
+        raise ConfigError(f"{name}={quote_value(value)}: {meaning}; it must be below 2**63.")
     return count
 
 
