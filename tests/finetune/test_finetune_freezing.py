@@ -105,6 +105,23 @@ def test_the_plan_table_counts_trainable_and_in_optimizer_by_identity():
         param_groups(freeze(model) and model, lr=1e-3)
 
 
+@pytest.mark.parametrize(("settings", "message"), [
+    # each was planned into the groups: NaN or inf rates train to NaN weights (torch's optimizers accept them)
+    ({"lr": float("nan")}, r"param_groups\(lr=nan\): use a positive finite number"),
+    ({"lr": True}, r"param_groups\(lr=True\)"),
+    ({"lr": 10**400}, r"param_groups\(lr=<an integer of 401 digits or so>\)"),  # OverflowError before
+    ({"lr": 1e-3, "head_lr": float("inf")}, r"param_groups\(head_lr=inf\): use a positive finite number"),
+    ({"lr": 1e-3, "head_lr": float("nan")}, r"param_groups\(head_lr=nan\)"),
+    ({"lr": 1e-3, "weight_decay": float("nan")}, r"param_groups\(weight_decay=nan\): use a non-negative finite"),
+    ({"lr": 1e-3, "layer_decay": float("nan")}, r"param_groups\(layer_decay=nan\): use a number in \(0, 1\]"),
+    ({"lr": 0}, r"param_groups\(lr=0\): use a positive"),
+], ids=["lr-nan", "lr-bool", "lr-401-digits", "head-inf", "head-nan", "decay-nan", "layer-decay-nan", "lr-0"])
+def test_a_rate_that_is_no_finite_number_in_range_is_refused_before_planning(settings, message) -> None:
+    with pytest.raises(ConfigError, match=message):
+        param_groups(Net(), **settings)
+    assert param_groups(Net(), lr=1e-3, weight_decay=0, head_lr=1e-2)  # zero decay and a head rate are fine
+
+
 def test_frozen_batchnorm_stays_in_eval_through_fit_and_its_statistics_do_not_drift():
     torch.manual_seed(0)
     model = Net()

@@ -35,6 +35,8 @@ from typing import Any
 from torchwork.errors import ConfigError
 from torchwork.finetune._table import format_table
 from torchwork.finetune.names import matches
+from torchwork.finite import is_finite_number
+from torchwork.quoting import quote_value
 
 
 @dataclasses.dataclass
@@ -115,13 +117,7 @@ def param_groups(model: Any, lr: float, *, layer_decay: float | None = None, hea
         layers: module-name globs of the layers, bottom first (default: found from the first ModuleList).
         include_frozen: also put frozen parameters in the groups.
     """
-    for name, value in (("lr", lr), ("weight_decay", weight_decay)):
-        if not isinstance(value, (int, float)) or value < 0 or (name == "lr" and value == 0):
-            raise ConfigError(f"param_groups({name}={value!r}): use a positive number.")
-    if layer_decay is not None and not 0 < layer_decay <= 1:
-        raise ConfigError(f"param_groups(layer_decay={layer_decay!r}): use a number in (0, 1] (0.75 is common).")
-    if head_lr is not None and head_lr <= 0:
-        raise ConfigError(f"param_groups(head_lr={head_lr!r}): use a positive number.")
+    _check_rates(lr, weight_decay, layer_decay, head_lr)
     heads = _heads(model, head)
     named = list(model.named_parameters())
     if not named:
@@ -145,6 +141,20 @@ def param_groups(model: Any, lr: float, *, layer_decay: float | None = None, hea
         raise ConfigError("every parameter is frozen: unfreeze some (torchwork.finetune.unfreeze) or pass "
                           "include_frozen=True.")
     return ParamGroups(_group(chosen), plan)
+
+
+def _check_rates(lr: Any, weight_decay: Any, layer_decay: Any, head_lr: Any) -> None:
+    """Each a finite number in its range, before anything is planned: a NaN or infinite rate was planned
+    into every group (``lr=nan`` trains to NaN weights; torch's optimizers accept it)."""
+    least = {"lr": "a positive", "head_lr": "a positive", "weight_decay": "a non-negative"}
+    for name, value in (("lr", lr), ("head_lr", head_lr), ("weight_decay", weight_decay)):
+        if name == "head_lr" and value is None:
+            continue
+        if not is_finite_number(value) or value < 0 or (name != "weight_decay" and value == 0):
+            raise ConfigError(f"param_groups({name}={quote_value(value)}): use {least[name]} finite number.")
+    if layer_decay is not None and not (is_finite_number(layer_decay) and 0 < layer_decay <= 1):
+        raise ConfigError(f"param_groups(layer_decay={quote_value(layer_decay)}): use a number in (0, 1] (0.75 "
+                          "is common).")
 
 
 def _group(entries: Sequence[PlannedParameter]) -> list[dict[str, Any]]:
