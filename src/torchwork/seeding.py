@@ -15,6 +15,8 @@ import os
 import random
 import sys
 
+from torchwork.quoting import quote_value
+
 _seed: int | None = None
 _deterministic = False
 SEED_LIMIT = 2**32  # NumPy's legacy seeding and scikit-learn's random_state take 32-bit seeds: [0, 2**32)
@@ -31,9 +33,9 @@ def seed_problem(seed: object, name: str = "seed") -> str | None:
         >>> print(seed_problem(2**32, "--seed"))
         --seed=4294967296: must be <= 4294967295 (2**32 - 1, the largest seed NumPy and scikit-learn take)
     """
+    shown = quote_value(seed)  # not a 300-digit echo, nor an OverflowError past what a float holds
     if not isinstance(seed, int) or isinstance(seed, bool):
-        return f"{name}={seed!r}: use an integer in [0, {SEED_LIMIT - 1}]"
-    shown = str(seed) if abs(seed) < 10**20 else f"{seed:.3g}"  # not a 300-digit echo
+        return f"{name}={shown}: use an integer in [0, {SEED_LIMIT - 1}]"
     if seed < 0:
         return f"{name}={shown}: must be >= 0"
     if seed >= SEED_LIMIT:

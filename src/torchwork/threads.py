@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from torchwork.errors import ConfigError
+from torchwork.finite import is_count
 from torchwork.quoting import quote_value
 
 BLOCK_S = 0.05  # a timed block of iterations at one count lasts at least this long (short steps in bulk)
@@ -321,7 +322,7 @@ def choose_threads(threads: int | str | None = "auto", step: Callable[[], Any] |
 
 
 def _check_count(name: str, value: Any, most: int, what: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+    if not is_count(value, 1, most):
         raise ConfigError(f"{name}={quote_value(value)}: {what}, a whole number from 1 to {most:,}.")
 
 

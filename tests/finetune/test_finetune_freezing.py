@@ -122,6 +122,35 @@ def test_a_rate_that_is_no_finite_number_in_range_is_refused_before_planning(set
     assert param_groups(Net(), lr=1e-3, weight_decay=0, head_lr=1e-2)  # zero decay and a head rate are fine
 
 
+@pytest.mark.parametrize(("in_channels", "message"), [
+    (2.5, r"in_channels=2\.5: a whole number of input channels from 1 to 4,096"),  # torch's TypeError before
+    (10**9, r"in_channels=1000000000: a whole number"),  # asked the allocator for 288 GB
+    (0, r"in_channels=0: a whole number"),
+    (True, r"in_channels=True"),
+])
+def test_adapt_input_channels_takes_a_whole_number_of_channels(in_channels, message) -> None:
+    from torchwork.finetune import adapt_input_channels
+
+    conv = nn.Conv2d(3, 8, 3)
+    with pytest.raises(ConfigError, match=message):
+        adapt_input_channels(conv, in_channels)
+    assert conv.weight.shape == (8, 3, 3, 3) and adapt_input_channels(conv, 4).weight.shape == (8, 4, 3, 3)
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"classes": 10**9}, r"classes=1000000000\): a classifier needs a whole number of classes from 2 to 100,000"),
+    ({"classes": 2.0}, r"classes=2\.0\)"),
+    ({"classes": 1}, r"classes=1\)"),
+    ({"classes": 3, "dropout": float("nan")}, r"dropout=nan\): use a probability from 0 up to \(not including\) 1"),
+    ({"classes": 3, "dropout": 1.5}, r"dropout=1\.5\)"),  # torch's ValueError before
+])
+def test_a_classifier_heads_classes_and_dropout_are_checked_before_the_encoder_is_built(settings, message) -> None:
+    from torchwork.finetune import MiniLMClassifier
+
+    with pytest.raises(ConfigError, match=r"MiniLMClassifier\(" + message):
+        MiniLMClassifier(**settings)
+
+
 def test_frozen_batchnorm_stays_in_eval_through_fit_and_its_statistics_do_not_drift():
     torch.manual_seed(0)
     model = Net()

@@ -130,5 +130,6 @@ def test_bad_settings_are_refused():
     plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
     with pytest.raises(ConfigError, match="ReduceLROnPlateau"):
         GradualUnfreezing(optimizer, plan, {1: "a"}, scheduler=plateau)
-    with pytest.raises(ConfigError, match="name no parameter"):
-        GradualUnfreezing(optimizer, plan, {1: "encoder"}).unfreeze_for_epoch(1)
+    # a misspelt name is refused when the schedule is built, not at its epoch hours into training
+    with pytest.raises(ConfigError, match=r"schedule\[5\]: \['encoder'\] name no parameter of the model"):
+        GradualUnfreezing(optimizer, plan, {1: "a", 5: "encoder"})

@@ -15,10 +15,17 @@ import numpy as np
 
 from torchwork.data.metrics import class_ids
 from torchwork.errors import ConfigError, DataError
+from torchwork.finite import check_count, is_finite_number
+from torchwork.quoting import quote_value
+from torchwork.seeding import check_seed
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
     from torch.utils.data import WeightedRandomSampler
+
+# Draws of one epoch: torch's sampler makes them all at once, an int64 tensor and a list of Python ints (about
+# 40 bytes a draw), so 10**9 (the recipes' MAX_ROWS) is already past most machines' memory.
+MAX_SAMPLES = 10**9
 
 
 def _counts(labels: Any, num_classes: int | None) -> np.ndarray:
@@ -41,8 +48,9 @@ def class_weights(labels: Any, num_classes: int | None = None, power: float = 1.
     """
     import torch
 
-    if power < 0:
-        raise ConfigError(f"power={power} must be >= 0 (1 = inverse frequency, 0 = no weighting).")
+    if not is_finite_number(power) or power < 0:
+        raise ConfigError(f"power={quote_value(power)} must be a finite number >= 0 (1 = inverse frequency, 0 = no "
+                          "weighting).")
     counts = _counts(labels, num_classes).astype(np.float64)
     present = counts > 0
     weights = np.zeros_like(counts)
@@ -61,10 +69,20 @@ def balanced_sampler(labels: Any, num_samples: int | None = None, seed: int = 0,
     import torch
     from torch.utils.data import WeightedRandomSampler
 
+    if num_samples is not None:  # an int, as the sampler takes it (not numpy's int64)
+        num_samples = check_count(num_samples, "num_samples", 1, MAX_SAMPLES,
+                                  " (draws an epoch), or None for one per label")
+    check_seed(seed)
+    if not isinstance(replacement, bool):
+        raise ConfigError(f"replacement={quote_value(replacement)} must be True or False.")
     array = class_ids(labels)
     counts = _counts(array, None)
+    draws = len(array) if num_samples is None else num_samples
+    if not replacement and draws > len(array):
+        raise ConfigError(f"num_samples={draws} draws without replacement from {len(array)} labels: pass "
+                          f"num_samples <= {len(array)} or replacement=True.")
     per_sample = 1.0 / counts[array]
     generator = torch.Generator().manual_seed(seed)
     # A list of Python floats (float64, as torch makes of it) is the sequence the sampler documents.
     return WeightedRandomSampler(per_sample.astype(np.float64).tolist(),
-                                 num_samples or len(array), replacement=replacement, generator=generator)
+                                 draws, replacement=replacement, generator=generator)

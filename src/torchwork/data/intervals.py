@@ -22,6 +22,17 @@ from typing import Any
 import numpy as np
 
 from torchwork.data.metrics import class_ids
+from torchwork.errors import ConfigError, DataError
+from torchwork.finite import check_count, is_finite_number
+from torchwork.quoting import quote_value
+from torchwork.seeding import check_seed
+
+# A percentile interval is steady by a few thousand resamples (Efron and Tibshirani ask 1000 or more); each
+# costs a pass over every test row, so 100,000 of them is already minutes on a large test set.
+MAX_ROUNDS = 100_000
+# Each block of 100 resamples counts 100 x num_classes**2 confusion cells (8 bytes each): 800 MB at 1000
+# classes, so more would not fit in memory.
+MAX_CLASSES = 1000
 
 
 def _macro_f1_rows(targets: np.ndarray, predictions: np.ndarray, num_classes: int) -> np.ndarray:
@@ -43,18 +54,31 @@ def _interval(values: np.ndarray, level: float) -> tuple[float, float]:
     return round(float(low), 6), round(float(high), 6)
 
 
+def _check_settings(num_classes: int, rounds: int, level: float, seed: int) -> None:
+    """Refuse a setting of :func:`paired_macro_f1` before any row is read or resampled."""
+    check_count(num_classes, "num_classes", 1, MAX_CLASSES, " (the classes the ids count from 0)")
+    check_count(rounds, "rounds", 100, MAX_ROUNDS, " (bootstrap resamples; 1000 is plenty for a 95% interval)")
+    if not is_finite_number(level) or not 0 < level < 1:
+        raise ConfigError(f"level={quote_value(level)} must be a number between 0 and 1 (exclusive), e.g. 0.95 "
+                          "for a 95% interval.")
+    check_seed(seed)
+
+
 def paired_macro_f1(targets: Any, predictions_a: Any, predictions_b: Any, num_classes: int, *,
                     rounds: int = 1000, seed: int = 0, level: float = 0.95) -> dict[str, Any]:
     """Macro-F1 of models ``a`` and ``b`` on the same test rows and of ``a - b``, each with its ``level``
     bootstrap interval: ``{"a": {"macro_f1", "low", "high"}, "b": {...}, "difference": {"value", "low",
     "high"}, "rounds", "level"}``. ``a`` beats ``b`` beyond the noise when the difference's ``low`` is > 0."""
+    _check_settings(num_classes, rounds, level, seed)
     t, a, b = (class_ids(x, name) for x, name in ((targets, "targets"), (predictions_a, "predictions_a"),
                                                   (predictions_b, "predictions_b")))
     if not (t.size == a.size == b.size) or t.size == 0:
-        raise ValueError(f"targets ({t.size}), predictions_a ({a.size}) and predictions_b ({b.size}) must be "
-                         "the same, non-zero number of rows")
-    if rounds < 100 or not 0 < level < 1:
-        raise ValueError(f"rounds={rounds} must be >= 100 and level={level} between 0 and 1")
+        raise ConfigError(f"targets ({t.size}), predictions_a ({a.size}) and predictions_b ({b.size}) must be "
+                          "the same, non-zero number of rows.")
+    largest = int(max(t.max(), a.max(), b.max()))
+    if largest >= num_classes:
+        raise DataError(f"a class id {largest} is >= the num_classes={num_classes} given: pass "
+                        f"num_classes={largest + 1} or more.")
     rng = np.random.default_rng(seed)
     scores_a, scores_b = [], []
     for start in range(0, rounds, 100):  # 100 resamples at a time: memory stays rounds-independent

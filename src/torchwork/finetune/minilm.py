@@ -100,8 +100,10 @@ class MiniLMClassifier(EncoderClassifier):
 
     def __init__(self, classes: int, folder: str | os.PathLike[str] | None = None, dropout: float = 0.1,
                  attn_implementation: str = "sdpa") -> None:
+        from torchwork.finetune.encoder_model import check_head
         from torchwork.finetune.encoders import check_model_folder
 
+        check_head(type(self).__name__, classes, dropout)  # before the folder is read
         super().__init__(check_model_folder(folder or minilm_folder()), classes, dropout, attn_implementation)
 
 

@@ -31,6 +31,7 @@ from typing import Any
 from torchwork.engine.callbacks import Callback
 from torchwork.errors import ConfigError
 from torchwork.finetune.names import matches
+from torchwork.quoting import quote_value
 
 # Schedulers whose per-group state is base_lrs (+ lr_lambdas): a new group can join them consistently.
 _UNSUPPORTED = ("SequentialLR", "ChainedScheduler", "CyclicLR", "ReduceLROnPlateau", "CosineAnnealingWarmRestarts")
@@ -51,25 +52,26 @@ class GradualUnfreezing(Callback):
                  scheduler: Any = None, verbose: bool = False) -> None:
         if not hasattr(plan, "groups_for"):
             raise ConfigError("GradualUnfreezing needs the plan from torchwork.finetune.param_groups(model, ...).")
+        self.model_params = {p.name: p.param for p in plan.plan}
         self.schedule: dict[int, list[str]] = {}
         for epoch, patterns in schedule.items():
             if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-                raise ConfigError(f"GradualUnfreezing schedule key {epoch!r}: use epoch numbers >= 0.")
+                raise ConfigError(f"GradualUnfreezing schedule key {quote_value(epoch)}: use epoch numbers >= 0.")
             self.schedule[epoch] = [patterns] if isinstance(patterns, str) else list(patterns)
+            self._matched(self.schedule[epoch], epoch)  # a misspelt name is found now, not epochs into training
         if scheduler is not None and type(scheduler).__name__ in _UNSUPPORTED:
             raise ConfigError(f"GradualUnfreezing cannot add groups to a {type(scheduler).__name__} consistently; "
                               "use LambdaLR, OneCycleLR, StepLR, CosineAnnealingLR, LinearLR or similar.")
         if scheduler is not None and getattr(scheduler, "optimizer", optimizer) is not optimizer:
             raise ConfigError("the scheduler given to GradualUnfreezing steps another optimizer.")
         self.optimizer, self.plan, self.scheduler, self.verbose = optimizer, plan, scheduler, verbose
-        self.model_params = {p.name: p.param for p in plan.plan}
         self.applied: list[int] = []
 
     def unfreeze_for_epoch(self, epoch: int) -> list[str]:
         """Unfreeze what ``schedule[epoch]`` names and add it to the optimizer; returns the names added."""
         if epoch in self.applied or epoch not in self.schedule:
             return []
-        names = self._selected(self.schedule[epoch])
+        names = self._selected(self.schedule[epoch], epoch)
         held = {id(p) for g in self.optimizer.param_groups for p in g["params"]}
         adding = [n for n in names if id(self.model_params[n]) not in held and self.model_params[n].requires_grad]
         for group in self.plan.groups_for([self.model_params[n] for n in adding]):
@@ -80,12 +82,17 @@ class GradualUnfreezing(Callback):
                   f"optimizer now has {len(self.optimizer.param_groups)} groups")
         return adding
 
-    def _selected(self, patterns: list[str]) -> list[str]:
-        """Unfreeze the planned parameters the patterns name; returns their names."""
+    def _matched(self, patterns: list[str], epoch: int) -> list[str]:
+        """The planned parameters' names the patterns match; a ConfigError when they match none."""
         names = [n for n in self.model_params if matches(n, patterns)]
         if not names:
-            raise ConfigError(f"GradualUnfreezing: {patterns} name no parameter of the model (names look like "
-                              f"{list(self.model_params)[:3]}).")
+            raise ConfigError(f"GradualUnfreezing schedule[{epoch}]: {patterns} name no parameter of the model "
+                              f"(names look like {list(self.model_params)[:3]}).")
+        return names
+
+    def _selected(self, patterns: list[str], epoch: int) -> list[str]:
+        """Unfreeze the planned parameters the patterns name; returns their names."""
+        names = self._matched(patterns, epoch)
         for name in names:
             param = self.model_params[name]
             if param.is_floating_point() or param.is_complex():
