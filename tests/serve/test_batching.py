@@ -110,6 +110,9 @@ def test_the_http_parser_is_validated():
         ServeConfig(http="nginx")
     with pytest.raises(ConfigError, match="port=<an integer of 5001 digits or so> is not a TCP port"):
         ServeConfig(port=10**5000)  # the message's own str() raised ValueError (4,300 digits at most)
+    for port in (2.5, "8000", 65536, -1):
+        with pytest.raises(ConfigError, match="is not a TCP port"):
+            ServeConfig(port=port)
 
 
 def test_full_queue_refuses_and_cancelled_jobs_never_run():
@@ -229,3 +232,17 @@ def test_a_slow_model_always_runs_on_the_worker():
     assert on_loop == [False, False, False, False] and sizes == [1, 1, 1, 2]
 
 
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"max_batch_size": 0}, r"max_batch_size=0: a whole number from 1 to 65,536"),  # no item was ever taken
+    ({"max_batch_size": 2.5}, r"max_batch_size=2\.5: a whole number"),
+    ({"max_queue": 0}, r"max_queue=0: a whole number from 1 to 16,777,216"),
+    ({"max_wait_s": float("nan")}, r"max_wait_s=nan: seconds, from 0 to 60"),
+    ({"max_wait_s": -1}, r"max_wait_s=-1: seconds"),
+    ({"inline_below_s": float("inf")}, r"inline_below_s=inf: seconds"),
+    ({"part_s": 0}, r"part_s=0: seconds, from more than 0 to 60"),
+], ids=["batch-0", "batch-fraction", "queue-0", "wait-nan", "wait-negative", "inline-inf", "part-0"])
+def test_a_batching_rule_from_python_is_checked_like_the_command_line(settings, message):
+    with pytest.raises(ConfigError, match=f"^{message}"):
+        Batcher(lambda items: items, lambda rows: (200, b"ok"), **settings)

@@ -76,3 +76,11 @@ def test_predictor_settings_are_checked():
         from torchwork.serve import create_app
 
         create_app(object())
+
+
+def test_configure_threads_refuses_a_count_past_what_the_machine_runs() -> None:
+    from torchwork.errors import ConfigError
+    from torchwork.serve import configure_threads
+
+    with pytest.raises(ConfigError, match=r"threads=<an integer of 5001 digits or so> is more than the"):
+        configure_threads(10**5000)  # it was set as torch's thread count

@@ -222,3 +222,9 @@ def test_auto_threads_leave_the_event_loop_a_cpu_and_count_the_neighbours(monkey
     assert model_threads(3).threads == 3
     with pytest.raises(ConfigError, match="thread count of 1 or more"):
         ModelProcess(refusing_predictor, "", threads=0)
+    with pytest.raises(ConfigError, match=r"threads=<an integer of 5001 digits or so> is more than the"):
+        ModelProcess(refusing_predictor, "", threads=10**5000)  # taken before, for the child to try
+    with pytest.raises(ConfigError, match=r"nice=<an integer of 5001 digits or so>: the model process's niceness"):
+        ModelProcess(refusing_predictor, "", nice=10**5000)  # the message's own str() raised ValueError
+    with pytest.raises(ConfigError, match=r"start_timeout_s=nan: how long the model may take to load"):
+        ModelProcess(refusing_predictor, "", start_timeout_s=float("nan"))

@@ -51,7 +51,10 @@ from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 from torchwork.deploy.runtime import check_row_count
-from torchwork.errors import QueueFullError, ServeError
+from torchwork.errors import ConfigError, QueueFullError, ServeError
+from torchwork.finite import is_count, is_finite_number
+from torchwork.quoting import quote_value
+from torchwork.serve.config import UPPER_BOUNDS
 from torchwork.serve.encoding import Answer
 from torchwork.serve.metrics import ServerMetrics
 from torchwork.serve.request_parts import PartedJob
@@ -92,6 +95,20 @@ def deliver(jobs: Sequence[Job]) -> None:
             job.future.set_result(job.answer)
 
 
+def _check_rule(max_batch_size: Any, max_wait_s: Any, max_queue: Any, inline_below_s: Any, part_s: Any) -> None:
+    """The rule's numbers, within :class:`~torchwork.serve.config.ServeConfig`'s bounds, before anything is
+    queued: a batch size of 0 took no item and every request waited for good; a NaN wait never flushed."""
+    for name, value in (("max_batch_size", max_batch_size), ("max_queue", max_queue)):
+        most = int(UPPER_BOUNDS[name][0])
+        if not is_count(value, 1, most):
+            raise ConfigError(f"{name}={quote_value(value)}: a whole number from 1 to {most:,}.")
+    longest = UPPER_BOUNDS["max_wait_ms"][0] / 1000
+    for name, value, least in (("max_wait_s", max_wait_s, "0"), ("inline_below_s", inline_below_s, "0"),
+                               ("part_s", part_s, "more than 0")):
+        if not (is_finite_number(value) and 0 <= value <= longest) or (name == "part_s" and value == 0):
+            raise ConfigError(f"{name}={quote_value(value)}: seconds, from {least} to {longest:g}.")
+
+
 class BatchingRule:
     """The rule (see the module docstring) and its bookkeeping, for one model.
 
@@ -104,6 +121,7 @@ class BatchingRule:
                  max_batch_size: int = 32, max_wait_s: float = 0.002, max_queue: int = 1024,
                  metrics: ServerMetrics | None = None, inline_below_s: float = 0.02,
                  cost: Callable[[Sequence[Any]], float] = len, part_s: float = 0.025) -> None:
+        _check_rule(max_batch_size, max_wait_s, max_queue, inline_below_s, part_s)
         self._run, self._encode, self._cost = run, encode, cost
         self.max_batch_size, self.max_wait_s, self.max_queue = max_batch_size, max_wait_s, max_queue
         self.inline_below_s, self.part_s = inline_below_s, part_s

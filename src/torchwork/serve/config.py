@@ -12,6 +12,7 @@ import dataclasses
 import os
 
 from torchwork.errors import ConfigError
+from torchwork.finite import is_count
 from torchwork.paths import file_kind  # what a mode is, in words (a FIFO, a character device)
 from torchwork.quoting import quote_value
 
@@ -99,7 +100,7 @@ class ServeConfig:
             if path is not None and not os.path.isfile(path):  # a FIFO or a device would block or never end
                 raise ConfigError(f"{flag} {path} is not a regular file (a {file_kind(os.stat(path).st_mode)}); give "
                                   "a regular file." if os.path.exists(path) else f"{flag} {path}: no such file.")
-        if not 0 <= self.port <= 65535:
+        if not is_count(self.port, 0, 65535):  # 2.5 was taken, and '8000' a TypeError
             raise ConfigError(f"port={quote_value(self.port)} is not a TCP port (0 picks a free one).")
 
     def check_numbers(self) -> None:

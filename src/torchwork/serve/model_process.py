@@ -43,6 +43,10 @@ from typing import Any
 
 from torchwork.deploy.runtime import check_row_count
 from torchwork.errors import ConfigError, ModelProcessError
+from torchwork.finite import is_count, is_finite_number
+from torchwork.quoting import quote_value
+from torchwork.serve.config import DAY_S
+from torchwork.threads import check_threads
 from torchwork.whole_lines import keep_lines_whole
 
 logger = logging.getLogger("torchwork.serve")
@@ -71,12 +75,16 @@ class ModelProcess:
     def __init__(self, build: Callable[..., Any], *args: Any, threads: int | None = None, nice: int = 10,
                  start_timeout_s: float = 300.0, name: str = "model",
                  say: Callable[[str], Any] | None = None) -> None:
-        if not 0 <= nice <= 19:
-            raise ConfigError(f"nice={nice}: the model process's niceness must be 0 (same CPU priority as the "
-                              "server) to 19 (lowest)")
+        if not is_count(nice, 0, 19):
+            raise ConfigError(f"nice={quote_value(nice)}: the model process's niceness must be 0 (same CPU priority "
+                              "as the server) to 19 (lowest)")
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-            raise ConfigError(f"threads={threads!r}: give a thread count of 1 or more, or None to choose for the "
-                              "machine as it is")
+            raise ConfigError(f"threads={quote_value(threads)}: give a thread count of 1 or more, or None to "
+                              "choose for the machine as it is")
+        check_threads(threads, "threads")  # and no more than this machine can run (10**5000 was taken)
+        if not (is_finite_number(start_timeout_s) and 0 < start_timeout_s <= DAY_S):
+            raise ConfigError(f"start_timeout_s={quote_value(start_timeout_s)}: how long the model may take to load, "
+                              "more than 0 seconds and at most a day")
         self.build, self.args, self.threads, self.nice, self.name = build, args, threads, nice, name
         self.say = say if say is not None else _print
         self.threads_chosen: int | None = None  # what the child runs with, and why (it says so when it starts)

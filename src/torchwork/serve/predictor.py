@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from torchwork.deploy.runtime import check_row_count, softmax
 from torchwork.errors import ConfigError, ExportError
+from torchwork.threads import check_threads
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -82,7 +83,7 @@ def configure_threads(threads: int | None = None) -> int:
     run in model processes never imports torch's 220 MB for them.
     """
     global _configured_threads
-    threads = threads or default_threads()
+    threads = check_threads(threads, "threads") or default_threads()  # 10**5000 was torch's thread count
     _configured_threads = threads
     if "torch" in sys.modules:
         threads_to_torch()
