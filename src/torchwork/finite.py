@@ -34,7 +34,7 @@ def is_finite_number(value: Any) -> bool:
         return False
 
 
-def is_count(value: Any, least: int, most: int) -> bool:
+def is_count(value: Any, least: float, most: float) -> bool:
     """True for an int (not a bool, not a whole float: ``2.0`` is a fraction's type) from ``least`` to
     ``most``; numpy's and torch's integer scalars count (they implement ``__index__``)."""
     if isinstance(value, bool) or not hasattr(type(value), "__index__"):

@@ -48,7 +48,7 @@ def test_a_missing_recipe_or_space_is_refused(tmp_path, capsys) -> None:
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--workers", "0"], "--workers 0: must be >= 1"),
+    (["--workers", "0"], "--workers 0: must be a whole number >= 1"),
     (["--timeout", "nan"], "--timeout nan: must be a positive number"),
     (["--timeout", "-5"], "--timeout -5.0: must be a positive number"),
     (["--study", "../up"], "--study '../up': use letters"),
@@ -62,7 +62,7 @@ def test_bad_numbers_and_names_are_refused(tmp_path, capsys, extra, message) -> 
 def test_trials_zero_is_refused(tmp_path, capsys) -> None:
     argv = _tune(tmp_path)
     argv[argv.index("--trials") + 1] = "0"
-    _refused(capsys, argv, "--trials 0: must be >= 1")
+    _refused(capsys, argv, "--trials 0: must be a whole number >= 1")
 
 
 def test_an_unreachable_storage_is_refused_and_nothing_is_written(tmp_path, capsys) -> None:

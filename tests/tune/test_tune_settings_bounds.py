@@ -117,11 +117,30 @@ def test_the_python_api_refuses_the_same_counts_before_the_storage(tmp_path: Pat
 @pytest.mark.parametrize(("numbers", "message"), [
     ((1, 1, 10**400), "--timeout <an integer of 401 digits or so>: must be a positive"),  # was OverflowError
     ((10**5000, 1, None), "--trials <an integer of 5001 digits or so>: over the 10,000"),  # was ValueError
-    ((-(10**5000), 1, None), "--trials <an integer of 5001 digits or so>: must be >= 1"),
+    ((-(10**5000), 1, None), "--trials <an integer of 5001 digits or so>: must be a whole number >= 1"),
     ((1, 10**5000, None), "--workers <an integer of 5001 digits or so>: over the"),
-], ids=["timeout", "trials", "negative-trials", "workers"])
+    ((2.5, 1, None), r"--trials 2\.5: must be a whole number >= 1"),  # TypeError from the range before
+    ((2, True, None), "--workers True: must be a whole number >= 1"),  # one worker before
+], ids=["timeout", "trials", "negative-trials", "workers", "fraction-trials", "bool-workers"])
 def test_a_number_past_what_a_float_holds_or_repr_prints_is_refused_in_one_line(numbers, message) -> None:
     from torchwork.tune.runner import check_numbers
 
     with pytest.raises(ConfigError, match=message):
         check_numbers(*numbers)
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"heartbeat_s": 0}, "heartbeat_s=0: whole seconds from 1 to 3,600"),  # reached optuna's storage
+    ({"heartbeat_s": float("nan")}, "heartbeat_s=nan: whole seconds"),  # taken
+    ({"grace_s": -1}, "grace_s=-1: whole seconds from 1 to 86,400"),
+    ({"grace_s": 10**5000}, "grace_s=<an integer of 5001 digits or so>: whole seconds"),
+], ids=["heartbeat-0", "heartbeat-nan", "grace-negative", "grace-5001-digits"])
+def test_the_liveness_settings_are_refused_before_the_storage(tmp_path: Path, settings, message) -> None:
+    from torchwork.tune.runner import TuneOptions, prepare
+
+    runs = tmp_path / "runs"
+    options = TuneOptions("sentiment", {"lr": {"low": 1e-3, "high": 0.1}}, trials=2, settings=[f"run_dir={runs}"],
+                          **settings)
+    with pytest.raises(ConfigError, match=message):
+        prepare(options)
+    assert not runs.exists()

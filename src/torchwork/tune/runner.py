@@ -6,7 +6,7 @@ Example (the checks that come before anything is written):
     >>> check_numbers(trials=0, workers=1, timeout=None)
     Traceback (most recent call last):
     ...
-    torchwork.errors.ConfigError: --trials 0: must be >= 1 (the study's total number of trials).
+    torchwork.errors.ConfigError: --trials 0: must be a whole number >= 1 (the study's total number of trials).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from typing import Any
 
 from torchwork.errors import ConfigError
 from torchwork.files import write_json
-from torchwork.finite import is_finite_number
+from torchwork.finite import is_count, is_finite_number
 from torchwork.quoting import quote_value
 from torchwork.tune.results import is_final
 
@@ -61,15 +62,24 @@ def threads_per_worker(workers: int, cores: int | None = None) -> int:
 
 
 def check_numbers(trials: int, workers: int, timeout: float | None) -> None:
-    if trials < 1:
-        raise ConfigError(f"--trials {quote_value(trials)}: must be >= 1 (the study's total number of trials).")
-    if workers < 1:
-        raise ConfigError(f"--workers {quote_value(workers)}: must be >= 1.")
+    if not is_count(trials, 1, math.inf):  # a fraction was a TypeError; the ceiling is check_study_size's
+        raise ConfigError(f"--trials {quote_value(trials)}: must be a whole number >= 1 (the study's total number "
+                          "of trials).")
+    if not is_count(workers, 1, math.inf):  # True was one worker
+        raise ConfigError(f"--workers {quote_value(workers)}: must be a whole number >= 1.")
     from torchwork.tune.study import check_study_size
 
     check_study_size(trials, workers)  # the Python API as the command line: before the storage is created
     if timeout is not None and not (is_finite_number(timeout) and timeout > 0):
         raise ConfigError(f"--timeout {quote_value(timeout)}: must be a positive number of seconds.")
+
+
+def check_liveness(heartbeat_s: Any, grace_s: Any) -> None:
+    """How often a trial says it is alive and how long a silent one has before it is retried: whole seconds,
+    checked before the storage is opened (0 and -1 reached optuna's storage, NaN was taken)."""
+    for name, value, most in (("heartbeat_s", heartbeat_s, 3600), ("grace_s", grace_s, 86_400)):
+        if not is_count(value, 1, most):
+            raise ConfigError(f"{name}={quote_value(value)}: whole seconds from 1 to {most:,}.")
 
 
 def prepare(options: TuneOptions) -> dict[str, Any]:
@@ -81,6 +91,7 @@ def prepare(options: TuneOptions) -> dict[str, Any]:
     from torchwork.tune.study import open_study, queue_missing, study_record
 
     check_numbers(options.trials, options.workers, options.timeout)
+    check_liveness(options.heartbeat_s, options.grace_s)
     target = make_target(options)
     if isinstance(options.space, Mapping):
         space, stem = Space.from_mapping(dict(options.space), target.integer_fields), "space"
