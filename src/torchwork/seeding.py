@@ -75,9 +75,12 @@ def seed_everything(seed: int, deterministic: bool = False) -> int:
     import torch
 
     global _seed, _deterministic
-    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63 \
+            or not isinstance(deterministic, bool):
         from torchwork.errors import ConfigError
-        raise ConfigError(f"seed={seed!r} must be an integer in [0, 2**63).")
+        if not isinstance(deterministic, bool):
+            raise ConfigError(f"deterministic={quote_value(deterministic)}: pass True or False.")
+        raise ConfigError(f"seed={quote_value(seed)} must be an integer in [0, 2**63).")
     random.seed(seed)
     np.random.seed(seed % 2**32)  # NumPy's legacy seeding accepts 32 bits only
     torch.manual_seed(seed)  # seeds the CPU and every CUDA device

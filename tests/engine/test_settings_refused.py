@@ -121,6 +121,16 @@ def test_a_zero_learning_rate_freezes_its_group_and_is_allowed() -> None:
     (lambda: DistributedOptions(timeout_s=10**400), r"distributed timeout_s=<an integer of 401 digits or so>"),
     (lambda: EarlyStopping(min_delta=10**400), r"EarlyStopping\(min_delta=<an integer of 401 digits or so>\)"),
     (lambda: check_threads(10**5000), r"threads=<an integer of 5001 digits or so> is more than the"),
+    (lambda: StepOptions(accumulate=2**40), r"accumulate=1099511627776: .* an integer from 1 \(no accumulation\) "
+                                            r"to 262,144"),
+    (lambda: StepOptions(accumulate=2.0), r"accumulate=2\.0: "),
+    (lambda: StepOptions(keep_fp32=5), r"keep_fp32=5: pass submodule names or classes"),  # TypeError before
+    (lambda: StepOptions(keep_fp32=["norm", 3]), r"keep_fp32=\['norm', 3\]: pass submodule names"),
+    (lambda: trainer(callbacks=5), r"callbacks=5: pass a list of callback objects"),  # TypeError before
+    # the class for an instance failed only when fit started ("missing 1 required positional argument")
+    (lambda: trainer(callbacks=[EarlyStopping]), r"callbacks\[0\] is the class EarlyStopping, not a callback: "
+                                                 r"pass an instance, EarlyStopping\(\.\.\.\)"),
+    (lambda: trainer(callbacks=[object()]), r"callbacks\[0\] \(a object\) has none of the hooks on_fit_start"),
 ])
 def test_a_count_or_size_that_is_no_valid_number_is_refused_when_built(build, message) -> None:
     with pytest.raises(ConfigError, match=message) as refused:
@@ -276,3 +286,10 @@ def test_epochs_with_max_steps_says_which_one_ends_training(capsys, epochs, max_
     said = [text for text in capsys.readouterr().err.splitlines() if "fit stops at whichever comes first" in text]
     assert said == ([f"torchwork: {line}: fit stops at whichever comes first"] if line else [])
     assert fitted.global_step == steps
+
+
+def test_keep_fp32_takes_one_name_a_class_or_any_iterable_of_them() -> None:
+    assert StepOptions(keep_fp32="norm").keep_fp32 == ("norm",)
+    assert StepOptions(keep_fp32=nn.LayerNorm).keep_fp32 == (nn.LayerNorm,)
+    assert StepOptions(keep_fp32=(n for n in ["a", "b"])).keep_fp32 == ("a", "b")  # a generator read once
+    assert len(trainer(callbacks=(c for c in [EarlyStopping()])).callbacks) >= 1

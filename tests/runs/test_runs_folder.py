@@ -40,6 +40,20 @@ def test_seed_everything_seeds_python_numpy_and_torch():
     assert draw() != first
 
 
+@pytest.mark.parametrize(("arguments", "message"), [
+    ((10**5000,), r"seed=<an integer of 5001 digits or so> must be an integer in \[0, 2\*\*63\)"),  # ValueError
+    ((True,), r"seed=True must be an integer"),
+    ((3, 1), r"deterministic=1: pass True or False"),  # 1 was taken, and turned the flags on
+], ids=["seed-5001-digits", "seed-bool", "deterministic-int"])
+def test_seed_everything_refuses_what_is_no_seed_before_seeding(arguments, message):
+    from torchwork.errors import ConfigError
+
+    before = torch.are_deterministic_algorithms_enabled()
+    with pytest.raises(ConfigError, match=message):
+        seed_everything(*arguments)
+    assert torch.are_deterministic_algorithms_enabled() == before
+
+
 def test_seed_everything_deterministic_sets_the_flags(capsys):
     before = torch.are_deterministic_algorithms_enabled()
     try:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import difflib
 import math
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from torchwork.errors import ConfigError
@@ -132,3 +133,30 @@ class EarlyStopping(Callback):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.best, self.best_epoch, self.bad_epochs = state["best"], state["best_epoch"], state["bad_epochs"]
+
+
+HOOKS = ("on_fit_start", "on_epoch_start", "on_step_end", "on_evaluate_start", "on_evaluate_end", "on_epoch_end",
+         "on_fit_end")
+
+
+def check_callbacks(callbacks: Any) -> list[Any]:
+    """``callbacks`` as a list, each an object with at least one of :data:`HOOKS`; a ConfigError otherwise.
+    A class given for an instance (``callbacks=[EarlyStopping]``) failed only when fit started, with
+    "on_fit_start() missing 1 required positional argument"; an object with no hook was never called.
+
+    Example:
+        >>> check_callbacks([EarlyStopping()])[0].monitor
+        'val_loss'
+    """
+    if isinstance(callbacks, (str, bytes, Mapping)) or not isinstance(callbacks, Iterable):
+        raise ConfigError(f"callbacks={quote_value(callbacks)}: pass a list of callback objects, e.g. "
+                          "callbacks=[EarlyStopping('val_loss')].")
+    callbacks = list(callbacks)
+    for index, callback in enumerate(callbacks):
+        if isinstance(callback, type):
+            raise ConfigError(f"callbacks[{index}] is the class {callback.__name__}, not a callback: pass an "
+                              f"instance, {callback.__name__}(...).")
+        if not any(callable(getattr(callback, hook, None)) for hook in HOOKS):
+            raise ConfigError(f"callbacks[{index}] (a {type(callback).__name__}) has none of the hooks "
+                              f"{', '.join(HOOKS)}: it would never be called.")
+    return callbacks

@@ -26,11 +26,13 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, NoReturn, TypedDict, TypeVar, overload
 
 from torchwork.errors import ConfigError
-from torchwork.finite import is_finite_number
+from torchwork.finite import is_count, is_finite_number
 from torchwork.quoting import quote_value
 from torchwork.runs.options import RunOptions
 from torchwork.threads import check_threads
 
+# micro-batches per optimizer step, at most: an epoch of a million batches then steps about four times
+MAX_ACCUMULATE = 2**18
 
 @dataclass(frozen=True)
 class StepOptions:
@@ -68,9 +70,9 @@ class StepOptions:
         check_threads(self.threads)
         check_interval(self.scheduler_interval)
         k = self.accumulate
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ConfigError(f"accumulate={k!r}: it is the number of micro-batches per optimizer "
-                              "step and must be an integer >= 1 (1 means no accumulation).")
+        if not is_count(k, 1, MAX_ACCUMULATE):
+            raise ConfigError(f"accumulate={quote_value(k)}: it is the number of micro-batches per optimizer "
+                              f"step and must be an integer from 1 (no accumulation) to {MAX_ACCUMULATE:,}.")
         for name in ("clip_grad_norm", "clip_grad_value"):
             value = getattr(self, name)
             if value is not None and not (is_finite_number(value) and value > 0):
@@ -80,7 +82,14 @@ class StepOptions:
                 raise ConfigError(f"loss_weights[{quote_value(term)}]={quote_value(weight)}: a loss term's weight must be a finite "
                                   "number (0 leaves the term out of the loss).")
         object.__setattr__(self, "loss_weights", dict(self.loss_weights) if self.loss_weights else None)
-        object.__setattr__(self, "keep_fp32", tuple(self.keep_fp32))
+        fp32 = self.keep_fp32
+        if isinstance(fp32, (str, type)):
+            fp32 = (fp32,)  # one name or class: as if in a list
+        items = tuple(fp32) if isinstance(fp32, Iterable) else None
+        if items is None or not all(isinstance(item, (str, type)) for item in items):
+            raise ConfigError(f"keep_fp32={quote_value(self.keep_fp32)}: pass submodule names or classes, e.g. "
+                              "keep_fp32=('norm', torch.nn.LayerNorm).")
+        object.__setattr__(self, "keep_fp32", items)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from torch import nn
 
 from torchwork.distributed.env import World, world_from_env
 from torchwork.engine.batches import length_or_none
-from torchwork.engine.callbacks import EarlyStopping
+from torchwork.engine.callbacks import EarlyStopping, check_callbacks
 from torchwork.engine.checkpoint import TrainerCheckpoint, read_checkpoint, write_checkpoint
 from torchwork.engine.compiling import Compiler, forward_backward
 from torchwork.engine.devices import check_model_on, move_to_device, resolve_device
@@ -166,7 +166,7 @@ class Trainer:
             mode = "min" if "loss" in early_stopping else "max"
             early_stopping = EarlyStopping(monitor=early_stopping, mode=mode)
         evaluation = dataclasses.replace(evaluation, early_stopping=early_stopping)
-        self.callbacks = [*callbacks, *([early_stopping] if early_stopping is not None else [])]
+        self.callbacks = [*check_callbacks(callbacks), *([early_stopping] if early_stopping is not None else [])]
         self.loggers = list(logging.loggers)  # in use now: fit adds the run folder's while it runs
         self._epochs_total: int | None = None
         self.loop: LoopPlan | None = None  # how long the running (or last) fit trains, when it evaluates
