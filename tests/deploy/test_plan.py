@@ -113,3 +113,14 @@ def test_verify_refuses_the_same_settings_before_reading_the_artifact(tmp_path: 
 
     with pytest.raises(ConfigError, match=message):  # the folder does not exist: the settings come first
         verify(tmp_path / "no-artifact-here", **{keyword: value})
+
+
+@pytest.mark.parametrize(("threads", "message"), [
+    (10**7, r"threads=10000000 is more than"), (-2, r"threads=-2: use 'auto'"), (2.5, r"threads=2\.5: use 'auto'"),
+], ids=["ten-million", "negative", "fraction"])
+def test_load_artifact_refuses_a_thread_count_before_reading_the_artifact(tmp_path: Path, threads: object,
+                                                                          message: str) -> None:
+    from torchwork.deploy import load_artifact
+
+    with pytest.raises(ConfigError, match=message):  # reached ONNX Runtime's session options before
+        load_artifact(tmp_path / "no-artifact-here", threads=threads)

@@ -25,6 +25,7 @@ from torchwork.deploy.runtime import Runner, check_row_count, open_runner, run_i
 from torchwork.deploy.tensors import as_input_tuple, check_inputs
 from torchwork.deploy.trust import may_load, package_trust, refuse_untrusted, safe_member, trust_needed
 from torchwork.errors import ConfigError, ExportError
+from torchwork.threads import check_threads
 
 
 # ----------------------------------------------------------------------------------------- a loaded artifact
@@ -107,6 +108,7 @@ def load_artifact(directory: str | os.PathLike[str], variant: str | None = None,
         >>> predict(torch.rand(2, 64)).shape                     # doctest: +SKIP
         torch.Size([2, 10])
     """
+    threads = check_threads(threads, "threads")  # before anything is read: 10**5000 reached ONNX Runtime
     root, trust = Path(directory), tuple(trust)
     manifest = read_manifest(root)
     available = list(manifest.variants)  # refused formats never enter the artifact
