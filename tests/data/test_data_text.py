@@ -45,6 +45,11 @@ def test_min_freq_and_max_vocab() -> None:
         TextPreprocessor.fit(texts, min_freq=0)
     with pytest.raises(ConfigError, match="max_vocab=2 leaves no room"):
         TextPreprocessor.fit(texts, max_vocab=2)
+    for bad in (float("nan"), 2.5):  # NaN passed 'min_freq < 1' and kept no word, silently
+        with pytest.raises(ConfigError, match="min_freq=.* must be an integer in \\[1, 1000000000\\]"):
+            TextPreprocessor.fit(texts, min_freq=bad)
+        with pytest.raises(ConfigError, match="max_vocab=.* leaves no room"):
+            TextPreprocessor.fit(texts, max_vocab=bad)
     with pytest.raises(DataError, match="no texts"):
         TextPreprocessor.fit([])
 

@@ -31,10 +31,14 @@ Example:
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from torchwork.data.findings import DataReport, Finding, example, finding
+from torchwork.data.text import check_max_length
 from torchwork.data.text_checks import garbled_reasons, match_key, too_short
+from torchwork.errors import ConfigError
+from torchwork.quoting import quote_value
+from torchwork.seeding import check_seed
 
 RARE_ROWS = 5
 IMBALANCE_INFO, IMBALANCE_WARNING = 1.5, 10.0
@@ -249,6 +253,23 @@ def _label_noise(texts: Sequence[str], labels: Sequence[str], rows: Sequence[int
         f"TF-IDF baseline (it agrees with {agreement:.0%} of the labels)", [rows[c.index] for c in candidates])
 
 
+def _check_settings(count: int, per_row: Mapping[str, Sequence[object] | None], max_length: int | None,
+                    suggested_length: int | None, label_noise: bool, seed: int) -> tuple[int | None, int | None]:
+    """``(max_length, suggested_length)`` as ints or None; a ConfigError before any text is read for a
+    sequence (``per_row``: labels, rows, splits, token lengths) that has not one entry per text, a length
+    that is no token count, a ``label_noise`` that is no bool, a seed outside [0, 2**32)."""
+    if count == 0:
+        raise ConfigError("texts is empty: pass at least one text (and its label) to audit.")
+    for name, values in per_row.items():
+        if values is not None and len(values) != count:
+            raise ConfigError(f"{name} has {len(values):,} entries for {count:,} texts: pass one per text, in "
+                              "the same order" + (", or None" if name != "labels" else "") + ".")
+    if not isinstance(label_noise, bool):
+        raise ConfigError(f"label_noise={quote_value(label_noise)} must be True or False.")
+    check_seed(seed)
+    return check_max_length(max_length), check_max_length(suggested_length, "suggested_length")
+
+
 def audit_texts(texts: Sequence[str], labels: Sequence[str], *, rows: Sequence[int | str] | None = None,
                 splits: Sequence[str] | None = None, token_lengths: Sequence[int] | None = None,
                 max_length: int | None = None, suggested_length: int | None = None, label_noise: bool = True,
@@ -260,11 +281,9 @@ def audit_texts(texts: Sequence[str], labels: Sequence[str], *, rows: Sequence[i
     ``max_length``: the model's token count of each text and the length it reads (``suggested_length``: a
     better one, named in the fix).
     """
-    if len(labels) != len(texts) or (rows is not None and len(rows) != len(texts)) or (
-            splits is not None and len(splits) != len(texts)):
-        raise ValueError("texts, labels, rows and splits must have one entry per row")
-    if not texts:
-        raise ValueError("no rows to audit")
+    per_row = {"labels": labels, "rows": rows, "splits": splits, "token_lengths": token_lengths}
+    max_length, suggested_length = _check_settings(len(texts), per_row, max_length, suggested_length, label_noise,
+                                                   seed)
     rows = list(rows) if rows is not None else list(range(1, len(texts) + 1))
     groups = _groups([match_key(text) for text in texts])
     found: list[Finding | None] = [

@@ -49,6 +49,8 @@ from torch.utils.data import Dataset
 from torchwork.data.cleaning import CleaningConfig, CleaningReport, clean_texts
 from torchwork.data.splits import stratified_split
 from torchwork.errors import ConfigError, DataError
+from torchwork.quoting import quote_value
+from torchwork.seeding import check_seed
 
 SPLITS = ("train", "validation", "test")
 # Labels as a list of ints or a numpy array of them (what scikit-learn and the IDX readers give).
@@ -300,10 +302,13 @@ def load_dataset(name: str, *, seed: int = 0, cleaning: CleaningConfig | None = 
     ``cleaning`` applies to the text datasets (the defaults of :class:`CleaningConfig` when None).
     Raises :class:`DataError` naming the install command when the files are not on this machine.
     """
-    key = name.strip().lower().replace("-", "_")
+    check_seed(seed)  # an int: 2.5 was cut to 2, and -1 refused only once the dataset was read
+    if cleaning is not None and not isinstance(cleaning, CleaningConfig):
+        raise ConfigError(f"cleaning={quote_value(cleaning)} must be a CleaningConfig, or None for its defaults.")
+    key = name.strip().lower().replace("-", "_") if isinstance(name, str) else ""
     if key not in LOADERS:
-        raise ConfigError(f"unknown dataset {name!r}; torchwork knows {sorted(LOADERS)}.")
-    return _load(key, int(seed), cleaning or CleaningConfig())
+        raise ConfigError(f"unknown dataset {quote_value(name)}; torchwork knows {sorted(LOADERS)}.")
+    return _load(key, seed, cleaning or CleaningConfig())
 
 
 @functools.lru_cache(maxsize=16)

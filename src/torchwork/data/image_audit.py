@@ -64,13 +64,19 @@ import numpy as np
 
 from torchwork.data.findings import DataReport, Finding, example, finding
 from torchwork.data.image_folder import ImageFolderData
-from torchwork.data.tables_detect import read_regular_file
-from torchwork.errors import DataError
+from torchwork.data.tables_detect import MAX_READ_BYTES, read_regular_file
+from torchwork.errors import ConfigError, DataError
+from torchwork.finite import check_count
+from torchwork.quoting import quote_value
+from torchwork.seeding import check_seed
 
 # The formats the folder's extensions name: Pillow is never asked to try others (EPS would run Ghostscript).
 FORMATS = ("JPEG", "PNG", "BMP", "GIF", "WEBP", "TIFF")
 DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's MAX_IMAGE_PIXELS: a larger header is a decompression bomb
 MAX_BYTES = 256 * 2**20
+# The largest max_pixels a caller may set: 2**34 pixels (17 gigapixels) decode to 51 GB as RGB, past what one
+# image of a training set may take.
+MAX_PIXELS_LIMIT = 2**34
 DRAFT = 128  # a JPEG is decoded at the smallest scale that keeps both sides at least this long
 BANDS, MAX_HAMMING, MIN_CORRELATION, CHUNK, THUMB = 8, 10, 0.995, 256, 16
 ODD_SIDE, ODD_ASPECT = 4.0, 4.0
@@ -150,6 +156,17 @@ def _decoded(sha: str, data: bytes, max_pixels: int) -> ImageFacts:
         return ImageFacts(sha, width, height, mode, _is_gray(image), dhash(gray_image), thumb)
 
 
+def _check_limits(max_bytes: int, max_pixels: int | None) -> tuple[int, int | None]:
+    """``(max_bytes, max_pixels)`` as ints when each is a count (``max_pixels`` may be None for Pillow's
+    limit), else a ConfigError before any file is read."""
+    max_bytes = check_count(max_bytes, "max_bytes", 1, MAX_READ_BYTES,
+                            " (the largest image file read, in bytes; 2**40: each file is held in memory)")
+    if max_pixels is not None:
+        max_pixels = check_count(max_pixels, "max_pixels", 1, MAX_PIXELS_LIMIT,
+                                 " (the most pixels an image may decode to; 2**34), or None for Pillow's limit")
+    return max_bytes, max_pixels
+
+
 def inspect_image(path: str | Path, *, max_bytes: int = MAX_BYTES, max_pixels: int | None = None) -> ImageFacts:
     """The :class:`ImageFacts` of the image file ``path``: read once (a regular file of at most
     ``max_bytes``), checked with Pillow's ``verify()`` and decoded once; a file that fails is an
@@ -164,6 +181,7 @@ def inspect_image(path: str | Path, *, max_bytes: int = MAX_BYTES, max_pixels: i
     """
     from PIL import Image
 
+    max_bytes, max_pixels = _check_limits(max_bytes, max_pixels)
     try:
         data = read_regular_file(Path(path), max_bytes)
     except DataError as error:
@@ -513,6 +531,10 @@ def audit_and_plan(data: ImageFolderData, *, seed: int = 0, max_bytes: int = MAX
     """:func:`audit_images`'s report with its split plan: near copies never straddle two splits."""
     from torchwork.data.audit import class_findings
 
+    max_bytes, max_pixels = _check_limits(max_bytes, max_pixels)
+    check_seed(seed)
+    if progress is not None and not callable(progress):
+        raise ConfigError(f"progress={quote_value(progress)} must be a function of (done, total), or None.")
     facts = []
     for done, path in enumerate(data.paths, 1):
         facts.append(inspect_image(path, max_bytes=max_bytes, max_pixels=max_pixels))

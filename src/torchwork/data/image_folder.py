@@ -37,6 +37,7 @@ import stat
 from pathlib import Path
 
 from torchwork.errors import DataError
+from torchwork.finite import check_count
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
 SPLIT_FOLDERS = {"train": "train", "val": "validation", "valid": "validation", "validation": "validation",
@@ -196,10 +197,23 @@ def _split_folders(root: Path) -> dict[str, list[str]]:
     return found
 
 
+# Every image's path and row are held in memory (a few hundred bytes each): 10**9 files (the recipes' MAX_ROWS)
+# is already past most machines' memory.
+MAX_FILES = 10**9
+# Each folder level below a class is one recursive call: 256 is far deeper than any photo collection and well
+# within Python's recursion limit (1000).
+MAX_DEPTH = 256
+
+
 def read_image_folder(folder: str | os.PathLike[str], *, max_files: int = 2_000_000,
                       max_depth: int = 16) -> ImageFolderData:
     """The image files of ``folder`` (see the module): their paths, rows, classes and splits, and every
-    entry left out; a DataError, before any image is read, for a folder no classifier can learn from."""
+    entry left out; a DataError, before any image is read, for a folder no classifier can learn from.
+    ``max_files`` (at most 10**9) and ``max_depth`` (0: images directly in the class folders; at most 256)
+    are refused with a ConfigError before the folder is looked at."""
+    max_files = check_count(max_files, "max_files", 1, MAX_FILES, " (image files read at most)")
+    max_depth = check_count(max_depth, "max_depth", 0, MAX_DEPTH,
+                            " (folder levels read below a class folder; 0 reads only the class folder itself)")
     root = Path(folder)
     if not root.exists():
         raise DataError(f"{root}: no such folder (relative paths start at {Path.cwd()}). Check the path.")

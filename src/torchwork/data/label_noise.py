@@ -35,6 +35,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from torchwork.errors import ConfigError
+from torchwork.finite import check_count
+from torchwork.seeding import check_seed
+
+# Each fold fits one model on all the other rows, so the time grows with the folds: 100 is 20 times the
+# default of 5 (minutes on 30k texts), and more folds than the smallest class has rows are cut to that.
+MAX_FOLDS = 100
+
 
 @dataclasses.dataclass(frozen=True)
 class NoiseCandidate:
@@ -51,6 +59,18 @@ class NoiseCandidate:
         return self.confidence - self.given_probability
 
 
+def _check_settings(texts: Sequence[str], labels: Sequence[str], folds: int, seed: int) -> int:
+    """``folds`` as an int when it is one in ``[2, MAX_FOLDS]``, ``seed`` is a seed and there is one label per
+    text; else a ConfigError, before any text is read."""
+    folds = check_count(folds, "folds", 2, MAX_FOLDS, " (cross-validation folds; 5 is the default, and more "
+                        "than the smallest class's rows are cut to that)")
+    check_seed(seed)
+    if len(labels) != len(texts):
+        raise ConfigError(f"labels has {len(labels):,} entries for {len(texts):,} texts: pass one label per "
+                          "text, in the same order.")
+    return folds
+
+
 def out_of_fold_probabilities(texts: Sequence[str], labels: Sequence[str], *, folds: int = 5,
                               seed: int = 0) -> tuple[np.ndarray, list[str]]:
     """``(probabilities, classes)``: each row's class probabilities from a model trained on the other folds."""
@@ -59,6 +79,7 @@ def out_of_fold_probabilities(texts: Sequence[str], labels: Sequence[str], *, fo
     from sklearn.model_selection import StratifiedKFold
     from threadpoolctl import threadpool_limits
 
+    folds = _check_settings(texts, labels, folds, seed)
     classes = sorted(set(labels))
     y = np.array([classes.index(label) for label in labels])
     smallest = int(np.bincount(y).min())
@@ -90,6 +111,7 @@ def label_noise_scan(texts: Sequence[str], labels: Sequence[str], *, folds: int 
     """The candidates (see :func:`label_noise_candidates`) and how often the out-of-fold baseline agrees with
     the labels (:func:`baseline_agreement`; None, with no candidates, when the labels cannot be
     cross-validated)."""
+    _check_settings(texts, labels, folds, seed)
     if not cross_validatable(labels):
         return [], None
     probabilities, classes = out_of_fold_probabilities(texts, labels, folds=folds, seed=seed)

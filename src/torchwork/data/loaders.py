@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from torchwork.data.text import TextCollate, TextPreprocessor
+from torchwork.data.text import TextCollate, TextPreprocessor, check_max_length
 from torchwork.errors import ConfigError, DataError
 from torchwork.finite import check_count
 from torchwork.seeding import check_seed, seed_worker  # seed_worker re-exported: one seed, one place
@@ -53,7 +53,6 @@ def default_num_workers() -> int:
 
 
 MAX_BATCH_SIZE = 2**20  # a million rows a batch; torch's sampler overflows at 2**63 (the recipes cap alike)
-MAX_TOKENS = 2**20  # tokens kept of one text, as the recipes' max_length cap (recipes.config.MAX_TOKENS)
 # Batches each worker loads ahead (torch's default is 2): every one waits in memory, so past a few dozen
 # only memory grows; 256 is far beyond any that pays.
 MAX_PREFETCH = 256
@@ -107,9 +106,7 @@ def loader(dataset: Dataset, batch_size: int = 32, *, shuffle: bool = False, see
     """
     batch_size = check_loader_sizes(batch_size, num_workers)  # an int, as torch's sampler takes it
     check_seed(seed)
-    if max_length is not None:
-        max_length = check_count(max_length, "max_length", 1, MAX_TOKENS,
-                                 " (tokens kept of a text, 2**20), or None for no cap")
+    max_length = check_max_length(max_length)
     if prefetch_factor is not None:
         prefetch_factor = check_count(prefetch_factor, "prefetch_factor", 1, MAX_PREFETCH,
                                       " (batches each worker loads ahead), or None for torch's 2")

@@ -16,6 +16,11 @@ from typing import Any
 import numpy as np
 
 from torchwork.errors import DataError
+from torchwork.finite import check_count
+
+MAX_DIGITS = 17  # float64 holds 15 to 17 significant digits: more rounds nothing
+# The confusion matrix has classes**2 int64 cells: 10,000 classes is 800 MB already.
+MAX_CLASSES = 10_000
 
 
 def class_ids(labels: Any, name: str = "labels") -> np.ndarray:
@@ -48,6 +53,11 @@ def classification_metrics(targets: Any, predictions: Any, classes: Sequence[str
     precision 0, one never present has recall 0 (scikit-learn's ``zero_division=0``). Returns plain JSON
     types; :func:`format_metrics` prints it as a table.
     """
+    digits = check_count(digits, "digits", 0, MAX_DIGITS, " (decimals kept of each score; float64 holds 17 "
+                         "significant digits)")
+    if isinstance(classes, (int, np.integer)):  # a bool too: True is no class count
+        classes = check_count(classes, "classes", 1, MAX_CLASSES, " (the number of classes), a list of class "
+                              "names, or None")
     t, p = class_ids(targets, "targets"), class_ids(predictions, "predictions")
     if isinstance(classes, int) or classes is None:
         n = classes if isinstance(classes, int) else int(max(t.max(initial=0), p.max(initial=0))) + 1

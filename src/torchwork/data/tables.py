@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchwork.data import tables_detect as detect
 from torchwork.errors import ConfigError, DataError
+from torchwork.finite import check_count
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -119,8 +120,11 @@ def read_text_table(path: str | os.PathLike[str], *, text: str | None = None, la
         >>> table.texts, table.labels, table.splits, table.guessed
         (['printer on fire', 'payslip missing'], ['it', 'hr'], ['train', 'test'], ('text', 'split'))
     """
-    if max_bytes < 1 or max_field_chars < 1:
-        raise ConfigError(f"max_bytes={max_bytes} and max_field_chars={max_field_chars} must be positive.")
+    max_bytes = check_count(max_bytes, "max_bytes", 1, detect.MAX_READ_BYTES,
+                            " (the largest file read, in bytes; 2**40: the file is held in memory)")
+    # A field lies within the file, so the file's bound is the field's too.
+    max_field_chars = check_count(max_field_chars, "max_field_chars", 1, detect.MAX_READ_BYTES,
+                                  " (the longest field, in characters; 2**40 at most)")
     path = Path(path)
     kind = detect.file_format(path)
     data = detect.read_regular_file(path, max_bytes)

@@ -26,6 +26,10 @@ from torchwork.errors import DataError
 from torchwork.paths import NotRegularFile, open_regular
 
 SAMPLE_BYTES = 64 * 1024
+# The largest max_bytes a caller may set: read_regular_file holds the whole file in memory (pandas several
+# times more), so 1 TiB is past any machine's memory; file.read itself overflows at 2**63.
+MAX_READ_BYTES = 2**40
+GROWTH_STEP = 64 * 2**20  # bytes read at a time past the size a file had when opened
 DELIMITERS = (",", ";", "\t", "|")
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".txt": "txt", ".jsonl": "jsonl", ".ndjson": "jsonl",
            ".parquet": "parquet", ".pq": "parquet"}
@@ -70,7 +74,13 @@ def read_regular_file(path: Path, max_bytes: int) -> bytes:
         if info.st_size > max_bytes:
             raise DataError(f"{path} is {_size(info.st_size)}, over the limit of {_size(max_bytes)} (max_bytes). "
                             "Use a sample of the file, or raise max_bytes if this machine has the memory.")
-        data = handle.read(max_bytes + 1)
+        # read(n) reserves n bytes before it reads one: ask for the file's size and a byte more, never
+        # max_bytes (read(2**36) of a 30-byte file is a MemoryError on a 23 GB machine).
+        want = min(info.st_size, max_bytes) + 1
+        data = handle.read(want)
+        while len(data) == want and want <= max_bytes:  # it grew since fstat: read on, a step at a time
+            want = min(len(data) + GROWTH_STEP, max_bytes + 1)
+            data += handle.read(want - len(data))
     if len(data) > max_bytes:
         raise DataError(f"{path} grew past the limit of {_size(max_bytes)} (max_bytes) while it was read. "
                         "Read a finished copy of the file.")

@@ -31,6 +31,8 @@ from torchwork.data.cleaning import CleaningConfig, clean_text
 from torchwork.deprecation import renamed_keywords
 from torchwork.errors import ConfigError, DataError
 from torchwork.files import write_json
+from torchwork.finite import check_count, is_count
+from torchwork.quoting import quote_value
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -38,6 +40,23 @@ if TYPE_CHECKING:  # pragma: no cover
 FORMAT = "torchwork.text-preprocessor/1"
 FILENAME = "preprocess.json"
 PAD, UNK = "<pad>", "<unk>"
+MAX_TOKENS = 2**20  # tokens kept of one text, as the recipes' max_length cap (recipes.config.MAX_TOKENS)
+MAX_WORDS = 10**9  # words counted or kept, as the recipes' min_freq and max_vocab caps (recipes.config.MAX_ROWS)
+
+
+def check_max_length(value: int | None, name: str = "max_length") -> int | None:
+    """``value`` as an int, or None: a token count in ``[1, 2**20]`` (the longest text a model reads), else a
+    ConfigError naming ``name``.
+
+    Example:
+        >>> check_max_length(0)
+        Traceback (most recent call last):
+        ...
+        torchwork.errors.ConfigError: max_length=0 must be an integer in [1, 1048576] (tokens kept of a text, 2**20), or None for no cap.
+    """
+    if value is None:
+        return None
+    return check_count(value, name, 1, MAX_TOKENS, " (tokens kept of a text, 2**20), or None for no cap")
 
 
 def _ftfy_version() -> str | None:
@@ -62,14 +81,13 @@ class TextPreprocessor:
 
     def __init__(self, vocab: Sequence[str], cleaning: CleaningConfig | None = None,
                  max_length: int | None = None, fit_info: dict[str, Any] | None = None) -> None:
+        max_length = check_max_length(max_length)  # named even when the vocabulary is good
         vocab = list(vocab)
         if vocab[:2] != [PAD, UNK]:
             raise DataError(f"a vocabulary must start with {[PAD, UNK]} (ids 0 and 1), got {vocab[:2]}. "
                             "Build one with TextPreprocessor.fit(texts).")
         if len(set(vocab)) != len(vocab):
             raise DataError("the vocabulary lists a token twice; rebuild it with TextPreprocessor.fit(texts).")
-        if max_length is not None and max_length < 1:
-            raise ConfigError(f"max_length={max_length} must be at least 1 (or None for no limit).")
         self.vocab = vocab
         self.cleaning = cleaning or CleaningConfig()
         self.max_length = max_length
@@ -88,11 +106,11 @@ class TextPreprocessor:
         special tokens included, so ``max_vocab`` is the ``vocab_size`` an embedding needs). ``max_size``
         is the deprecated name of ``max_vocab``.
         """
-        if min_freq < 1:
-            raise ConfigError(f"min_freq={min_freq} must be at least 1.")
-        if max_vocab is not None and max_vocab < 3:
-            raise ConfigError(f"max_vocab={max_vocab} leaves no room for a word beside {PAD} and {UNK}; "
-                              "use at least 3 (or None for no limit).")
+        check_max_length(max_length)  # before the texts are counted
+        check_count(min_freq, "min_freq", 1, MAX_WORDS, " (how often a word is seen to be kept)")  # NaN passed '< 1'
+        if max_vocab is not None and not is_count(max_vocab, 3, MAX_WORDS):
+            raise ConfigError(f"max_vocab={quote_value(max_vocab)} leaves no room for a word beside {PAD} and "
+                              f"{UNK}, or is no count: use an integer in [3, {MAX_WORDS}], or None for no limit.")
         probe = cls([PAD, UNK], cleaning)
         counts: Counter[str] = Counter()
         rows = 0
@@ -136,9 +154,7 @@ class TextPreprocessor:
 
         if isinstance(texts, (str, bytes)):
             raise ConfigError("TextPreprocessor takes a list of texts; wrap a single text as [text].")
-        limit = max_length if max_length is not None else self.max_length
-        if limit is not None and limit < 1:
-            raise ConfigError(f"max_length={limit} must be at least 1.")
+        limit = check_max_length(max_length) if max_length is not None else self.max_length
         rows = [self.encode(t)[:limit] if limit else self.encode(t) for t in texts]
         lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
         if not rows:
@@ -223,7 +239,7 @@ class TextCollate:
 
     def __init__(self, preprocessor: TextPreprocessor, max_length: int | None = None) -> None:
         self.preprocessor = preprocessor
-        self.max_length = max_length
+        self.max_length = check_max_length(max_length)  # refused when made, not in a worker process
 
     def __call__(self, items: Sequence[tuple[str, int]]) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor]:
         import torch
