@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import math
+import numbers
 import operator
 from typing import Any
 
@@ -24,9 +25,10 @@ from torchwork.quoting import quote_value
 
 
 def is_finite_number(value: Any) -> bool:
-    """True for an int or a float that is neither NaN nor infinite and that a float holds; False for a bool
-    (``True`` is no number of anything), an integer past about 1.8e308, text and everything else."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    """True for a real number (an int, a float, numpy's float32 or int64 scalars) that is neither NaN nor
+    infinite and that a float holds; False for a bool (``True`` is no number of anything), an integer past
+    about 1.8e308, text and everything else."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return False
     try:
         return math.isfinite(value)
