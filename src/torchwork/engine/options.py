@@ -14,7 +14,7 @@ Example:
     >>> StepOptions(accumulate=0)
     Traceback (most recent call last):
     ...
-    torchwork.errors.ConfigError: accumulate=0: it is the number of micro-batches per optimizer step and must be an integer >= 1 (1 means no accumulation).
+    torchwork.errors.ConfigError: accumulate=0: it is the number of micro-batches per optimizer step and must be an integer from 1 (no accumulation) to 262,144.
 """
 
 from __future__ import annotations
