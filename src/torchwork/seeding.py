@@ -11,10 +11,14 @@ Example:
 
 from __future__ import annotations
 
+import math
+import operator
 import os
 import random
 import sys
+from typing import Any, SupportsIndex, cast
 
+from torchwork.finite import is_count
 from torchwork.quoting import quote_value
 
 _seed: int | None = None
@@ -34,11 +38,12 @@ def seed_problem(seed: object, name: str = "seed") -> str | None:
         --seed=4294967296: must be <= 4294967295 (2**32 - 1, the largest seed NumPy and scikit-learn take)
     """
     shown = quote_value(seed)  # not a 300-digit echo, nor an OverflowError past what a float holds
-    if not isinstance(seed, int) or isinstance(seed, bool):
+    if not is_count(seed, -math.inf, math.inf):  # numpy's and torch's integer scalars are seeds too
         return f"{name}={shown}: use an integer in [0, {SEED_LIMIT - 1}]"
-    if seed < 0:
+    whole = operator.index(cast(SupportsIndex, seed))
+    if whole < 0:
         return f"{name}={shown}: must be >= 0"
-    if seed >= SEED_LIMIT:
+    if whole >= SEED_LIMIT:
         return (f"{name}={shown}: must be <= {SEED_LIMIT - 1} (2**32 - 1, the largest seed NumPy and "
                 "scikit-learn take)")
     return None
@@ -60,10 +65,10 @@ def check_seed(seed: object, name: str = "seed") -> int:
         from torchwork.errors import ConfigError
 
         raise ConfigError(problem + ".")
-    return seed  # type: ignore[return-value]  # an int: seed_problem found none other
+    return operator.index(cast(SupportsIndex, seed))  # a plain int, numpy's int64 included
 
 
-def seed_everything(seed: int, deterministic: bool = False) -> int:
+def seed_everything(seed: Any, deterministic: bool = False) -> int:
     """Seed Python, NumPy and torch (CPU and every CUDA device); DataLoader workers follow from torch.
 
     Each DataLoader iterator draws its workers' base seed from torch's global generator, so seeding
@@ -75,12 +80,12 @@ def seed_everything(seed: int, deterministic: bool = False) -> int:
     import torch
 
     global _seed, _deterministic
-    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63 \
-            or not isinstance(deterministic, bool):
+    if not is_count(seed, 0, 2**63 - 1) or not isinstance(deterministic, bool):
         from torchwork.errors import ConfigError
         if not isinstance(deterministic, bool):
             raise ConfigError(f"deterministic={quote_value(deterministic)}: pass True or False.")
         raise ConfigError(f"seed={quote_value(seed)} must be an integer in [0, 2**63).")
+    seed = operator.index(seed)  # numpy's int64 as a plain int: random.seed hashes other types differently
     random.seed(seed)
     np.random.seed(seed % 2**32)  # NumPy's legacy seeding accepts 32 bits only
     torch.manual_seed(seed)  # seeds the CPU and every CUDA device

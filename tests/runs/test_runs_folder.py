@@ -54,6 +54,28 @@ def test_seed_everything_refuses_what_is_no_seed_before_seeding(arguments, messa
     assert torch.are_deterministic_algorithms_enabled() == before
 
 
+def test_integer_scalars_of_numpy_and_torch_are_seeds_like_the_int():
+    """np.int64(5) was refused by the commands' check and made random.seed raise TypeError (3.11 takes an int,
+    not numpy's scalar); a seed from a numpy array or a tensor now seeds exactly as the plain int does."""
+    from torchwork.seeding import check_seed
+
+    seed_everything(5)
+    plain = random.random(), float(np.random.rand()), float(torch.rand(1))
+    for scalar in (np.int64(5), np.uint32(5), torch.tensor(5)):
+        assert seed_everything(scalar) == 5 and type(seed_everything(scalar)) is int
+        assert (random.random(), float(np.random.rand()), float(torch.rand(1))) == plain
+        assert check_seed(scalar) == 5 and type(check_seed(scalar)) is int
+
+
+@pytest.mark.parametrize("seed", [np.int64(-1), np.bool_(True), 2.0, np.float64(3.0)], ids=str)
+def test_check_seed_still_refuses_what_is_no_whole_seed(seed):
+    from torchwork.errors import ConfigError
+    from torchwork.seeding import check_seed
+
+    with pytest.raises(ConfigError, match=r"^seed="):
+        check_seed(seed)
+
+
 def test_seed_everything_deterministic_sets_the_flags(capsys):
     before = torch.are_deterministic_algorithms_enabled()
     try:
