@@ -220,6 +220,22 @@ def test_named_column_that_does_not_exist_lists_the_columns(tmp_path: Path, twee
         read_text_table(path, text="text", label="text")
 
 
+def test_column_names_that_are_no_names_are_refused_before_the_file_is_read(tmp_path: Path) -> None:
+    """text=3 and label=['label'] were AttributeErrors from inside the column matching; '' was looked up."""
+    missing = tmp_path / "never-read.csv"  # refused first: the file is never opened
+    for kwargs in ({"text": 3}, {"label": ["label"]}, {"text": b"text"}, {"text": ""}, {"label": "  "}):
+        with pytest.raises(ConfigError, match=r"^(text|label)=.*: name the (text|label) column as a non-empty "
+                                              r"string"):
+            read_text_table(missing, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_name_two_columns_match_but_for_case_is_said_to_be_ambiguous(tmp_path: Path) -> None:
+    path = tmp_path / "cased.csv"
+    path.write_text("Text,text,label\nthe printer is on fire,ticket 1,it\npayslip missing,ticket 2,hr\n")
+    refused(path, "2 columns named 'TEXT' but for case ('Text', 'text')", "case included", text="TEXT")
+    assert read_text_table(path, text="text", label="label").texts == ["ticket 1", "ticket 2"]
+
+
 def test_no_string_column_and_no_label_column(tmp_path: Path) -> None:
     path = write_csv(tmp_path / "numbers.csv", ["id", "y"], [[i, i % 2] for i in range(50)])
     refused(path, "no column of text", "'id' (integer)", "--text COL")

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from torchwork.data import tables_detect as detect
 from torchwork.errors import ConfigError, DataError
 from torchwork.finite import check_count
+from torchwork.quoting import quote_value
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -125,6 +126,10 @@ def read_text_table(path: str | os.PathLike[str], *, text: str | None = None, la
     # A field lies within the file, so the file's bound is the field's too.
     max_field_chars = check_count(max_field_chars, "max_field_chars", 1, detect.MAX_READ_BYTES,
                                   " (the longest field, in characters; 2**40 at most)")
+    for role, name in (("text", text), ("label", label)):
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            raise ConfigError(f"{role}={quote_value(name)}: name the {role} column as a non-empty string "
+                              f"(--{role} COL), or leave it out (None) to have it guessed.")
     path = Path(path)
     kind = detect.file_format(path)
     data = detect.read_regular_file(path, max_bytes)
@@ -439,7 +444,11 @@ def _resolve(path: Path, frame: _Frame, name: str, role: str) -> str:
     wanted = name.strip()
     matches = [c for c in frame.columns if c == wanted] or \
         [c for c in frame.columns if c.lower() == wanted.lower()]
-    if len(matches) != 1:
+    if len(matches) > 1:
+        raise DataError(f"{path} has {len(matches)} columns named {name!r} but for case "
+                        f"({', '.join(map(repr, matches))}); give one of them exactly, case included, with "
+                        f"--{role} COL ({role}= in Python).")
+    if not matches:
         raise DataError(f"{path} has no column {name!r}; its columns are {', '.join(map(repr, frame.columns))}. "
                         f"Choose one of them with --{role} COL ({role}= in Python).")
     if matches[0] in frame.nested:
