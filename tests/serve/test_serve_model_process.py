@@ -220,8 +220,11 @@ def test_auto_threads_leave_the_event_loop_a_cpu_and_count_the_neighbours(monkey
         choice = model_threads()
         assert choice.threads == expected and ("one left to the server's event loop" in choice.reason) == left
     assert model_threads(3).threads == 3
-    with pytest.raises(ConfigError, match="thread count of 1 or more"):
-        ModelProcess(refusing_predictor, "", threads=0)
+    for auto in (0, "auto", None):  # 0 was refused here alone, while configure_threads and the rest take it
+        assert ModelProcess(refusing_predictor, "", threads=auto).threads is None
+    for wrong in (-1, 2.5, True, "4"):
+        with pytest.raises(ConfigError, match=r"^threads=.*: use 'auto' \(or 0\) to choose for the machine"):
+            ModelProcess(refusing_predictor, "", threads=wrong)
     with pytest.raises(ConfigError, match=r"threads=<an integer of 5001 digits or so> is more than the"):
         ModelProcess(refusing_predictor, "", threads=10**5000)  # taken before, for the child to try
     with pytest.raises(ConfigError, match=r"nice=<an integer of 5001 digits or so>: the model process's niceness"):

@@ -72,16 +72,15 @@ class ModelProcess:
     come back to a callback.
     """
 
-    def __init__(self, build: Callable[..., Any], *args: Any, threads: int | None = None, nice: int = 10,
+    def __init__(self, build: Callable[..., Any], *args: Any, threads: int | str | None = None, nice: int = 10,
                  start_timeout_s: float = 300.0, name: str = "model",
                  say: Callable[[str], Any] | None = None) -> None:
         if not is_count(nice, 0, 19):
             raise ConfigError(f"nice={quote_value(nice)}: the model process's niceness must be 0 (same CPU priority "
                               "as the server) to 19 (lowest)")
-        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-            raise ConfigError(f"threads={quote_value(threads)}: give a thread count of 1 or more, or None to "
-                              "choose for the machine as it is")
-        check_threads(threads, "threads")  # and no more than this machine can run (10**5000 was taken)
+        # 'auto' and 0 choose for the machine, as everywhere in torchwork (0 was refused here alone); a count
+        # no more than this machine can run (10**5000 was taken, for the child to try)
+        threads = check_threads(threads, "threads")
         if not (is_finite_number(start_timeout_s) and 0 < start_timeout_s <= DAY_S):
             raise ConfigError(f"start_timeout_s={quote_value(start_timeout_s)}: how long the model may take to load, "
                               "more than 0 seconds and at most a day")
