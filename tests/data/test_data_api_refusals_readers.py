@@ -271,3 +271,12 @@ def test_a_file_that_grows_while_read_is_read_to_the_limit(monkeypatch, tmp_path
             tables_detect.read_regular_file(path, max_bytes)
     else:
         assert tables_detect.read_regular_file(path, max_bytes) == b"x" * 100
+
+
+def test_the_text_bounds_of_the_data_layer_are_the_recipes_bounds() -> None:
+    """data/text.py restates two caps of recipes/config.py (data sits below recipes and may not import it):
+    the same max_length or min_freq must be taken or refused alike by `--set` and by TextPreprocessor."""
+    from torchwork.data import text
+    from torchwork.recipes import config
+
+    assert (text.MAX_TOKENS, text.MAX_WORDS) == (config.MAX_TOKENS, config.MAX_ROWS)
