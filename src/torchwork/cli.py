@@ -221,7 +221,7 @@ def _fit_arguments(parser: argparse.ArgumentParser) -> None:
                              "sentiment lists them), e.g. drop_leaked=true, seed=1, epochs=4")
     parser.add_argument("--json", action="store_true", help="print summary.json at the end")
     parser.add_argument("--time-budget", metavar="DURATION",
-                        help="the whole command inside this time (900, 900s, 15m, 1.5h), tuning included: as "
+                        help="the whole command inside this time (900, 900s, 15m, 1.5h, 1h30m), tuning included: as "
                              "many trials of the learning rate, epochs and max length as fit (with --quick)")
 
 

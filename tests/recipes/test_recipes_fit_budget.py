@@ -43,13 +43,14 @@ SMALL = ["--quick", "--set", "subset=200", "--set", "epochs=3", "--set", "verify
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("900", 900.0), ("900s", 900.0), ("15m", 900.0), ("15min", 900.0),
-                                               ("1.5h", 5400.0), (" 2.5 S ", 2.5), (".5m", 30.0)])
+                                               ("1.5h", 5400.0), (" 2.5 S ", 2.5), (".5m", 30.0),
+                                               ("1h30m", 5400.0), ("2m 30s", 150.0), ("1H 2min 3sec", 3723.0)])
 def test_a_budget_reads_in_seconds_minutes_or_hours(text, seconds) -> None:
     assert parse_budget(text) == seconds
 
 
 @pytest.mark.parametrize("text", ["0", "0s", "-5", "-5m", "nan", "NaN", "inf", "-inf", "", "15x", "m", "1e3",
-                                  "15 m 3", "1,5h", "200h"])
+                                  "15 m 3", "1,5h", "200h", "1h30", "30s1m", "0h0m", "168h1s", "h m"])
 def test_a_budget_that_cannot_work_is_one_clear_error(text) -> None:
     with pytest.raises(ConfigError) as error:
         parse_budget(text)

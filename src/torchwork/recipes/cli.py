@@ -118,7 +118,7 @@ def cli_fit(args: argparse.Namespace) -> int:
         >>> cli_fit(argparse.Namespace(time_budget="0", quick=True))
         Traceback (most recent call last):
         ...
-        torchwork.errors.ConfigError: --time-budget '0': give a positive duration of at most a week, in seconds (900 or 900s), minutes (15m) or hours (1.5h).
+        torchwork.errors.ConfigError: --time-budget '0': give a positive duration of at most a week, in seconds (900 or 900s), minutes (15m), hours (1.5h) or both (1h30m).
     """
     budget = _budget_plan(args)
     if os.path.isdir(args.data):  # an image folder

@@ -10,8 +10,8 @@ the budget, so that an estimate 5% short still ends inside the issue's 10%.
 The clock is injected, so the plan's decisions are data: a test gives it a clock it moves by hand.
 
 Example:
-    >>> parse_budget("15m"), parse_budget("900"), parse_budget("1.5h"), parse_budget(" 90s ")
-    (900.0, 900.0, 5400.0, 90.0)
+    >>> parse_budget("15m"), parse_budget("900"), parse_budget("1.5h"), parse_budget(" 90s "), parse_budget("1h30m")
+    (900.0, 900.0, 5400.0, 90.0, 5400.0)
     >>> now = [0.0]
     >>> plan = BudgetPlan(60, clock=lambda: now[0], final_s=10)
     >>> now[0] = 5.0  # the data report and the baselines took 5 s
@@ -40,7 +40,11 @@ from typing import Any
 from torchwork.errors import ConfigError
 
 UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
-_BUDGET = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(s|sec|m|min|h)?\s*$", re.IGNORECASE)
+_NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"
+_BUDGET = re.compile(rf"^\s*{_NUMBER}\s*(s|sec|m|min|h)?\s*$", re.IGNORECASE)
+# 1h30m, 2m 30s: each part with its unit, hours before minutes before seconds (as people write a duration)
+_COMPOUND = re.compile(rf"^\s*(?:{_NUMBER}\s*h\s*)?(?:{_NUMBER}\s*(?:m|min)\s*)?(?:{_NUMBER}\s*(?:s|sec)\s*)?$",
+                       re.IGNORECASE)
 MAX_BUDGET_S = 7 * 24 * 3600.0  # a week: a longer budget is a typo (15d for 15m), not a plan
 AIM = 0.95  # the plan ends at this share of the budget: an estimate 5% short still ends inside +10%
 # The n-gram pipeline after the final training, measured on this machine shared by eight sessions (2 cores, load
@@ -53,13 +57,16 @@ MIN_VERIFY_ROUNDS = 5  # the fewest the deploy choice trusts (SentimentConfig.ve
 
 
 def parse_budget(text: str | float) -> float:
-    """Seconds from ``900``, ``900s``, ``15m``, ``15min`` or ``1.5h``; a ConfigError for anything else (0,
+    """Seconds from ``900``, ``900s``, ``15m``, ``15min``, ``1.5h`` or ``1h30m``; a ConfigError for anything else (0,
     negative, NaN, inf, over a week, garbage), which says what to write instead."""
-    match = _BUDGET.match(str(text))
-    seconds = float(match.group(1)) * UNITS[(match.group(2) or "").lower()] if match else math.nan
+    seconds = math.nan
+    if match := _BUDGET.match(str(text)):
+        seconds = float(match.group(1)) * UNITS[(match.group(2) or "").lower()]
+    elif (match := _COMPOUND.match(str(text))) and any(match.groups()):
+        seconds = sum(float(part or 0) * unit for part, unit in zip(match.groups(), (3600.0, 60.0, 1.0)))
     if not (math.isfinite(seconds) and 0 < seconds <= MAX_BUDGET_S):
         raise ConfigError(f"--time-budget {str(text)!r}: give a positive duration of at most a week, in seconds "
-                          "(900 or 900s), minutes (15m) or hours (1.5h).")
+                          "(900 or 900s), minutes (15m), hours (1.5h) or both (1h30m).")
     return seconds
 
 
