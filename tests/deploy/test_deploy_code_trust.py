@@ -299,3 +299,37 @@ def test_the_exported_pt2_program_passes_the_check(exported):
     check_pt2_program(exported / "model.pt2")
     x = torch.randn(3, 4)
     assert load_artifact(exported, "pt2")(x).shape == (3, 3)
+
+
+def test_trust_and_variants_given_as_one_string_are_one_word(forged_torchscript, victim):
+    """trust="torchscript" was iterated as its letters (nothing trusted, and 't', 'o', ... taken as module
+    prefixes for the preprocessor class); variants="onnx" asked for the variants 'o', 'n' and 'x'."""
+    assert load_artifact(forged_torchscript, trust="torchscript").variant == "torchscript"
+    assert victim.read_bytes().startswith(b"AAAAAAAA")  # trusted as asked, and so it ran
+    victim.write_bytes(ORIGINAL)
+    report = verify(forged_torchscript, variants="onnx", rounds=1, threads=1)
+    assert "onnx" in report["variants"] and "torchscript" not in report["variants"]
+    assert victim.read_bytes() == ORIGINAL
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    pytest.param({"trust": 5}, r"^trust=5: give a name or a list of names", id="trust-int"),
+    pytest.param({"trust": ["torchscript", 3]}, r"^trust: 3 is no name", id="trust-item"),
+    pytest.param({"variants": [""]}, r"^variants: '' is no name", id="variants-empty"),
+    pytest.param({"compile": "no"}, r"^compile='no': pass True or False", id="compile-str"),  # "no" compiled
+    pytest.param({"cpp": 1}, r"^cpp=1: pass True or False", id="cpp-int"),
+    pytest.param({"torch_ao": None}, r"^torch_ao=None: pass True or False", id="torch-ao-none"),
+])
+def test_verify_refuses_a_setting_of_the_wrong_shape_before_reading_the_artifact(tmp_path, settings, message):
+    from torchwork.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        verify(tmp_path / "no-artifact-here", **settings)
+
+
+def test_load_and_replay_refuse_a_trust_that_is_no_list_of_words(exported):
+    from torchwork.errors import ConfigError
+
+    for call in (lambda: load_artifact(exported, trust=7), lambda: replay_artifact(exported, trust=[b"native"])):
+        with pytest.raises(ConfigError, match=r"^trust"):
+            call()

@@ -148,9 +148,19 @@ def test_attach_guard_binds_the_trainer() -> None:
     assert guard.findings == [] and guard.steps == 1
 
 
-def test_bad_option_is_a_config_error() -> None:
-    with pytest.raises(ConfigError):
-        Guard(check_every=0)
+@pytest.mark.parametrize(("settings", "message"), [
+    pytest.param({"check_every": 0}, r"check_every=0\): use an integer from 1", id="every-0"),
+    pytest.param({"check_every": 2.5}, r"check_every=2.5\): use an integer", id="every-fraction"),  # taken
+    pytest.param({"check_every": float("nan")}, r"check_every=nan\)", id="every-nan"),  # taken, never checked
+    pytest.param({"max_grad_norm": float("nan")}, r"max_grad_norm=nan\): a gradient norm", id="norm-nan"),
+    pytest.param({"max_grad_norm": 0}, r"max_grad_norm=0\)", id="norm-0"),
+    pytest.param({"growth": 1}, r"growth=1\): .* above 1", id="growth-1"),
+    pytest.param({"growth": float("inf")}, r"growth=inf\)", id="growth-inf"),
+    pytest.param({"warn": "no"}, r"Guard\(warn\)='no': pass True or False", id="warn-str"),
+])
+def test_bad_option_is_a_config_error(settings, message) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Guard(**settings)
 
 
 def test_guard_sees_parameter_groups_added_mid_run() -> None:

@@ -212,6 +212,33 @@ def test_unknown_check_id_is_a_config_error() -> None:
         diagnose(["no-such-check"])
 
 
+def test_one_check_id_may_be_a_string_and_options_are_no_longer_swallowed() -> None:
+    """diagnose("eval-mode") was refused as the ids 'e', 'v', 'a', ...; diagnose(bogus=1) was taken and the
+    option dropped (the session kept **options and read none of them)."""
+    assert [check.id for check in diagnose("batchnorm-single-sample").checks] == ["batchnorm-single-sample"]
+    with pytest.raises(TypeError, match="bogus"):
+        diagnose(bogus=1)  # type: ignore[call-arg]
+    with pytest.raises(ConfigError, match=r"^checks=5: give a name or a list of names"):
+        diagnose(5)  # type: ignore[arg-type]
+
+
+def test_run_script_refuses_arguments_of_the_wrong_shape_before_running(tmp_path) -> None:
+    from torchwork.doctor.runner import run_script
+
+    script = tmp_path / "train.py"
+    script.write_text("open(__file__ + '.ran', 'w').close()\n")
+    for settings, message in [({"args": "--epochs 3"}, r"^args='--epochs 3': give the script's arguments as a "
+                                                       r"list of strings"),
+                              ({"args": ["--epochs", 3]}, r"^args: 3 is no string"),
+                              ({"quiet_stdout": "yes"}, r"^quiet_stdout='yes': pass True or False"),
+                              ({"debug": 1}, r"^debug=1: pass True or False")]:
+        with pytest.raises(ConfigError, match=message):
+            run_script(script, **settings)
+    assert not (tmp_path / "train.py.ran").exists()
+    assert run_script(script, ("--epochs", "3"), user_code=str(tmp_path)).exit_code == 0
+    assert (tmp_path / "train.py.ran").exists()
+
+
 def test_exploding_gradients_is_not_fooled_by_a_healthy_run() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 1))

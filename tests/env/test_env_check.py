@@ -80,3 +80,19 @@ def test_cpu_against_a_second_device_compares_outputs_with_each_other():
 def test_unknown_check_names_are_refused():
     with pytest.raises(ConfigError, match="unknown checks"):
         run_checks(names=["matmull"])
+
+
+def test_devices_and_names_are_checked_and_one_string_is_one_name():
+    """devices=['tpu'] was torch's RuntimeError; 'cuda' on a machine without it failed every check with
+    "Torch not compiled with CUDA"; names='softmax' was the checks 's', 'o', 'f', ... (unknown)."""
+    import torch
+
+    [result] = run_checks(devices="cpu", names="softmax")
+    assert result.name == "softmax [cpu]" and result.ok
+    with pytest.raises(ConfigError, match=r"^devices: 'tpu' is not a device name torch knows"):
+        run_checks(devices=["tpu"], names=["softmax"])
+    if torch.cuda.device_count() == 0:
+        with pytest.raises(ConfigError, match=r"^devices: 'cuda', but torch sees 0 CUDA device"):
+            run_checks(devices=["cpu", "cuda"], names=["softmax"])
+    with pytest.raises(ConfigError, match=r"^names=5: give a name or a list of names"):
+        run_checks(names=5)

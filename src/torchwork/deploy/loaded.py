@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from torchwork.arguments import name_list
 from torchwork.deploy.contents import load_preprocess
 from torchwork.deploy.fallback import fallback_runner
 from torchwork.deploy.manifest import PREFERENCE, Manifest, read_manifest, variant_format
@@ -109,7 +110,7 @@ def load_artifact(directory: str | os.PathLike[str], variant: str | None = None,
         torch.Size([2, 10])
     """
     threads = check_threads(threads, "threads")  # before anything is read: 10**5000 reached ONNX Runtime
-    root, trust = Path(directory), tuple(trust)
+    root, trust = Path(directory), name_list(trust, "trust") or ()  # "native" is one word, not six letters
     manifest = read_manifest(root)
     available = list(manifest.variants)  # refused formats never enter the artifact
     if variant is None:

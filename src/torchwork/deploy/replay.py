@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from torchwork.arguments import name_list
 from torchwork.errors import ExportError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -44,6 +45,7 @@ def replay_artifact(directory: str | os.PathLike[str], trust: Iterable[str] = ()
     from torchwork.deploy.trust import may_load, safe_member, why_not_loaded
     from torchwork.env.known_answers import CheckResult, compare_arrays  # numpy: not at import (--help)
 
+    trust = name_list(trust, "trust") or ()  # "native" is one word, not six letters
     root = Path(directory)
     if not (root / MANIFEST).is_file():
         raise ExportError(f"{root} is not an artifact directory (no {MANIFEST}); pass a directory written by "

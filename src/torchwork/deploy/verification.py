@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from torchwork.arguments import check_flag, name_list
 from torchwork.deploy import progress
 from torchwork.deploy.choice import MIN_PARITY_ROWS, MIN_TIMING_ROUNDS, choose_variant, spread
 from torchwork.deploy.contents import load_examples, load_preprocess, load_samples, weights_of
@@ -199,9 +200,13 @@ def verify(artifact_dir: str | os.PathLike[str], model: Any = None, inputs: Any 
 
     check_tolerances(atol, rtol, tolerance, rounds)
     threads = check_threads(threads)
+    variants = name_list(variants, "variants")  # "onnx" asked for the variants 'o', 'n' and 'x'
+    trusted = name_list(trust, "trust") or ()  # trust="mypkg" trusted the prefixes 'm', 'y', ...
+    torch_ao, cpp, compile = (check_flag(torch_ao, "torch_ao"), check_flag(cpp, "cpp"),
+                              check_flag(compile, "compile"))  # compile="no" compiled
     root = Path(artifact_dir)
     manifest = read_manifest(root)
-    names, skipped, trust = _chosen_variants(root, manifest, variants, tuple(trust))
+    names, skipped, trust = _chosen_variants(root, manifest, variants, trusted)
     preprocess = load_preprocess(root, manifest, trust)
     model_inputs, targets, source, rows = _model_inputs(root, manifest, preprocess, inputs, targets)
     ordered = (length_ordered(rows, preprocess, manifest.inputs, manifest.static_batch or CHUNK)

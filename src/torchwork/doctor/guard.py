@@ -57,6 +57,31 @@ class DoctorWarning(UserWarning):
     """A training-health problem found by the guard (also kept in ``Guard.findings``)."""
 
 
+MAX_CHECK_EVERY = 2**40  # steps between checks: past any run's length (2.5 was taken, and NaN never checked)
+
+
+def _checked_options(check_every: Any, max_grad_norm: Any, growth: Any, warn: Any) -> tuple[int | None, float,
+                                                                                             float, bool]:
+    """The Guard's settings, each refused with what it is when it is no such setting (before any step)."""
+    from torchwork.arguments import check_flag
+    from torchwork.errors import ConfigError
+    from torchwork.finite import is_count, is_finite_number
+    from torchwork.quoting import quote_value
+
+    if check_every is not None and not is_count(check_every, 1, MAX_CHECK_EVERY):
+        raise ConfigError(f"Guard(check_every={quote_value(check_every)}): use an integer from 1 to "
+                          f"{MAX_CHECK_EVERY} (steps between the checks), or None for the default.")
+    if not (is_finite_number(max_grad_norm) and max_grad_norm > 0):
+        raise ConfigError(f"Guard(max_grad_norm={quote_value(max_grad_norm)}): a gradient norm, a finite number "
+                          f"above 0 (default {MAX_GRAD_NORM:g}).")
+    if not (is_finite_number(growth) and growth > 1):
+        raise ConfigError(f"Guard(growth={quote_value(growth)}): how many times the first steps' median norm "
+                          f"counts as exploding, a finite number above 1 (default {GROWTH:g}; 1 or less flags "
+                          "every ordinary step).")
+    return (None if check_every is None else int(check_every), float(max_grad_norm), float(growth),
+            check_flag(warn, "Guard(warn)"))
+
+
 class Guard:
     """Cheap per-step checks of a training loop.
 
@@ -74,10 +99,7 @@ class Guard:
     def __init__(self, model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None, *,
                  scaler: Any = None, check_every: int | None = None, max_grad_norm: float = MAX_GRAD_NORM,
                  growth: float = GROWTH, warn: bool = True) -> None:
-        if check_every is not None and check_every < 1:
-            from torchwork.errors import ConfigError
-
-            raise ConfigError(f"Guard(check_every={check_every}): use an integer >= 1.")
+        check_every, max_grad_norm, growth, warn = _checked_options(check_every, max_grad_norm, growth, warn)
         self._check_every_given = check_every is not None
         self.check_every = check_every if check_every is not None else 20
         self.max_grad_norm, self.growth, self.warn = max_grad_norm, growth, warn

@@ -20,7 +20,7 @@ import os
 import runpy
 import sys
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -156,6 +156,22 @@ def user_code_path(place: str | os.PathLike[str]) -> Path:
                       "give the folder of your code (src/mylib) or its top-level package's name (mylib).")
 
 
+def _script_arguments(args: Any) -> list[str]:
+    """The script's ``sys.argv[1:]``: a list of strings ("--epochs 3" as one string was its characters)."""
+    from torchwork.errors import ConfigError
+    from torchwork.quoting import quote_value
+
+    if isinstance(args, (str, bytes)) or not isinstance(args, Iterable):
+        raise ConfigError(f"args={quote_value(args)}: give the script's arguments as a list of strings, as "
+                          "sys.argv holds them: ['--epochs', '3'] (shlex.split('--epochs 3') splits a line).")
+    arguments = list(args)
+    for argument in arguments:
+        if not isinstance(argument, str):
+            raise ConfigError(f"args: {quote_value(argument)} is no string; sys.argv holds strings: "
+                              f"str({quote_value(argument)}).")
+    return arguments
+
+
 def run_script(script: str | os.PathLike[str], args: Sequence[str] = (), *,
                checks: Sequence[str] | None = None, quiet_stdout: bool = False,
                debug: bool = False, user_code: Sequence[str | os.PathLike[str]] = ()) -> DoctorResult:
@@ -165,9 +181,14 @@ def run_script(script: str | os.PathLike[str], args: Sequence[str] = (), *,
     ``user_code``: files, folders or package names whose lines count as the user's even where installed
     (a library of your own in site-packages: its lines are where findings are placed).
     """
+    from torchwork.arguments import check_flag
     from torchwork.doctor.session import diagnose
     from torchwork.errors import ConfigError
 
+    quiet_stdout, debug = check_flag(quiet_stdout, "quiet_stdout"), check_flag(debug, "debug")
+    args = _script_arguments(args)
+    if isinstance(user_code, (str, os.PathLike)):
+        user_code = (user_code,)  # one place, not its letters
     path = Path(script)
     if not path.is_file():
         raise ConfigError(f"doctor: no script {str(script)!r}. Pass the path of a Python file: "

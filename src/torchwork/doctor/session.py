@@ -135,10 +135,8 @@ class Session:
     Use it as a context manager, or through :func:`diagnose` / ``torchwork doctor``.
     """
 
-    def __init__(self, checks: Iterable[str] | None = None, *, locator: Locator | None = None,
-                 options: dict[str, Any] | None = None) -> None:
+    def __init__(self, checks: Iterable[str] | None = None, *, locator: Locator | None = None) -> None:
         self.locator = locator or Locator()
-        self.options = dict(options or {})
         self._findings: dict[tuple[str, str | None, int | None], Finding] = {}
         self.internal_errors: list[str] = []
         self.optimizer_steps = 0
@@ -527,15 +525,19 @@ def _mark_forked() -> None:
         session._forked = True
 
 
-def diagnose(checks: Iterable[str] | None = None, **options: Any) -> Session:
+def diagnose(checks: Iterable[str] | None = None) -> Session:
     """A doctor session for code you run yourself: ``with diagnose() as s: train()``; then ``s.findings``.
 
-    ``checks`` limits the session to some check ids (default: all of them).
+    ``checks`` limits the session to some check ids (default: all of them); one id may be given as a string.
+    (It took ``**options`` and used none of them: a misspelt option was silently dropped.)
     """
-    unknown = set(checks or ()) - set(CHECK_IDS)
+    from torchwork.arguments import name_list
+
+    chosen = name_list(checks, "checks")  # "eval-mode" was the ids 'e', 'v', 'a', ...
+    unknown = set(chosen or ()) - set(CHECK_IDS)
     if unknown:
         from torchwork.errors import ConfigError
 
         raise ConfigError(f"unknown doctor check(s) {sorted(unknown)}; known: {', '.join(CHECK_IDS)}.")
-    return Session(checks, options=options)
+    return Session(chosen)
 

@@ -27,6 +27,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from torchwork.arguments import name_list
 from torchwork.errors import ConfigError
 
 Arrays = dict[str, np.ndarray]
@@ -352,6 +353,8 @@ def check_names() -> list[str]:
 
 def run_checks(devices: Sequence[str] | None = None, names: Sequence[str] | None = None) -> list[CheckResult]:
     """Run the known-answer tests (all, or those ``names``) on ``devices`` (default: CPU, and CUDA if any)."""
+    names, devices = name_list(names, "names"), name_list(devices, "devices")  # "cpu" is one, not 'c', 'p', 'u'
+    _check_devices(devices or ())
     known = check_names()
     unknown = sorted(set(names or ()) - set(known))
     if unknown:
@@ -362,6 +365,23 @@ def run_checks(devices: Sequence[str] | None = None, names: Sequence[str] | None
         if name in chosen:
             results.append(_timed(name, 0.0, 0.0, check))
     return results
+
+
+def _check_devices(devices: Sequence[str]) -> None:
+    """A ConfigError, before any check runs, for a name torch reads as no device ('tpu') and for a CUDA
+    device this machine lacks (each check failed with torch's "not compiled with CUDA")."""
+    import torch
+
+    for device in devices:
+        try:
+            kind = torch.device(device)
+        except (RuntimeError, TypeError):
+            raise ConfigError(f"devices: {device!r} is not a device name torch knows; use 'cpu', 'cuda', "
+                              "'cuda:1' or 'mps'.") from None
+        if kind.type == "cuda" and (kind.index or 0) >= torch.cuda.device_count():
+            raise ConfigError(f"devices: {device!r}, but torch sees {torch.cuda.device_count()} CUDA device(s) "
+                              f"here (torch {torch.__version__}); leave devices out to check what this machine "
+                              "has.")
 
 
 def format_results(results: Sequence[CheckResult]) -> str:
