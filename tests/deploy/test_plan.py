@@ -124,3 +124,28 @@ def test_load_artifact_refuses_a_thread_count_before_reading_the_artifact(tmp_pa
 
     with pytest.raises(ConfigError, match=message):  # reached ONNX Runtime's session options before
         load_artifact(tmp_path / "no-artifact-here", threads=threads)
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    pytest.param({"overwrite": "no"}, r"^overwrite='no': pass True or False", id="overwrite-str"),  # it replaced
+    pytest.param({"strict": "no"}, r"^strict='no': pass True or False", id="strict-str"),
+    pytest.param({"cpp": "no"}, r"^cpp='no': pass True or False", id="cpp-str"),  # asked for the C++ runner
+    pytest.param({"dynamic_batch": 0}, r"^dynamic_batch=0: pass True or False", id="dynamic-batch-int"),
+    pytest.param({"dynamic_length": "yes"}, r"^dynamic_length='yes'", id="dynamic-length-str"),
+    pytest.param({"labels": "pos"}, r"^labels='pos': give the class names as a list", id="labels-str"),
+    pytest.param({"labels": ["a", 1]}, r"^labels: 1 is no name", id="labels-int"),
+    pytest.param({"quantize_ops": 5, "quantize": "int8"}, r"^quantize_ops=5: give a name", id="ops-int"),
+])
+def test_a_flag_or_a_list_of_names_of_the_wrong_shape_is_refused_before_any_work(tmp_path: Path, settings,
+                                                                                 message) -> None:
+    out = tmp_path / "artifact"
+    with pytest.raises(ConfigError, match=message):
+        export(torch.nn.Linear(2, 2), torch.randn(2, 2), out, formats=("onnx",), **settings)
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_one_name_may_be_a_string_where_a_list_of_names_goes() -> None:
+    """quantize_ops="MatMul" was the ops 'M', 'a', 't', ..., refused only after every format was exported."""
+    plan = ExportPlan(formats="onnx", quantize="int8", quantize_ops="MatMul", input_names="x", output_names="y")
+    assert (plan.formats, plan.quantize_ops, plan.input_names, plan.output_names) == (
+        ["onnx"], ("MatMul",), ("x",), ("y",))

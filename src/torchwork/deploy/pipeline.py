@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from torchwork.arguments import check_flag
 from torchwork.deploy import progress
 from torchwork.deploy.contents import save_samples
 from torchwork.deploy.formats import (
@@ -344,7 +345,7 @@ def export(model: Any, example_inputs: Any, out_dir: str | os.PathLike[str], pla
     if "torchscript" in plan.formats:
         warnings.warn(TORCHSCRIPT_DEPRECATED, FutureWarning, stacklevel=2)
     args = as_input_tuple(example_inputs)
-    out = _prepare_out_dir(out_dir, overwrite)
+    out = _prepare_out_dir(out_dir, check_flag(overwrite, "overwrite"))  # "no" replaced the artifact
 
     on_cpu = all(t.device.type == "cpu" for t in [*model.parameters(), *model.buffers()])
     module = model if on_cpu else copy.deepcopy(model).cpu()

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from torchwork.arguments import check_flag, name_list
 from torchwork.deploy.fallback import check_agreement
 from torchwork.deploy.manifest import FORMATS
 from torchwork.deploy.parity import DEFAULT_ATOL, DEFAULT_RTOL, check_tolerances
@@ -111,6 +112,7 @@ class ExportPlan:
     output: int | str | None = None
 
     def __post_init__(self) -> None:
+        self._check_shapes()
         chosen = parse_formats(self.formats)
         quantize, calibration = self.quantize, self.calibration
         if quantize not in (None, "int8"):
@@ -157,6 +159,20 @@ class ExportPlan:
         object.__setattr__(self, "quantize_ops", tuple(self.quantize_ops))
         object.__setattr__(self, "batch_sizes", batch_sizes)
         object.__setattr__(self, "cpp", bool(self.cpp))
+
+    def _check_shapes(self) -> None:
+        """Flags are bools (``strict="no"`` was strict, ``cpp="no"`` asked for the C++ runner) and lists of names
+        are lists: ``quantize_ops="MatMul"`` was the ops 'M', 'a', 't', ... (refused only after every format was
+        exported), ``labels="pos"`` three class names."""
+        for name in ("dynamic_batch", "softmax", "strict", "quantize_per_channel", "cpp"):
+            check_flag(getattr(self, name), name)
+        if self.dynamic_length is not None:
+            check_flag(self.dynamic_length, "dynamic_length")
+        if isinstance(self.labels, str):
+            raise ConfigError(f"labels={quote_value(self.labels)}: give the class names as a list, one per output "
+                              "column (labels=['negative', 'positive']).")
+        for name in ("quantize_ops", "input_names", "output_names", "labels"):
+            object.__setattr__(self, name, name_list(getattr(self, name), name))
 
     @property
     def dim_bounds(self) -> dict[str, tuple[int, int]]:
