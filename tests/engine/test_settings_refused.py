@@ -131,6 +131,12 @@ def test_a_zero_learning_rate_freezes_its_group_and_is_allowed() -> None:
     (lambda: trainer(callbacks=[EarlyStopping]), r"callbacks\[0\] is the class EarlyStopping, not a callback: "
                                                  r"pass an instance, EarlyStopping\(\.\.\.\)"),
     (lambda: trainer(callbacks=[object()]), r"callbacks\[0\] \(a object\) has none of the hooks on_fit_start"),
+    # a non-empty string is true: each of these turned the thing on that "no" asked off
+    (lambda: trainer(guard="no"), r"^guard='no': pass True or False"),
+    (lambda: LoggingOptions(progress="no"), r"^progress='no': pass True or False"),
+    (lambda: RunOptions(tensorboard="no"), r"^tensorboard='no': pass True or False"),
+    (lambda: DistributedOptions(enabled=1), r"distributed enabled=1 must be True, False or None"),  # 1 == True
+    (lambda: DistributedOptions(debug="yes"), r"distributed debug='yes' must be True, False or None"),
 ])
 def test_a_count_or_size_that_is_no_valid_number_is_refused_when_built(build, message) -> None:
     with pytest.raises(ConfigError, match=message) as refused:

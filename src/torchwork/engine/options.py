@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, NoReturn, TypedDict, TypeVar, overload
 
+from torchwork.arguments import check_flag
 from torchwork.errors import ConfigError
 from torchwork.finite import is_count, is_finite_number
 from torchwork.quoting import quote_value
@@ -137,6 +138,8 @@ class LoggingOptions:
         if not _is_number(every) or not isinstance(every, int) or every < 1:
             raise ConfigError(f"log_every_n_steps={every!r} must be an integer >= 1 (the optimizer steps between "
                               "two step logs).")
+        if self.progress is not None:
+            check_flag(self.progress, "progress")  # progress="no" showed it
         seconds = self.progress_every_s
         if seconds is not None and not (is_finite_number(seconds) and seconds > 0):
             raise ConfigError(f"progress_every_s={quote_value(seconds)} must be a finite number of seconds > 0 (or None: "
@@ -161,8 +164,9 @@ class DistributedOptions:
 
     def __post_init__(self) -> None:
         for name in ("enabled", "debug"):
-            if getattr(self, name) not in (None, True, False):
-                raise ConfigError(f"distributed {name}={getattr(self, name)!r} must be True, False or None.")
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):  # 1 == True passed
+                raise ConfigError(f"distributed {name}={quote_value(getattr(self, name))} must be True, False or "
+                                  "None.")
         timeout = self.timeout_s
         if not (is_finite_number(timeout) and timeout > 0):
             raise ConfigError(f"distributed timeout_s={quote_value(timeout)} must be a finite number of seconds > 0 (how long "

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import nn
 
+from torchwork.arguments import check_flag
 from torchwork.distributed.env import World, world_from_env
 from torchwork.engine.batches import length_or_none
 from torchwork.engine.callbacks import EarlyStopping, check_callbacks
@@ -119,6 +120,7 @@ class Trainer:
         step, evaluation, logging, run = groups["step"], groups["evaluation"], groups["logging"], groups["run"]
         if loss_fn is None and step_fn is None:
             raise ConfigError("Trainer needs loss_fn(outputs, targets) or step_fn(model, batch) -> loss.")
+        guard = check_flag(guard, "guard")  # guard="no" attached the guard
 
         dist_options: DistributedOptions = groups["distributed"]
         self.world = world_from_env() if dist_options.enabled is not False else World()

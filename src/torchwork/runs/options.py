@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from torchwork.arguments import check_flag
 from torchwork.errors import ConfigError
 from torchwork.runs.folder import check_run_dir
 
@@ -54,6 +55,7 @@ class RunOptions:
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
             raise ConfigError(f"keep_checkpoints={keep!r} must be an integer >= 1 (how many step checkpoints to "
                               "keep; best.pt is kept besides).")
+        check_flag(self.tensorboard, "tensorboard")  # tensorboard="no" wrote the event files
         if self.run_dir is not None:
             check_run_dir(self.run_dir)  # a file there, or a path that is no path: refused before any run
         object.__setattr__(self, "config", dict(self.config or {}))
