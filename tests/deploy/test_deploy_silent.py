@@ -126,3 +126,29 @@ def test_bad_arguments_are_config_errors(tmp_path):
     with pytest.raises(ConfigError, match="tensor or a tuple of tensors"):
         export(RowLoop(), [1, 2], tmp_path / "a")
     assert not (tmp_path / "a").exists()
+
+
+def test_a_diverged_model_is_refused_though_every_variant_matches_its_nan(tmp_path):
+    """A model trained to NaN (lr=1e30 in the image fit) was exported, verified "exact" (NaN against NaN)
+    and served, answering every request with a 422: its own outputs are checked now."""
+    model = nn.Linear(4, 3).eval()
+    with torch.no_grad():
+        model.weight[1].fill_(float("nan"))  # every row's outputs hold a NaN
+    out = tmp_path / "diverged"
+    with pytest.raises(ExportError, match=r"onnx: failed verification on the held-out samples: the model's own "
+                                          r"outputs are not finite on 40 of 40 held-out rows: the model is broken"):
+        export(model, torch.randn(8, 4), out, formats=("onnx",), samples=torch.randn(40, 4), labels=["a", "b", "c"],
+               strict=False, verify_rounds=5)
+    assert list(tmp_path.iterdir()) == []  # nothing written, no temporary folder left
+
+
+def test_verify_reports_a_diverged_model_as_not_ok(tmp_path):
+    from torchwork.deploy import verify
+
+    model = nn.Linear(4, 3).eval()
+    with torch.no_grad():
+        model.weight.fill_(10.0)
+    export(model, torch.randn(8, 4), tmp_path / "a", formats=("onnx",))
+    overflowing = torch.full((6, 4), 3e38)  # near float32's largest: times 10, each output is an infinity
+    report = verify(tmp_path / "a", model, inputs=(overflowing,), rounds=5, threads=1)
+    assert not report["ok"] and "not finite on 6 of 6 held-out rows" in report["variants"]["eager"]["problem"]

@@ -47,7 +47,7 @@ def test_a_time_budget_is_read_before_any_work(tmp_path, argv, message) -> None:
 
 def test_an_image_folder_given_a_budget_is_refused_with_the_folders_own_words(tmp_path) -> None:
     (tmp_path / "cats").mkdir()
-    with pytest.raises(ConfigError, match="is an image folder: --time-budget apply to a text file only"):
+    with pytest.raises(ConfigError, match="is an image folder: --time-budget applies to a text file only"):
         cli_fit(_parsed("fit", str(tmp_path), "--quick", "--time-budget", "15m"))
 
 

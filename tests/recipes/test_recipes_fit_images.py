@@ -157,7 +157,7 @@ def test_text_file_options_are_refused_for_a_folder(tmp_path: Path, capsys: pyte
     photos = _two_classes(tmp_path / "photos")
     assert main(["fit", str(photos), "--label", "kind"]) == 2
     err = capsys.readouterr().err
-    assert "is an image folder: --label apply to a text file only" in err and len(err.strip().splitlines()) == 1
+    assert "is an image folder: --label applies to a text file only" in err and len(err.strip().splitlines()) == 1
 
 
 def test_near_copies_never_straddle_the_planned_splits(tmp_path: Path) -> None:

@@ -125,3 +125,37 @@ def test_a_min_freq_that_leaves_no_word_is_refused_before_the_run_folder(tmp_pat
                                           r"texts, so the vocabulary would be empty"):
         fit_ngram(config, train, train, ["bad", "fine"])
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(("assignments", "message"), [
+    # lr=1e30 trained a NaN model that was exported, verified and served; image_size=50000 was numpy's
+    # MemoryError for 503 GiB; a misspelt format was refused by the export, after all the training
+    (["lr=1e30"], r"^lr=1e\+30: must be <= 10\.$"),
+    (["pretrained_lr=100"], r"^pretrained_lr=100\.0: must be <= 10\.$"),
+    (["image_size=50000"], r"^image_size=50000: must be <= 1024\.$"),
+    (["cnn_size=4096"], r"^cnn_size=4096: must be <= 1024\.$"),
+    (["channels=1000000"], r"^channels=1000000: must be <= 1024\.$"),
+    (["epochs=1000000"], r"^epochs=1000000: must be <= 10000\.$"),
+    (["batch_size=2000000"], r"^batch_size=2000000: must be <= 1048576\.$"),
+    (["export_formats=onxx"], r"^export_formats=\['onxx'\]: choose one or more of pt2, onnx, torchscript"),
+    (["export_formats=pt2"], r"^quantize=true makes the INT8 variant of the ONNX model, and export_formats="
+                             r"\['pt2'\] has no onnx"),
+])
+def test_an_image_fit_setting_past_what_the_work_takes_is_refused_before_any_work(assignments, message) -> None:
+    import argparse
+
+    from torchwork.recipes.cli import image_fit_config
+
+    with pytest.raises(ConfigError, match=message):
+        image_fit_config(argparse.Namespace(data="photos", quick=True, set=assignments))
+    bounds = image_fit_config(argparse.Namespace(data="photos", quick=True, set=["lr=10", "image_size=1024",
+                                                                                  "export_formats=pt2",
+                                                                                  "quantize=false"]))
+    assert (bounds.lr, bounds.image_size, bounds.export_formats) == (10.0, 1024, ("pt2",))
+
+
+def test_a_text_fit_asking_int8_without_onnx_is_refused_before_any_work() -> None:
+    """`--set export_formats=pt2` with quantize on (the default) trained, then failed in the export."""
+    with pytest.raises(ConfigError, match=r"^quantize=true makes the INT8 variant .* or set quantize=false\.$"):
+        resolve("sentiment", ["export_formats=pt2"])
+    assert resolve("sentiment", ["export_formats=pt2", "quantize=false"])[1].export_formats == ("pt2",)

@@ -483,9 +483,11 @@ def _verify_in_place(tmp: Path, out: Path, module: Any, plan: ExportPlan, manife
                           rtol=plan.rtol, tolerance=plan.tolerance, trust=trust,
                           reference_outputs=plan.sample_outputs)
     verification["artifact"] = str(out)
+    broken = [row["problem"] for row in verification["variants"].values() if row["kind"] == "reference"
+              and not row["ok"] and "not finite" in str(row.get("problem"))]
     for name, row in verification["variants"].items():
-        if name in variants and not row["ok"]:
-            refused[name] = f"failed verification on the held-out samples: {row.get('problem')}"
+        if name in variants and (broken or not row["ok"]):  # a diverged model: every variant matches its NaN
+            refused[name] = f"failed verification on the held-out samples: {(broken or [row.get('problem')])[0]}"
             del variants[name]
             remove_variant(tmp, name)
     manifest.deploy = verification["deploy"] if verification["deploy"] in variants else None

@@ -390,6 +390,20 @@ def _in_turn(run: Runner, inputs: Sequence[tuple[Any, ...]]) -> Callable[[], Any
     return lambda: run(next(position))
 
 
+def _non_finite_rows(outputs: Sequence[Any]) -> int:
+    """How many rows of the outputs (tensors, rows first) hold a NaN or nothing finite at all; an infinity
+    beside finite values is left alone (a masked logit of -inf is an answer, not a broken model)."""
+    import torch
+
+    bad = None
+    for output in outputs:
+        if isinstance(output, torch.Tensor) and output.is_floating_point() and output.ndim >= 1:
+            flat = output.reshape(output.shape[0], -1)
+            rows = torch.isnan(flat).any(dim=1) | ~torch.isfinite(flat).any(dim=1)
+            bad = rows if bad is None else bad | rows
+    return 0 if bad is None else int(bad.sum())
+
+
 def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[Any, ...], targets: Any,
              atol: float, rtol: float, tolerance: float, rounds: int, static_batch: int | None,
              ordered: OrderedRows | None = None,
@@ -442,6 +456,12 @@ def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[An
             row.update(ok=found["ok"], problem=found.get("problem"))
         else:
             row.update(_within_tolerance(row, rows[reference_name], found, tolerance))
+        if name == reference_name and (broken := _non_finite_rows(reference)):
+            # every variant agrees with NaN exactly: parity alone called a diverged model verified
+            row.update(ok=False, problem=f"the model's own outputs are not finite on {broken} of "
+                                         f"{int(inputs[0].shape[0])} held-out rows: the model is broken (did its "
+                                         "training diverge? a lower learning rate, or clipping), and no variant "
+                                         "of it is worth serving")
         rows[name] = row
     small, large = (static_batch, static_batch) if static_batch else (1, TIMING_BATCH)
     ones, many = timing if timing is not None else ([first_rows(inputs, small)], first_rows(inputs, large))

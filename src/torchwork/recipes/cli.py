@@ -161,7 +161,8 @@ def image_fit_config(args: argparse.Namespace) -> ImageFitConfig:
     given = [f"--{name.replace('_', '-')}" for name in ("text", "label", "test", "model", "time_budget")
              if getattr(args, name, None)]
     if given:
-        raise ConfigError(f"{args.data} is an image folder: {', '.join(given)} apply to a text file only (the "
+        verb = "applies" if len(given) == 1 else "apply"
+        raise ConfigError(f"{args.data} is an image folder: {', '.join(given)} {verb} to a text file only (the "
                           "classes are its sub-folders, the test split its test/ folder); drop "
                           f"{', '.join(given)}.")
     refuse_owned_settings(getattr(args, "set", None) or [], {"data": FIT_OWNS["data"]})

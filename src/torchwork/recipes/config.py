@@ -175,6 +175,23 @@ def _bound(number: float) -> str:
     return str(int(number)) if float(number).is_integer() and abs(number) < 1e16 else f"{number:g}"
 
 
+def check_quantize_formats(config: Any) -> None:
+    """A ConfigError when ``config.quantize`` asks for INT8, which is made from the ONNX variant, and
+    ``config.export_formats`` has no onnx: the export found it only after all the training.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> check_quantize_formats(SimpleNamespace(quantize=True, export_formats=("pt2",)))
+        Traceback (most recent call last):
+        ...
+        torchwork.errors.ConfigError: quantize=true makes the INT8 variant of the ONNX model, and export_formats=['pt2'] has no onnx: add it (export_formats=onnx,pt2) or set quantize=false.
+    """
+    if config.quantize and "onnx" not in config.export_formats:
+        raise ConfigError(f"quantize=true makes the INT8 variant of the ONNX model, and export_formats="
+                          f"{list(config.export_formats)} has no onnx: add it (export_formats=onnx,pt2) or set "
+                          "quantize=false.")
+
+
 def check_settings(config: Any, *, at_least: dict[str, float] | None = None,
                    above: dict[str, float] | None = None, at_most: dict[str, float] | None = None,
                    one_of: dict[str, tuple[str, ...]] | None = None,

@@ -30,7 +30,21 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from torchwork.recipes.config import check_settings
+from torchwork.recipes.config import (
+    EXPORT_FORMATS,
+    MAX_BATCH_SIZE,
+    MAX_EPOCHS,
+    MAX_LR,
+    MAX_VERIFY_ROUNDS,
+    check_quantize_formats,
+    check_settings,
+)
+from torchwork.threads import MAX_THREADS
+
+# Past these the decoded splits (uint8, image_size**2 * 3 bytes an image, held in memory) and the networks'
+# activations outgrow any memory: 1,024 pixels a side is 3 MB an image; the fashion recipe's bounds.
+MAX_IMAGE_SIZE, MAX_CHANNELS = 1024, 1024
+MAX_WORST = 1000  # thumbnails in report.html
 
 
 @dataclasses.dataclass
@@ -58,7 +72,13 @@ class ImageFitConfig:
         check_settings(self, at_least={"image_size": 32, "cnn_size": 8, "channels": 1, "epochs": 1,
                                        "batch_size": 1, "patience": 0, "pretrained_epochs": 1, "verify_rounds": 5,
                                        "threads": 0, "seed": 0, "worst": 0},
-                       above={"lr": 0, "pretrained_lr": 0})
+                       above={"lr": 0, "pretrained_lr": 0}, some_of={"export_formats": EXPORT_FORMATS},
+                       at_most={"lr": MAX_LR, "pretrained_lr": MAX_LR, "epochs": MAX_EPOCHS,
+                                "pretrained_epochs": MAX_EPOCHS, "patience": MAX_EPOCHS,
+                                "batch_size": MAX_BATCH_SIZE, "threads": MAX_THREADS,
+                                "verify_rounds": MAX_VERIFY_ROUNDS, "image_size": MAX_IMAGE_SIZE,
+                                "cnn_size": MAX_IMAGE_SIZE, "channels": MAX_CHANNELS, "worst": MAX_WORST})
+        check_quantize_formats(self)
 
 
 QUICK = ["epochs=1", "pretrained_epochs=2", "verify_rounds=5"]

@@ -31,6 +31,7 @@ from torchwork.recipes.config import (
     MAX_ROWS,
     MAX_TOKENS,
     MAX_VERIFY_ROUNDS,
+    check_quantize_formats,
     check_settings,
     compile_choice,
 )
@@ -136,6 +137,7 @@ class SentimentConfig:
                                                     "tweets of the rarest class, positive, to train on and to "
                                                     "score")})
         compile_choice(self.compile)
+        check_quantize_formats(self)
         validate_settings(TransformerSettings.of(self))  # the upper bounds
 
 
