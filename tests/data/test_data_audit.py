@@ -144,6 +144,26 @@ def test_grouped_split_never_puts_one_text_in_two_splits(reviews) -> None:
     assert max(shares.values()) - min(shares.values()) < 0.02  # stratified
 
 
+def test_grouped_split_scores_a_text_class_of_a_few_rows() -> None:
+    texts = [f"an ordinary review number {i}" for i in range(60)] + [f"a rare complaint {i}" for i in range(4)]
+    labels = ["usual"] * 60 + ["rare"] * 3 + ["rarest"]
+    texts.append(texts[60].upper())  # a copy counts once: "rare" stays 3 groups
+    labels.append("rare")
+    counts = grouped_split(texts, labels, seed=0).counts()
+    assert [counts[name]["classes"].get("rare", 0) for name in ("train", "validation", "test")] == [1, 1, 1]
+    assert counts["train"]["classes"]["rarest"] == 1 and "rarest" not in counts["test"]["classes"]
+
+
+def test_a_label_from_a_name_that_is_not_utf8_is_hashed_as_its_bytes() -> None:
+    import os
+
+    label = os.fsdecode(b"caf\xe9")  # a surrogate, as os.listdir gives a Windows zip's name
+    plan = grouped_split([f"text {i}" for i in range(20)], [label, "tea"] * 10, seed=0)
+    digests = {plan.counts()[name]["sha256"] for name in ("train", "test")}
+    assert len(digests) == 2 and plan.counts() == grouped_split([f"text {i}" for i in range(20)],
+                                                                [label, "tea"] * 10, seed=0).counts()
+
+
 def test_a_class_spelled_two_ways_is_an_error_listing_every_respelled_row(reviews) -> None:
     texts, labels = reviews
     respelled = {i for i in range(0, ROWS, 37)}

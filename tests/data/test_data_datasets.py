@@ -98,6 +98,17 @@ def test_stratified_split_keeps_class_shares() -> None:
         stratified_split(labels, (0.5, 0.5, 0.5))
 
 
+@pytest.mark.parametrize(("size", "expected"), [(1, (1, 0, 0)), (2, (1, 0, 1)), (3, (1, 1, 1)), (4, (2, 1, 1)),
+                                                (5, (3, 1, 1)), (15, (11, 2, 2))])
+def test_a_small_class_still_gets_a_test_row_and_then_a_validation_row(size, expected) -> None:
+    labels = [0] * 100 + [1] * size
+    parts = stratified_split(labels, seed=0)
+    assert tuple(sum(labels[i] for i in part) for part in parts) == expected
+    assert tuple(len(part) - sum(labels[i] for i in part) for part in parts) == (80, 10, 10)
+    _, val, test = stratified_split(labels, (0.9, 0.1, 0.0), seed=0)  # a validation carved from train
+    assert sum(labels[i] for i in val) == min(size - 1, round(size * 0.1) or 1) and len(test) == 0
+
+
 def test_unknown_dataset_lists_known_ones() -> None:
     with pytest.raises(ConfigError, match="rotten_tomatoes"):
         load_dataset("imdb")

@@ -214,7 +214,7 @@ def test_severities_and_the_terminal_lines(planted_report) -> None:
     assert lines[-1].startswith("split test: 90 rows (bag 9, ")
     corrupt = {e["row"]: e["text"] for e in planted_report.of_kind("corrupt-file").examples}
     assert corrupt["train/sandal/empty.png"].startswith("empty file")
-    assert "900000000 pixels" in corrupt["train/boot/bomb.png"]
+    assert "900,000,000" in corrupt["train/boot/bomb.png"]
 
 
 def test_a_decompression_bomb_is_read_from_its_header_only(tmp_path) -> None:
@@ -278,3 +278,196 @@ def test_a_class_with_test_images_and_no_training_images_is_an_error(folders, tm
     untrained = report.of_kind("class-not-in-train")
     assert untrained.severity == "error" and untrained.examples == [{"class": "eel", "splits": ["test"]}]
     assert report.of_kind("empty-class").rows == ["train/eel"]
+
+
+def _listed(root: Path, rows: list[str]) -> Path:
+    """Empty files at ``rows`` below ``root``: the folder reader lists them without decoding any."""
+    for row in rows:
+        (root / row).parent.mkdir(parents=True, exist_ok=True)
+        (root / row).write_bytes(b"")
+    return root
+
+
+@pytest.mark.parametrize("alias", ["a_trouser_alias", "z_trouser_alias"])
+def test_a_link_to_a_class_folder_never_renames_the_class(tmp_path, alias) -> None:
+    root = _listed(tmp_path / "alias", [f"{name}/{k}.png" for name in ("boot", "trouser", "tshirt") for k in range(3)])
+    os.symlink("trouser", root / alias)  # sorted before its target, or after it
+    data = read_image_folder(root)
+    assert data.classes == ["boot", "trouser", "tshirt"] and data.labels.count("trouser") == 3
+    assert data.skipped == [(alias, "a link to 'trouser', a folder already read: not read twice")]
+    assert data.empty_classes == [] and alias not in data.labels
+
+
+def test_links_to_split_and_sub_folders_are_read_after_every_real_folder(tmp_path) -> None:
+    root = _listed(tmp_path / "photos", [f"train/{name}/{k}.png" for name in ("cat", "dog") for k in range(3)]
+                   + ["train/dog/more/x.png", "elsewhere/cat/y.png"])
+    os.symlink("train", root / "test")  # "test" sorts before "train"
+    os.symlink("../dog/more", root / "train" / "cat" / "a_more")  # before dog/ is read
+    os.symlink("../../elsewhere/cat", root / "train" / "dog" / "b_linked")  # a folder no real folder reads
+    data = read_image_folder(root)
+    assert set(data.splits or []) == {"train"} and data.labels.count("dog") == 5 and data.labels.count("cat") == 3
+    assert "train/dog/b_linked/y.png" in data.rows and data.empty_classes == []
+    assert dict(data.skipped) == {"elsewhere": "outside train/, val/ and test/: not read",
+                                  "test": "a link to 'train', a folder already read: not read twice",
+                                  "train/cat/a_more": "a link to 'train/dog/more', a folder already read: not read "
+                                                      "twice"}
+
+
+RAMP = np.tile(np.arange(64), (64, 1))
+
+
+@pytest.mark.parametrize(("values", "formats", "expected"), [
+    pytest.param((RAMP * 1040).astype(np.uint16), ("PNG", "TIFF"), RAMP * 1040 / 257, id="I;16"),
+    pytest.param((RAMP * 1040).astype(">u2"), ("TIFF",), RAMP * 1040 / 257, id="I;16B"),
+    pytest.param((RAMP * 1040).astype(np.int32), ("TIFF",), RAMP * 1040 / 257, id="I-16-bit-values"),
+    pytest.param((RAMP * 4).astype(np.int32), ("TIFF",), RAMP * 4, id="I-8-bit-values"),
+    pytest.param((RAMP * 100_000 - 5).astype(np.int32), ("TIFF",), RAMP * 255 / 63, id="I-own-range"),
+    pytest.param((RAMP / 63).astype(np.float32), ("TIFF",), RAMP * 255 / 63, id="F-0-to-1"),
+    pytest.param((RAMP * 10 - 100).astype(np.float32), ("TIFF",), RAMP * 255 / 63, id="F-own-range"),
+])
+def test_wide_images_are_brought_to_8_bits_not_saturated(values, formats, expected) -> None:
+    from torchwork.data.image_decode import decode_image
+
+    for kind in formats:
+        buffer = io.BytesIO()
+        Image.fromarray(values).save(buffer, kind)
+        decoded = decode_image(buffer.getvalue(), 64)
+        assert np.abs(decoded[..., 0].astype(float) - expected).max() <= 0.51, kind
+        assert (decoded[..., 0] == decoded[..., 2]).all()
+
+
+def test_little_endian_16_bit_nan_and_flat_images_are_8_bit() -> None:
+    from torchwork.data.image_decode import eight_bit
+
+    little = Image.frombytes("I;16L", (64, 64), (RAMP * 1040).astype("<u2").tobytes())
+    assert np.array_equal(np.asarray(eight_bit(little)), np.rint(RAMP * 1040 / 257))
+    with_nan = Image.fromarray(np.array([[np.nan, 0.0, 0.5, np.inf]], dtype=np.float32))
+    assert np.asarray(eight_bit(with_nan)).tolist() == [[0, 0, 128, 255]]
+    flat = Image.fromarray(np.full((4, 4), 7.5, dtype=np.float32))
+    assert eight_bit(flat).mode == "L" and not np.asarray(eight_bit(flat)).any()
+    rgb = Image.new("RGB", (4, 4), "red")
+    assert eight_bit(rgb) is rgb
+
+
+def test_every_image_training_reads_can_be_served(tmp_path) -> None:
+    from torchwork.data.image_audit import MAX_BYTES
+    from torchwork.data.image_decode import ImagePreprocessor
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (40, 40), "red").save(buffer, "PNG")
+    scan = buffer.getvalue() + b"\x00" * (17 * 2**20)  # over 16 MiB: ignored after the PNG's end
+    assert ImagePreprocessor(32).max_bytes == MAX_BYTES
+    assert ImagePreprocessor(32)([scan]).shape == (1, 3, 32, 32)
+
+
+def test_a_bomb_over_pillow_s_own_limit_names_torchwork_s_bound() -> None:
+    from torchwork.data.image_decode import decode_image
+    from torchwork.errors import DataError
+
+    with pytest.raises(DataError) as raised:
+        decode_image(bomb_png(), 32)  # 900,000,000 pixels: Pillow refuses it before torchwork looks
+    assert str(raised.value) == ("a decompression bomb: the header claims more than 89,478,485 pixels "
+                                 "(900,000,000); not decoded. Resize the image")
+
+
+def test_what_pillow_says_is_shown_without_the_object_it_read_from() -> None:
+    from torchwork.data.image_decode import bomb_detail, pillow_detail
+
+    with pytest.raises(OSError) as unreadable:
+        Image.open(io.BytesIO(b"not an image"))
+    assert pillow_detail(unreadable.value) == "cannot identify image file"
+    with pytest.raises(Image.DecompressionBombError) as bomb:
+        Image.open(io.BytesIO(bomb_png()))
+    assert bomb_detail(bomb.value, 89_478_485) == ("the header claims more than 89,478,485 pixels (900,000,000); "
+                                                   "not decoded")
+
+
+def _classes(root: Path, per_class: dict[str, int], images: np.ndarray, split: str = "") -> Path:
+    """``per_class[name]`` distinct images in ``root/split/name/`` each; the image indices never repeat."""
+    start = sum(1 for _ in root.rglob("*.png")) if root.exists() else 0
+    rows = [f"{split}/{name}/{k}.png".lstrip("/") for name, n in per_class.items() for k in range(n)]
+    for k, row in enumerate(rows):
+        _save(Image.fromarray(images[start + k]), root / row)
+    return root
+
+
+@pytest.mark.parametrize("per_class", [3, 4, 5])
+def test_a_class_of_three_to_five_images_gets_a_validation_and_a_test_image(folders, tmp_path, per_class) -> None:
+    root = _classes(tmp_path / "photos", {"boot": per_class, "trouser": 30, "tshirt": 30}, folders["images"])
+    report = audit_images(read_image_folder(root))
+    assert report.errors == [] and report.of_kind("class-not-in-test") is None
+    for split in ("validation", "test"):
+        assert report.splits[split]["classes"]["boot"] >= 1, (split, report.splits)
+    assert report.splits["train"]["classes"]["boot"] == per_class - 2
+
+
+def test_a_class_that_cannot_be_scored_is_an_error_naming_it(folders, tmp_path) -> None:
+    images = folders["images"]
+    two = audit_images(read_image_folder(_classes(tmp_path / "two", {"boot": 2, "tshirt": 30}, images)))
+    assert two.splits["test"]["classes"]["boot"] == 1 and two.splits["train"]["classes"]["boot"] == 1
+    assert two.errors == [] and two.of_kind("class-not-in-validation").examples == [{"class": "boot",
+                                                                                     "train_images": 1}]
+    one = audit_images(read_image_folder(_classes(tmp_path / "one", {"boot": 1, "tshirt": 30}, images)))
+    unscored = one.of_kind("class-not-in-test")
+    assert unscored.severity == "error" and "'boot'" in unscored.summary and "at least 2 images" in unscored.fix
+    every = audit_images(read_image_folder(_classes(tmp_path / "all", {"boot": 2, "tshirt": 2}, images)))
+    assert [(f.kind, f.examples) for f in every.errors] == [("empty-split", [{"split": "validation"}])]
+
+
+@pytest.mark.parametrize("given", [("train",), ("train", "val")])
+def test_split_folders_without_a_test_folder_are_an_error(folders, tmp_path, given) -> None:
+    root = tmp_path / "photos"
+    for split in given:
+        _classes(root, {"boot": 8, "tshirt": 8}, folders["images"], split)
+    report = audit_images(read_image_folder(root))
+    empty = report.of_kind("empty-split")
+    assert [f.kind for f in report.errors] == ["empty-split"] and empty.examples == [{"split": "test"}]
+    assert "add a test/ folder" in empty.fix and report.splits["test"]["rows"] == 0
+
+
+def test_a_test_folder_without_a_class_is_an_error(folders, tmp_path) -> None:
+    root = _classes(tmp_path / "photos", {"boot": 8, "tshirt": 8}, folders["images"], "train")
+    _classes(root, {"tshirt": 3}, folders["images"], "test")
+    report = audit_images(read_image_folder(root))
+    unscored = report.of_kind("class-not-in-test")
+    assert unscored.severity == "error" and unscored.examples == [{"class": "boot", "train_images": 7}]
+    assert "test/<class>/" in unscored.fix
+
+
+def test_a_class_whose_images_all_copy_another_class_is_said_to_be_left_out(folders, tmp_path) -> None:
+    root = _classes(tmp_path / "photos", {"boot": 20, "tshirt": 20}, folders["images"])
+    (root / "copycat").mkdir()
+    for k in range(6):
+        (root / "copycat" / f"{k}.png").write_bytes((root / "tshirt" / f"{k}.png").read_bytes())
+    report = audit_images(read_image_folder(root))
+    left_out = report.of_kind("class-left-out")
+    assert left_out.severity == "warning" and left_out.examples[0]["class"] == "copycat"
+    assert "will not be in the model" in left_out.summary
+    assert "copycat" not in {c for split in report.splits.values() for c in split["classes"]}
+
+
+@pytest.mark.skipif(os.name == "nt", reason="a file name of bytes that are not UTF-8 needs a POSIX file system")
+def test_names_that_are_not_utf8_are_escaped_and_hashed_stably(folders, tmp_path) -> None:
+    import json
+
+    root = _classes(tmp_path / "photos", {"boot": 10, "tshirt": 10}, folders["images"])
+    os.rename(bytes(root / "tshirt"), bytes(root) + b"/t\xe9shirt")
+    (root / "boot" / os.fsdecode(b"caf\xe9.png")).write_bytes((root / "boot" / "0.png").read_bytes())
+    report = audit_images(read_image_folder(root))
+    assert "t\\xe9shirt" in report.splits["train"]["classes"]
+    assert report.of_kind("duplicate").rows == ["boot/caf\\xe9.png"]
+    "\n".join(report.lines()).encode("utf-8")  # no surrogate left to fail a terminal or a file
+    json.dumps(report.to_dict(), ensure_ascii=False).encode("utf-8")
+    again = audit_images(read_image_folder(root))
+    assert again.source["fingerprint"] == report.source["fingerprint"] and again.splits == report.splits
+
+
+def test_a_run_folder_inside_the_image_folder_is_named_as_one(folders, tmp_path) -> None:
+    root = _classes(tmp_path / "photos", {"boot": 10, "tshirt": 10}, folders["images"])
+    run = root / "runs" / "fit" / "20260101T000000Z-000001"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "manifest.json").write_text("{}")
+    (root / "empty").mkdir()
+    empty = audit_images(read_image_folder(root)).of_kind("empty-class")
+    assert {e["row"]: e["text"] for e in empty.examples} == {"runs": "a torchwork run folder", "empty": "no image file"}
+    assert "run_dir" in empty.fix and "runs: a torchwork run folder" in empty.summary

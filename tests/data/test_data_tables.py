@@ -202,6 +202,7 @@ def test_missing_labels_are_named_by_row(tmp_path: Path, tweets: list[dict[str, 
 # --------------------------------------------------------------------------- refusals
 def test_missing_empty_and_header_only_files(tmp_path: Path) -> None:
     refused(tmp_path / "nowhere.csv", "no such file", "Check the path")
+    refused(tmp_path / "my_photos", "my_photos: no such file or folder", "Check the path")  # not "Rename it"
     (tmp_path / "empty.csv").write_bytes(b"\n  \n")
     refused(tmp_path / "empty.csv", "is empty")
     (tmp_path / "header.csv").write_text("text,label\n")

@@ -4,6 +4,7 @@ and on a class folder spelled two ways, and the text table's options refused in 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -60,3 +61,15 @@ def test_a_class_folder_spelled_two_ways_is_an_error_naming_its_images(tmp_path,
     assert variants["rows"] == ["test/Dog/1.png", "test/Dog/2.png"]
     assert variants["examples"][0]["label"] == "Dog" and variants["examples"][0]["merged_into"] == "dog"
     assert "'dog' ×9 / 'Dog' ×2" in variants["summary"]
+
+
+def test_split_folders_without_test_images_exit_1_as_fit_refuses_them(tmp_path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    photos = _photos(tmp_path / "photos")
+    shutil.rmtree(photos / "test")
+    assert main(["data", "check", str(photos)]) == 1
+    out = capsys.readouterr().out
+    assert "data report: 1 error(s)" in out and "error   empty-split" in out and "split test: 0 rows" in out
+    assert main(["data", "check", str(photos), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert [(f["kind"], f["examples"]) for f in report["findings"]] == [("empty-split", [{"split": "test"}])]

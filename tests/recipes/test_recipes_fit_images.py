@@ -127,7 +127,7 @@ def _two_classes(root: Path, per_class: int = 10) -> Path:
     return root
 
 
-@pytest.mark.parametrize("layout", ["no class folders", "one class", "leak"])
+@pytest.mark.parametrize("layout", ["no class folders", "one class", "leak", "no test folder"])
 def test_a_folder_fit_cannot_learn_from_is_one_line_and_writes_nothing(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], layout: str) -> None:
     photos = tmp_path / "photos"
@@ -141,11 +141,14 @@ def test_a_folder_fit_cannot_learn_from_is_one_line_and_writes_nothing(
             path.unlink()
         (photos / "dog").rmdir()
         expected = "a classifier needs at least 2 classes"
-    else:
+    elif layout == "leak":
         for split in ("train", "test"):
             _two_classes(photos / split)
         (photos / "test" / "dog" / "0.png").write_bytes((photos / "train" / "cat" / "3.png").read_bytes())
         expected = "the data report found 1 error(s); nothing was trained. cross-split-duplicate"
+    elif layout == "no test folder":
+        _two_classes(photos / "train")
+        expected = "nothing was trained. empty-split: the test split(s) hold no image"
     runs = tmp_path / "runs"
     assert main(["fit", str(photos), "--set", f"run_dir={runs}"]) == 2
     err = capsys.readouterr().err

@@ -18,7 +18,17 @@ Kinds:
 - ``label-variants`` (error): class folders whose names spell one class two ways (``Cat/`` and ``cat/``,
   ``golden_retriever/`` and ``Golden Retriever/``: :mod:`torchwork.data.label_variants`), each read as a class
   of its own otherwise (and one folder on a case-insensitive file system);
-- ``imbalance`` and ``rare-class``: as in the text report (:func:`torchwork.data.audit.class_findings`).
+- ``imbalance`` and ``rare-class``: as in the text report (:func:`torchwork.data.audit.class_findings`);
+- of the split plan: ``empty-split`` (error: a validation or test split without an image, which fit cannot go
+  on without), ``class-not-in-test`` (error: a trained class the test split has no image of; its F1 of 0
+  would lower the macro-F1 that chooses the served model), ``class-not-in-validation`` (warning), and
+  ``class-left-out`` (warning: a class whose every image is a tied copy of another class's, so that the model
+  will not have it).
+
+A planned split gives each class of 2 images (groups of copies count once) a test image, and each of 3 or
+more a validation image too (:func:`torchwork.data.splits.stratified_split`). Names that are not UTF-8 (a zip
+made on Windows) are shown with the bytes escaped (:func:`printable`); an empty class folder that holds a
+torchwork run (``torchwork fit .`` inside the image folder) is said to be one.
 
 Near copies: each image's 64-bit difference hash (:func:`dhash`) puts it in 8 buckets (one per byte), so two
 hashes that differ in at most 7 bits share a bucket; two images of a bucket are near copies when their hashes
@@ -63,6 +73,7 @@ from typing import Any
 import numpy as np
 
 from torchwork.data.findings import DataReport, Finding, example, finding
+from torchwork.data.image_decode import MAX_IMAGE_BYTES, bomb_detail, eight_bit, pillow_detail
 from torchwork.data.image_folder import ImageFolderData
 from torchwork.data.tables_detect import MAX_READ_BYTES, read_regular_file
 from torchwork.errors import ConfigError, DataError
@@ -73,7 +84,7 @@ from torchwork.seeding import check_seed
 # The formats the folder's extensions name: Pillow is never asked to try others (EPS would run Ghostscript).
 FORMATS = ("JPEG", "PNG", "BMP", "GIF", "WEBP", "TIFF")
 DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's MAX_IMAGE_PIXELS: a larger header is a decompression bomb
-MAX_BYTES = 256 * 2**20
+MAX_BYTES = MAX_IMAGE_BYTES  # what training reads is what the served artifact takes (image_decode)
 # The largest max_pixels a caller may set: 2**34 pixels (17 gigapixels) decode to 51 GB as RGB, past what one
 # image of a training set may take.
 MAX_PIXELS_LIMIT = 2**34
@@ -151,7 +162,7 @@ def _decoded(sha: str, data: bytes, max_pixels: int) -> ImageFacts:
         mode = image.mode
         image.draft("RGB", (DRAFT, DRAFT))
         image.load()  # a real decode: verify() does not see a truncated pixel stream in every format
-        gray_image = image.convert("L")
+        gray_image = eight_bit(image).convert("L")  # a 16-bit scan's hash, not its saturated white
         thumb = gray_image.resize((THUMB, THUMB), Image.Resampling.BOX).tobytes()
         return ImageFacts(sha, width, height, mode, _is_gray(image), dhash(gray_image), thumb)
 
@@ -195,12 +206,12 @@ def inspect_image(path: str | Path, *, max_bytes: int = MAX_BYTES, max_pixels: i
             warnings.simplefilter("ignore")  # bomb warnings (checked above) and palette-transparency notes
             return _decoded(sha, data, int(limit))
     except Image.DecompressionBombError as error:
-        return ImageFacts(sha, problem="decompression bomb", detail=f"{error}; not decoded")
+        return ImageFacts(sha, problem="decompression bomb", detail=bomb_detail(error, int(limit)))
     except (OSError, SyntaxError, ValueError, EOFError, struct.error, IndexError, TypeError,
             ZeroDivisionError, MemoryError) as error:  # what Pillow's decoders raise on damaged files
         truncated = "truncated" in str(error) or isinstance(error, EOFError)
         return ImageFacts(sha, problem="truncated" if truncated else "undecodable",
-                          detail=f"{type(error).__name__}: {error}")
+                          detail=f"{type(error).__name__}: {pillow_detail(error)}")
 
 
 class _Groups:
@@ -273,6 +284,27 @@ def duplicate_groups(facts: Sequence[ImageFacts]) -> list[list[int]]:
     return sorted(groups.groups())
 
 
+def printable(name: str) -> str:
+    """``name`` with each byte that was not UTF-8 in the file system's name (a zip made on Windows) written as
+    ``\\xNN``: a name every terminal, JSON file and web page can show, the same for the same bytes.
+
+    Example:
+        >>> import os
+        >>> printable(os.fsdecode(b"caf\\xe9.png")), printable("café.png")
+        ('caf\\\\xe9.png', 'café.png')
+    """
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _printable_names(data: ImageFolderData) -> ImageFolderData:
+    """``data`` with its rows, classes and folder in :func:`printable` form; its paths (to read) unchanged."""
+    return dataclasses.replace(
+        data, folder=Path(printable(str(data.folder))), rows=[printable(r) for r in data.rows],
+        labels=[printable(label) for label in data.labels], classes=[printable(c) for c in data.classes],
+        empty_classes=[printable(r) for r in data.empty_classes], hidden=[printable(r) for r in data.hidden],
+        not_images=[printable(r) for r in data.not_images], skipped=[(printable(r), why) for r, why in data.skipped])
+
+
 def _split_rank(name: str) -> int:
     return SPLIT_ORDER.index(name) if name in SPLIT_ORDER else len(SPLIT_ORDER)
 
@@ -304,7 +336,29 @@ def _listed(kind: str, severity: str, entries: Sequence[tuple[str, str]], fix: s
                    f"{len(entries):,} {what}", sorted(row for row, _ in entries))
 
 
-def _listing_findings(data: ImageFolderData, unreadable_classes: Sequence[str]) -> list[Finding | None]:
+def run_folders(folder: Path, rows: Sequence[str]) -> set[str]:
+    """The folders of ``rows`` (relative to ``folder``) that hold a torchwork run (a ``manifest.json`` beside
+    ``checkpoints/``, up to 3 levels down): ``torchwork fit .`` run inside the image folder writes ``runs/``.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> root = pathlib.Path(tempfile.mkdtemp())
+        >>> (root / "runs" / "fit" / "20260101T000000Z" / "checkpoints").mkdir(parents=True)
+        >>> _ = (root / "runs" / "fit" / "20260101T000000Z" / "manifest.json").write_text("{}")
+        >>> (root / "cat").mkdir()
+        >>> sorted(run_folders(root, ["runs", "cat"]))
+        ['runs']
+    """
+    def holds_run(path: Path) -> bool:
+        return any((m.parent / "checkpoints").is_dir()
+                   for pattern in ("manifest.json", "*/manifest.json", "*/*/manifest.json")
+                   for m in path.glob(pattern))
+
+    return {row for row in rows if holds_run(folder / row)}
+
+
+def _listing_findings(data: ImageFolderData, unreadable_classes: Sequence[str],
+                      runs: set[str]) -> list[Finding | None]:
     return [
         _listed("hidden-entry", "info", [(row, "hidden") for row in data.hidden],
                 "hidden files and folders (.name, __MACOSX) are never read nor taken for a class; delete them if "
@@ -315,12 +369,16 @@ def _listing_findings(data: ImageFolderData, unreadable_classes: Sequence[str]) 
         _listed("skipped-entry", "warning", data.skipped,
                 "torchwork reads only regular files inside the folder; copy the files a link points to into the "
                 "folder, and move images into a class folder", "entries are skipped (links out of the folder, "
-                "special files, images outside a class folder)"),
+                "links to a folder already read, special files, images outside a class folder)"),
         _listed("empty-class", "warning",
-                [(row, "no image file") for row in data.empty_classes]
+                [(row, "a torchwork run folder" if row in runs else "no image file") for row in data.empty_classes]
                 + [(row, "no readable image") for row in unreadable_classes],
                 "add images to these class folders, or remove the folders: a class without images cannot be "
-                "learnt (torchvision's ImageFolder refuses such a folder)", "class folders hold no usable image"),
+                "learnt (torchvision's ImageFolder refuses such a folder)" + (
+                    "; a run folder is written there by fit run inside the image folder: move it out, and give fit "
+                    "--set run_dir=DIR outside the image folder" if runs else ""),
+                "class folders hold no usable image"
+                + (f" ({', '.join(sorted(runs))}: a torchwork run folder, not a class)" if runs else "")),
     ]
 
 
@@ -490,11 +548,82 @@ def _plan(audit: _Audit, seed: int) -> Any:
     return given_split(keys, labels, [audit.split(i) for i in readable], seed=seed)
 
 
+def _empty_splits(audit: _Audit, plan: Any) -> Finding | None:
+    """``empty-split``: a validation or test split without an image, which training cannot go on without."""
+    empty = [name for name in SPLIT_ORDER if not plan.indices[name]]
+    if not empty:
+        return None
+    if audit.data.splits is None:
+        fix = ("give each class at least 3 images (copies count once): torchwork then puts one or more of each in "
+               "the validation and the test split")
+    else:
+        fix = ("add a test/ folder with one sub-folder per class (and val/ likewise, or let torchwork take the "
+               "validation images from train/), or move the class folders directly into the folder, without "
+               "train/, so that torchwork plans every split")
+    return finding("empty-split", "error", len(empty), [{"split": name} for name in empty], fix,
+                   f"the {' and '.join(empty)} split(s) hold no image: fit cannot choose or score a model")
+
+
+def _split_classes(plan: Any) -> dict[str, set[str]]:
+    """``{class: the splits that hold its images}`` after duplicates and ties are dropped."""
+    found: dict[str, set[str]] = defaultdict(set)
+    for name, part in plan.indices.items():
+        for j in part:
+            found[plan.labels[j]].add(name)
+    return found
+
+
+# Per evaluation split: the finding's kind and severity, the least images a class needs for a planned split to
+# give it one, the split folder to add, and why a class without one matters.
+_UNSCORED = {
+    "test": ("class-not-in-test", "error", 2, "test/", "the model learns them but the test scores cannot measure "
+             "them (each would count as F1 0 in the macro-F1 that chooses the served model)"),
+    "validation": ("class-not-in-validation", "warning", 3, "val/", "early stopping and the best checkpoint are "
+                   "chosen without them"),
+}
+
+
+def _unscored_classes(audit: _Audit, plan: Any) -> list[Finding | None]:
+    """``class-not-in-test`` (error) and ``class-not-in-validation`` (warning): trained classes that a split
+    holding other classes' images holds none of (an empty split is ``empty-split``)."""
+    found = _split_classes(plan)
+    train_counts = Counter(plan.labels[j] for j in plan.indices["train"])
+    out: list[Finding | None] = []
+    for split, (kind, severity, least, folder, why) in _UNSCORED.items():
+        missing = sorted(c for c, splits in found.items() if "train" in splits and split not in splits)
+        if not missing or not plan.indices[split]:
+            continue
+        fix = (f"give each class at least {least} images (copies count once) so that torchwork puts one in the "
+               f"{split} split, or remove the class folder" if audit.data.splits is None
+               else f"add {split} images of these classes ({folder}<class>/), or remove their folders")
+        out.append(finding(kind, severity, len(missing), [{"class": c, "train_images": train_counts[c]}
+                                                          for c in missing], fix,
+                           f"{len(missing)} class(es) have no {split} image: {why}: "
+                           + ", ".join(repr(c) for c in missing[:10])))
+    return out
+
+
+def _lost_classes(audit: _Audit, plan: Any) -> Finding | None:
+    """``class-left-out`` (warning): classes whose every readable image is a copy of another class's image
+    whose classes tie, so that no image is left to learn them from."""
+    kept = set(_split_classes(plan))
+    lost = sorted({audit.data.labels[i] for i in audit.readable} - kept)
+    if not lost:
+        return None
+    return finding(
+        "class-left-out", "warning", len(lost), [{"class": c, "reason": "every image is a copy of another "
+                                                 "class's image (conflicting-labels)"} for c in lost],
+        "keep each image in the one class folder it belongs to (see conflicting-labels), or remove these folders",
+        f"{len(lost)} class(es) have no image left once the copies in other class folders are dropped, and will "
+        "not be in the model: " + ", ".join(repr(c) for c in lost[:10]))
+
+
 def _source(audit: _Audit, plan: Any) -> dict[str, Any]:
     data = audit.data
     listing = "\n".join(f"{row}\t{f.sha256}" for row, f in sorted(zip(data.rows, audit.facts)))
-    return {"folder": str(data.folder), "layout": data.layout,
-            "fingerprint": "sha256:" + hashlib.sha256(listing.encode()).hexdigest(), "files": len(data.rows),
+    digest = hashlib.sha256(listing.encode("utf-8", "surrogateescape")).hexdigest()
+    return {"folder": str(data.folder), "layout": data.layout, "fingerprint": "sha256:" + digest,
+            "files": len(data.rows),
             "images": len(audit.readable), "classes": list(data.classes), "dropped": plan.dropped}
 
 
@@ -508,10 +637,10 @@ class AuditedImages:
     readable: list[int]
 
     def split_paths(self, data: ImageFolderData, name: str) -> tuple[list[Path], list[str], list[str]]:
-        """The paths, rows and (training) labels of split ``name``."""
+        """The paths, rows and (training) labels of split ``name``; rows and labels in :func:`printable` form."""
         chosen = [self.readable[j] for j in self.plan.indices[name]]
         labels = [self.plan.labels[j] for j in self.plan.indices[name]]
-        return [data.paths[i] for i in chosen], [data.rows[i] for i in chosen], labels
+        return [data.paths[i] for i in chosen], [printable(data.rows[i]) for i in chosen], labels
 
 
 def audit_images(data: ImageFolderData, *, seed: int = 0, max_bytes: int = MAX_BYTES,
@@ -540,16 +669,19 @@ def audit_and_plan(data: ImageFolderData, *, seed: int = 0, max_bytes: int = MAX
         facts.append(inspect_image(path, max_bytes=max_bytes, max_pixels=max_pixels))
         if progress is not None and (done % 1000 == 0 or done == len(data.paths)):
             progress(done, len(data.paths))
+    runs = {printable(row) for row in run_folders(data.folder, data.empty_classes)}
+    data = _printable_names(data)  # the paths still read the files
     audit = _Audit(data, facts, duplicate_groups(facts))
     labels = [data.labels[i] for i in audit.readable]
     if len(set(labels)) < 2:
         raise DataError(f"{data.folder}: fewer than 2 classes hold a readable image (of {len(data.rows):,} image "
                         "files, " + f"{len(labels):,} can be decoded). Replace the damaged files.")
     found: list[Finding | None] = [
-        _corrupt(audit), *_listing_findings(data, _unreadable_classes(audit)), *_duplicates(audit),
+        _corrupt(audit), *_listing_findings(data, _unreadable_classes(audit), runs), *_duplicates(audit),
         _untrained_classes(audit), _class_variants(data), _odd_sizes(audit), _grayscale(audit),
         *class_findings(labels, unit="images"),
     ]
     plan = _plan(audit, seed)
+    found += [_empty_splits(audit, plan), *_unscored_classes(audit, plan), _lost_classes(audit, plan)]
     return AuditedImages(DataReport([f for f in found if f is not None], plan.counts(), _source(audit, plan)), plan,
                          audit.readable)

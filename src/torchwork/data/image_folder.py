@@ -10,7 +10,9 @@ What is listed and what is only reported:
 - other files: reported as not images; class folders without an image file: reported as empty (where
   ``ImageFolder`` raises, torchvision issue #4925);
 - links leading outside the folder, broken links, FIFOs, sockets and devices: skipped and reported; a link
-  inside the folder is followed, a folder already read is not read twice.
+  inside the folder is followed, but a link to a folder only once every real folder is read: a class
+  folder is read under its own name, not a link's, and a folder already read is not read twice (the link
+  is reported, naming where it leads).
 
 A folder no classifier can be trained on (missing, a file, no class folder, a single class) is a
 :class:`~torchwork.errors.DataError` saying what to do. Decoding, hashing and every check of the pixels are
@@ -32,8 +34,11 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import stat
+from collections import Counter, deque
+from collections.abc import Callable
 from pathlib import Path
 
 from torchwork.errors import DataError
@@ -78,20 +83,34 @@ def is_hidden(name: str) -> bool:
     return name.startswith(".") or name in HIDDEN_NAMES
 
 
+@dataclasses.dataclass(frozen=True)
+class _Class:
+    """A class folder being read: its row, its class and its split."""
+
+    row: str
+    label: str
+    split: str | None
+
+
 @dataclasses.dataclass
 class _Walk:
-    """What reading a folder has found so far."""
+    """What reading a folder has found so far. A link to a folder is read only after every real folder, so
+    that a real folder is read under its own name, whatever the names of the links to it."""
 
     root: Path
     real_root: str
     max_files: int
     max_depth: int
     data: ImageFolderData
-    seen_dirs: set[str] = dataclasses.field(default_factory=set)
+    seen_dirs: dict[str, str] = dataclasses.field(default_factory=dict)  # real path: the row it was read as
+    links: deque[tuple[Path, str, Callable[[], object]]] = dataclasses.field(default_factory=deque)
+    class_rows: list[str] = dataclasses.field(default_factory=list)
+    images: Counter[str] = dataclasses.field(default_factory=Counter)  # class folder row: image files read
 
     def entries(self, folder: Path, rel: str) -> list[tuple[str, str, Path]]:
-        """``(kind, row, path)`` of each entry of ``folder``, sorted by name: kind ``dir`` or ``file``; hidden
-        entries, links out of the folder and special files are recorded and left out."""
+        """``(kind, row, path)`` of each entry of ``folder``, sorted by name: kind ``dir``, ``link`` (to a
+        folder inside the folder) or ``file``; hidden entries, links out of the folder and special files are
+        recorded and left out."""
         out = []
         try:
             names = sorted(os.listdir(folder))
@@ -111,7 +130,8 @@ class _Walk:
     def kind(self, path: Path, row: str) -> str | None:
         try:
             info = os.lstat(path)
-            if stat.S_ISLNK(info.st_mode):
+            link = stat.S_ISLNK(info.st_mode)
+            if link:
                 target = os.path.realpath(path)
                 if os.path.commonpath([target, self.real_root]) != self.real_root:
                     self.data.skipped.append((row, f"a link leading outside the folder (to {target})"))
@@ -124,7 +144,7 @@ class _Walk:
             self.data.skipped.append((row, f"cannot be read ({error.strerror})"))
             return None
         if stat.S_ISDIR(info.st_mode):
-            return "dir"
+            return "link" if link else "dir"
         if stat.S_ISREG(info.st_mode):
             return "file"
         special = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
@@ -133,45 +153,59 @@ class _Walk:
         self.data.skipped.append((row, what))
         return None
 
+    def visit(self, path: Path, row: str, read: Callable[[], object], link: bool) -> None:
+        """``read()`` the folder ``path`` now, or, for a link, once every real folder is read."""
+        if link:
+            self.links.append((path, row, read))
+        elif self.first_visit(path, row):
+            read()
+
+    def follow_links(self) -> None:
+        """Read the folders the links lead to that no real folder (nor earlier link) has read."""
+        while self.links:
+            path, row, read = self.links.popleft()
+            if self.first_visit(path, row):
+                read()
+
     def first_visit(self, path: Path, row: str) -> bool:
         real = os.path.realpath(path)
         if real in self.seen_dirs:
-            self.data.skipped.append((row, "a link to a folder already read"))
+            target = os.path.relpath(real, self.real_root)
+            where = "the folder itself" if target == "." else repr(target)
+            read_as = self.seen_dirs[real]
+            also = f" (as {read_as!r})" if read_as not in (target, ".") else ""
+            self.data.skipped.append((row, f"a link to {where}, a folder already read{also}: not read twice"))
             return False
-        self.seen_dirs.add(real)
+        self.seen_dirs[real] = row or "."
         return True
 
-    def class_folder(self, path: Path, row: str, label: str, split: str | None, depth: int = 0) -> int:
-        """Record the images below a class folder; the number of them."""
-        if not self.first_visit(path, row):
-            return 0
-        found = 0
+    def class_folder(self, path: Path, row: str, cls: _Class, depth: int = 0) -> None:
+        """Record the images below a class folder (``depth`` levels below ``cls``'s own folder)."""
         for kind, child, child_path in self.entries(path, row):
-            if kind == "dir":
-                if depth + 1 > self.max_depth:
-                    self.data.skipped.append((child, f"deeper than {self.max_depth} folders below its class"))
+            if kind == "file":
+                if child_path.suffix.lower() in IMAGE_EXTENSIONS:
+                    self.add(child_path, child, cls)
                 else:
-                    found += self.class_folder(child_path, child, label, split, depth + 1)
-            elif child_path.suffix.lower() in IMAGE_EXTENSIONS:
-                self.add(child_path, child, label, split)
-                found += 1
+                    self.data.not_images.append(child)
+            elif depth + 1 > self.max_depth:
+                self.data.skipped.append((child, f"deeper than {self.max_depth} folders below its class"))
             else:
-                self.data.not_images.append(child)
-        return found
+                self.visit(child_path, child, functools.partial(self.class_folder, child_path, child, cls, depth + 1),
+                           kind == "link")
 
-    def add(self, path: Path, row: str, label: str, split: str | None) -> None:
+    def add(self, path: Path, row: str, cls: _Class) -> None:
         if len(self.data.paths) >= self.max_files:
             raise DataError(f"{self.root} holds more than {self.max_files:,} image files (max_files). Check the "
                             "size of the folder, or raise max_files if it is right.")
         self.data.paths.append(path)
         self.data.rows.append(row)
-        self.data.labels.append(label)
+        self.data.labels.append(cls.label)
+        self.images[cls.row] += 1
         if self.data.splits is not None:
-            self.data.splits.append(split or "train")
+            self.data.splits.append(cls.split or "train")
 
-    def classes_below(self, folder: Path, rel: str, split: str | None) -> set[str]:
-        """Read the class folders of ``folder`` (the root, or a split folder); their names."""
-        names = set()
+    def classes_below(self, folder: Path, rel: str, split: str | None) -> None:
+        """Read the class folders of ``folder`` (the root, or a split folder)."""
         for kind, row, path in self.entries(folder, rel):
             if kind == "file":
                 if path.suffix.lower() in IMAGE_EXTENSIONS:
@@ -180,11 +214,18 @@ class _Walk:
                 else:
                     self.data.not_images.append(row)
                 continue
-            label = path.name
-            names.add(label)
-            if not self.class_folder(path, row, label, split):
-                self.data.empty_classes.append(row)
-        return names
+            self.visit(path, row, functools.partial(self.a_class, path, _Class(row, path.name, split)),
+                       kind == "link")
+
+    def a_class(self, path: Path, cls: _Class) -> None:
+        self.class_rows.append(cls.row)
+        self.class_folder(path, cls.row, cls)
+
+    def finish(self) -> None:
+        """Follow the links, then record the classes and the class folders without an image file."""
+        self.follow_links()
+        self.data.classes = sorted({Path(row).name for row in self.class_rows})
+        self.data.empty_classes = [row for row in self.class_rows if not self.images[row]]
 
 
 def _split_folders(root: Path) -> dict[str, list[str]]:
@@ -223,22 +264,21 @@ def read_image_folder(folder: str | os.PathLike[str], *, max_files: int = 2_000_
     splits = _split_folders(root)
     data = ImageFolderData(root, [], [], [], [] if splits else None, [])
     walk = _Walk(root, os.path.realpath(root), max_files, max_depth, data)
-    walk.seen_dirs.add(walk.real_root)
+    walk.seen_dirs[walk.real_root] = "."
     if not splits:
-        classes = walk.classes_below(root, "", None)
+        walk.classes_below(root, "", None)
+    elif "train" not in splits:
+        raise DataError(f"{root} has {', '.join(n + '/' for names in splits.values() for n in names)} but no "
+                        "train/ folder. Add train/ with one sub-folder per class, or put the class folders "
+                        "directly in the folder (a split is then planned).")
     else:
-        if "train" not in splits:
-            raise DataError(f"{root} has {', '.join(n + '/' for names in splits.values() for n in names)} but no "
-                            "train/ folder. Add train/ with one sub-folder per class, or put the class folders "
-                            "directly in the folder (a split is then planned).")
-        classes = set()
         for kind, row, path in walk.entries(root, ""):
-            split = SPLIT_FOLDERS.get(path.name.casefold()) if kind == "dir" else None
+            split = SPLIT_FOLDERS.get(path.name.casefold()) if kind != "file" else None
             if split is None:
                 data.skipped.append((row, "outside train/, val/ and test/: not read"))
-            elif walk.first_visit(path, row):
-                classes |= walk.classes_below(path, row, split)
-    data.classes = sorted(classes)
+            else:
+                walk.visit(path, row, functools.partial(walk.classes_below, path, row, split), kind == "link")
+    walk.finish()
     _require_classes(root, data)
     return data
 

@@ -3,7 +3,9 @@ split, seeded and stratified by label, so no text is in two splits.
 
 Before splitting, each group is reduced to what training should see: one row per group (the first), under
 the group's most frequent label; a group whose labels tie is dropped (:mod:`torchwork.data.audit` reports
-both as ``duplicate`` and ``conflicting-labels``). Rows too short to mean anything are dropped too.
+both as ``duplicate`` and ``conflicting-labels``). Rows too short to mean anything are dropped too. A class
+of 2 groups or more gets at least one test group, of 3 or more a validation group too, so that each class
+the model learns is scored.
 
 Example:
     >>> from torchwork.data.splits import grouped_split
@@ -52,7 +54,8 @@ class SplitPlan:
     def digest(self, name: str) -> str:
         """A hash of split ``name``'s rows and labels: the same file, seed and settings give the same one."""
         joined = "\n".join(f"{i}\t{self.labels[i]}" for i in self.indices[name])
-        return hashlib.sha256(joined.encode()).hexdigest()
+        # A label from a file name that is not UTF-8 (a Windows zip) holds surrogates: hashed as its bytes.
+        return hashlib.sha256(joined.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def training_rows(texts: Sequence[str], labels: Sequence[str]) -> tuple[list[int], list[str], dict[str, int]]:
@@ -93,9 +96,27 @@ def _check_fractions(fractions: object) -> tuple[float, float, float]:
                       "(0.8, 0.1, 0.1).")
 
 
+def _class_counts(n: int, fractions: tuple[float, float, float]) -> tuple[int, int]:
+    """``(validation, test)`` rows of a class of ``n`` rows: ``fractions`` of it, rounded, and at least one for
+    each split with a share while one row is left for training, test first. So a class of 2 rows gets a test
+    row, one of 3 or more a validation row too, and a class of 1 trains only.
+
+    Example:
+        >>> [_class_counts(n, (0.8, 0.1, 0.1)) for n in (1, 2, 3, 5, 15)]
+        [(0, 0), (0, 1), (1, 1), (1, 1), (2, 2)]
+    """
+    n_val, n_test = round(n * fractions[1]), round(n * fractions[2])
+    if n_test == 0 and fractions[2] > 0 and n - n_val > 1:
+        n_test = 1
+    if n_val == 0 and fractions[1] > 0 and n - n_test > 1:
+        n_val = 1
+    return n_val, n_test
+
+
 def stratified_split(labels: Sequence[int] | np.ndarray, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
                      seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Row indices of train / validation / test: each class is split in ``fractions``, seeded.
+    """Row indices of train / validation / test: each class is split in ``fractions``, seeded; a small class
+    still gets a test row (2 rows or more) and a validation row (3 or more): see :func:`_class_counts`.
 
     Example:
         >>> train, val, test = stratified_split([0] * 10 + [1] * 20, seed=0)
@@ -109,7 +130,7 @@ def stratified_split(labels: Sequence[int] | np.ndarray, fractions: tuple[float,
     parts: list[list[np.ndarray]] = [[], [], []]
     for label in np.unique(label_array):
         rows = rng.permutation(np.flatnonzero(label_array == label))
-        n_val, n_test = round(len(rows) * fractions[1]), round(len(rows) * fractions[2])
+        n_val, n_test = _class_counts(len(rows), fractions)
         parts[0].append(rows[n_val + n_test:])
         parts[1].append(rows[:n_val])
         parts[2].append(rows[n_val:n_val + n_test])

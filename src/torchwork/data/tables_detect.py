@@ -107,10 +107,13 @@ def _size(n: int) -> str:
 
 
 def file_format(path: Path) -> str:
-    """``csv``, ``tsv``, ``txt`` (delimited text), ``jsonl`` or ``parquet``, from the file's extension."""
+    """``csv``, ``tsv``, ``txt`` (delimited text), ``jsonl`` or ``parquet``, from the file's extension; a
+    DataError for another extension, or for a path without a known one that does not exist."""
     suffix = path.suffix.lower()
     if suffix in FORMATS:
         return FORMATS[suffix]
+    if not os.path.lexists(path):  # a mistyped folder is no file of the wrong kind
+        raise DataError(f"{path}: no such file or folder. Check the path (relative paths start at {Path.cwd()}).")
     hints = {".json": " Write one JSON object per line and name it .jsonl.",
              ".xlsx": " Save the sheet as CSV.", ".xls": " Save the sheet as CSV."}
     raise DataError(f"{path}: torchwork reads labelled text from {', '.join(sorted(FORMATS))} files, not "

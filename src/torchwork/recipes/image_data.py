@@ -113,10 +113,9 @@ def load_image_folder(folder: str | os.PathLike[str], *, size: int = 64, seed: i
                         + " | ".join(errors))
     classes = sorted(set(audited.plan.labels[j] for part in audited.plan.indices.values() for j in part))
     empty = [name for name in ("train", "validation", "test") if not audited.plan.indices[name]]
-    if empty:
-        raise DataError(f"{folder}: the {' and '.join(empty)} split(s) hold no image; add images (a test/ folder "
-                        "with one sub-folder per class), or put the class folders directly in the folder so that "
-                        "the splits are planned.")
+    if empty:  # the report's empty-split error stops first: this guards the splits fit_images needs
+        raise DataError(f"{folder}: the {' and '.join(empty)} split(s) hold no image; see the data report's "
+                        "empty-split finding for what to add.")
     splits = {}
     for name in ("train", "validation", "test"):
         paths, rows, labels = audited.split_paths(data, name)
