@@ -92,14 +92,33 @@ def test_the_terminal_report_prints_the_columns_guessed_and_each_finding(tmp_pat
     assert "split train: " in out
 
 
-@pytest.mark.parametrize(("rows", "message"), [
-    ([("good", "fresh"), ("bad", "fresh"), ("fine", "fresh")], "a classifier needs at least 2 classes"),
-    ([("good", "fresh"), ("bad", "fresh"), ("fine", "rotten")], "have 1 row each"),
-])
-def test_data_no_classifier_can_learn_is_refused_in_one_line(tmp_path, capsys, rows, message) -> None:
+def test_data_no_classifier_can_learn_is_refused_in_one_line(tmp_path, capsys) -> None:
+    rows = [("good", "fresh"), ("bad", "fresh"), ("fine", "fresh")]
     code = main(["data", "check", str(_write(tmp_path / "tiny.csv", rows)), "--label", "verdict"])
     err = capsys.readouterr().err
-    assert code == 2 and message in err and len(err.strip().splitlines()) == 1 and "tiny.csv" in err
+    assert code == 2 and "a classifier needs at least 2 classes" in err and len(err.strip().splitlines()) == 1
+    assert "tiny.csv" in err
+
+
+def test_a_class_of_one_row_is_a_finding_of_the_report_not_a_refusal_before_it(tmp_path, reviews, capsys) -> None:
+    """It was a one-line refusal before the report: `--json` printed nothing, against the docs' rare-class
+    error finding and exit code 1."""
+    rows = reviews[:300] + [(reviews[300][0], "meh")]
+    assert main(["data", "check", str(_write(tmp_path / "one.csv", rows)), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    found = {f["kind"]: f for f in report["findings"]}
+    assert found["rare-class"]["severity"] == found["class-not-in-test"]["severity"] == "error"
+    assert found["class-not-in-test"]["examples"][0]["class"] == "meh"
+    assert report["splits"]["train"]["classes"]["meh"] == 1
+
+
+def test_splits_a_fit_cannot_score_on_are_errors_of_the_text_report(tmp_path, capsys) -> None:
+    """Two distinct texts (their copies count once) left nothing to validate or test on: data check said
+    0 errors and exited 0, and fit crashed in scikit-learn ("0 sample(s)")."""
+    rows = [("great movie loved it", "fresh"), ("terrible film hated it", "rotten")] * 20
+    assert main(["data", "check", str(_write(tmp_path / "two.csv", rows)), "--label", "verdict"]) == 1
+    out = capsys.readouterr().out
+    assert "error   empty-split" in out and "the validation and test split(s) hold no row" in out
 
 
 def test_the_command_runs_as_users_run_it_without_importing_torch(tmp_path, reviews) -> None:

@@ -161,6 +161,24 @@ def test_a_transformer_is_served_only_beyond_the_baseline_noise(transformer_righ
         assert chosen["against_baseline"]["beats"] and "instead_of" not in chosen["against_baseline"]
 
 
+def test_a_served_model_worse_than_the_baseline_beyond_the_noise_is_said_to_be() -> None:
+    """An n-gram model at 0.48 against TF-IDF's 0.70, interval -0.34 to -0.11, was "not beyond the noise"."""
+    from torchwork.recipes.fit_choice import choose_served
+
+    labels = [i % 2 for i in range(400)]
+    baseline = [label if i < 360 else 1 - label for i, label in enumerate(labels)]  # right on 360 rows
+    said: list[str] = []
+    chosen = choose_served(_served("ngram", 250), lambda: _served("ngram", 250), baseline, labels, ["a", "b"], 0,
+                           said.append)
+    assert chosen["against_baseline"]["reason"].endswith(": worse than the baseline beyond the noise")
+    assert any(line.startswith("warning: the served ngram model scores below the TF-IDF baseline") for line in said)
+    right = [i < 350 or 360 <= i < 370 for i in range(400)]  # as many right as the baseline, 10 rows apart
+    even = {"name": "ngram", "test_probabilities": [[0.9, 0.1] if (i % 2 == 0) == r else [0.1, 0.9]
+                                                    for i, r in enumerate(right)]}
+    near = choose_served(even, lambda: even, baseline, labels, ["a", "b"], 0, said.append)
+    assert near["against_baseline"]["reason"].endswith(": not beyond the noise")
+
+
 def _edited(rows: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """``rows`` with one label corrected: the same size and vocabulary, other data."""
     text, label = rows[7]

@@ -75,6 +75,7 @@ import numpy as np
 from torchwork.data.findings import DataReport, Finding, example, finding
 from torchwork.data.image_decode import MAX_IMAGE_BYTES, bomb_detail, eight_bit, pillow_detail
 from torchwork.data.image_folder import ImageFolderData
+from torchwork.data.split_findings import Layout, split_classes, split_findings
 from torchwork.data.tables_detect import MAX_READ_BYTES, read_regular_file
 from torchwork.errors import ConfigError, DataError
 from torchwork.finite import check_count
@@ -548,65 +549,22 @@ def _plan(audit: _Audit, seed: int) -> Any:
     return given_split(keys, labels, [audit.split(i) for i in readable], seed=seed)
 
 
-def _empty_splits(audit: _Audit, plan: Any) -> Finding | None:
-    """``empty-split``: a validation or test split without an image, which training cannot go on without."""
-    empty = [name for name in SPLIT_ORDER if not plan.indices[name]]
-    if not empty:
-        return None
-    if audit.data.splits is None:
-        fix = ("give each class at least 3 images (copies count once): torchwork then puts one or more of each in "
-               "the validation and the test split")
-    else:
-        fix = ("add a test/ folder with one sub-folder per class (and val/ likewise, or let torchwork take the "
-               "validation images from train/), or move the class folders directly into the folder, without "
-               "train/, so that torchwork plans every split")
-    return finding("empty-split", "error", len(empty), [{"split": name} for name in empty], fix,
-                   f"the {' and '.join(empty)} split(s) hold no image: fit cannot choose or score a model")
-
-
-def _split_classes(plan: Any) -> dict[str, set[str]]:
-    """``{class: the splits that hold its images}`` after duplicates and ties are dropped."""
-    found: dict[str, set[str]] = defaultdict(set)
-    for name, part in plan.indices.items():
-        for j in part:
-            found[plan.labels[j]].add(name)
-    return found
-
-
-# Per evaluation split: the finding's kind and severity, the least images a class needs for a planned split to
-# give it one, the split folder to add, and why a class without one matters.
-_UNSCORED = {
-    "test": ("class-not-in-test", "error", 2, "test/", "the model learns them but the test scores cannot measure "
-             "them (each would count as F1 0 in the macro-F1 that chooses the served model)"),
-    "validation": ("class-not-in-validation", "warning", 3, "val/", "early stopping and the best checkpoint are "
-                   "chosen without them"),
-}
-
-
-def _unscored_classes(audit: _Audit, plan: Any) -> list[Finding | None]:
-    """``class-not-in-test`` (error) and ``class-not-in-validation`` (warning): trained classes that a split
-    holding other classes' images holds none of (an empty split is ``empty-split``)."""
-    found = _split_classes(plan)
-    train_counts = Counter(plan.labels[j] for j in plan.indices["train"])
-    out: list[Finding | None] = []
-    for split, (kind, severity, least, folder, why) in _UNSCORED.items():
-        missing = sorted(c for c, splits in found.items() if "train" in splits and split not in splits)
-        if not missing or not plan.indices[split]:
-            continue
-        fix = (f"give each class at least {least} images (copies count once) so that torchwork puts one in the "
-               f"{split} split, or remove the class folder" if audit.data.splits is None
-               else f"add {split} images of these classes ({folder}<class>/), or remove their folders")
-        out.append(finding(kind, severity, len(missing), [{"class": c, "train_images": train_counts[c]}
-                                                          for c in missing], fix,
-                           f"{len(missing)} class(es) have no {split} image: {why}: "
-                           + ", ".join(repr(c) for c in missing[:10])))
-    return out
+def _unscored(audit: _Audit, plan: Any) -> list[Finding]:
+    """``empty-split``, ``class-not-in-test`` and ``class-not-in-validation``
+    (:mod:`torchwork.data.split_findings`), worded for an image folder."""
+    given = audit.data.splits is not None
+    empty_fix = ("add a test/ folder with one sub-folder per class (and val/ likewise, or let torchwork take the "
+                 "validation images from train/), or move the class folders directly into the folder, without "
+                 "train/, so that torchwork plans every split") if given else ""
+    add = {split: f"add {split} images of these classes ({folder}<class>/), or remove their folders"
+           for split, folder in (("test", "test/"), ("validation", "val/"))}
+    return split_findings(plan, Layout("image", planned=not given, add=add, empty_fix=empty_fix))
 
 
 def _lost_classes(audit: _Audit, plan: Any) -> Finding | None:
     """``class-left-out`` (warning): classes whose every readable image is a copy of another class's image
     whose classes tie, so that no image is left to learn them from."""
-    kept = set(_split_classes(plan))
+    kept = set(split_classes(plan))
     lost = sorted({audit.data.labels[i] for i in audit.readable} - kept)
     if not lost:
         return None
@@ -682,6 +640,6 @@ def audit_and_plan(data: ImageFolderData, *, seed: int = 0, max_bytes: int = MAX
         *class_findings(labels, unit="images"),
     ]
     plan = _plan(audit, seed)
-    found += [_empty_splits(audit, plan), *_unscored_classes(audit, plan), _lost_classes(audit, plan)]
+    found += [*_unscored(audit, plan), _lost_classes(audit, plan)]
     return AuditedImages(DataReport([f for f in found if f is not None], plan.counts(), _source(audit, plan)), plan,
                          audit.readable)

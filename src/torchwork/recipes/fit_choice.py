@@ -32,7 +32,8 @@ def against_baseline(probabilities: Any, baseline_predictions: Any, labels: Sequ
 
 def _words(name: str, comparison: dict[str, Any]) -> str:
     difference = comparison["difference"]
-    verdict = "beats it beyond the noise" if comparison["beats"] else "not beyond the noise"
+    verdict = ("beats it beyond the noise" if comparison["beats"] else
+               "worse than the baseline beyond the noise" if difference["high"] < 0 else "not beyond the noise")
     return (f"the {name} model's test macro-F1 {comparison['a']['macro_f1']:.4f} against the baseline's "
             f"{comparison['b']['macro_f1']:.4f}: {difference['value']:+.4f} (95% interval {difference['low']:+.4f} "
             f"to {difference['high']:+.4f}): {verdict}")
@@ -53,6 +54,10 @@ def choose_served(served: dict[str, Any], served_ngram: Callable[[], dict[str, A
         comparison = against_baseline(served["test_probabilities"], baseline_predictions, labels, classes, seed)
         comparison["instead_of"] = {"model": "transformer", **rejected}
         say(_words("ngram", comparison))
+    if comparison["difference"]["high"] < 0:  # served all the same: TF-IDF's scikit-learn pipeline is no artifact
+        say(f"warning: the served {served['name']} model scores below the TF-IDF baseline beyond the noise on this "
+            "data (the baseline's scikit-learn pipeline is not exported): see the report's learning curves; more "
+            "epochs (--set epochs=N) or more rows may help.")
     comparison["reason"] = _words(served["name"], comparison)
     served["against_baseline"] = comparison
     return served

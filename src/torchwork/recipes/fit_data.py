@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from torchwork.data.findings import DataReport
+from torchwork.data.split_findings import Layout, split_findings
 from torchwork.data.splits import SplitPlan, given_split, grouped_split
 from torchwork.data.tables import TextTable, describe_table, read_text_table
 from torchwork.errors import DataError
@@ -74,15 +75,12 @@ def _combined(table: TextTable, test_table: TextTable | None, merged: dict[str, 
 
 
 def check_classes(labels: Sequence[str], path: os.PathLike[str] | str) -> None:
-    """A DataError, before any work, for data no classifier can be trained and tested on."""
+    """A DataError, before any work, for data no classifier can be trained on: one class. (A class of one row
+    is the report's ``rare-class`` and ``class-not-in-test`` errors: ``data check`` shows the whole report.)"""
     counts = Counter(labels)
     if len(counts) < 2:
         raise DataError(f"{path}: every row has the label {next(iter(counts))!r}; a classifier needs at least "
                         "2 classes. Check the label column (--label COL).")
-    single = sorted(label for label, n in counts.items() if n < 2)
-    if single:
-        raise DataError(f"{path}: the class(es) {single[:5]} have 1 row each; a class needs rows in both "
-                        "training and test. Add rows, merge the class into another, or remove its row.")
 
 
 def _model_lengths(texts: Sequence[str], model_folder: Any, say: Callable[[str], Any]) -> tuple[list[int] | None,
@@ -139,12 +137,24 @@ def load_fit_data(data: str | os.PathLike[str], *, text: str | None = None, labe
     plan = (given_split(texts, labels, splits, drop_leaked=drop_leaked, seed=seed) if splits is not None
             else grouped_split(texts, labels, seed=seed))
     report.splits = plan.counts()
+    report.findings += split_findings(plan, _layout(splits is not None, test_table is not None))
     report.source = _source(table, test_table, plan, max_length or suggested)
     report.source["suggested_max_length"] = suggested
     report.source["max_length_from"] = "transformer_max_length" if max_length else "the texts' 95th percentile"
     report.source["merged_labels"] = merged
     report.source["drop_leaked"] = drop_leaked  # the leaked rows are then out of the later split's counts
     return FitData(table, test_table, texts, labels, rows, report, plan, max_length, seed)
+
+
+def _layout(given: bool, test_file: bool) -> Layout:
+    """How the rows are split, for the split findings' words: planned by torchwork, or the file's split
+    column and test file."""
+    where = "--test FILE" if test_file else "the split column"
+    add = {split: f"add {split} rows of these classes ({where}), or remove their rows"
+           for split in ("test", "validation")}
+    return Layout("row", planned=not given, add=add,
+                  empty_fix=f"give the split rows ({where}), or leave the splits to torchwork: drop the split "
+                            "column and --test" if given else "")
 
 
 def _file_source(table: TextTable) -> dict[str, Any]:
