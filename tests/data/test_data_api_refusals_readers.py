@@ -156,7 +156,7 @@ def test_read_image_folder_refuses_a_bad_limit_before_the_folder(tmp_path, setti
 def test_audit_images_refuses_a_bad_setting_before_reading_an_image(monkeypatch, image_folder, settings,
                                                                     message) -> None:
     data = D.read_image_folder(image_folder)
-    monkeypatch.setattr("torchwork.data.image_audit.read_regular_file", _never)
+    monkeypatch.setattr("torchwork.data.image_facts.read_regular_file", _never)
     with pytest.raises(ConfigError, match=rf"^{message}"):
         D.audit_images(data, **settings)
     if "max_bytes" in settings or "max_pixels" in settings:

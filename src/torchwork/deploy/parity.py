@@ -208,3 +208,36 @@ def check_variant(run: Callable[[Sequence[Any]], list[Any]], probes: Sequence[Pr
     if not checked:
         problems.append("eager rejected every probe, so nothing could be compared.")
     return {"ok": not problems, "probes": results, "problems": problems}
+
+
+def non_finite_rows(outputs: Sequence[Any]) -> int:
+    """How many rows of the outputs (tensors, rows first) hold a NaN or nothing finite at all; an infinity
+    beside finite values is left alone (a masked logit of -inf is an answer, not a broken model)."""
+    import torch
+
+    bad = None
+    for output in outputs:
+        if isinstance(output, torch.Tensor) and output.is_floating_point() and output.ndim >= 1:
+            flat = output.reshape(output.shape[0], -1)
+            rows = torch.isnan(flat).any(dim=1) | ~torch.isfinite(flat).any(dim=1)
+            bad = rows if bad is None else bad | rows
+    return 0 if bad is None else int(bad.sum())
+
+
+def within_tolerance(row: dict[str, Any], reference: dict[str, Any], found: dict[str, Any],
+                      tolerance: float) -> dict[str, Any]:
+    """Quantized variants: judged on accuracy (or top-1 agreement), not on elementwise closeness."""
+    if found.get("problem") and not str(found["problem"]).startswith("outputs differ"):
+        return {"ok": False, "problem": found.get("problem"), "within_tolerance": False}
+    if "accuracy" in row and "accuracy" in reference:
+        drop = reference["accuracy"] - row["accuracy"]
+        ok = drop <= tolerance + 1e-9  # 0.59 - 0.58 is 0.010000000000000009: one row in 100 is within 0.01
+        problem = None if ok else f"accuracy {row['accuracy']:.4f} vs {reference['accuracy']:.4f} (drop {drop:.4f} > " \
+                                  f"tolerance {tolerance:g})"
+    elif found.get("top1_agreement") is not None:
+        ok = found["top1_agreement"] >= 1 - tolerance - 1e-9
+        problem = None if ok else f"top-1 agreement {found['top1_agreement']:.4f} < {1 - tolerance:g}"
+    else:
+        ok = found["max_rel"] is not None and found["max_rel"] <= tolerance
+        problem = None if ok else f"max relative diff {found['max_rel']:.3g} > tolerance {tolerance:g}"
+    return {"ok": ok, "problem": problem, "within_tolerance": ok}

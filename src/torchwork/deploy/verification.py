@@ -40,7 +40,15 @@ from torchwork.deploy.choice import MIN_PARITY_ROWS, MIN_TIMING_ROUNDS, choose_v
 from torchwork.deploy.contents import load_examples, load_preprocess, load_samples, weights_of
 from torchwork.deploy.loaded import variant_runner
 from torchwork.deploy.manifest import Manifest, read_manifest, variant_format
-from torchwork.deploy.parity import DEFAULT_ATOL, DEFAULT_RTOL, check_tolerances, compare, first_line
+from torchwork.deploy.parity import (
+    DEFAULT_ATOL,
+    DEFAULT_RTOL,
+    check_tolerances,
+    compare,
+    first_line,
+    non_finite_rows,
+    within_tolerance,
+)
 from torchwork.deploy.parity_inputs import OrderedRows, length_ordered, run_ordered
 from torchwork.deploy.runtime import CHUNK, Runner, load_pt2, run_in_chunks, torch_runner
 from torchwork.deploy.tensors import as_input_tuple, check_inputs
@@ -390,20 +398,6 @@ def _in_turn(run: Runner, inputs: Sequence[tuple[Any, ...]]) -> Callable[[], Any
     return lambda: run(next(position))
 
 
-def _non_finite_rows(outputs: Sequence[Any]) -> int:
-    """How many rows of the outputs (tensors, rows first) hold a NaN or nothing finite at all; an infinity
-    beside finite values is left alone (a masked logit of -inf is an answer, not a broken model)."""
-    import torch
-
-    bad = None
-    for output in outputs:
-        if isinstance(output, torch.Tensor) and output.is_floating_point() and output.ndim >= 1:
-            flat = output.reshape(output.shape[0], -1)
-            rows = torch.isnan(flat).any(dim=1) | ~torch.isfinite(flat).any(dim=1)
-            bad = rows if bad is None else bad | rows
-    return 0 if bad is None else int(bad.sum())
-
-
 def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[Any, ...], targets: Any,
              atol: float, rtol: float, tolerance: float, rounds: int, static_batch: int | None,
              ordered: OrderedRows | None = None,
@@ -455,8 +449,8 @@ def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[An
         if kinds[name] in ("exact", "reference", "compiled"):
             row.update(ok=found["ok"], problem=found.get("problem"))
         else:
-            row.update(_within_tolerance(row, rows[reference_name], found, tolerance))
-        if name == reference_name and (broken := _non_finite_rows(reference)):
+            row.update(within_tolerance(row, rows[reference_name], found, tolerance))
+        if name == reference_name and (broken := non_finite_rows(reference)):
             # every variant agrees with NaN exactly: parity alone called a diverged model verified
             row.update(ok=False, problem=f"the model's own outputs are not finite on {broken} of "
                                          f"{int(inputs[0].shape[0])} held-out rows: the model is broken (did its "
@@ -526,25 +520,6 @@ def _checked_reference(run: Runner, given: list[Any], inputs: tuple[Any, ...], o
                           "its outputs on these very inputs, in their order, or leave reference_outputs out.")
     progress.rows(int(given[0].shape[0]))
     return given
-
-
-def _within_tolerance(row: dict[str, Any], reference: dict[str, Any], found: dict[str, Any],
-                      tolerance: float) -> dict[str, Any]:
-    """Quantized variants: judged on accuracy (or top-1 agreement), not on elementwise closeness."""
-    if found.get("problem") and not str(found["problem"]).startswith("outputs differ"):
-        return {"ok": False, "problem": found.get("problem"), "within_tolerance": False}
-    if "accuracy" in row and "accuracy" in reference:
-        drop = reference["accuracy"] - row["accuracy"]
-        ok = drop <= tolerance + 1e-9  # 0.59 - 0.58 is 0.010000000000000009: one row in 100 is within 0.01
-        problem = None if ok else f"accuracy {row['accuracy']:.4f} vs {reference['accuracy']:.4f} (drop {drop:.4f} > " \
-                                  f"tolerance {tolerance:g})"
-    elif found.get("top1_agreement") is not None:
-        ok = found["top1_agreement"] >= 1 - tolerance - 1e-9
-        problem = None if ok else f"top-1 agreement {found['top1_agreement']:.4f} < {1 - tolerance:g}"
-    else:
-        ok = found["max_rel"] is not None and found["max_rel"] <= tolerance
-        problem = None if ok else f"max relative diff {found['max_rel']:.3g} > tolerance {tolerance:g}"
-    return {"ok": ok, "problem": problem, "within_tolerance": ok}
 
 
 def format_report(report: dict[str, Any]) -> str:
