@@ -219,3 +219,18 @@ def test_the_printed_report_shows_rows_only_for_findings_that_have_them() -> Non
     assert any(line.startswith("warning duplicate") for line in lines)
     assert any("row 2:" in line for line in lines)  # the duplicate's example
     assert not any("row None" in line for line in lines)  # rare-class and imbalance examples are class counts
+
+
+def test_texts_with_no_shared_word_are_a_report_not_a_traceback() -> None:
+    """A guessed text column of 'x' on every row (the real one mostly empty) ended data check in scikit-learn's
+    "empty vocabulary" traceback; the report now says what is wrong."""
+    from torchwork.data.audit import audit_texts
+    from torchwork.data.label_noise import label_noise_scan, out_of_fold_probabilities
+    from torchwork.errors import DataError
+
+    texts, labels = ["x"] * 40, ["fresh", "rotten"] * 20
+    with pytest.raises(DataError, match="no word appears in two of the texts"):
+        out_of_fold_probabilities(texts, labels)
+    assert label_noise_scan(texts, labels) == ([], None)
+    report = audit_texts(texts, labels)
+    assert report.of_kind("empty-text").count == 40 and report.of_kind("label-noise") is None

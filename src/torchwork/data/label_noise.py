@@ -35,7 +35,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from torchwork.errors import ConfigError
+from torchwork.errors import ConfigError, DataError
 from torchwork.finite import check_count
 from torchwork.seeding import check_seed
 
@@ -84,8 +84,12 @@ def out_of_fold_probabilities(texts: Sequence[str], labels: Sequence[str], *, fo
     y = np.array([classes.index(label) for label in labels])
     smallest = int(np.bincount(y).min())
     folds = max(2, min(folds, smallest))
-    features = TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True, max_features=200_000,
-                               dtype=np.float32).fit_transform(texts)
+    try:
+        features = TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True, max_features=200_000,
+                                   dtype=np.float32).fit_transform(texts)
+    except ValueError:  # scikit-learn's "empty vocabulary" / "no terms remain": a traceback before
+        raise DataError("no word appears in two of the texts (empty, one character, or all different): there "
+                        "is nothing to cross-validate a baseline on. Is it the text column? (--text COL)") from None
     probabilities = np.zeros((len(y), len(classes)), dtype=np.float64)
     # One BLAS thread: lbfgs makes many small calls, which two threads slow down (all 38k tweets: 50-62 s on 2
     # threads against 18.6 s on one, measured on this 2-core machine).
@@ -114,7 +118,10 @@ def label_noise_scan(texts: Sequence[str], labels: Sequence[str], *, folds: int 
     _check_settings(texts, labels, folds, seed)
     if not cross_validatable(labels):
         return [], None
-    probabilities, classes = out_of_fold_probabilities(texts, labels, folds=folds, seed=seed)
+    try:
+        probabilities, classes = out_of_fold_probabilities(texts, labels, folds=folds, seed=seed)
+    except DataError:  # no shared word: the report's empty-text and empty-split findings say what is wrong
+        return [], None
     return (candidates_from_probabilities(probabilities, classes, labels),
             baseline_agreement(probabilities, classes, labels))
 
