@@ -17,10 +17,11 @@ Example (``torchwork data check`` of a small file):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from torchwork.errors import ConfigError
@@ -38,12 +39,29 @@ def cli_digits(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _stopped_cleanly() -> Iterator[None]:
+    """A SIGTERM (``timeout``, a CI cancel, ``docker stop``) ends the run as Ctrl-C does: the export's temporary
+    folder is removed on the way out (the default ended the process at once and left it in the run folder)."""
+    from torchwork.termination import TERMINATED, sigterm_as_exit
+
+    with sigterm_as_exit():
+        try:
+            yield
+        except SystemExit as stop:
+            if stop.code == TERMINATED:
+                print("torchwork: terminated (SIGTERM); nothing half-written was left. `torchwork resume RUN` goes "
+                      "on from the run's last checkpoint.", file=sys.stderr)
+            raise
+
+
 def cli_quickstart(args: argparse.Namespace) -> int:
     """``torchwork quickstart [--recipe NAME] [--serve] [--quick] [--set key=value ...]``."""
     from torchwork.recipes.registry import quickstart_config, run_recipe
 
     name, config = quickstart_config(args.recipe, args.set or [], args.quick)
-    run_recipe(name, config, serve=args.serve)
+    with _stopped_cleanly():
+        run_recipe(name, config, serve=args.serve)
     return 0
 
 
@@ -64,7 +82,8 @@ def cli_train(args: argparse.Namespace) -> int:
         command = torchrun_command("-m", ["torchwork.cli", *script_args], args.nproc, args.nnodes,
                                    args.node_rank, args.master_addr, args.master_port)
         return subprocess.run(command).returncode
-    run_recipe(name, config)
+    with _stopped_cleanly():
+        run_recipe(name, config)
     return 0
 
 
@@ -126,7 +145,8 @@ def cli_fit(args: argparse.Namespace) -> int:
     from torchwork.recipes.registry import resolve, run_recipe
 
     name, config = resolve("sentiment", fit_settings(args))
-    summary = run_recipe(name, config, serve=args.serve, budget=budget)
+    with _stopped_cleanly():
+        summary = run_recipe(name, config, serve=args.serve, budget=budget)
     if args.json:
         print(json.dumps(summary, indent=2))
     return 0
@@ -175,7 +195,9 @@ def _fit_images(args: argparse.Namespace) -> int:
     """``torchwork fit PHOTOS/ [--quick] [--serve] [--set key=value ...] [--json]``."""
     from torchwork.recipes.fit_images import run
 
-    summary = run(image_fit_config(args), serve=getattr(args, "serve", False))
+    config = image_fit_config(args)
+    with _stopped_cleanly():
+        summary = run(config, serve=getattr(args, "serve", False))
     if getattr(args, "json", False):
         print(json.dumps(summary, indent=2, default=str))
     return 0

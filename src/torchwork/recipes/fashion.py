@@ -33,6 +33,7 @@ from torchwork.recipes.config import (
     check_settings,
     compile_choice,
 )
+from torchwork.recipes.serve_demo import serve_command
 from torchwork.threads import MAX_THREADS
 
 
@@ -203,7 +204,7 @@ def run(config: FashionConfig, serve: bool = False) -> dict[str, Any]:
     html.write(run_path / "report.html")
     write_json(run_path / "summary.json", summary)
     say(f"\nreport:  {run_path / 'report.html'}")
-    say(f"serve it: torchwork serve {artifact}")
+    say(f"serve it: {serve_command(artifact)}")
     return summary
 
 

@@ -39,6 +39,7 @@ from torchwork.recipes.config import (
     check_quantize_formats,
     check_settings,
 )
+from torchwork.recipes.serve_demo import serve_command
 from torchwork.threads import MAX_THREADS
 
 # Past these the decoded splits (uint8, image_size**2 * 3 bytes an image, held in memory) and the networks'
@@ -261,7 +262,7 @@ def run(config: ImageFitConfig, serve: bool = False) -> dict[str, Any]:
     write_image_report(run_path / "report.html", data, baseline, finetuned, served, exported, summary)
     write_json(run_path / "summary.json", summary)
     say(f"\nreport:   {run_path / 'report.html'}")
-    say(f"serve it: torchwork serve {exported['artifact']}")
+    say(f"serve it: {serve_command(exported['artifact'])}")
     if serve:
         from torchwork.recipes.image_report import serve_and_show
 

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from torchwork.recipes.serve_demo import serve_command
+
 
 def thumbnail_png(image: np.ndarray, scale: int = 1, side: int = 64) -> bytes:
     """A small PNG of a ``(h, w, 3)`` uint8 image: at most ``side`` pixels a side, or ``scale`` times as large."""
@@ -68,7 +70,7 @@ def summary_of(config: Any, data: Any, baseline: dict[str, Any], finetuned: dict
                  "macro_f1_interval": [comparison["a"]["low"], comparison["a"]["high"]]},
         "deploy_variant": exported["deploy"], "deploy_choices": exported["choices"],
         "artifact": str(exported["artifact"]), "report": str(run_path / "report.html"),
-        "serve_command": f"torchwork serve {exported['artifact']}", "config": dataclasses.asdict(config),
+        "serve_command": serve_command(exported["artifact"]), "config": dataclasses.asdict(config),
         "seconds": round(seconds, 1)}
 
 

@@ -36,6 +36,7 @@ from torchwork.recipes.config import (
     compile_choice,
 )
 from torchwork.recipes.sentiment_shared import choose_precision, precision_words, stratified_subset
+from torchwork.recipes.serve_demo import serve_command
 from torchwork.recipes.transformer_settings import TransformerSettings, validate_settings
 from torchwork.recipes.transformer_strategy import STRATEGIES
 from torchwork.runs.best_record import read_best_record
@@ -415,7 +416,7 @@ def run(config: SentimentConfig, serve: bool = False, budget: Any = None) -> dic
 
         serve_and_ask(artifact, list(test.texts[:3]) if own_data else DEMO_TWEETS)
     say(f"\nreport:  {run_path / 'report.html'}\nsummary: {run_path / 'summary.json'}\n"
-        f"serve it: torchwork serve {artifact}")
+        f"serve it: {serve_command(artifact)}")
     return summary
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from torchwork.recipes.serve_demo import serve_command
 from torchwork.report.html import Report
 from torchwork.report.plots import curves_png, grouped_bars_png
 
@@ -96,7 +97,7 @@ def write_report(path: Path, *, history: list[dict[str, Any]], metrics: dict[str
         report.table(None, ["variant", "kind", "accuracy", "top-1 agreement", "max abs diff", "latency b1 (ms)",
                             "latency (x)", "throughput b64 (/s)", "throughput (x)", "spread", "size", "choice"],
                      rows)
-        report.paragraph(f"Artifact: {artifact}. Serve it with: torchwork serve {artifact}")
+        report.paragraph(f"Artifact: {artifact}. Serve it with: {serve_command(artifact)}")
 
     if summary.get("time_budget"):  # torchwork fit --time-budget
         from torchwork.recipes.fit_budget import budget_section

@@ -181,3 +181,16 @@ def format_answer(answer: dict[str, Any], width: int = 60) -> str:
         return f"  {json.dumps(answer.get('output'))[:40]:<40}  {text!r}"
     probabilities = " ".join(f"{k} {v:.3f}" for k, v in answer["probabilities"].items())
     return f"  {answer['label']:<10} ({probabilities})  {text!r}"
+
+
+def serve_command(artifact: str | os.PathLike[str]) -> str:
+    """The command line that serves ``artifact``, quoted for a shell (a run_dir with a space broke the pasted
+    line: ``torchwork serve my runs/...`` read two artifacts).
+
+    Example:
+        >>> serve_command("my runs/fit/artifact")
+        "torchwork serve 'my runs/fit/artifact'"
+    """
+    import shlex
+
+    return f"torchwork serve {shlex.quote(str(artifact))}"
