@@ -131,3 +131,16 @@ def test_the_command_runs_as_users_run_it_without_importing_torch(tmp_path, revi
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time")}
     assert "tokenizers" in imported and "sklearn" in imported  # the token counts and the label-noise baseline
     assert not imported & {"torch", "transformers"}  # 1.5 s and 1.3 s of CPU a start on a 2-core machine
+
+
+def test_a_test_file_beside_a_split_column_with_test_rows_is_refused(tmp_path, reviews, capsys) -> None:
+    """The file's own 200 test rows and the --test file's 200 were merged into one test split of 400, unsaid."""
+    main_file = tmp_path / "split.csv"
+    with open(main_file, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(("review", "verdict", "split"))
+        writer.writerows((text, label, "test" if i >= 1000 else "train") for i, (text, label) in enumerate(reviews[:1200]))
+    test = _write(tmp_path / "other.csv", reviews[1200:1400])
+    assert main(["data", "check", str(main_file), "--test", str(test)]) == 2
+    err = capsys.readouterr().err
+    assert "has test rows of its own (200, split column 'split') and --test" in err and "give one test set" in err

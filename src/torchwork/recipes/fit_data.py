@@ -67,6 +67,11 @@ def _combined(table: TextTable, test_table: TextTable | None, merged: dict[str, 
             raise DataError(f"{test_table.path} has classes the training file {table.path} has none of: "
                             f"{unknown[:5]}{hint}. A model cannot learn them: add rows of them to the training "
                             "file, or remove them from the test file.")
+        own_tests = (splits or []).count("test")
+        if own_tests:  # the two test sets were merged without a word
+            raise DataError(f"{table.path} has test rows of its own ({own_tests:,}, split column "
+                            f"{table.split_column!r}) and --test {test_table.path} gives more: give one test set "
+                            "(drop --test, or mark those rows train or validation in the split column).")
         texts += test_table.texts
         labels += test_labels
         rows += [f"{test_table.path.name}:{r}" for r in test_table.rows]

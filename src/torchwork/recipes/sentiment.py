@@ -135,8 +135,8 @@ class SentimentConfig:
                        zero_or_at_least={"transformer_max_length": (8, "chosen from the data", "a text needs room "
                                                                    "for its special tokens and some words"),
                                          "subset": (MIN_SUBSET, "all rows", "fewer rows per split leave too few "
-                                                    "tweets of the rarest class, positive, to train on and to "
-                                                    "score")})
+                                                    "rows of the rarest class to train on and to score (the "
+                                                    "bundled tweets' positive: about 35 of 200)")})
         compile_choice(self.compile)
         check_quantize_formats(self)
         validate_settings(TransformerSettings.of(self))  # the upper bounds
