@@ -480,3 +480,20 @@ def test_a_run_folder_inside_the_image_folder_is_named_as_one(folders, tmp_path)
     empty = audit_images(read_image_folder(root)).of_kind("empty-class")
     assert {e["row"]: e["text"] for e in empty.examples} == {"runs": "a torchwork run folder", "empty": "no image file"}
     assert "run_dir" in empty.fix and "runs: a torchwork run folder" in empty.summary
+
+
+def test_the_largest_of_a_group_of_near_copies_is_named_the_original(folders, tmp_path) -> None:
+    """A resized copy whose name sorted first was called the original, and the fix "delete the copies" then
+    deleted the full-size image."""
+    images = folders["images"]
+    root = tmp_path / "photos"
+    for k in range(6):
+        for label, offset in (("boot", 0), ("bag", 100)):
+            _save(Image.fromarray(images[offset + k]), root / label / f"{k}.png")
+    full = Image.fromarray(images[50]).resize((256, 256), Image.Resampling.BICUBIC)
+    _save(full, root / "boot" / "z_full.png")
+    _save(full.resize((128, 128), Image.Resampling.LANCZOS), root / "boot" / "a_small.png")
+    copies = audit_images(read_image_folder(root)).of_kind("duplicate")
+    assert copies is not None
+    (example,) = [e for e in copies.examples if "a_small" in str(e["row"]) or "z_full" in str(e["row"])]
+    assert example["row"] == "boot/a_small.png" and example["first_row"] == "boot/z_full.png"

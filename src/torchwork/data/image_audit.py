@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
@@ -168,10 +169,12 @@ def printable(name: str) -> str:
 
     Example:
         >>> import os
-        >>> printable(os.fsdecode(b"caf\\xe9.png")), printable("café.png")
-        ('caf\\\\xe9.png', 'café.png')
+        >>> printable(os.fsdecode(b"caf\\xe9.png")), printable("café.png"), printable("two\\nlines")
+        ('caf\\\\xe9.png', 'café.png', 'two\\\\x0alines')
     """
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    shown = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    # a control character (a newline in a folder's name) broke the report's one line per entry
+    return re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", shown)
 
 
 def _printable_names(data: ImageFolderData) -> ImageFolderData:
@@ -295,7 +298,9 @@ def _duplicates(audit: _Audit) -> list[Finding | None]:
     copies, leaked, conflicts = [], [], []
     exact = 0
     for group in audit.groups:
-        members = sorted(group, key=lambda i: (_split_rank(audit.split(i)), i))  # the earliest split's first
+        # the earliest split's first; within it the largest image is the original (a resized or re-encoded
+        # copy was named the original when its name sorted first, and "delete the copies" lost the full size)
+        members = sorted(group, key=lambda i: (_split_rank(audit.split(i)), -facts[i].width * facts[i].height, i))
         first = members[0]
         earliest = audit.split(first)
         for i in members[1:]:
