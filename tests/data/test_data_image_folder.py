@@ -497,3 +497,22 @@ def test_the_largest_of_a_group_of_near_copies_is_named_the_original(folders, tm
     assert copies is not None
     (example,) = [e for e in copies.examples if "a_small" in str(e["row"]) or "z_full" in str(e["row"])]
     assert example["row"] == "boot/a_small.png" and example["first_row"] == "boot/z_full.png"
+
+
+def test_a_photo_is_turned_upright_as_its_exif_orientation_says() -> None:
+    """A phone's portrait photo, stored sideways with an orientation tag, was trained and served sideways."""
+    import io
+
+    from torchwork.data.image_decode import decode_image
+
+    pixels = np.zeros((40, 80, 3), np.uint8)
+    pixels[:, :40] = 255  # the left half white, as stored
+    stored = Image.fromarray(pixels)
+    tagged, plain = io.BytesIO(), io.BytesIO()
+    exif = stored.getexif()
+    exif[0x0112] = 6  # shown turned 90 degrees clockwise: the white half on top
+    stored.save(tagged, "JPEG", exif=exif.tobytes())
+    stored.save(plain, "JPEG")
+    upright, as_stored = decode_image(tagged.getvalue(), 32), decode_image(plain.getvalue(), 32)
+    assert upright[:12, :, 0].min() > 200 and upright[20:, :, 0].max() < 50  # white on top, black below
+    assert as_stored[:, :12, 0].min() > 200 and as_stored[:, 20:, 0].max() < 50  # untagged: as stored

@@ -4,8 +4,8 @@ trains on and what its artifact's preprocessing does to each image a request sen
 A file or request item is read as data with bounds: at most ``max_bytes`` bytes, and a header claiming more
 than ``max_pixels`` pixels (a decompression bomb: a 30,000 x 30,000 PNG is a few kilobytes) is refused
 before any pixel is decoded. Only the formats the folder reader lists are tried (Pillow never guesses
-another one). 16-bit, 32-bit and float images are first brought to 8 bits (:func:`eight_bit`), then every
-image is converted to RGB (grey, palette and alpha images included) and resized to ``size`` x ``size``: a
+another one). An image is first turned upright as its EXIF orientation says, 16-bit, 32-bit and float images
+are brought to 8 bits (:func:`eight_bit`), then every image is converted to RGB (grey, palette and alpha images included) and resized to ``size`` x ``size``: a
 JPEG is first decoded at the smallest scale Pillow's draft mode allows.
 
 :class:`ImagePreprocessor` is the artifact's preprocessing: it turns encoded images, base64 text of them, or
@@ -141,6 +141,18 @@ def bomb_detail(error: BaseException, max_pixels: int) -> str:
     return f"the header claims more than {bound:,} pixels{said}; not decoded"
 
 
+def _upright(image: Any) -> Any:
+    """``image`` turned as its EXIF orientation says (a phone's portrait photo is stored sideways with a tag
+    saying so; trained and served alike, since both decode here); as it is when it has no such tag, or a
+    damaged one."""
+    from PIL import ImageOps
+
+    try:
+        return ImageOps.exif_transpose(image)
+    except (ValueError, TypeError, OSError, KeyError, SyntaxError):  # a damaged EXIF block: the pixels stand
+        return image
+
+
 def decode_image(data: bytes, size: int, *, max_bytes: int = MAX_IMAGE_BYTES, max_pixels: int = MAX_PIXELS
                  ) -> np.ndarray:
     """``data`` (an encoded image) as a ``(size, size, 3)`` uint8 RGB array; :class:`DataError` for
@@ -162,7 +174,7 @@ def decode_image(data: bytes, size: int, *, max_bytes: int = MAX_IMAGE_BYTES, ma
                     raise DataError(f"a decompression bomb: the header says {width}x{height} pixels, over "
                                            f"{max_pixels:,}; not decoded. Resize the image")
                 image.draft("RGB", (size, size))
-                rgb = eight_bit(image).convert("RGB").resize((size, size), Image.Resampling.BILINEAR)
+                rgb = eight_bit(_upright(image)).convert("RGB").resize((size, size), Image.Resampling.BILINEAR)
                 return np.asarray(rgb, dtype=np.uint8)
     except DataError:
         raise

@@ -217,6 +217,22 @@ def check_vocabulary(preprocessor: Any, min_freq: int, texts: int) -> None:
                       "min_freq (1 keeps every word).")
 
 
+MIN_STEPS_PER_EPOCH = 25  # a small file's epoch in fewer steps leaves the n-gram model unfit (see below)
+
+
+def ngram_batch_size(batch_size: int, rows: int) -> int:
+    """``batch_size``, or less for a small training set, so that an epoch is at least
+    :data:`MIN_STEPS_PER_EPOCH` steps (and a batch at least 16 rows). Measured on 1,000 Rotten Tomatoes
+    reviews (800 to train, `fit --quick`): 256 made 4 steps an epoch, 48 in all, and a test macro-F1 of 0.48
+    against TF-IDF's 0.70; 32 made 25 and 0.70. The bundled tweets (29k rows) keep 256.
+
+    Example:
+        >>> ngram_batch_size(256, 800), ngram_batch_size(256, 29_000), ngram_batch_size(8, 800)
+        (32, 256, 8)
+    """
+    return min(batch_size, max(16, rows // MIN_STEPS_PER_EPOCH))
+
+
 def fit_ngram(config: SentimentConfig, train: Any, validation: Any, classes: list[str],
               recorded: dict[str, Any] | None = None, record: dict[str, Any] | None = None,
               callbacks: Any = (), data_splits: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -236,7 +252,11 @@ def fit_ngram(config: SentimentConfig, train: Any, validation: Any, classes: lis
     preprocessor = TextPreprocessor.fit(train.texts, min_freq=config.min_freq, max_vocab=config.max_vocab,
                                         max_length=config.max_length)
     check_vocabulary(preprocessor, config.min_freq, len(train))
-    train_loader = loader(train, config.batch_size, shuffle=True, seed=config.seed, num_workers=0,
+    batch_size = ngram_batch_size(config.batch_size, len(train))
+    if batch_size != config.batch_size:
+        say(f"batch size {batch_size} (batch_size={config.batch_size} would make {-(-len(train) // config.batch_size)} "
+            f"step(s) an epoch on {len(train):,} training texts: at least {MIN_STEPS_PER_EPOCH} are taken)")
+    train_loader = loader(train, batch_size, shuffle=True, seed=config.seed, num_workers=0,
                           preprocessor=preprocessor)
     val_loader = loader(validation, 512, num_workers=0, preprocessor=preprocessor)
     model = TfidfNGramClassifier(list(preprocessor.vocab), len(classes), chars=config.chars)
