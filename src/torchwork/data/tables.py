@@ -143,8 +143,7 @@ def read_text_table(path: str | os.PathLike[str], *, text: str | None = None, la
                         "text, or check you gave the right file.")
     _check_field_lengths(path, frame, max_field_chars)
     text_column, label_column, split_column, guessed = _guess_columns(path, frame, text, label)
-    _check_swallowed_rows(path, frame, label_column)
-    notes = _check_header(path, frame, text_column, label_column)
+    notes = _check_swallowed_rows(path, frame, label_column) + _check_header(path, frame, text_column, label_column)
     labels, label_kind = _labels(path, label_column, frame.values[label_column])
     splits = None
     if split_column is not None:
@@ -307,17 +306,16 @@ def _check_field_lengths(path: Path, frame: _Frame, limit: int) -> None:
             raise _too_long(path, f"row {row:,}, column {name!r},", limit)
 
 
-def _check_swallowed_rows(path: Path, frame: _Frame, label_column: str) -> None:
+def _check_swallowed_rows(path: Path, frame: _Frame, label_column: str) -> tuple[str, ...]:
     """Refuse a quoted field whose lines look like rows: a stray quote that opened a field the next quote in
     the file closed, folding the rows between into one text.
 
     A line looks like a row when it holds the delimiter and ends with a class of the label column. A field
-    is refused when at least half its lines do (the last line is the closing row's start, so one swallowed
-    row makes 1 of 2); a review with paragraphs has lines that do not end in a class.
-    """
+    is refused when two or more of its lines do, and at least half; one such line (a swallowed row, or a line
+    ending ", no" in a yes/no file: a refusal would have no way round it) is a warning note."""
     if frame.delimiter is None:
-        return
-    delimiter = frame.delimiter
+        return ()
+    delimiter, notes = frame.delimiter, list[str]()
     classes = set(frame.values[label_column].dropna().str.strip()) - MISSING_LABELS
     for name, series in frame.values.items():
         multi_line = series.str.contains("\n", regex=False).fillna(False).to_numpy(dtype=bool)
@@ -325,8 +323,12 @@ def _check_swallowed_rows(path: Path, frame: _Frame, label_column: str) -> None:
             lines = str(series.iloc[index]).split("\n")
             ends = [_row_end(line, delimiter, classes) for line in lines]
             row_like = [end for end in ends if end is not None]
-            if row_like and 2 * len(row_like) >= len(lines):
+            if len(row_like) >= 2 and 2 * len(row_like) >= len(lines):
                 raise _swallowed(path, name, int(index) + 1, len(lines), row_like, delimiter)
+            if row_like and 2 * len(row_like) >= len(lines) and len(notes) < 5:
+                swallowed = _swallowed(path, name, int(index) + 1, len(lines), row_like, delimiter)
+                notes.append(f"warning: {swallowed} If that text is right as it is, nothing needs doing.")
+    return tuple(notes)
 
 
 def _row_end(line: str, delimiter: str, classes: set[str]) -> str | None:
