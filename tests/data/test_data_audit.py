@@ -234,3 +234,11 @@ def test_texts_with_no_shared_word_are_a_report_not_a_traceback() -> None:
     assert label_noise_scan(texts, labels) == ([], None)
     report = audit_texts(texts, labels)
     assert report.of_kind("empty-text").count == 40 and report.of_kind("label-noise") is None
+
+
+def test_two_unicode_forms_of_one_class_do_not_print_alike() -> None:
+    """'café' composed and decomposed (a folder named on macOS) were `'café' ×10 / 'café' ×10`."""
+    labels = ["caf\u00e9"] * 10 + ["cafe\u0301"] * 10 + ["tea"] * 10
+    summary = audit_texts([f"text number {i}" for i in range(30)], labels, label_noise=False).of_kind(
+        "label-variants").summary
+    assert "(decomposed: 'cafe\\u0301') ×10" in summary and summary.count("decomposed") == 1

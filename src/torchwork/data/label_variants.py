@@ -60,6 +60,19 @@ def _respelled(groups: dict[str, list[str]]) -> list[tuple[str, str]]:
     return [(spelling, spellings[0]) for spellings in groups.values() for spelling in spellings[1:]]
 
 
+def shown_spelling(label: str) -> str:
+    """``label`` quoted, and marked when it is not in Unicode's composed form: ``'café'`` typed on one machine
+    and ``'café'`` (e + a combining accent, as macOS names files) on another print alike otherwise.
+
+    Example:
+        >>> shown_spelling("caf\u00e9"), shown_spelling("cafe\u0301").endswith("(decomposed: 'cafe\\\\u0301')")
+        ("'café'", True)
+    """
+    if unicodedata.normalize("NFC", label) == label:
+        return repr(label)
+    return f"{label!r} (decomposed: {ascii(label)})"
+
+
 @dataclasses.dataclass(frozen=True)
 class SpellingFacts:
     """What a ``label-variants`` finding says of ``labels`` (a text file's label column, or each image's class
@@ -84,7 +97,7 @@ class SpellingFacts:
         return cls(labels, label_variants(labels), Counter(labels), first)
 
     def summary(self) -> str:
-        return "; ".join(" / ".join(f"{s!r} ×{self.counts[s]:,}" for s in spellings)
+        return "; ".join(" / ".join(f"{shown_spelling(s)} ×{self.counts[s]:,}" for s in spellings)
                          for spellings in self.groups.values())
 
     def respelled(self) -> list[tuple[str, str]]:
