@@ -96,3 +96,18 @@ def test_a_study_with_another_direction_is_refused(tmp_path, capsys) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     optuna.create_study(storage=open_storage(default_url(folder)), study_name="s", direction="minimize")
     _refused(capsys, _tune(tmp_path, "--study", "s"), "study 's' exists with direction minimize, not maximize")
+
+
+def test_show_never_creates_the_study_file_a_url_names(tmp_path, capsys, monkeypatch) -> None:
+    """`tune show sqlite:///nope.db` (a mistyped path) wrote a 114 KB empty Optuna database, then said it held
+    "0 studies; name one with --study ()"."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["tune", "show", "sqlite:///nope.db"]) == 2
+    assert "sqlite:///nope.db: no such study file (nope.db)" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+    empty = tmp_path / "empty.db"
+    import sqlite3
+
+    sqlite3.connect(empty).close()  # an SQLite file, but no Optuna study in it
+    assert main(["tune", "show", f"sqlite:///{empty}"]) == 2
+    assert "study.db is damaged: it lacks Optuna's tables" in capsys.readouterr().err

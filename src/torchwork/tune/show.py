@@ -29,6 +29,12 @@ def show(where: str, study: str | None = None) -> str:
     folder = Path(where)
     if "://" in where:
         url = where
+        sqlite_file = _sqlite_file(where)
+        if sqlite_file is not None:  # read-only: opening a missing file through Optuna created an empty study
+            if not sqlite_file.is_file():
+                raise ConfigError(f"{named}: no such study file ({sqlite_file}). Give the study folder (runs/tune/"
+                                  "NAME) or the URL of an existing storage.")
+            _check_sqlite(sqlite_file, named)
     elif (folder / "study.db").is_file():
         from torchwork.tune.storage import default_url
 
@@ -53,6 +59,14 @@ def show(where: str, study: str | None = None) -> str:
 # would create the table afresh, empty, and show trials without their scores)
 TABLES = ("studies", "study_directions", "study_user_attributes", "trials", "trial_values", "trial_params",
           "trial_user_attributes", "trial_system_attributes", "trial_intermediate_values")
+
+
+def _sqlite_file(url: str) -> Path | None:
+    """The file an ``sqlite:///path`` URL names (None for another storage, or SQLite in memory)."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix) or url[len(prefix):] in ("", ":memory:"):
+        return None
+    return Path(url[len(prefix):].split("?", 1)[0])
 
 
 def _check_sqlite(path: Path, named: str) -> None:
@@ -105,6 +119,8 @@ def _table(url: str, named: str, study: str | None, summary: dict[str, Any] | No
     storage = open_storage(url)
     names = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
     if study is None:
+        if not names:
+            raise ConfigError(f"{named} holds no study: run one with torchwork tune first.")
         if len(names) != 1:
             raise ConfigError(f"{named} holds {len(names)} studies; name one with --study ({', '.join(names)}).")
         study = names[0]
