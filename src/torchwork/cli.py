@@ -401,9 +401,31 @@ def _command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.A
     raise KeyError(command)
 
 
+# Options whose value may start with '-' (argparse reads `--sort -seed` as two options): the command, the option
+DASH_VALUES = {("runs", "--sort"), ("fit", "--time-budget")}
+
+
+def joined_dash_values(argv: Sequence[str]) -> list[str]:
+    """``argv`` with ``--sort -seed`` written ``--sort=-seed`` for the options of :data:`DASH_VALUES`, so that
+    the documented reversed sort parses (a negative budget is then refused by name, not as a missing value).
+
+    Example:
+        >>> joined_dash_values(["runs", "ls", "runs", "--sort", "-seed"])
+        ['runs', 'ls', 'runs', '--sort=-seed']
+    """
+    out = list(argv)
+    command = out[0] if out else None
+    i = 0
+    while i < len(out) - 1:
+        if (command, out[i]) in DASH_VALUES and out[i + 1].startswith("-") and out[i + 1] != "--":
+            out[i:i + 2] = [f"{out[i]}={out[i + 1]}"]
+        i += 1
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
+    args, unknown = parser.parse_known_args(joined_dash_values(sys.argv[1:] if argv is None else argv))
     if unknown:
         parser.refuse_unknown(args, unknown)
     misplaced: list[str] = []

@@ -77,6 +77,18 @@ def test_ls_sorts_and_filters_by_columns_and_settings(runs):
     assert [r["seed"] for r in listed] == [2] and listed[0]["state"] == "finished"
 
 
+def test_ls_takes_the_documented_reversed_sort_and_says_when_a_filter_matches_nothing(runs, capsys):
+    """`--sort -seed` was argparse's "expected one argument"; a filter matching nothing said "no run folders
+    here" with five runs there."""
+    from torchwork.cli import main
+
+    assert main(["runs", "ls", str(runs), "--sort", "-seed", "--json"]) == 0
+    assert [r["seed"] for r in json.loads(capsys.readouterr().out)][:2] == [4, 3]
+    assert main(["runs", "ls", str(runs), "--filter", "lr=99"]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out == f"none of the {len(list_runs(runs))} run folder(s) under {runs} matches --filter lr=99"
+
+
 def test_a_killed_run_is_told_from_a_running_one_and_a_resumed_one_counts_its_resumes(tmp_path):
     script = tmp_path / "long.py"
     script.write_text(

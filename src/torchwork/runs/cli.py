@@ -18,7 +18,7 @@ def add_arguments(parser: Any) -> None:
                                         "included) from their manifests; no database, no server.")
     ls.add_argument("runs_dir", nargs="?", default="runs", metavar="RUNS_DIR", help="where the runs are (default: runs)")
     ls.add_argument("--sort", metavar="KEY", help="a column (run, started, recipe, state, seed, commit, duration; "
-                                                  "-KEY reverses), best / final (best first), or a monitored metric")
+                                                  "--sort=-KEY reverses), best / final (best first), or a monitored metric")
     ls.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE",
                     help="keep rows where KEY=VALUE: a column (state=finished, seed=0, commit=5089535, "
                          "state=resumed) or a config setting (lr=0.03, config.model=ngram); repeatable")
@@ -59,8 +59,13 @@ def _action(args: argparse.Namespace) -> int:
     if command == "ls":
         from torchwork.runs.listing import filter_rows, format_rows, list_runs, sort_rows
 
-        rows = sort_rows(filter_rows(list_runs(args.runs_dir), args.filter), args.sort)
-        print(json.dumps(mask_values([r.to_dict() for r in rows]), indent=1) if args.json else format_rows(rows))
+        listed = list_runs(args.runs_dir)
+        rows = sort_rows(filter_rows(listed, args.filter), args.sort)
+        if listed and not rows and not args.json:  # "no run folders here" was false: none matched the filter
+            print(f"none of the {len(listed)} run folder(s) under {args.runs_dir} matches "
+                  f"{' and '.join('--filter ' + f for f in args.filter)}")
+        else:
+            print(json.dumps(mask_values([r.to_dict() for r in rows]), indent=1) if args.json else format_rows(rows))
         return 0
     if command == "show":
         from torchwork.runs.show import describe_run, format_description

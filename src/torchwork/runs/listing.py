@@ -331,7 +331,7 @@ def format_rows(rows: Sequence[RunRow]) -> str:
             studies_listed.add(row.study)
             trials = sorted(studies[row.study], key=_trial_order)
             states = {s: sum(1 for t in trials if t.state == s) for s in dict.fromkeys(t.state for t in trials)}
-            table.append([f"study {shown(row.study)}: {len(trials)} trials ("
+            table.append([f"study {shown(row.study)}: {len(trials)} trial{'s' if len(trials) != 1 else ''} ("
                           + ", ".join(f"{n} {s}" for s, n in states.items()) + ")"])
             table.extend(_cells(t, "  ") for t in trials)
             continue
