@@ -167,3 +167,13 @@ def test_data_changed_since_the_run_was_recorded_is_named_and_not_resumed(tmp_pa
     again = fit_on(tmp_path, relabelled)  # resume="latest": a new run, and why
     assert again.run_path != first.run_path and len(list_runs(tmp_path)) == 2
     assert "not resuming" in capsys.readouterr().err
+
+
+def test_a_changed_model_structure_is_said_with_its_parentheses_closed() -> None:
+    """`Linear(...) -> Sequential(` left the message's own parenthesis unclosed, and read as `Sequential()`."""
+    from torchwork.runs.sameness import _structure_difference
+
+    old, new = repr(torch.nn.Linear(4, 2)), repr(torch.nn.Sequential(torch.nn.Linear(4, 2)))
+    said = _structure_difference(old, new)
+    assert said == "model structure: Linear(in_features=4, out_features=2, bias=True) -> Sequential(...)"
+    assert said.count("(") == said.count(")")

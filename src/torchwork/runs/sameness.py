@@ -59,8 +59,15 @@ def _structure_difference(old: str, new: str) -> str | None:
         return None
     for a, b in zip(old.splitlines(), new.splitlines()):
         if a != b:
-            return f"model structure: {a.strip()} -> {b.strip()}"
+            return f"model structure: {_module_line(a)} -> {_module_line(b)}"
     return "model structure: a different number of modules"
+
+
+def _module_line(line: str) -> str:
+    """One line of a module's repr, its parentheses closed (``Sequential(`` opens a block of lines: shown as
+    ``Sequential(...)``, not as an unclosed parenthesis inside the message's own)."""
+    text = line.strip()
+    return text + "...)" if text.endswith("(") else text
 
 
 def shape_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
