@@ -62,7 +62,9 @@ def test_two_workers_try_the_same_params_and_pruned_trials_are_marked(reference,
     folder = study_folder(tmp_path / "runs", "two")
     info = json.loads((folder / "trials" / str(pruned[0]) / "trial.json").read_text())
     assert info["state"] == "PRUNED" and info["threads"] == 1
-    assert info["epochs"] == info["pruned_at_epoch"] + 1 < found[pruned[0]]["params"]["epochs"]
+    assert info["epochs"] == info["pruned_at_epoch"] < found[pruned[0]]["params"]["epochs"]  # from 1
+    # the run folder says so too (`torchwork runs ls` listed pruned trials as finished)
+    assert json.loads((folder / info["run"] / "manifest.json").read_text())["state"] == "pruned"
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["objective"] == "val_loss" and summary["direction"] == "minimize" and summary["workers"] == 2
     assert summary["best_value"] == min(o["value"] for o in found.values() if o["state"] == "COMPLETE")

@@ -204,7 +204,7 @@ class Progress:
             self.finished_here += 1
             frozen = finals[number]
             score = (f"{self.metric}={frozen.value:.4f}" if frozen.state.name == "COMPLETE"
-                     else f"pruned at epoch {frozen.user_attrs.get('pruned_at_epoch')}"
+                     else f"pruned after epoch {frozen.user_attrs.get('pruned_at_epoch')}"
                      if frozen.state.name == "PRUNED" else frozen.user_attrs.get("error", ""))
             left = self.total - len(finals)
             rate = (time.monotonic() - self.started) / self.finished_here

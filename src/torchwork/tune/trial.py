@@ -154,13 +154,26 @@ def run_trial(study: Any, trial: Any, target: Any, space: Any, study_folder: Pat
                         run=str(Path(result["run_path"]).relative_to(study_folder)),
                         precision=result.get("precision"))
             if callback.pruned_at is not None:
-                info.update(state="PRUNED", pruned_at_epoch=callback.pruned_at)
+                # epochs counted from 1, as the Trainer says "stopped after epoch 1 of 3" (it said epoch 0)
+                info.update(state="PRUNED", pruned_at_epoch=callback.pruned_at + 1)
+                _mark_pruned(Path(result["run_path"]))
                 _finish(study, trial, info, started, TrialState.PRUNED)
             else:
                 info["state"] = "COMPLETE"
                 _finish(study, trial, info, started, TrialState.COMPLETE, result["value"])
     write_json(folder / "trial.json", info)
     return info
+
+
+def _mark_pruned(run: Path) -> None:
+    """The trial's run folder says ``pruned``, as docs/runs.md has it: the pruner stopped its fit at an epoch's
+    end, which the run itself recorded as ``finished`` (`torchwork runs ls` listed pruned trials so)."""
+    from torchwork.runs.readback import read_manifest
+
+    manifest = read_manifest(run)
+    if manifest.get("state") == "finished":
+        manifest["state"] = "pruned"
+        write_json(run / "manifest.json", manifest)
 
 
 def _finish(study: Any, trial: Any, info: dict[str, Any], started: float, state: Any, value: float | None = None) -> None:
