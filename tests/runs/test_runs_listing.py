@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -198,3 +199,18 @@ def test_an_environment_difference_is_ranked_with_env_diff_and_the_page_escapes_
 
     page = render(comparison)
     assert "<script>" not in page and "&lt;script&gt;" in page
+
+
+def test_a_killed_runs_best_is_never_worse_than_its_final(tmp_path) -> None:
+    """Killed after an epoch's metrics line but before its best checkpoint: best 0.7069, final 0.6945 for a
+    `min` metric, in `runs ls`."""
+    run = tmp_path / "runs" / "20261207T233404Z-000384"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "manifest.json").write_text(json.dumps({
+        "state": "running", "process": {"pid": 2**22 + 12345, "host": socket.gethostname()},
+        "started": "2026-12-07T23:34:04+00:00", "monitor": {"metric": "val_loss", "mode": "min"}}))
+    (run / "checkpoints" / "best.json").write_text(json.dumps({"monitor": "val_loss", "value": 0.7069, "step": 8}))
+    (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in (
+        {"step": 8, "val_loss": 0.7069, "time": 1.0}, {"step": 16, "val_loss": 0.6945, "time": 2.0})))
+    (row,) = list_runs(tmp_path / "runs")
+    assert row.state == "killed" and (row.best, row.final) == (0.6945, 0.6945)

@@ -202,6 +202,9 @@ def read_row(run: str | Path, root: str | Path, host: str | None = None) -> RunR
             row.problem = str(error)  # listed; its values unknown
         else:
             row.best, row.final, ended = row.best if row.best is not None else best, final, last
+    if row.best is not None and row.final is not None and row.mode in ("min", "max") and \
+            (row.final < row.best if row.mode == "min" else row.final > row.best):
+        row.best = row.final  # a value logged after the last best checkpoint (a kill came before it)
     if started is not None and ended is not None:
         row.duration_s = round(max(0.0, ended - started), 1)
     return row
