@@ -214,3 +214,15 @@ def test_a_killed_runs_best_is_never_worse_than_its_final(tmp_path) -> None:
         {"step": 8, "val_loss": 0.7069, "time": 1.0}, {"step": 16, "val_loss": 0.6945, "time": 2.0})))
     (row,) = list_runs(tmp_path / "runs")
     assert row.state == "killed" and (row.best, row.final) == (0.6945, 0.6945)
+
+
+def test_a_run_folder_that_lost_its_manifest_is_listed_as_unreadable(runs, tmp_path) -> None:
+    """It was left out of `runs ls` without a word, its checkpoints and metrics still there."""
+    import shutil
+
+    first = next(p for p in sorted(runs.iterdir()) if (p / "manifest.json").is_file())
+    copy = tmp_path / "runs" / first.name
+    shutil.copytree(first, copy)
+    (copy / "manifest.json").unlink()
+    (row,) = list_runs(tmp_path / "runs")
+    assert row.state == "unreadable" and "no manifest.json beside its checkpoints/ and metrics.jsonl" in row.problem

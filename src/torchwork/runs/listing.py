@@ -99,7 +99,10 @@ def run_folders(root: Path) -> Iterator[str]:
         except OSError:
             continue
         names = {e.name for e in entries}
-        if MANIFEST in names and ("checkpoints" in names or "metrics.jsonl" in names):
+        # a run's manifest lost beside its checkpoints and metrics is listed (unreadable, with the reason),
+        # not left out unsaid
+        if (MANIFEST in names and ("checkpoints" in names or "metrics.jsonl" in names)) or \
+                {"checkpoints", "metrics.jsonl"} <= names:
             yield folder
         if depth < MAX_DEPTH:
             subfolders = sorted((e.path for e in entries if e.name not in NOT_RUNS and e.is_dir(follow_symlinks=False)),
@@ -176,6 +179,10 @@ def read_row(run: str | Path, root: str | Path, host: str | None = None) -> RunR
     run = row.path
     try:
         manifest = load_manifest_file(run / MANIFEST)
+    except FileNotFoundError:
+        row.state, row.problem = "unreadable", (f"no {MANIFEST} beside its checkpoints/ and "
+                                                "metrics.jsonl (deleted, or never written): restore it from a copy")
+        return row
     except (ConfigError, OSError) as error:
         row.state, row.problem = "unreadable", str(error)
         return row
