@@ -48,6 +48,28 @@ def test_export_refuses_a_non_module_and_a_folder_that_is_not_an_artifact_writin
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["notes.txt", "taken"]
 
 
+def test_overwrite_replaces_a_torchwork_artifact_and_nothing_else(tmp_path, monkeypatch) -> None:
+    """`--overwrite` deleted a web app's folder: its own manifest.json passed the check, and its code went with
+    the folder. Only a valid artifact whose file table lists every file there is replaced."""
+    webapp = tmp_path / "webapp"
+    (webapp / "src").mkdir(parents=True)
+    (webapp / "manifest.json").write_text('{"name": "my-web-app", "version": "1.0.0"}')
+    (webapp / "src" / "app.js").write_text("console.log('mine')")
+    with pytest.raises(ConfigError, match=r"webapp is not a torchwork artifact \(its manifest.json: "):
+        export(torch.nn.Linear(2, 2), torch.ones(1, 2), webapp, formats=("onnx",), overwrite=True)
+    assert (webapp / "src" / "app.js").read_text() == "console.log('mine')"
+    artifact = tmp_path / "artifact"
+    export(torch.nn.Linear(2, 2), torch.ones(1, 2), artifact, formats=("onnx",))
+    (artifact / "notes.txt").write_text("mine")  # a file the artifact does not list
+    with pytest.raises(ConfigError, match=r"holds 1 file\(s\) its artifact does not list \(notes.txt\)"):
+        export(torch.nn.Linear(2, 2), torch.ones(1, 2), artifact, formats=("onnx",), overwrite=True)
+    (artifact / "notes.txt").unlink()
+    export(torch.nn.Linear(2, 2), torch.ones(1, 2), artifact, formats=("onnx",), overwrite=True)  # replaced
+    monkeypatch.chdir(artifact)
+    with pytest.raises(ConfigError, match="is the working directory or holds it"):
+        export(torch.nn.Linear(2, 2), torch.ones(1, 2), ".", formats=("onnx",), overwrite=True)
+
+
 def test_an_export_killed_earlier_leaves_nothing_once_the_next_one_runs(tmp_path) -> None:
     """SIGKILL cannot be caught: the next export into the same folder removes what a dead process left
     (its temp folder, the artifact it was replacing), and leaves a live process's folders alone."""

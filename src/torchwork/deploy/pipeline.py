@@ -190,10 +190,33 @@ def _prepare_out_dir(out_dir: str | os.PathLike[str], overwrite: bool) -> Path:
         if not overwrite:
             raise ConfigError(f"{out} already exists and is not empty. Choose a new directory, or pass "
                               "overwrite=True (--overwrite) to replace it (only after the new export succeeds).")
-        if not (out / MANIFEST).is_file():
-            raise ConfigError(f"{out} is not a torchwork artifact (no {MANIFEST}); refusing to replace it.")
+        _check_replaceable(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     return out
+
+
+def _check_replaceable(out: Path) -> None:
+    """``--overwrite`` replaces a torchwork artifact and nothing else: a valid artifact manifest (a web app's
+    own manifest.json passed the mere file check, and the folder was deleted, its code with it) whose file
+    table lists every file there; never the working directory or a folder above it."""
+    from torchwork.deploy.manifest import read_manifest
+
+    if out.resolve() in (Path.cwd(), *Path.cwd().parents):
+        raise ConfigError(f"{out} is the working directory or holds it; refusing to replace it. Give the "
+                          "artifact's own folder (-o artifacts/NAME).")
+    if not (out / MANIFEST).is_file():
+        raise ConfigError(f"{out} is not a torchwork artifact (no {MANIFEST}); refusing to replace it.")
+    try:
+        listed = set(read_manifest(out, check_files=False).files)  # a damaged artifact may be replaced
+    except (ExportError, ConfigError) as error:
+        raise ConfigError(f"{out} is not a torchwork artifact (its {MANIFEST}: {str(error).splitlines()[0]}); "
+                          "refusing to replace it.") from None
+    extra = sorted(p.relative_to(out).as_posix() for p in out.rglob("*")
+                   if p.name != MANIFEST and not p.is_dir() and p.relative_to(out).as_posix() not in listed)
+    if extra:
+        raise ConfigError(f"{out} holds {len(extra)} file(s) its artifact does not list ({', '.join(extra[:3])}"
+                          f"{', ...' if len(extra) > 3 else ''}); refusing to replace them. Move them out, or "
+                          "export into another folder.")
 
 
 def remove_abandoned(out: Path) -> list[Path]:
