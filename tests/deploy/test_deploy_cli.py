@@ -147,3 +147,14 @@ def test_export_cli_from_a_run_folder(tmp_path, factory, capsys):
     assert "best.pt" in capsys.readouterr().err
     stored = load_weights(out)
     assert all(torch.equal(stored[k], v) for k, v in best.state_dict().items())
+
+
+def test_a_factory_that_raises_is_one_line_naming_its_own_line(tmp_path, capsys):
+    """It was a traceback through torchwork's cli and factory modules."""
+    script = tmp_path / "m.py"
+    script.write_text("def build():\n    raise RuntimeError('user bug in build')\n")
+    assert cli_main(["export", f"{script}:build", "-o", str(tmp_path / "out"), "--format", "onnx"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"torchwork: error: the factory {script}:build raised RuntimeError: user bug in build "
+                   f"({script}:2). Fix it there; the export starts once the factory returns (model, example_inputs).")
+    assert not (tmp_path / "out").exists()

@@ -16,6 +16,9 @@ def test_server_setup_errors_say_what_to_do(tmp_path):
             bind("127.0.0.1", taken.getsockname()[1])
     finally:
         taken.close()
+    for host in ("999.1.1.1", "no.such.host.invalid"):  # the advice was about the port
+        with pytest.raises(ConfigError, match=rf"cannot listen on {host}:0: .*--host must be an address of this "):
+            bind(host, 0)
     with pytest.raises(ConfigError, match="write it as module:function"):
         load_predictor(str(tmp_path), "no_colon")
     with pytest.raises(ConfigError, match="Check the module is importable"):

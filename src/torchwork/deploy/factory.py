@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -30,7 +31,13 @@ def load_factory(spec: str) -> Callable[[], Any]:
 
 
 def build_from_factory(spec: str) -> dict[str, Any]:
-    made = load_factory(spec)()
+    factory = load_factory(spec)
+    try:
+        made = factory()
+    except Exception as error:  # the user's code failed: one line naming it, not a traceback through torchwork
+        said = (str(error).splitlines() or [""])[0][:300]
+        raise ConfigError(f"the factory {spec} raised {type(error).__name__}: {said}{_user_line(error)}. Fix it "
+                          "there; the export starts once the factory returns (model, example_inputs).") from None
     if isinstance(made, tuple) and len(made) == 2:
         made = {"model": made[0], "example_inputs": made[1]}
     if not isinstance(made, Mapping) or not {"model", "example_inputs"} <= set(made):
@@ -40,3 +47,9 @@ def build_from_factory(spec: str) -> dict[str, Any]:
     if unknown:
         raise ConfigError(f"the factory {spec} returned unknown keys {sorted(unknown)}; known: {sorted(FACTORY_KEYS)}.")
     return dict(made)
+
+
+def _user_line(error: BaseException) -> str:
+    """`` (file.py:12)``: where in the user's code the error was raised, from its traceback's last frame."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""

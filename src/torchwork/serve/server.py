@@ -10,6 +10,7 @@ Example (blocks until SIGTERM or Ctrl-C, so not run here):
 
 from __future__ import annotations
 
+import errno
 import importlib
 import json
 import socket
@@ -40,6 +41,10 @@ def bind(host: str, port: int) -> socket.socket:
         sock.listen(2048)
     except OSError as error:
         sock.close()
+        if isinstance(error, socket.gaierror) or error.errno == errno.EADDRNOTAVAIL:  # the host, not the port
+            raise ConfigError(f"cannot listen on {host}:{port}: {error.strerror}: --host must be an address of "
+                              "this machine (127.0.0.1, the default; ::1; 0.0.0.0 for every interface, with API "
+                              "keys).") from None
         raise ConfigError(f"cannot listen on {host}:{port}: {error.strerror}. Pick another --port "
                           "(0 takes a free one) or stop the process using it.") from None
     sock.set_inheritable(True)
