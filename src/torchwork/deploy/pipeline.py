@@ -506,8 +506,7 @@ def _verify_in_place(tmp: Path, out: Path, module: Any, plan: ExportPlan, manife
                           rtol=plan.rtol, tolerance=plan.tolerance, trust=trust,
                           reference_outputs=plan.sample_outputs)
     verification["artifact"] = str(out)
-    broken = [row["problem"] for row in verification["variants"].values() if row["kind"] == "reference"
-              and not row["ok"] and "not finite" in str(row.get("problem"))]
+    broken = [row["problem"] for row in verification["variants"].values() if row.get("non_finite_rows")]
     for name, row in verification["variants"].items():
         if name in variants and (broken or not row["ok"]):  # a diverged model: every variant matches its NaN
             refused[name] = f"failed verification on the held-out samples: {(broken or [row.get('problem')])[0]}"

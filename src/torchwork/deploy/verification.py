@@ -452,10 +452,10 @@ def _measure(runners: dict[str, Runner], kinds: dict[str, str], inputs: tuple[An
             row.update(within_tolerance(row, rows[reference_name], found, tolerance))
         if name == reference_name and (broken := non_finite_rows(reference)):
             # every variant agrees with NaN exactly: parity alone called a diverged model verified
-            row.update(ok=False, problem=f"the model's own outputs are not finite on {broken} of "
-                                         f"{int(inputs[0].shape[0])} held-out rows: the model is broken (did its "
-                                         "training diverge? a lower learning rate, or clipping), and no variant "
-                                         "of it is worth serving")
+            row.update(ok=False, non_finite_rows=broken,
+                       problem=f"the model's own outputs are not finite on {broken} of {int(inputs[0].shape[0])} "
+                               "held-out rows: the model is broken (did its training diverge? a lower learning "
+                               "rate, or clipping), and no variant of it is worth serving")
         rows[name] = row
     small, large = (static_batch, static_batch) if static_batch else (1, TIMING_BATCH)
     ones, many = timing if timing is not None else ([first_rows(inputs, small)], first_rows(inputs, large))
